@@ -1,0 +1,86 @@
+"""The one configuration of the tracker core: every knob, its default and why.
+
+ROS parameters, the offline CLI and the benchmarks all map onto :class:`TrackerConfig`
+(ROS does it in ``sam2_ros/ros/params.py``), so a default changes in exactly one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
+PRECISIONS = ('bf16', 'fp32')
+GRAPH_MODES = ('swap', 'batched')
+
+# SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
+MODEL_CONFIGS = {
+    'tiny': 'configs/sam2.1/sam2.1_hiera_t.yaml',
+    'small': 'configs/sam2.1/sam2.1_hiera_s.yaml',
+    'base_plus': 'configs/sam2.1/sam2.1_hiera_b+.yaml',
+    'large': 'configs/sam2.1/sam2.1_hiera_l.yaml',
+}
+
+
+@dataclass
+class TrackerConfig:
+    """Everything the streaming tracker needs to know before the first frame."""
+
+    model_size: str = 'tiny'
+    # Square model input side in pixels; multiple of 32 (sam2 backbone stride x 2).
+    image_size: int = 1024
+    # Path of an official SAM 2 / SAM 2.1 ``.pt`` file. None requires random_weights=True.
+    checkpoint: Optional[str] = None
+    # Random weights are only for tests and the demo; the loader says so loudly.
+    random_weights: bool = False
+    # Seed for random weights, so two processes build the same random model.
+    seed: int = 0
+    device: str = 'cuda'
+    precision: str = 'bf16'
+    # Capacity of the object table: the bank is preallocated for this many objects.
+    max_objects: int = 8
+    # Conditioning (prompted) frames kept per object. The first prompt frame is always
+    # kept; beyond the cap the oldest later one is evicted (see docs/streaming.md).
+    max_cond_frames: int = 4
+    # Official SAM2VideoPredictor option: a correction click on an already tracked frame
+    # makes that frame a conditioning frame (True) or only replaces its ordinary memory
+    # (False, the official default). True keeps corrections alive past 15 frames.
+    corrections_as_cond: bool = True
+    # An object whose score stays <= 0 this many frames is reported 'lost' (not just
+    # 'occluded'); it keeps tracking and can re-appear.
+    lost_after_frames: int = 30
+    # CUDA graphs for the image encoder and the steady-state track step (CUDA only).
+    use_cuda_graphs: bool = True
+    # 'swap': one graph, each object's memory copied in before its replay.
+    # 'batched': all steady-state objects in one replay, stacked on the batch axis.
+    graph_mode: str = 'swap'
+    # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket).
+    batch_buckets: tuple = (1, 2, 4, 8)
+    # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
+    graph_cond_buckets: Optional[tuple] = None
+    extra_hydra_overrides: list = field(default_factory=list)
+
+    def validate(self) -> 'TrackerConfig':
+        """Raise ValueError naming the first bad field; return self for chaining."""
+        if self.model_size not in MODEL_SIZES:
+            raise ValueError(f'model_size must be one of {MODEL_SIZES}, got {self.model_size!r}')
+        if self.precision not in PRECISIONS:
+            raise ValueError(f'precision must be one of {PRECISIONS}, got {self.precision!r}')
+        if self.graph_mode not in GRAPH_MODES:
+            raise ValueError(f'graph_mode must be one of {GRAPH_MODES}, got {self.graph_mode!r}')
+        if not isinstance(self.image_size, int) or self.image_size < 64 or self.image_size % 32:
+            raise ValueError(f'image_size must be a multiple of 32 >= 64, got {self.image_size!r}')
+        if not 1 <= int(self.max_objects) <= 256:
+            raise ValueError(f'max_objects must be in 1..256, got {self.max_objects!r}')
+        if not 1 <= int(self.max_cond_frames) <= 64:
+            raise ValueError(f'max_cond_frames must be in 1..64, got {self.max_cond_frames!r}')
+        if int(self.lost_after_frames) < 1:
+            raise ValueError(f'lost_after_frames must be >= 1, got {self.lost_after_frames!r}')
+        if self.checkpoint is None and not self.random_weights:
+            raise ValueError('no checkpoint given: set checkpoint to an official SAM 2 .pt file '
+                             '(or random_weights=True for tests)')
+        return self
+
+    def replace(self, **changes) -> 'TrackerConfig':
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,26 @@
+"""Exceptions the tracker core raises for bad input. All are ValueError subclasses so a
+caller (the ROS node) can report them and keep running; nothing else is corrupted."""
+
+
+class TrackerError(ValueError):
+    """Base of every input error raised by the tracker core."""
+
+
+class FrameError(TrackerError):
+    """A frame that cannot be used: wrong dtype, shape, size, or a resolution change."""
+
+
+class PromptError(TrackerError):
+    """A prompt that cannot be used: NaN/inf, out of frame, mismatched lengths, empty."""
+
+
+class UnknownObjectError(TrackerError):
+    """An object id that is not tracked."""
+
+
+class CapacityError(TrackerError):
+    """More objects than the preallocated object table holds."""
+
+
+class CheckpointError(TrackerError):
+    """A checkpoint that is missing, unreadable or for another model size."""

@@ -1,0 +1,72 @@
+"""Plain data exchanged with the tracker core: prompts in, per-object results out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+# Object states reported per frame.
+TRACKING, OCCLUDED, LOST = 'tracking', 'occluded', 'lost'
+
+
+@dataclass
+class Prompt:
+    """A prompt for one object, in source-image pixel coordinates.
+
+    points: [N, 2] float (x, y); labels: [N] int (1 positive, 0 negative);
+    box: (x0, y0, x1, y1); mask: [H, W] bool at source resolution.
+    Points and box may be combined; a mask is used alone.
+    """
+
+    obj_id: int
+    points: Optional[np.ndarray] = None
+    labels: Optional[np.ndarray] = None
+    box: Optional[Tuple[float, float, float, float]] = None
+    mask: Optional[np.ndarray] = None
+
+
+@dataclass
+class ObjectResult:
+    """One object on one frame."""
+
+    obj_id: int
+    mask: np.ndarray                   # [H, W] bool, source resolution
+    score: float                       # object score logit; > 0 means visible
+    state: str                         # TRACKING / OCCLUDED / LOST
+    box: Optional[Tuple[int, int, int, int]]  # (x0, y0, x1, y1) inclusive, None if empty
+    area: int                          # mask pixels
+    centroid: Optional[Tuple[float, float]]   # (x, y), None if empty
+    frames_since_prompt: int
+    low_res_logits: Optional[object] = None  # torch [h/4, w/4] fp32 on the model device
+
+    @property
+    def visible(self) -> bool:
+        return self.score > 0
+
+
+@dataclass
+class FrameResult:
+    """All tracked objects on one frame."""
+
+    frame_index: int
+    height: int
+    width: int
+    objects: List[ObjectResult] = field(default_factory=list)
+    mode: str = 'eager'                # 'graph' when every object step was a graph replay
+    engine_ms: float = 0.0
+
+    def label_mask(self) -> np.ndarray:
+        """[H, W] uint8: 0 background, each object's pixels hold its id (ids are 1..255).
+        Where masks overlap the higher id wins, so the image is deterministic."""
+        out = np.zeros((self.height, self.width), np.uint8)
+        for o in sorted(self.objects, key=lambda o: o.obj_id):
+            out[o.mask] = o.obj_id
+        return out
+
+    def by_id(self, obj_id: int) -> ObjectResult:
+        for o in self.objects:
+            if o.obj_id == obj_id:
+                return o
+        raise KeyError(obj_id)
