@@ -1,0 +1,213 @@
+"""Per-object memory of the streaming tracker, preallocated with fixed capacities.
+
+SAM 2 reads, for an object on frame f (sam2_base ``_prepare_memory_conditioned_features``):
+  * the spatial memory and object pointer of every conditioning (prompted) frame,
+  * spatial memories of the non-conditioning frames f-1 .. f-(num_maskmem-1),
+  * object pointers of the non-conditioning frames f-1 .. f-(max_obj_ptrs-1).
+The official predictor keeps every frame forever; this bank keeps exactly what can still be
+read, in rings indexed by frame number, plus one slot so the latest frame can be re-run with a
+correction click. Memory is therefore flat however long the stream runs.
+
+Conditioning frames are capped at ``max_cond_frames``: the first prompt frame is kept, and a
+new one beyond the cap evicts the oldest later one.
+
+Tensors live on the model device; frame numbers are host-side numpy bookkeeping (they decide
+*which* memories a step reads, and never enter a step themselves except as distances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from sam2_ros.step import Memory
+
+EMPTY = -1
+
+
+@dataclass
+class Selection:
+    """Which bank rows one object's step reads on one frame, in sam2's order."""
+
+    feat_rows: List[int]     # rows of the flat feature pool
+    tpos_idx: List[int]      # maskmem_tpos_enc index of each spatial memory
+    ptr_rows: List[int]      # rows of the flat pointer pool
+    ptr_dist: List[int]      # signed temporal distance of each pointer
+
+    @property
+    def key(self) -> Tuple[int, int]:
+        """(n_spatial, n_pointers): the shape bucket of this step."""
+        return len(self.feat_rows), len(self.ptr_rows)
+
+
+@dataclass
+class MemoryBank:
+    """Fixed-capacity memory for up to ``capacity`` objects (object slots 0..capacity-1).
+
+    Row layout per object slot: conditioning rows [0, K), then ring rows.
+    feats: [O, K + R, Cm, h, w] (bf16);  ptrs: [O, K + P, C];  logits: [O, 1, S/4, S/4].
+    """
+
+    feats: torch.Tensor
+    ptrs: torch.Tensor
+    logits: torch.Tensor
+    cond_frame: np.ndarray   # [O, K] frame of each conditioning row, EMPTY if free
+    cond_age: np.ndarray     # [O, K] insertion counter (sam2 keeps insertion order)
+    ring_frame: np.ndarray   # [O, R] frame held in each spatial ring row
+    ptr_frame: np.ndarray    # [O, P] frame held in each pointer ring row
+    num_maskmem: int
+    max_ptrs: int
+    _counter: int = 0
+
+    @classmethod
+    def allocate(cls, capacity: int, max_cond: int, num_maskmem: int, max_ptrs: int,
+                 feat_like: torch.Tensor, ptr_like: torch.Tensor,
+                 logits_like: torch.Tensor) -> 'MemoryBank':
+        """feat_like [Cm, h, w], ptr_like [C], logits_like [1, S/4, S/4] give shape/dtype.
+
+        Ring sizes are num_maskmem (7) and max_ptrs (16): one more than a step reads, so the
+        latest frame's own entry survives while frames f-1.. are read to re-run frame f.
+        """
+        ring, pring = num_maskmem, max_ptrs
+        dev = feat_like.device
+        return cls(
+            feats=feat_like.new_zeros(capacity, max_cond + ring, *feat_like.shape),
+            ptrs=ptr_like.new_zeros(capacity, max_cond + pring, *ptr_like.shape),
+            logits=logits_like.new_zeros(capacity, *logits_like.shape).to(dev),
+            cond_frame=np.full((capacity, max_cond), EMPTY, np.int64),
+            cond_age=np.zeros((capacity, max_cond), np.int64),
+            ring_frame=np.full((capacity, ring), EMPTY, np.int64),
+            ptr_frame=np.full((capacity, pring), EMPTY, np.int64),
+            num_maskmem=num_maskmem, max_ptrs=max_ptrs)
+
+    # ---- geometry --------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.feats.shape[0]
+
+    @property
+    def max_cond(self) -> int:
+        return self.cond_frame.shape[1]
+
+    def _feat_row(self, slot: int, row: int) -> int:
+        return slot * self.feats.shape[1] + row
+
+    def _ptr_row(self, slot: int, row: int) -> int:
+        return slot * self.ptrs.shape[1] + row
+
+    # ---- bookkeeping -----------------------------------------------------------------
+    def clear(self, slot: int) -> None:
+        """Forget an object (removal or reset). Tensors are left as they are: rows are only
+        read when their frame bookkeeping says they hold something."""
+        self.cond_frame[slot] = EMPTY
+        self.ring_frame[slot] = EMPTY
+        self.ptr_frame[slot] = EMPTY
+
+    def cond_frames(self, slot: int) -> List[int]:
+        rows = self._cond_rows(slot)
+        return [int(self.cond_frame[slot, r]) for r in rows]
+
+    def _cond_rows(self, slot: int) -> List[int]:
+        """Occupied conditioning rows in insertion order (as sam2's dict iterates)."""
+        rows = np.flatnonzero(self.cond_frame[slot] != EMPTY)
+        return sorted(rows.tolist(), key=lambda r: self.cond_age[slot, r])
+
+    def select(self, slot: int, frame: int) -> Selection:
+        """The memories SAM 2 reads for this object on ``frame`` (see module docstring)."""
+        k = self.max_cond
+        cond = self._cond_rows(slot)
+        feat_rows = [self._feat_row(slot, r) for r in cond]
+        tpos = [self.num_maskmem - 1] * len(cond)
+        ring = self.ring_frame.shape[1]
+        for t_rel in range(self.num_maskmem - 1, 0, -1):     # oldest first, as sam2
+            t = frame - t_rel
+            if t >= 0 and self.ring_frame[slot, t % ring] == t:
+                feat_rows.append(self._feat_row(slot, k + t % ring))
+                tpos.append(t_rel - 1)
+        ptr_rows, dist = [], []
+        for r in cond:                                        # pointers only from the past
+            t = int(self.cond_frame[slot, r])
+            if t <= frame:
+                ptr_rows.append(self._ptr_row(slot, r))
+                dist.append(frame - t)
+        pring = self.ptr_frame.shape[1]
+        for t_diff in range(1, self.max_ptrs):
+            t = frame - t_diff
+            if t < 0:
+                break
+            if self.ptr_frame[slot, t % pring] == t:
+                ptr_rows.append(self._ptr_row(slot, k + t % pring))
+                dist.append(t_diff)
+        return Selection(feat_rows, tpos, ptr_rows, dist)
+
+    def gather(self, sels: List[Selection], out: Optional[Memory] = None) -> Memory:
+        """Stack the selected memories of B objects (all with the same bucket key) into a
+        step's Memory: feats [n_s, B, ...], ptrs [n_p, B, C], ptr_dist [n_p, B]. With
+        ``out`` (a graph's static buffers) everything is written in place."""
+        n_s, n_p = sels[0].key
+        batch = len(sels)
+        dev = self.feats.device
+        # row index tensors ordered (memory, object) so a view gives [n, B, ...]
+        f_idx = [s.feat_rows[i] for i in range(n_s) for s in sels]
+        p_idx = [s.ptr_rows[i] for i in range(n_p) for s in sels]
+        dist = [s.ptr_dist[i] for i in range(n_p) for s in sels]
+        host = torch.tensor(f_idx + p_idx + dist + sels[0].tpos_idx, dtype=torch.long)
+        host = host.to(dev, non_blocking=True)
+        f_i, p_i = host[:n_s * batch], host[n_s * batch:(n_s + n_p) * batch]
+        d_i = host[(n_s + n_p) * batch:(n_s + 2 * n_p) * batch]
+        t_i = host[(n_s + 2 * n_p) * batch:]
+        flat_f = self.feats.flatten(0, 1)
+        flat_p = self.ptrs.flatten(0, 1)
+        if out is None:
+            feats = flat_f.index_select(0, f_i).view(n_s, batch, *flat_f.shape[1:])
+            ptrs = flat_p.index_select(0, p_i).view(n_p, batch, *flat_p.shape[1:])
+            return Memory(feats, t_i, ptrs, d_i.view(n_p, batch).float())
+        torch.index_select(flat_f, 0, f_i, out=out.feats.view(n_s * batch, *flat_f.shape[1:]))
+        torch.index_select(flat_p, 0, p_i, out=out.ptrs.view(n_p * batch, *flat_p.shape[1:]))
+        out.ptr_dist.copy_(d_i.view(n_p, batch))
+        out.tpos_idx.copy_(t_i)
+        return out
+
+    def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,
+              logits: torch.Tensor, as_cond: bool) -> None:
+        """Store one object's new memory for ``frame``: feats [Cm, h, w], ptr [C],
+        logits [1, S/4, S/4]. A conditioning frame replaces a ring entry of the same frame
+        (sam2 drops the non-conditioning output of a frame that becomes conditioning)."""
+        k = self.max_cond
+        self.logits[slot].copy_(logits)
+        if as_cond:
+            row = self._cond_row_for(slot, frame)
+            self.feats[slot, row].copy_(feats)
+            self.ptrs[slot, row].copy_(ptr)
+            ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
+            if self.ring_frame[slot, frame % ring] == frame:
+                self.ring_frame[slot, frame % ring] = EMPTY
+            if self.ptr_frame[slot, frame % pring] == frame:
+                self.ptr_frame[slot, frame % pring] = EMPTY
+            return
+        ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
+        self.feats[slot, k + frame % ring].copy_(feats)
+        self.ring_frame[slot, frame % ring] = frame
+        self.ptrs[slot, k + frame % pring].copy_(ptr)
+        self.ptr_frame[slot, frame % pring] = frame
+
+    def _cond_row_for(self, slot: int, frame: int) -> int:
+        """Row for a new conditioning frame: the same frame's row, a free row, or, at the
+        cap, the oldest row other than the first prompt's (which anchors the object)."""
+        frames = self.cond_frame[slot]
+        hit = np.flatnonzero(frames == frame)
+        if hit.size:
+            return int(hit[0])
+        free = np.flatnonzero(frames == EMPTY)
+        if free.size:
+            row = int(free[0])
+        else:
+            order = self._cond_rows(slot)
+            row = order[1] if len(order) > 1 else order[0]
+        self.cond_frame[slot, row] = frame
+        self._counter += 1
+        self.cond_age[slot, row] = self._counter
+        return row

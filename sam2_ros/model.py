@@ -1,0 +1,105 @@
+"""Build a SAM 2.1 model of a given size and resolution, and load a checkpoint with clear errors.
+
+The model is built with sam2's own ``build_sam2_video_predictor`` so that it has exactly the
+official video predictor's settings (binarized prompt masks for memory, dynamic multimask,
+...). Only its ``SAM2Base`` methods are used by the tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Dict, List
+
+import torch
+
+from sam2_ros.config import MODEL_CONFIGS, TrackerConfig
+from sam2_ros.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+# Hiera trunk width of each size: lets an error say which size a checkpoint belongs to.
+_TRUNK_DIM = {96: 'tiny or small', 112: 'base_plus', 144: 'large'}
+_RANDOM_BANNER = """
+################################################################################
+#  sam2_ros: RANDOM WEIGHTS. No checkpoint was given, so the model is random.   #
+#  Masks are meaningless; this only exercises the code paths and timings.       #
+#  Pass an official SAM 2.1 checkpoint (.pt) for real tracking.                 #
+################################################################################"""
+
+
+def build_model(cfg: TrackerConfig):
+    """Return the SAM 2 model (eval mode, on cfg.device) for cfg; raise CheckpointError for a
+    missing, unreadable or mismatched checkpoint."""
+    cfg.validate()
+    from sam2.build_sam import build_sam2_video_predictor  # heavy: hydra, sam2 modules
+
+    if cfg.checkpoint is not None:
+        state = read_checkpoint(cfg.checkpoint)
+    overrides = [f'++model.image_size={cfg.image_size}', *cfg.extra_hydra_overrides]
+    if cfg.corrections_as_cond:
+        overrides.append('++model.add_all_frames_to_correct_as_cond=true')
+    torch.manual_seed(cfg.seed)
+    model = build_sam2_video_predictor(MODEL_CONFIGS[cfg.model_size], ckpt_path=None,
+                                       device='cpu', hydra_overrides_extra=overrides)
+    if cfg.checkpoint is not None:
+        load_state(model, state, cfg)
+    else:
+        print(_RANDOM_BANNER, file=sys.stderr, flush=True)
+        log.warning('sam2_ros: using RANDOM weights (random_weights=True)')
+    return model.to(cfg.device).eval()
+
+
+def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
+    """The 'model' state dict of an official checkpoint file."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f'checkpoint not found: {path!r}')
+    try:
+        blob = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as exc:  # truncated zip, pickle garbage, not a torch file
+        raise CheckpointError(f'cannot read checkpoint {path!r} '
+                              f'(truncated or not a PyTorch file): {exc}') from exc
+    state = blob.get('model') if isinstance(blob, dict) else None
+    if not isinstance(state, dict):
+        keys = list(blob)[:5] if isinstance(blob, dict) else type(blob).__name__
+        raise CheckpointError(f'checkpoint {path!r} has no "model" state dict '
+                              f'(found {keys}); expected an official SAM 2 .pt file')
+    return state
+
+
+def load_state(model, state: Dict[str, torch.Tensor], cfg: TrackerConfig) -> None:
+    """Load ``state`` strictly, or raise CheckpointError naming what does not match."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = [f'{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}'
+             for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    if missing or unexpected or wrong:
+        raise CheckpointError(_mismatch_message(cfg, state, missing, unexpected, wrong))
+    model.load_state_dict(state, strict=True)
+    log.info('loaded SAM 2 %s checkpoint %s', cfg.model_size, cfg.checkpoint)
+
+
+def _mismatch_message(cfg: TrackerConfig, state, missing: List[str], unexpected: List[str],
+                      wrong: List[str]) -> str:
+    guess = ''
+    pos = state.get('image_encoder.trunk.pos_embed')
+    if pos is not None and pos.ndim >= 2:
+        guess = f' (its Hiera trunk width {pos.shape[1]} looks like ' \
+                f'{_TRUNK_DIM.get(int(pos.shape[1]), "an unknown size")})'
+    parts = [f'checkpoint {cfg.checkpoint!r} does not match model_size={cfg.model_size!r}'
+             f'{guess}:']
+    for name, items in (('missing keys', missing), ('unexpected keys', unexpected),
+                        ('shape mismatches', wrong)):
+        if items:
+            parts.append(f'{len(items)} {name}, e.g. {items[:3]}')
+    return ' '.join(parts)
+
+
+def autocast(cfg: TrackerConfig):
+    """bf16 autocast as the official predictor is run; a no-op for fp32."""
+    if cfg.precision != 'bf16':
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(cfg.device).type, dtype=torch.bfloat16)

@@ -1,0 +1,51 @@
+"""Low-resolution mask logits to per-object results at source resolution.
+
+Masks are upsampled exactly as the official predictor's ``_get_orig_video_res_output``
+(bilinear, align_corners=False, threshold > 0). Boxes, areas and centroids are reduced on the
+device so the host receives one bool mask stack and one small stats tensor per frame.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def masks_and_stats(logits: torch.Tensor, h: int, w: int) -> Tuple[np.ndarray, np.ndarray]:
+    """logits [B, 1, s, s] -> masks [B, H, W] bool (host), stats [B, 7] float64 (host):
+    area, x0, y0, x1, y1, cx, cy (box and centroid are -1 where the mask is empty)."""
+    if logits.shape[0] == 0:
+        return np.zeros((0, h, w), bool), np.zeros((0, 7))
+    m = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
+    m = m[:, 0] > 0                                                  # [B, H, W]
+    area = m.sum(dim=(1, 2)).double()
+    ys = torch.arange(h, device=m.device, dtype=torch.float64)
+    xs = torch.arange(w, device=m.device, dtype=torch.float64)
+    rows, cols = m.any(dim=2), m.any(dim=1)                          # [B, H], [B, W]
+    big = torch.tensor(1e9, device=m.device, dtype=torch.float64)
+    y0 = torch.where(rows, ys, big).amin(1)
+    y1 = torch.where(rows, ys, -big).amax(1)
+    x0 = torch.where(cols, xs, big).amin(1)
+    x1 = torch.where(cols, xs, -big).amax(1)
+    safe = area.clamp(min=1)
+    cy = (m.sum(dim=2).double() * ys).sum(1) / safe
+    cx = (m.sum(dim=1).double() * xs).sum(1) / safe
+    stats = torch.stack([area, x0, y0, x1, y1, cx, cy], dim=1)
+    stats[area == 0, 1:] = -1
+    return m.cpu().numpy(), stats.cpu().numpy()
+
+
+def unpack(stats_row: np.ndarray):
+    """(area, box or None, centroid or None) from one stats row."""
+    area = int(stats_row[0])
+    if area == 0:
+        return 0, None, None
+    box = tuple(int(v) for v in stats_row[1:5])
+    return area, box, (float(stats_row[5]), float(stats_row[6]))
+
+
+def split(x: torch.Tensor) -> List[torch.Tensor]:
+    return list(x.unbind(0))

@@ -1,0 +1,140 @@
+"""Frames and prompts into model space, on the model's device, with input validation.
+
+The official video predictor resizes frames with PIL (bicubic, antialiased, rounded to uint8)
+before normalizing; the same is done here with torch on the device, so the host only uploads
+the uint8 frame. Prompts in source pixels are scaled to the model's square input exactly as
+``SAM2VideoPredictor.add_new_points_or_box`` / ``add_new_mask`` do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.types import Prompt
+
+IMG_MEAN = (0.485, 0.456, 0.406)
+IMG_STD = (0.229, 0.224, 0.225)
+MAX_SIDE = 8192
+MAX_POINTS = 64
+Frame = Union[np.ndarray, torch.Tensor]
+
+
+def frame_size(frame: Frame) -> Tuple[int, int]:
+    """(H, W) of a valid frame [H, W, 3] uint8 (numpy or torch); FrameError otherwise."""
+    if not isinstance(frame, (np.ndarray, torch.Tensor)):
+        raise FrameError(f'frame must be a numpy array or torch tensor, got {type(frame)}')
+    if frame.dtype not in (np.uint8, torch.uint8):
+        raise FrameError(f'frame must be uint8 RGB, got dtype {frame.dtype}')
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise FrameError(f'frame must be [H, W, 3] RGB, got shape {tuple(frame.shape)}')
+    h, w = int(frame.shape[0]), int(frame.shape[1])
+    if not (16 <= h <= MAX_SIDE and 16 <= w <= MAX_SIDE):
+        raise FrameError(f'frame size {w}x{h} outside 16..{MAX_SIDE} pixels per side')
+    return h, w
+
+
+def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tensor:
+    """[H, W, 3] uint8 -> [1, 3, S, S] float32 normalized, computed on ``device``."""
+    x = torch.as_tensor(frame).to(device, non_blocking=True)
+    x = x.permute(2, 0, 1).unsqueeze(0).float()                 # [1, 3, H, W] in 0..255
+    if x.shape[-2:] != (size, size):
+        x = F.interpolate(x, size=(size, size), mode='bicubic', align_corners=False,
+                          antialias=True)
+        x = x.round_().clamp_(0, 255)                            # PIL returns uint8
+    mean = torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1)
+    return (x / 255.0 - mean) / std
+
+
+def check_obj_id(obj_id) -> int:
+    if isinstance(obj_id, bool) or not isinstance(obj_id, (int, np.integer)):
+        raise PromptError(f'object id must be an integer 1..255, got {obj_id!r}')
+    if not 1 <= int(obj_id) <= 255:
+        raise PromptError(f'object id must be in 1..255 (it is the label-mask value), '
+                          f'got {obj_id}')
+    return int(obj_id)
+
+
+def prompt_points(prompt: Prompt, h: int, w: int, size: int,
+                  device: torch.device) -> Optional[dict]:
+    """sam2 point_inputs for a points/box prompt ({'point_coords': [1, P, 2] in model
+    pixels, 'point_labels': [1, P] int32}), box first as labels 2/3; None for a mask prompt."""
+    check_obj_id(prompt.obj_id)
+    has_pts = prompt.points is not None and len(np.asarray(prompt.points)) > 0
+    if prompt.mask is not None:
+        if has_pts or prompt.box is not None:
+            raise PromptError('a mask prompt cannot be combined with points or a box')
+        return None
+    coords, labels = [], []
+    if prompt.box is not None:
+        box = _finite(np.asarray(prompt.box, np.float64).reshape(-1), 'box')
+        if box.size != 4:
+            raise PromptError(f'box must have 4 numbers (x0, y0, x1, y1), got {box.size}')
+        x0, y0, x1, y1 = box.tolist()
+        if not (x0 < x1 and y0 < y1):
+            raise PromptError(f'box must have x0 < x1 and y0 < y1, got {box.tolist()}')
+        _inside(np.array([[x0, y0], [x1, y1]]), h, w, 'box')
+        coords += [[x0, y0], [x1, y1]]
+        labels += [2, 3]
+    if has_pts:
+        pts = _finite(np.asarray(prompt.points, np.float64), 'points')
+        if pts.ndim != 2 or pts.shape[1] != 2:
+            raise PromptError(f'points must be [N, 2] (x, y), got shape {pts.shape}')
+        if pts.shape[0] > MAX_POINTS:
+            raise PromptError(f'at most {MAX_POINTS} points per prompt, got {pts.shape[0]}')
+        lab = np.asarray(prompt.labels if prompt.labels is not None else [], np.float64)
+        lab = lab.reshape(-1)
+        if lab.shape[0] != pts.shape[0]:
+            raise PromptError(f'{pts.shape[0]} points but {lab.shape[0]} labels')
+        if not np.all(np.isin(lab, (0, 1))):
+            raise PromptError(f'labels must be 1 (positive) or 0 (negative), got {lab}')
+        _inside(pts, h, w, 'point')
+        coords += pts.tolist()
+        labels += lab.astype(int).tolist()
+    if not coords:
+        raise PromptError('prompt has no points, box or mask')
+    xy = torch.tensor(coords, dtype=torch.float32).unsqueeze(0)
+    xy = xy / torch.tensor([w, h], dtype=torch.float32) * size    # as add_new_points_or_box
+    lab_t = torch.tensor(labels, dtype=torch.int32).unsqueeze(0)
+    return {'point_coords': xy.to(device), 'point_labels': lab_t.to(device)}
+
+
+def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
+                device: torch.device) -> torch.Tensor:
+    """A mask prompt [H, W] -> [1, 1, S, S] float {0, 1}, resized as add_new_mask does."""
+    m = np.asarray(prompt.mask)
+    if m.shape != (h, w):
+        raise PromptError(f'mask prompt must be {h}x{w} (the frame), got {m.shape}')
+    if m.dtype != bool:
+        m = _finite(m.astype(np.float64), 'mask') > 0.5
+    if not m.any():
+        raise PromptError('mask prompt is empty')
+    t = torch.from_numpy(np.ascontiguousarray(m)).to(device)[None, None].float()
+    if (h, w) != (size, size):
+        t = F.interpolate(t, size=(size, size), mode='bilinear', align_corners=False,
+                          antialias=True)
+        t = (t >= 0.5).float()
+    return t
+
+
+def _finite(a: np.ndarray, what: str) -> np.ndarray:
+    if not np.all(np.isfinite(a)):
+        raise PromptError(f'{what} contain NaN or inf')
+    return a
+
+
+def _inside(xy: np.ndarray, h: int, w: int, what: str) -> None:
+    bad = (xy[:, 0] < 0) | (xy[:, 0] > w) | (xy[:, 1] < 0) | (xy[:, 1] > h)
+    if bad.any():
+        x, y = xy[np.argmax(bad)]
+        raise PromptError(f'{what} ({x:g}, {y:g}) is outside the {w}x{h} frame')
+
+
+def is_finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)

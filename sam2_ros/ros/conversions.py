@@ -1,0 +1,289 @@
+"""ROS messages <-> the tracker core's plain types (numpy frames, Prompt, FrameResult).
+
+Everything here is a pure function of its inputs, so it is tested without DDS. Incoming images
+are validated BEFORE cv_bridge: the PyPI cv_bridge port trusts ``height``/``width``/``data``
+blindly (it ignores ``step`` and would read garbage or raise obscure numpy errors), so every
+defect a camera driver or a hand-written publisher can produce becomes a :class:`FrameError`
+with a sentence a user can act on. Outgoing images are built by hand: that port's
+``cv2_to_imgmsg`` is broken under numpy 2.
+"""
+
+from __future__ import annotations
+
+import array
+import colorsys
+from types import SimpleNamespace
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import cv2
+import numpy as np
+
+from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, Prompt
+
+# Raw encodings accepted on the image topic, with their channel count (all 8-bit).
+ENCODING_CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
+COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+# Prompt.msg action constants (mirrored so this module works without generated messages).
+ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
+STATE_CODES = {TRACKING: 0, OCCLUDED: 1, LOST: 2}
+
+
+def interfaces() -> SimpleNamespace:
+    """The generated ``sam2_ros.msg`` classes, or an ImportError that says how to get them."""
+    try:
+        from sam2_ros.msg import ObjectState, Prompt as PromptMsg, TrackingState
+    except ImportError as exc:  # pragma: no cover - exercised only in a broken install
+        raise ImportError(
+            'sam2_ros.msg (generated from msg/*.msg) is not importable: build the interfaces '
+            'with scripts/setup.sh and run with the .venv python') from exc
+    return SimpleNamespace(Prompt=PromptMsg, ObjectState=ObjectState, TrackingState=TrackingState)
+
+
+# ----------------------------------------------------------------------------- images in
+
+def check_image(msg: Any) -> int:
+    """Validate a sensor_msgs/Image before decoding; return its channel count.
+
+    Raises FrameError for an unknown encoding, zero size, ``step`` shorter than a row or
+    ``data`` shorter than ``height * step``.
+    """
+    enc = msg.encoding
+    if enc not in ENCODING_CHANNELS:
+        raise FrameError(f'unsupported image encoding {enc!r}; accepted: '
+                         f'{", ".join(ENCODING_CHANNELS)}')
+    if msg.width == 0 or msg.height == 0:
+        raise FrameError(f'zero-size image ({msg.width}x{msg.height})')
+    channels = ENCODING_CHANNELS[enc]
+    row = msg.width * channels
+    if msg.step < row:
+        raise FrameError(f'image step {msg.step} < width*channels {row} ({enc})')
+    if len(msg.data) < msg.height * msg.step:
+        raise FrameError(f'image data has {len(msg.data)} bytes, height*step needs '
+                         f'{msg.height * msg.step}')
+    return channels
+
+
+def _packed_view(msg: Any, channels: int) -> Any:
+    """``msg`` itself when cv_bridge can read it as is, else a packed stand-in.
+
+    cv_bridge ignores ``step`` (rows padded by a driver would shear the image) and calls
+    ``ndarray.newbyteorder`` for ``is_bigendian`` (removed in numpy 2; meaningless for 8-bit
+    data), so such messages are repacked into an object with the attributes it reads.
+    """
+    row = msg.width * channels
+    if msg.step == row and len(msg.data) == msg.height * row and not msg.is_bigendian:
+        return msg
+    rows = np.frombuffer(msg.data, np.uint8, count=msg.height * msg.step)
+    packed = rows.reshape(msg.height, msg.step)[:, :row].tobytes()
+    return SimpleNamespace(encoding=msg.encoding, is_bigendian=0, height=msg.height,
+                           width=msg.width, step=row, data=packed)
+
+
+def image_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
+    """sensor_msgs/Image -> [H, W, 3] uint8 RGB (a copy; the message may be reused)."""
+    channels = check_image(msg)
+    view = _packed_view(msg, channels)
+    try:
+        img = bridge.imgmsg_to_cv2(view, desired_encoding='rgb8')
+    except Exception as exc:  # cv_bridge raises CvBridgeError, KeyError, TypeError...
+        raise FrameError(f'cv_bridge could not convert {msg.encoding}: {exc}') from exc
+    return np.array(img, dtype=np.uint8, copy=True, order='C')
+
+
+def compressed_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png) -> [H, W, 3] uint8 RGB."""
+    fmt = (msg.format or '').lower()
+    if not any(f in fmt for f in COMPRESSED_FORMATS) or 'compresseddepth' in fmt:
+        raise FrameError(f'unsupported compressed format {msg.format!r}; accepted: jpeg, png')
+    if len(msg.data) == 0:
+        raise FrameError('compressed image with no data')
+    try:
+        img = bridge.compressed_imgmsg_to_cv2(msg)  # passthrough: what cv2.imdecode gives
+    except Exception as exc:
+        raise FrameError(f'cv_bridge could not decode {msg.format!r}: {exc}') from exc
+    if img is None or img.size == 0:
+        raise FrameError(f'could not decode {msg.format!r} image ({len(msg.data)} bytes)')
+    if img.dtype != np.uint8:
+        raise FrameError(f'decoded {msg.format!r} image is {img.dtype}, expected 8-bit')
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+    if img.shape[2] == 4:
+        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def mask_to_bool(msg: Any, bridge: Any) -> np.ndarray:
+    """A mono8 mask image (sensor_msgs/Image) -> [H, W] bool (nonzero = object)."""
+    if msg.encoding != 'mono8':
+        raise PromptError(f'prompt mask must be mono8, got {msg.encoding!r}')
+    try:
+        channels = check_image(msg)
+    except FrameError as exc:
+        raise PromptError(f'prompt mask: {exc}') from exc
+    view = _packed_view(msg, channels)
+    return np.asarray(bridge.imgmsg_to_cv2(view)) > 0
+
+
+# ----------------------------------------------------------------------------- prompts in
+
+def prompt_from_msg(msg: Any, bridge: Any) -> Tuple[int, Optional[Prompt]]:
+    """sam2_ros/msg/Prompt -> (action, core Prompt or None for remove/reset).
+
+    Checks only what the message layout can get wrong (action, id range, label count); the
+    core checks geometry (NaN, out of frame) because only it knows the frame size.
+    """
+    action = int(msg.action)
+    if action not in (ACTION_ADD, ACTION_REMOVE, ACTION_RESET):
+        raise PromptError(f'unknown prompt action {action}')
+    if action == ACTION_RESET:
+        return action, None
+    obj_id = int(msg.object_id)
+    if not 1 <= obj_id <= 255:
+        raise PromptError(f'object_id must be in 1..255, got {obj_id}')
+    if action == ACTION_REMOVE:
+        return action, Prompt(obj_id=obj_id)
+    points = labels = box = mask = None
+    if len(msg.points):
+        points = np.array([[p.x, p.y] for p in msg.points], dtype=np.float32)
+        if len(msg.labels) == 0:
+            labels = np.ones(len(points), dtype=np.int64)  # no labels: all positive
+        elif len(msg.labels) != len(points):
+            raise PromptError(f'{len(msg.labels)} labels for {len(points)} points')
+        else:
+            labels = np.array(list(msg.labels), dtype=np.int64)
+    elif len(msg.labels):
+        raise PromptError(f'{len(msg.labels)} labels but no points')
+    if msg.has_box:
+        box = tuple(float(v) for v in msg.box)
+    if msg.mask.width > 0 or msg.mask.height > 0:
+        mask = mask_to_bool(msg.mask, bridge)
+    if points is None and box is None and mask is None:
+        raise PromptError(f'add prompt for object {obj_id} has no points, box or mask')
+    return action, Prompt(obj_id=obj_id, points=points, labels=labels, box=box, mask=mask)
+
+
+def click_to_prompt(msg: Any, obj_id: int) -> Prompt:
+    """geometry_msgs/PointStamped (x, y in source px) -> one positive point for ``obj_id``."""
+    return Prompt(obj_id=int(obj_id), points=np.array([[msg.point.x, msg.point.y]], np.float32),
+                  labels=np.ones(1, np.int64))
+
+
+def stamp_ns(stamp: Any) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds (0 means 'no stamp')."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+# ----------------------------------------------------------------------------- images out
+
+def image_msg(img: np.ndarray, encoding: str, header: Any) -> Any:
+    """[H, W] mono8 or [H, W, 3] rgb8 array -> sensor_msgs/Image with ``header`` as given."""
+    from sensor_msgs.msg import Image
+
+    img = np.ascontiguousarray(img, dtype=np.uint8)
+    msg = Image()
+    msg.header = header
+    msg.height, msg.width = int(img.shape[0]), int(img.shape[1])
+    msg.encoding = encoding
+    msg.is_bigendian = 0
+    msg.step = msg.width * (1 if img.ndim == 2 else int(img.shape[2]))
+    msg.data = array.array('B', img.tobytes())
+    return msg
+
+
+def id_color(obj_id: int) -> Tuple[int, int, int]:
+    """A stable, well separated RGB color per object id (golden-ratio hue steps)."""
+    hue = (obj_id * 0.618033988749895) % 1.0
+    r, g, b = colorsys.hsv_to_rgb(hue, 0.85, 1.0)
+    return int(r * 255), int(g * 255), int(b * 255)
+
+
+def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5) -> np.ndarray:
+    """RGB frame with each object's mask tinted in its color, outlined, and labelled."""
+    out = rgb.copy()
+    for obj in sorted(res.objects, key=lambda o: o.obj_id):
+        if obj.area == 0:
+            continue
+        color = np.array(id_color(obj.obj_id), np.float32)
+        sel = obj.mask
+        out[sel] = ((1.0 - alpha) * out[sel] + alpha * color).astype(np.uint8)
+        contours, _ = cv2.findContours(sel.astype(np.uint8), cv2.RETR_EXTERNAL,
+                                       cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(out, contours, -1, tuple(int(c) for c in color), 2)
+        if obj.centroid is not None:
+            cx, cy = int(obj.centroid[0]), int(obj.centroid[1])
+            cv2.putText(out, str(obj.obj_id), (cx, cy), cv2.FONT_HERSHEY_SIMPLEX, 0.6,
+                        (255, 255, 255), 2, cv2.LINE_AA)
+    return out
+
+
+# ----------------------------------------------------------------------------- state out
+
+def tracking_state_msg(res: FrameResult, header: Any, *, decode_ms: float, publish_ms: float,
+                       dropped: int, processed: int, errors: Iterable[str]) -> Any:
+    """FrameResult -> sam2_ros/msg/TrackingState (header of the input image, unchanged).
+
+    An empty mask has area 0, an all-zero box and a zero centroid (as msg/ObjectState.msg
+    documents). ``publish_ms`` is the time spent publishing the PREVIOUS frame's messages
+    (this message is itself part of the current frame's publishing).
+    """
+    from geometry_msgs.msg import Point
+    from sensor_msgs.msg import RegionOfInterest
+
+    m = interfaces()
+    msg = m.TrackingState()
+    msg.header = header
+    msg.frame_index = max(0, int(res.frame_index))
+    objs = []
+    for o in sorted(res.objects, key=lambda o: o.obj_id):
+        s = m.ObjectState()
+        s.object_id = int(o.obj_id)
+        s.state = STATE_CODES.get(o.state, 2)
+        s.score = float(o.score)
+        if o.box is not None:
+            x0, y0, x1, y1 = (int(v) for v in o.box)
+            s.box = RegionOfInterest(x_offset=x0, y_offset=y0, width=x1 - x0 + 1,
+                                     height=y1 - y0 + 1, do_rectify=False)
+        if o.centroid is not None:
+            s.centroid = Point(x=float(o.centroid[0]), y=float(o.centroid[1]), z=0.0)
+        s.area = int(o.area)
+        s.frames_since_prompt = max(0, int(o.frames_since_prompt))
+        objs.append(s)
+    msg.objects = objs
+    msg.decode_ms = float(decode_ms)
+    msg.engine_ms = float(res.engine_ms)
+    msg.publish_ms = float(publish_ms)
+    msg.engine_mode = str(res.mode)
+    msg.dropped_frames = int(dropped)
+    msg.processed_frames = int(processed)
+    msg.errors = [str(e) for e in errors]
+    return msg
+
+
+def diagnostics_msg(stamp: Any, name: str, level: str, message: str,
+                    values: Dict[str, Any]) -> Any:
+    """One diagnostic_msgs/DiagnosticArray with one status; level is 'OK'|'WARN'|'ERROR'."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    levels = {'OK': DiagnosticStatus.OK, 'WARN': DiagnosticStatus.WARN,
+              'ERROR': DiagnosticStatus.ERROR}
+    status = DiagnosticStatus(level=levels[level], name=name, message=message,
+                              hardware_id='sam2_ros')
+    status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
+    arr = DiagnosticArray()
+    arr.header.stamp = stamp
+    arr.status = [status]
+    return arr
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return 'nan' if v != v else f'{v:.3f}'
+    return str(v)
+
+
+def errors_text(errors: List[str], limit: int = 20) -> List[str]:
+    """At most ``limit`` error strings, the rest summarized, so one message stays small."""
+    if len(errors) <= limit:
+        return list(errors)
+    return list(errors[:limit]) + [f'... and {len(errors) - limit} more errors']

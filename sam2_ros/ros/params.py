@@ -1,0 +1,208 @@
+"""ROS parameters of the tracker node: ONE table mapping each parameter onto a
+:class:`~sam2_ros.config.TrackerConfig` field or a :class:`NodeOptions` field.
+
+Defaults are read from the two dataclasses, never restated here, so a default changes in
+exactly one place (``sam2_ros/config.py`` for the core, :class:`NodeOptions` for the node).
+ROS parameters cannot be ``None`` or an untyped empty list, hence the few conversions below:
+an empty ``checkpoint`` string means ``None``; unset array parameters mean ``None`` / ``[]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, List, NamedTuple, Tuple
+
+from sam2_ros.config import TrackerConfig
+
+INPUT_TYPES = ('raw', 'compressed')
+RELIABILITIES = ('reliable', 'best_effort')
+
+
+@dataclass
+class NodeOptions:
+    """Node-only options: topics, QoS and the real-time policy (the core never sees them)."""
+
+    image_topic: str = '/camera/image_raw'
+    # 'raw' subscribes sensor_msgs/Image, 'compressed' sensor_msgs/CompressedImage.
+    input_type: str = 'raw'
+    # RELIABLE by default: BEST_EFFORT loses most large frames with default DDS transports.
+    qos_reliability: str = 'reliable'
+    qos_depth: int = 10
+    # False: keep only the newest frame (older ones count as dropped) - live cameras.
+    # True: bounded FIFO, the image callback blocks when full, the subscription keeps ALL
+    # history so nothing is lost - deterministic bag replay.
+    process_every_frame: bool = False
+    fifo_size: int = 16
+    # Prompts waiting for the worker; when full the NEWEST prompt is rejected with an error.
+    prompt_queue_size: int = 16
+    publish_overlay: bool = True
+    # No frame for this long -> diagnostics WARN 'no frames'.
+    stale_timeout_s: float = 2.0
+    diagnostics_period_s: float = 1.0
+    # Object that a geometry_msgs/PointStamped on ~/click adds a positive point to.
+    click_object_id: int = 1
+    # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
+    autostart: bool = False
+
+    def validate(self) -> 'NodeOptions':
+        """Raise ValueError naming the first bad option; return self for chaining."""
+        if self.input_type not in INPUT_TYPES:
+            raise ValueError(f'input_type must be one of {INPUT_TYPES}, got {self.input_type!r}')
+        if self.qos_reliability not in RELIABILITIES:
+            raise ValueError(f'qos_reliability must be one of {RELIABILITIES}, '
+                             f'got {self.qos_reliability!r}')
+        for name in ('qos_depth', 'fifo_size', 'prompt_queue_size'):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)!r}')
+        if not 1 <= int(self.click_object_id) <= 255:
+            raise ValueError(f'click_object_id must be in 1..255, got {self.click_object_id!r}')
+        if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
+            raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
+        if not self.image_topic:
+            raise ValueError('image_topic must not be empty')
+        return self
+
+
+class ParamSpec(NamedTuple):
+    name: str          # ROS parameter name
+    target: str        # 'tracker' (TrackerConfig field) or 'node' (NodeOptions field)
+    field: str         # dataclass field name
+    kind: str          # 'str' | 'int' | 'float' | 'bool' | 'int_array' | 'str_array'
+    description: str
+
+
+T, N = 'tracker', 'node'
+PARAMS: Tuple[ParamSpec, ...] = (
+    ParamSpec('model_size', T, 'model_size', 'str', 'SAM 2.1 size: tiny, small, base_plus, large'),
+    ParamSpec('image_size', T, 'image_size', 'int',
+              'square model input side in px, multiple of 32 (512 is ~4x cheaper than 1024)'),
+    ParamSpec('checkpoint', T, 'checkpoint', 'str',
+              'path of an official SAM 2/2.1 .pt file; empty = none (needs random_weights)'),
+    ParamSpec('random_weights', T, 'random_weights', 'bool',
+              'random model weights: tests and demo only, masks are meaningless'),
+    ParamSpec('seed', T, 'seed', 'int', 'seed of random weights (same seed, same model)'),
+    ParamSpec('device', T, 'device', 'str', 'torch device, e.g. cuda, cuda:1, cpu'),
+    ParamSpec('precision', T, 'precision', 'str', 'bf16 or fp32'),
+    ParamSpec('max_objects', T, 'max_objects', 'int',
+              'capacity of the preallocated object table; more objects are rejected'),
+    ParamSpec('max_cond_frames', T, 'max_cond_frames', 'int',
+              'prompted frames kept per object (first one always kept)'),
+    ParamSpec('corrections_as_cond', T, 'corrections_as_cond', 'bool',
+              'a correction on a tracked frame becomes a conditioning frame'),
+    ParamSpec('lost_after_frames', T, 'lost_after_frames', 'int',
+              'frames with score <= 0 before an object is reported LOST (not OCCLUDED)'),
+    ParamSpec('use_cuda_graphs', T, 'use_cuda_graphs', 'bool',
+              'capture CUDA graphs of the per-frame step (CUDA only)'),
+    ParamSpec('graph_mode', T, 'graph_mode', 'str', "'swap' or 'batched' multi-object graphs"),
+    ParamSpec('batch_buckets', T, 'batch_buckets', 'int_array',
+              "object batch sizes captured for graph_mode 'batched'"),
+    ParamSpec('graph_cond_buckets', T, 'graph_cond_buckets', 'int_array',
+              'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
+    ParamSpec('extra_hydra_overrides', T, 'extra_hydra_overrides', 'str_array',
+              'extra hydra overrides for the sam2 model config (expert use)'),
+    ParamSpec('image_topic', N, 'image_topic', 'str', 'input image topic (remappable too)'),
+    ParamSpec('input_type', N, 'input_type', 'str',
+              "'raw' (sensor_msgs/Image) or 'compressed' (sensor_msgs/CompressedImage)"),
+    ParamSpec('qos_reliability', N, 'qos_reliability', 'str',
+              "image QoS 'reliable' or 'best_effort' (best_effort loses large frames)"),
+    ParamSpec('qos_depth', N, 'qos_depth', 'int', 'image subscription history depth'),
+    ParamSpec('process_every_frame', N, 'process_every_frame', 'bool',
+              'true: bounded blocking FIFO, no frame dropped (bag replay); '
+              'false: only the newest frame is processed (live)'),
+    ParamSpec('fifo_size', N, 'fifo_size', 'int',
+              'frames held by the FIFO of process_every_frame before the callback blocks'),
+    ParamSpec('prompt_queue_size', N, 'prompt_queue_size', 'int',
+              'pending prompts; when full the newest is rejected with an error'),
+    ParamSpec('publish_overlay', N, 'publish_overlay', 'bool', 'publish ~/overlay (rgb8)'),
+    ParamSpec('stale_timeout_s', N, 'stale_timeout_s', 'float',
+              'no frame for this long -> diagnostics WARN'),
+    ParamSpec('diagnostics_period_s', N, 'diagnostics_period_s', 'float',
+              'period of /diagnostics (wall clock)'),
+    ParamSpec('click_object_id', N, 'click_object_id', 'int',
+              'object id that a PointStamped on ~/click adds a positive point to'),
+    ParamSpec('autostart', N, 'autostart', 'bool', 'configure and activate on start-up'),
+)
+
+def default_value(spec: ParamSpec) -> Any:
+    """The default of a parameter, as a ROS value (None = declared typed but unset)."""
+    value = getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
+    if spec.kind == 'str':
+        return '' if value is None else str(value)
+    if spec.kind in ('int_array', 'str_array'):
+        return None if not value else list(value)
+    return value
+
+
+def to_field_value(spec: ParamSpec, value: Any) -> Any:
+    """A ROS parameter value converted to the dataclass field's Python value."""
+    if spec.kind == 'str':
+        if not isinstance(value, str):
+            raise ValueError(f'parameter {spec.name} must be a string, got {value!r}')
+        return None if (spec.field == 'checkpoint' and value == '') else value
+    if spec.kind == 'int_array':
+        if not value:
+            return None if spec.field == 'graph_cond_buckets' else ()
+        return tuple(int(v) for v in value)
+    if spec.kind == 'str_array':
+        return [str(v) for v in (value or [])]
+    if spec.kind == 'float':
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f'parameter {spec.name} must be a number, got {value!r}')
+        return float(value)
+    if spec.kind == 'int':
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ValueError(f'parameter {spec.name} must be an integer, got {value!r}')
+        return int(value)
+    if spec.kind == 'bool' and not isinstance(value, bool):
+        raise ValueError(f'parameter {spec.name} must be a bool, got {value!r}')
+    return value
+
+
+def build(values: Dict[str, Any]) -> Tuple[TrackerConfig, NodeOptions]:
+    """Parameter values (name -> ROS value; missing names keep defaults) -> validated configs.
+
+    Raises ValueError (unknown name, wrong type, invalid value) so configure can fail cleanly.
+    """
+    unknown = set(values) - {s.name for s in PARAMS}
+    if unknown:
+        raise ValueError(f'unknown parameters: {sorted(unknown)}')
+    tracker_kw: Dict[str, Any] = {}
+    node_kw: Dict[str, Any] = {}
+    for spec in PARAMS:
+        if spec.name not in values:
+            continue
+        (tracker_kw if spec.target == T else node_kw)[spec.field] = to_field_value(
+            spec, values[spec.name])
+    cfg = dataclasses.replace(TrackerConfig(), **tracker_kw).validate()
+    opts = dataclasses.replace(NodeOptions(), **node_kw).validate()
+    return cfg, opts
+
+
+def declare(node: Any) -> None:
+    """Declare every parameter on an rclpy node, with its description and default.
+
+    Declared with dynamic typing so that a wrongly typed value in a params file fails the
+    configure transition with a clear message (via :func:`build`) instead of crashing the
+    process in the constructor.
+    """
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    for spec in PARAMS:
+        desc = ParameterDescriptor(name=spec.name, description=f'[{spec.kind}] {spec.description}',
+                                   dynamic_typing=True)
+        node.declare_parameter(spec.name, default_value(spec), desc)
+
+
+def read(node: Any) -> Tuple[TrackerConfig, NodeOptions]:
+    """Read the declared parameters of ``node`` and build validated configs (ValueError)."""
+    values = {}
+    for spec in PARAMS:
+        value = node.get_parameter(spec.name).value
+        if value is not None:
+            values[spec.name] = value
+    return build(values)
+
+
+def names() -> List[str]:
+    return [s.name for s in PARAMS]

@@ -1,0 +1,327 @@
+"""The real-time policy of the node: what happens between a message arriving and a result.
+
+ROS callbacks only drop messages into a :class:`Mailbox`; ONE :class:`TrackingWorker` thread
+decodes, runs the tracker and publishes, so the executor never waits on the model and the
+tracker is only ever touched by one thread. Nothing here imports ROS: decoding and publishing
+are callables handed in by the node, so the policy is testable with a fake tracker.
+
+Frames: by default a one-slot mailbox keeps only the newest frame (a live camera wants the
+freshest result; every replaced frame counts as dropped). ``every_frame=True`` is a FIFO of
+``fifo_size`` frames whose ``put`` blocks while full (bag replay: nothing is dropped; the
+subscription then keeps all history, so DDS holds the backlog instead of losing it).
+
+Prompts: a FIFO of ``prompt_queue_size``; when full the NEWEST prompt is rejected with an error
+(the user sees it and can resend; silently dropping an older accepted prompt would be worse).
+A prompt's header stamp picks its frame: zero -> the next frame; equal to the last processed
+frame -> applied to that frame now; older -> applied to the latest frame with a warning;
+newer -> held until the first frame whose stamp is >= it, and applied before tracking it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from sam2_ros.errors import FrameError, TrackerError
+from sam2_ros.types import FrameResult, Prompt
+
+ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
+# Errors kept for the next TrackingState when no frame succeeds for a while (all are logged).
+MAX_HELD_ERRORS = 100
+
+
+@dataclass
+class FrameItem:
+    msg: Any            # the raw ROS image message; decoded by the worker, not the callback
+    stamp_ns: int
+    header: Any
+    recv_t: float       # time.monotonic() at receipt
+
+
+@dataclass
+class PromptItem:
+    msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
+    kind: str           # 'prompt' | 'click'
+    stamp_ns: int       # 0 = next frame
+
+
+@dataclass
+class Published:
+    """What the node publishes for one frame (all ROS-free; the node builds the messages)."""
+
+    result: FrameResult
+    rgb: np.ndarray
+    header: Any
+    decode_ms: float
+    recv_t: Optional[float]   # None when re-published after a prompt on an old frame
+    errors: List[str]
+
+
+class Mailbox:
+    """Frames and prompts waiting for the worker, behind one condition variable."""
+
+    def __init__(self, every_frame: bool, fifo_size: int, prompt_queue_size: int) -> None:
+        self.every_frame = every_frame
+        self.fifo_size = max(1, int(fifo_size)) if every_frame else 1
+        self.prompt_queue_size = max(1, int(prompt_queue_size))
+        self._frames: Deque[FrameItem] = collections.deque()
+        self._prompts: Deque[PromptItem] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.received = 0
+        self.dropped = 0
+        self.last_recv_t: Optional[float] = None
+
+    def put_frame(self, item: FrameItem) -> None:
+        """Latest mode: replace the waiting frame (counted dropped). FIFO: block while full."""
+        with self._cond:
+            self.received += 1
+            self.last_recv_t = item.recv_t
+            if not self.every_frame:
+                if self._frames:
+                    self._frames.clear()
+                    self.dropped += 1
+            else:
+                while len(self._frames) >= self.fifo_size and not self._closed:
+                    self._cond.wait(0.1)
+                if self._closed:
+                    return
+            self._frames.append(item)
+            self._cond.notify_all()
+
+    def put_prompt(self, item: PromptItem) -> bool:
+        """Queue a prompt; False (newest rejected) when the queue is full."""
+        with self._cond:
+            if len(self._prompts) >= self.prompt_queue_size:
+                return False
+            self._prompts.append(item)
+            self._cond.notify_all()
+            return True
+
+    def take(self, timeout: float) -> Tuple[Optional[FrameItem], List[PromptItem]]:
+        """Wait up to ``timeout`` s; return (oldest frame or None, all waiting prompts)."""
+        with self._cond:
+            if not self._frames and not self._prompts and not self._closed:
+                self._cond.wait(timeout)
+            prompts = list(self._prompts)
+            self._prompts.clear()
+            frame = self._frames.popleft() if self._frames else None
+            self._cond.notify_all()  # a blocked FIFO put may go on
+            return frame, prompts
+
+    def pending_frames(self) -> int:
+        with self._cond:
+            return len(self._frames)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._frames.clear()
+            self._prompts.clear()
+            self._cond.notify_all()
+
+
+class LatencyWindow:
+    """Receive-to-published latencies of recent frames, for rate and p50/p99."""
+
+    def __init__(self, keep: int = 2000) -> None:
+        self._items: Deque[Tuple[float, float]] = collections.deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, t_done: float, latency_ms: float) -> None:
+        with self._lock:
+            self._items.append((t_done, latency_ms))
+
+    def summary(self, now: float, window_s: float) -> Dict[str, float]:
+        with self._lock:
+            recent = [lat for t, lat in self._items if now - t <= window_s]
+        if not recent:
+            return {'rate_hz': 0.0, 'latency_p50_ms': float('nan'),
+                    'latency_p99_ms': float('nan')}
+        return {'rate_hz': len(recent) / window_s,
+                'latency_p50_ms': float(np.percentile(recent, 50)),
+                'latency_p99_ms': float(np.percentile(recent, 99))}
+
+
+@dataclass
+class WorkerCounters:
+    processed: int = 0
+    frame_errors: int = 0
+    prompt_errors: int = 0
+    consecutive_failures: int = 0
+    errors_since_diag: int = 0
+    recent_errors: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=5))
+
+
+class TrackingWorker:
+    """The one thread that owns the tracker: prompts between frames, then decode/track/publish.
+
+    ``decode(msg) -> rgb`` and ``convert(PromptItem) -> (action, Prompt|None)`` raise
+    TrackerError subclasses for bad input; ``publish(Published)`` sends the messages.
+    ``log(level, text)`` with level 'info' | 'warn' | 'error'.
+    """
+
+    def __init__(self, tracker: Any, mailbox: Mailbox, *,
+                 decode: Callable[[Any], np.ndarray],
+                 convert: Callable[[PromptItem], Tuple[int, Optional[Prompt]]],
+                 publish: Callable[[Published], None],
+                 log: Callable[[str, str], None]) -> None:
+        self.tracker = tracker
+        self.mailbox = mailbox
+        self._decode, self._convert, self._publish, self._log = decode, convert, publish, log
+        self._pending: List[Tuple[int, int, Optional[Prompt], str]] = []  # (stamp, action, p, what)
+        self._errors: List[str] = []
+        self._err_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.last_stamp_ns: Optional[int] = None
+        self._last: Optional[Tuple[np.ndarray, Any]] = None  # (rgb, header) of the last frame
+        self.latency = LatencyWindow()
+        self.counters = WorkerCounters()
+
+    # ------------------------------------------------------------------ thread control
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name='sam2_tracker_worker', daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the frame in progress (a model step cannot be interrupted)."""
+        self._stop.set()
+        self.mailbox.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ errors
+    def report_error(self, text: str, level: str = 'error') -> None:
+        """Log an error and keep it for the next TrackingState.errors (thread-safe)."""
+        self._log(level, text)
+        with self._err_lock:
+            if len(self._errors) < MAX_HELD_ERRORS:
+                self._errors.append(text)
+            self.counters.errors_since_diag += 1
+            self.counters.recent_errors.append(text)
+
+    def _drain_errors(self) -> List[str]:
+        with self._err_lock:
+            errs, self._errors = self._errors, []
+        return errs
+
+    # ------------------------------------------------------------------ main loop
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            frame, prompts = self.mailbox.take(0.1)
+            if self._stop.is_set():
+                break
+            try:
+                for item in prompts:
+                    self._on_prompt(item)
+                if frame is not None:
+                    self._on_frame(frame)
+            except Exception as exc:  # never let the worker die silently
+                self.counters.consecutive_failures += 1
+                self.report_error(f'internal error: {exc!r}\n{traceback.format_exc()}')
+
+    def _on_prompt(self, item: PromptItem) -> None:
+        what = f'{item.kind} (stamp {item.stamp_ns} ns)'
+        try:
+            action, prompt = self._convert(item)
+        except TrackerError as exc:
+            self.counters.prompt_errors += 1
+            self.report_error(f'rejected {what}: {exc}')
+            return
+        last = self.last_stamp_ns
+        if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
+            if len(self._pending) >= self.mailbox.prompt_queue_size:
+                self.counters.prompt_errors += 1
+                self.report_error(f'rejected {what}: {len(self._pending)} prompts already wait '
+                                  f'for future frames (prompt_queue_size)')
+                return
+            self._pending.append((item.stamp_ns, action, prompt, what))
+            return
+        if item.stamp_ns < last:
+            self._log('warn', f'{what} is older than the latest frame ({last} ns): '
+                              f'applied to the latest frame')
+        self._apply_now(action, prompt, what)
+
+    def _apply_now(self, action: int, prompt: Optional[Prompt], what: str) -> None:
+        try:
+            if action == ACTION_RESET:
+                self.tracker.reset()
+                self._pending.clear()
+            elif action == ACTION_REMOVE:
+                self.tracker.remove_object(prompt.obj_id)
+            else:
+                res = self.tracker.add_prompt(prompt)
+                if self._last is not None:
+                    # the camera may be paused: show the corrected frame now (same stamp)
+                    rgb, header = self._last
+                    self._publish(Published(res, rgb, header, 0.0, None, self._drain_errors()))
+        except TrackerError as exc:
+            self.counters.prompt_errors += 1
+            self.report_error(f'{what}: {type(exc).__name__}: {exc}')
+
+    def _apply_due(self, stamp_ns: int) -> None:
+        """Hand prompts due on the frame with ``stamp_ns`` to the tracker, in arrival order."""
+        due = [p for p in self._pending if p[0] == 0 or p[0] <= stamp_ns]
+        self._pending = [p for p in self._pending if not (p[0] == 0 or p[0] <= stamp_ns)]
+        for _, action, prompt, what in due:
+            try:
+                if action == ACTION_RESET:
+                    self.tracker.reset()
+                elif action == ACTION_REMOVE:
+                    self.tracker.remove_object(prompt.obj_id)
+                else:
+                    self.tracker.queue_prompt(prompt)
+            except TrackerError as exc:
+                self.counters.prompt_errors += 1
+                self.report_error(f'{what}: {type(exc).__name__}: {exc}')
+
+    def _on_frame(self, item: FrameItem) -> None:
+        t0 = time.perf_counter()
+        try:
+            rgb = self._decode(item.msg)
+        except TrackerError as exc:
+            self._frame_failed(item, f'frame skipped: {exc}')
+            return
+        decode_ms = (time.perf_counter() - t0) * 1e3
+        self._apply_due(item.stamp_ns)
+        try:
+            res = self.tracker.track(rgb)
+        except TrackerError as exc:
+            # A queued prompt that only the frame could check (e.g. a point outside it) makes
+            # track() refuse; the tracker drops such prompts, so one retry tracks the frame.
+            self.report_error(f'{type(exc).__name__}: {exc}')
+            if isinstance(exc, FrameError):
+                self._frame_failed(item, None)
+                return
+            try:
+                res = self.tracker.track(rgb)
+            except TrackerError as exc2:
+                self._frame_failed(item, f'frame skipped: {type(exc2).__name__}: {exc2}')
+                return
+        self.counters.processed += 1
+        self.counters.consecutive_failures = 0
+        self.last_stamp_ns = item.stamp_ns
+        self._last = (rgb, item.header)
+        self._publish(Published(res, rgb, item.header, decode_ms, item.recv_t,
+                                self._drain_errors()))
+        done = time.monotonic()
+        self.latency.add(done, (done - item.recv_t) * 1e3)
+
+    def _frame_failed(self, item: FrameItem, text: Optional[str]) -> None:
+        self.counters.frame_errors += 1
+        self.counters.consecutive_failures += 1
+        if text:
+            self.report_error(text)

@@ -1,0 +1,190 @@
+"""The per-frame SAM 2 computation as functions of tensors, with no ids, dicts or clocks.
+
+Everything here is a pure function of its tensor arguments plus the model's weights, so the
+same code runs eagerly and inside a captured CUDA graph (``sam2_ros/graphs.py``). Object ids,
+frame indices, eviction and which memories to read live in ``bank.py`` / ``tracker.py``.
+
+The functions reuse sam2's own modules (``memory_attention``, ``_forward_sam_heads``,
+``_encode_new_memory``, ``_use_mask_as_output``); only the memory assembly that sam2 does
+from a dict of past frames (``SAM2Base._prepare_memory_conditioned_features``) is redone
+here from fixed-shape tensors, with the same order and the same encodings, so results are
+equal to the official predictor.
+
+Shapes: B objects, HW = (S/16)^2 tokens of the coarsest feature map (S = image size),
+C = 256 hidden dim, Cm = 64 memory dim, h = w = S/16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+from sam2.modeling.sam2_utils import get_1d_sine_pe
+
+
+@dataclass
+class Features:
+    """Backbone output of one frame, flattened as sam2's ``_prepare_backbone_features``."""
+
+    vision_feats: List[torch.Tensor]  # 3 levels, [HW_l, 1, C_l]; the last is [HW, 1, C]
+    vision_pos: List[torch.Tensor]    # same shapes as vision_feats
+    feat_sizes: List[Tuple[int, int]]  # (h_l, w_l) per level
+
+
+@dataclass
+class Memory:
+    """Memories one step attends to; fixed shapes within a graph bucket.
+
+    feats:    [n_s, B, Cm, h, w] spatial memories (bf16, as sam2 stores them)
+    tpos_idx: [n_s] long, index into ``model.maskmem_tpos_enc`` of each spatial memory
+    ptrs:     [n_p, B, C] object pointers
+    ptr_dist: [n_p, B] float signed temporal distance (current frame - pointer's frame)
+    """
+
+    feats: torch.Tensor
+    tpos_idx: torch.Tensor
+    ptrs: torch.Tensor
+    ptr_dist: torch.Tensor
+
+
+@dataclass
+class StepOut:
+    """Outputs of one track step for B objects."""
+
+    low_res_logits: torch.Tensor   # [B, 1, S/4, S/4] fp32
+    obj_ptr: torch.Tensor          # [B, C]
+    score: torch.Tensor            # [B, 1] object score logits
+    mem_feats: torch.Tensor        # [B, Cm, h, w] bf16 (new memory of this frame)
+
+
+def encode_image(model, image: torch.Tensor) -> Features:
+    """image: [1, 3, S, S] normalized float. Runs Hiera + FPN (+ the SAM decoder's high-res
+    projections, as ``forward_image`` does)."""
+    backbone_out = model.forward_image(image)
+    _, feats, pos, sizes = model._prepare_backbone_features(backbone_out)
+    return Features(feats, pos, sizes)
+
+
+def expand(features: Features, batch: int) -> Features:
+    """Share one frame's features across B objects (a view, as sam2 does)."""
+    if batch == 1:
+        return features
+    return Features([x.expand(-1, batch, -1) for x in features.vision_feats],
+                    [x.expand(-1, batch, -1) for x in features.vision_pos],
+                    features.feat_sizes)
+
+
+def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor):
+    """Assemble the memory sequence the memory attention reads, in sam2's order.
+
+    maskmem_pos: [1, Cm, h, w] spatial positional encoding of memories (a constant).
+    Returns memory, memory_pos: [n_s*HW + (C/Cm)*n_p, B, Cm] and the pointer token count.
+    """
+    n_s, batch = mem.feats.shape[:2]
+    # [n_s, B, Cm, h, w] -> n_s x [HW, B, Cm]; stays bf16 until the cat promotes it.
+    spatial = mem.feats.flatten(3).permute(0, 3, 1, 2)
+    tpos = model.maskmem_tpos_enc.index_select(0, mem.tpos_idx)       # [n_s, 1, 1, Cm]
+    spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos
+    spatial_pos = spatial_pos.expand(-1, -1, batch, -1)
+    mem_dim = model.mem_dim
+    hidden = model.hidden_dim
+    # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected.
+    t_diff_max = model.max_obj_ptrs_in_encoder - 1
+    tpos_dim = hidden if model.proj_tpos_enc_in_obj_ptrs else mem_dim
+    ptr_pos = model.obj_ptr_tpos_proj(get_1d_sine_pe(mem.ptr_dist / t_diff_max, dim=tpos_dim))
+    n_p = mem.ptrs.shape[0]
+    split = hidden // mem_dim
+    # split each pointer into `split` tokens of Cm: [n_p, B, C] -> [n_p*split, B, Cm]
+    ptrs = mem.ptrs.reshape(n_p, batch, split, mem_dim).permute(0, 2, 1, 3).flatten(0, 1)
+    ptr_pos = ptr_pos.repeat_interleave(split, dim=0)
+    memory = torch.cat([*spatial.unbind(0), ptrs], dim=0)
+    memory_pos = torch.cat([*spatial_pos.unbind(0), ptr_pos], dim=0)
+    return memory, memory_pos, ptrs.shape[0]
+
+
+def condition_on_memory(model, features: Features, mem: Optional[Memory],
+                        maskmem_pos: Optional[torch.Tensor]) -> torch.Tensor:
+    """Fuse the current frame with memory; mem=None marks an initial conditioning frame.
+    Returns pix_feat [B, C, h, w]."""
+    curr = features.vision_feats[-1]
+    batch, hidden = curr.shape[1], model.hidden_dim
+    h, w = features.feat_sizes[-1]
+    if mem is None:
+        # SAM 2.1 configs set directly_add_no_mem_embed: no attention on a first prompt.
+        assert model.directly_add_no_mem_embed
+        fused = curr + model.no_mem_embed
+    else:
+        memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos)
+        fused = model.memory_attention(curr=[curr], curr_pos=[features.vision_pos[-1]],
+                                       memory=memory, memory_pos=memory_pos,
+                                       num_obj_ptr_tokens=n_ptr_tokens)
+    return fused.permute(1, 2, 0).reshape(batch, hidden, h, w)
+
+
+def high_res_features(features: Features) -> List[torch.Tensor]:
+    """The two finer backbone levels as [B, C_l, h_l, w_l] for the SAM decoder."""
+    return [x.permute(1, 2, 0).reshape(x.shape[1], x.shape[2], *s)
+            for x, s in zip(features.vision_feats[:-1], features.feat_sizes[:-1])]
+
+
+def track_step(model, features: Features, mem: Optional[Memory],
+               maskmem_pos: Optional[torch.Tensor],
+               points: Optional[dict] = None,
+               prev_logits: Optional[torch.Tensor] = None) -> StepOut:
+    """One frame for B objects: memory attention, SAM heads, memory encoder.
+
+    points: sam2 point_inputs ({'point_coords': [B, P, 2] in model pixels,
+    'point_labels': [B, P] int32}) on prompted frames, else None (plain tracking).
+    prev_logits: [B, 1, S/4, S/4] previous logits fed with a correction click.
+    """
+    pix_feat = condition_on_memory(model, features, mem, maskmem_pos)
+    hires = high_res_features(features)
+    multimask = model._use_multimask(mem is None, points)
+    mask_in = None if prev_logits is None else prev_logits.clamp(-32.0, 32.0)
+    _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
+        backbone_features=pix_feat, point_inputs=points, mask_inputs=mask_in,
+        high_res_features=hires, multimask_output=multimask)
+    mem_feats = encode_memory(model, features, low_res if points is not None else None,
+                              high_res, score, from_points=points is not None)
+    return StepOut(low_res, obj_ptr, score, mem_feats)
+
+
+def mask_step(model, features: Features, mask: torch.Tensor) -> StepOut:
+    """A mask prompt [B, 1, S, S] in {0, 1}: sam2 uses it as the output directly
+    (use_mask_input_as_output_without_sam) and derives the object pointer from it."""
+    pix_feat = features.vision_feats[-1]
+    h, w = features.feat_sizes[-1]
+    pix_feat = pix_feat.permute(1, 2, 0).reshape(-1, model.hidden_dim, h, w)
+    _, _, _, low_res, high_res, obj_ptr, score = model._use_mask_as_output(
+        pix_feat, high_res_features(features), mask)
+    mem_feats = encode_memory(model, features, low_res, high_res, score, from_points=True)
+    return StepOut(low_res, obj_ptr, score, mem_feats)
+
+
+def encode_memory(model, features: Features, low_res: Optional[torch.Tensor],
+                  high_res: torch.Tensor, score: torch.Tensor,
+                  from_points: bool) -> torch.Tensor:
+    """New spatial memory [B, Cm, h, w] bf16.
+
+    On prompted frames the official predictor encodes memory later, in
+    ``propagate_in_video_preflight``, from the low-res logits upsampled again (not from the
+    decoder's high-res mask) and with binarization; pass ``low_res`` to do the same.
+    """
+    if low_res is not None:
+        high_res = torch.nn.functional.interpolate(
+            low_res, size=(model.image_size, model.image_size), mode='bilinear',
+            align_corners=False)
+    feats, _ = model._encode_new_memory(
+        current_vision_feats=features.vision_feats, feat_sizes=features.feat_sizes,
+        pred_masks_high_res=high_res, object_score_logits=score,
+        is_mask_from_pts=from_points)
+    return feats.to(torch.bfloat16)
+
+
+def maskmem_pos_enc(model, features: Features) -> torch.Tensor:
+    """The spatial positional encoding of memories [1, Cm, h, w]: constant per resolution,
+    computed once by running the memory encoder's position encoding."""
+    h, w = features.feat_sizes[-1]
+    dummy = features.vision_feats[-1].new_zeros(1, model.mem_dim, h, w)
+    return model.memory_encoder.position_encoding(dummy).to(dummy.dtype)

@@ -1,0 +1,270 @@
+"""The streaming SAM 2 tracker: frames one at a time, objects added, corrected, removed.
+
+This is the supported streaming path that ``SAM2VideoPredictor`` lacks (it wants the video up
+front). It keeps sam2's semantics, driven frame by frame:
+  * ``track(frame)`` runs the image encoder once, then one track step per object;
+  * ``add_prompt(p)`` applies to the latest tracked frame, like ``add_new_points_or_box`` on a
+    frame already seen: a new id starts an object there (an initial conditioning frame), a
+    tracked id is a correction (points plus the previous logits, with memory);
+  * ``queue_prompt(p)`` applies to the next frame, before it is tracked (as prompting a frame
+    the predictor has not reached yet: an initial conditioning frame);
+  * object ids, frame numbers and eviction stay here and in ``bank.py``; the per-frame
+    computation is ``step.py``, run eagerly or as CUDA graphs by the runner (``runner.py``).
+Imports no ROS.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from sam2_ros import postprocess, preprocess, step
+from sam2_ros.bank import MemoryBank
+from sam2_ros.config import TrackerConfig
+from sam2_ros.errors import CapacityError, FrameError, UnknownObjectError
+from sam2_ros.model import autocast, build_model
+from sam2_ros.runner import make_runner
+from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ObjectInfo:
+    """Host-side facts of one tracked object (its tensors live in the bank's slot)."""
+
+    obj_id: int
+    slot: int
+    created_frame: int        # the object's first (initial conditioning) frame
+    last_prompt_frame: int
+    score: float = 0.0
+    hidden_run: int = 0       # consecutive frames with score <= 0
+
+
+class StreamingTracker:
+    """Streaming multi-object SAM 2 tracker. See the module docstring for semantics."""
+
+    def __init__(self, cfg: TrackerConfig, model=None):
+        self.cfg = cfg.validate()
+        self.device = torch.device(cfg.device)
+        self.model = model if model is not None else build_model(cfg)
+        self.size = self.model.image_size
+        self.stats: Dict[str, object] = collections.Counter()
+        self.fallback_reasons: Dict[str, int] = collections.Counter()
+        self.runner = make_runner(self.model, cfg, self._count_fallback)
+        self._objects: Dict[int, ObjectInfo] = {}
+        self._queued: Dict[int, Prompt] = {}
+        self._frame = -1
+        self._hw: Optional[tuple] = None
+        self._features: Optional[step.Features] = None
+        self._last: Optional[FrameResult] = None
+        self._warm_up()
+
+    # ---- public API ------------------------------------------------------------------
+    @property
+    def object_ids(self) -> List[int]:
+        return sorted(self._objects)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of the latest tracked frame (-1 before the first)."""
+        return self._frame
+
+    @torch.inference_mode()
+    def track(self, frame: preprocess.Frame) -> FrameResult:
+        """Track every object on a new frame [H, W, 3] uint8 RGB; returns its results."""
+        hw = preprocess.frame_size(frame)
+        if self._hw is not None and hw != self._hw and self._objects:
+            raise FrameError(f'resolution changed from {self._hw[1]}x{self._hw[0]} to '
+                             f'{hw[1]}x{hw[0]} while tracking {len(self._objects)} objects; '
+                             f'reset() to track at the new resolution')
+        t0 = time.perf_counter()
+        with autocast(self.cfg):
+            image = preprocess.to_model_input(frame, self.size, self.device)
+            features = self.runner.encode(image)
+            self._frame += 1
+            self._hw, self._features = hw, features
+            f = self._frame
+            queued, self._queued = self._queued, {}
+            for p in queued.values():
+                self._prompt_step(p, f, init=True)
+            tracked = [o for o in self._objects.values() if o.obj_id not in queued]
+            mode = self._track_objects(tracked, f) if tracked else 'eager'
+        self.stats['frames'] += 1
+        return self._result(f, mode, time.perf_counter() - t0)
+
+    @torch.inference_mode()
+    def add_prompt(self, prompt: Prompt) -> FrameResult:
+        """Apply a prompt to the latest tracked frame; returns that frame's updated results.
+        Before the first frame the prompt is queued for it instead."""
+        if self._features is None:
+            self.queue_prompt(prompt)
+            return FrameResult(-1, 0, 0)
+        self._validate(prompt)
+        f = self._frame
+        obj = self._objects.get(prompt.obj_id)
+        # An object prompted only on this very frame has not been tracked yet: sam2 treats
+        # another prompt there as initial too (is_init_cond_frame).
+        init = obj is None or obj.created_frame == f
+        t0 = time.perf_counter()
+        with autocast(self.cfg):
+            self._prompt_step(prompt, f, init=init)
+        return self._result(f, 'eager', time.perf_counter() - t0)
+
+    def queue_prompt(self, prompt: Prompt) -> None:
+        """Apply a prompt to the next frame passed to track() (the newest per id wins)."""
+        if self._hw is not None:
+            self._validate(prompt)
+        else:
+            preprocess.check_obj_id(prompt.obj_id)
+        if prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
+            self._check_capacity(extra=len(self._queued) + 1)
+        self._queued[prompt.obj_id] = prompt
+
+    def remove_object(self, obj_id: int) -> None:
+        obj = self._objects.pop(obj_id, None)
+        queued = self._queued.pop(obj_id, None)
+        if obj is None and queued is None:
+            raise UnknownObjectError(f'cannot remove object {obj_id}: not tracked '
+                                     f'(tracked: {self.object_ids})')
+        if obj is not None:
+            self.bank.clear(obj.slot)
+
+    def reset(self) -> None:
+        """Forget all objects and queued prompts; the next frame may have a new size."""
+        for obj in self._objects.values():
+            self.bank.clear(obj.slot)
+        self._objects.clear()
+        self._queued.clear()
+        self._hw = None
+
+    def segment_image(self, frame: preprocess.Frame, prompts: List[Prompt]) -> FrameResult:
+        """Image mode: one still with prompts, no memory read or written."""
+        h, w = preprocess.frame_size(frame)
+        with torch.inference_mode(), autocast(self.cfg):
+            feats = step.encode_image(self.model, preprocess.to_model_input(
+                frame, self.size, self.device))
+            outs = [self._run_prompt(p, feats, h, w, None, None) for p in prompts]
+        logits = torch.cat([o.low_res_logits for o in outs]) if outs else \
+            torch.zeros(0, 1, self.size // 4, self.size // 4)
+        masks, stats = postprocess.masks_and_stats(logits, h, w)
+        res = FrameResult(0, h, w, mode='eager')
+        for p, o, m, s in zip(prompts, outs, masks, stats):
+            area, box, cen = postprocess.unpack(s)
+            score = float(o.score.float()[0, 0])
+            res.objects.append(ObjectResult(p.obj_id, m, score, TRACKING if score > 0 else
+                                            OCCLUDED, box, area, cen, 0, o.low_res_logits[0, 0]))
+        return res
+
+    # ---- internals -------------------------------------------------------------------
+    def _warm_up(self) -> None:
+        """Run one frame through every code path, to size the bank (shapes and dtypes come
+        from the model) and to let sam2 compute lazily built tables (RoPE at non-default
+        sizes) before any graph capture."""
+        with torch.inference_mode(), autocast(self.cfg):
+            img = torch.zeros(1, 3, self.size, self.size, device=self.device)
+            feats = step.encode_image(self.model, img)
+            points = {'point_coords': torch.tensor([[[self.size / 2, self.size / 2]]],
+                                                   device=self.device),
+                      'point_labels': torch.ones(1, 1, dtype=torch.int32, device=self.device)}
+            first = step.track_step(self.model, feats, None, None, points=points)
+            pos_dtype = torch.bfloat16 if self.cfg.precision == 'bf16' else torch.float32
+            self.maskmem_pos = step.maskmem_pos_enc(self.model, feats).to(pos_dtype)
+            self.bank = MemoryBank.allocate(
+                self.cfg.max_objects, self.cfg.max_cond_frames, self.model.num_maskmem,
+                self.model.max_obj_ptrs_in_encoder, first.mem_feats[0], first.obj_ptr[0],
+                first.low_res_logits[0])
+            self.runner.prepare(self.bank, self.maskmem_pos, feats)
+
+    def _check_capacity(self, extra: int = 1) -> None:
+        if len(self._objects) + extra > self.cfg.max_objects:
+            raise CapacityError(f'cannot add object: {len(self._objects)} tracked, '
+                                f'max_objects={self.cfg.max_objects}')
+
+    def _validate(self, prompt: Prompt) -> None:
+        h, w = self._hw
+        if prompt.mask is not None:
+            preprocess.prompt_mask(prompt, h, w, self.size, torch.device('cpu'))
+        else:
+            preprocess.prompt_points(prompt, h, w, self.size, torch.device('cpu'))
+        if prompt.obj_id not in self._objects:
+            self._check_capacity()
+
+    def _free_slot(self) -> int:
+        used = {o.slot for o in self._objects.values()}
+        return next(s for s in range(self.cfg.max_objects) if s not in used)
+
+    def _prompt_step(self, prompt: Prompt, f: int, init: bool) -> None:
+        """Run a prompted step for one object on frame f and store it as memory.
+
+        As sam2, a click on a frame where the object already has an output feeds that
+        output's logits to the decoder with the points; a queued prompt (a frame not yet
+        tracked) has none. init=False reads memory (a correction); init=True does not."""
+        h, w = self._hw
+        obj = self._objects.get(prompt.obj_id)
+        queued = obj is None or init and obj.created_frame != f
+        prev = None if queued else self.bank.logits[obj.slot:obj.slot + 1]
+        if obj is None:
+            self._check_capacity()
+            obj = ObjectInfo(prompt.obj_id, self._free_slot(), f, f)
+            self.bank.clear(obj.slot)
+        mem = None if init else self.bank.gather([self.bank.select(obj.slot, f)])
+        out = self._run_prompt(prompt, self._features, h, w, mem, prev)
+        self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
+                        out.low_res_logits[0], as_cond=init or self.cfg.corrections_as_cond)
+        obj.last_prompt_frame = f
+        self._set_score(obj, out.score)
+        self._objects[prompt.obj_id] = obj
+        self.stats['prompt_steps'] += 1
+
+    def _run_prompt(self, prompt, feats, h, w, mem, prev) -> step.StepOut:
+        if prompt.mask is not None:
+            mask = preprocess.prompt_mask(prompt, h, w, self.size, self.device)
+            return step.mask_step(self.model, feats, mask)
+        points = preprocess.prompt_points(prompt, h, w, self.size, self.device)
+        return step.track_step(self.model, feats, mem, self.maskmem_pos, points=points,
+                               prev_logits=prev)
+
+    def _track_objects(self, objs: List[ObjectInfo], f: int) -> str:
+        """One tracking step for every object on frame f (graph or eager per the runner)."""
+        sels = [self.bank.select(o.slot, f) for o in objs]
+        outs, modes = self.runner.track(self._features, self.bank, sels, self.maskmem_pos)
+        for i, o in enumerate(objs):
+            self.bank.write(o.slot, f, outs.mem_feats[i], outs.obj_ptr[i],
+                            outs.low_res_logits[i], as_cond=False)
+            self._set_score(o, outs.score[i:i + 1])
+        for m in modes:
+            self.stats[f'{m}_steps'] += 1
+        return 'graph' if all(m == 'graph' for m in modes) else \
+            ('eager' if all(m == 'eager' for m in modes) else 'mixed')
+
+    def _set_score(self, obj: ObjectInfo, score: torch.Tensor) -> None:
+        obj.score = float(score.float().reshape(-1)[0])
+        obj.hidden_run = 0 if obj.score > 0 else obj.hidden_run + 1
+
+    def _count_fallback(self, reason: str) -> None:
+        self.stats['fallbacks'] += 1
+        self.fallback_reasons[reason] += 1
+        log.warning('CUDA graph fallback to eager: %s', reason)
+
+    def _result(self, f: int, mode: str, seconds: float) -> FrameResult:
+        h, w = self._hw
+        objs = sorted(self._objects.values(), key=lambda o: o.obj_id)
+        slots = torch.tensor([o.slot for o in objs], dtype=torch.long, device=self.device)
+        logits = self.bank.logits.index_select(0, slots)
+        masks, stats = postprocess.masks_and_stats(logits, h, w)
+        res = FrameResult(f, h, w, mode=mode, engine_ms=seconds * 1e3)
+        for o, m, s, lg in zip(objs, masks, stats, logits):
+            area, box, cen = postprocess.unpack(s)
+            state = TRACKING if o.score > 0 else (
+                LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
+            res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
+                                            f - o.last_prompt_frame, lg[0]))
+        self._last = res
+        return res
