@@ -65,3 +65,60 @@ def ours(tracker, obj_id: int, frame: int) -> Tuple[torch.Tensor, torch.Tensor]:
     assert bank.ring_frame[slot, frame % ring] == frame
     assert bank.ptr_frame[slot, frame % pring] == frame
     return bank.ptrs[slot, k + frame % pring], bank.feats[slot, k + frame % ring]
+
+
+def drive(tracker, predictor, frames, events, tol, check_ref=True):
+    """Run our tracker and the official predictor over ``frames`` with ``events``
+    ({frame: [('add', Prompt) | ('remove', id)]}, applied after that frame is tracked) and
+    compare logits, scores, object pointers and memory features of every object on every
+    frame. Returns the worst absolute difference of each quantity."""
+    state = init_reference(predictor, frames)
+    worst = {}
+    ids = []
+    ref_done = -1
+    for f, frame in enumerate(frames):
+        res = tracker.track(frame)
+        if ids:
+            got = propagate(predictor, state, ref_done + 1, f)
+            assert got[-1] == f
+            ref_done = f
+            for i, oid in enumerate(ids):
+                _check(tracker, state, res, oid, i, f, worst, tol)
+        for kind, p in events.get(f, []):
+            if kind == 'remove':
+                tracker.remove_object(p)
+                predictor.remove_object(state, p)
+                ids.remove(p)
+                continue
+            res = tracker.add_prompt(p)
+            if p.mask is not None:
+                predictor.add_new_mask(state, f, p.obj_id, p.mask)
+            else:
+                predictor.add_new_points_or_box(state, f, p.obj_id, points=p.points,
+                                                labels=p.labels, box=p.box)
+            if p.obj_id not in ids:
+                ids.append(p.obj_id)
+            ref_done = f
+            temp = state['temp_output_dict_per_obj'][ids.index(p.obj_id)]
+            key = 'cond_frame_outputs' if f in temp['cond_frame_outputs'] else \
+                'non_cond_frame_outputs'
+            d = compare(res.by_id(p.obj_id).low_res_logits, temp[key][f]['pred_masks'][0, 0])
+            worst['prompt_logits'] = max(worst.get('prompt_logits', 0.0), d)
+            assert d <= tol, f'prompt on frame {f} object {p.obj_id}: logits differ by {d}'
+    assert tracker.object_ids == sorted(ids)
+    return worst, res
+
+
+def _check(tracker, state, res, obj_id, obj_idx, frame, worst, tol):
+    ref = outputs(state, obj_idx, frame)
+    mine = res.by_id(obj_id)
+    ptr, feats = ours(tracker, obj_id, frame)
+    diffs = {
+        'logits': compare(mine.low_res_logits, ref['pred_masks'][0, 0]),
+        'score': abs(mine.score - float(ref['object_score_logits'].float()[0, 0])),
+        'obj_ptr': compare(ptr, ref['obj_ptr'][0]),
+        'mem_feats': compare(feats, ref['maskmem_features'][0]),
+    }
+    for k, v in diffs.items():
+        worst[k] = max(worst.get(k, 0.0), v)
+        assert v <= tol, f'frame {frame} object {obj_id}: {k} differs by {v:.3g}'

@@ -1,0 +1,181 @@
+"""All CUDA-graph code: preallocate, warm up, capture, copy in, replay, copy out, fall back.
+
+Per-frame SAM 2 at 512 px is launch-bound (about 1,200 small kernels per frame; the GPU is
+busy for a fifth of the wall time). Replaying captured graphs removes the launch overhead.
+
+* The image encoder (Hiera + FPN) is one graph over a static [1, 3, S, S] input; its static
+  outputs are the features every step of that frame reads (no copy).
+* The track step (memory attention, SAM heads, memory encoder, object-pointer temporal
+  encoding) is captured per shape bucket. A bucket is the steady state of an object with c
+  conditioning frames: c + 6 spatial memories and c + 15 pointers. Pointer distances are a
+  device buffer written before each replay, so temporal distances stay true (no frozen
+  frame index). Frames of another shape (the first 15 after a prompt) run eagerly.
+* 'swap' mode: one graph per c with batch 1; each object's memories are gathered into the
+  graph's static buffers (one index_select per tensor), the graph replays, outputs are
+  copied out. 'batched' mode: graphs per (B, c); objects of the same c are stacked on the
+  batch axis, padded up to the next captured B.
+* Any capture error disables graphs (eager throughout); any replay error falls back to eager
+  for that step. Every fallback is reported with its reason to the tracker's stats.
+All graphs share one memory pool: they never run concurrently, so their intermediates can
+share memory, while each graph's static outputs stay alive and are never reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from sam2_ros import step
+from sam2_ros.bank import MemoryBank, Selection
+from sam2_ros.config import TrackerConfig
+from sam2_ros.runner import EagerRunner, cat_outputs
+
+log = logging.getLogger(__name__)
+WARMUP_ITERS = 3
+
+
+class _Captured:
+    """One captured graph with its static inputs and outputs."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, inputs, outputs):
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+
+
+class GraphRunner(EagerRunner):
+    """CUDA-graph runner; subclasses the eager runner, which is its fallback."""
+
+    def __init__(self, model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+        super().__init__(model, cfg)
+        self.on_fallback = on_fallback
+        self.enabled = True
+        self.pool = None
+        self.encoder: Optional[_Captured] = None
+        self.steps: Dict[Tuple[int, int], _Captured] = {}   # (batch, n_cond) -> graph
+        self.capture_s = 0.0
+
+    # ---- capture ---------------------------------------------------------------------
+    def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
+                features: step.Features) -> None:
+        self.bank, self.maskmem_pos = bank, maskmem_pos
+        t0 = time.perf_counter()
+        try:
+            self.pool = torch.cuda.graph_pool_handle()
+            self._capture_encoder()
+            for key in self._bucket_keys():
+                self.steps[key] = self._capture_step(*key)
+        except Exception as exc:  # noqa: BLE001 - any capture failure means eager
+            self.enabled = False
+            self.steps.clear()
+            self.encoder = None
+            self.on_fallback(f'graph capture failed, eager throughout: {exc!r}')
+        torch.cuda.synchronize()
+        self.capture_s = time.perf_counter() - t0
+        log.info('captured %d CUDA graphs in %.2f s', len(self.steps) + 1, self.capture_s)
+
+    def _bucket_keys(self) -> List[Tuple[int, int]]:
+        conds = self.cfg.graph_cond_buckets or tuple(range(1, self.cfg.max_cond_frames + 1))
+        batches = (1,) if self.cfg.graph_mode == 'swap' else tuple(self.cfg.batch_buckets)
+        return [(b, c) for b in sorted(batches, reverse=True) for c in conds]
+
+    def _capture(self, fn, inputs):
+        """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_ITERS):
+                fn(inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = fn(inputs)
+        return _Captured(graph, inputs, outputs)
+
+    def _capture_encoder(self) -> None:
+        s = self.model.image_size
+        image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
+        self.encoder = self._capture(lambda x: step.encode_image(self.model, x), image)
+
+    def _capture_step(self, batch: int, n_cond: int) -> _Captured:
+        n_s, n_p = self._steady_key(n_cond)
+        b = self.bank
+        mem = step.Memory(
+            feats=b.feats.new_zeros(n_s, batch, *b.feats.shape[2:]),
+            tpos_idx=torch.zeros(n_s, dtype=torch.long, device=b.feats.device),
+            ptrs=b.ptrs.new_zeros(n_p, batch, *b.ptrs.shape[2:]),
+            ptr_dist=torch.ones(n_p, batch, device=b.feats.device))
+        feats = self.encoder.outputs
+        return self._capture(lambda m: step.track_step(
+            self.model, step.expand(feats, batch), m, self.maskmem_pos), mem)
+
+    def _steady_key(self, n_cond: int) -> Tuple[int, int]:
+        """(n_spatial, n_pointers) of an object with n_cond conditioning frames that has
+        tracked long enough for every memory slot to be filled."""
+        return (n_cond + self.model.num_maskmem - 1,
+                n_cond + self.model.max_obj_ptrs_in_encoder - 1)
+
+    # ---- replay ----------------------------------------------------------------------
+    def encode(self, image: torch.Tensor) -> step.Features:
+        if self.encoder is None:
+            return super().encode(image)
+        self.encoder.inputs.copy_(image)
+        self.encoder.graph.replay()
+        return self.encoder.outputs
+
+    def track(self, features: step.Features, bank: MemoryBank, sels: List[Selection],
+              maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
+        """Steps for all objects; outputs in the order of ``sels``."""
+        outs: List[Optional[step.StepOut]] = [None] * len(sels)
+        modes = ['eager'] * len(sels)
+        groups: Dict[int, List[int]] = {}
+        for i, sel in enumerate(sels):
+            c = self._graph_cond(sel, features)
+            if c is None:
+                outs[i] = step.track_step(self.model, features, bank.gather([sel]), maskmem_pos)
+            else:
+                groups.setdefault(c, []).append(i)
+        for c, idx in groups.items():
+            chunk = 1 if self.cfg.graph_mode == 'swap' else max(self.cfg.batch_buckets)
+            for start in range(0, len(idx), chunk):
+                part = idx[start:start + chunk]
+                for i, out in zip(part, self._replay(c, [sels[i] for i in part], features,
+                                                     bank, maskmem_pos)):
+                    outs[i], modes[i] = out
+        return cat_outputs(outs), modes
+
+    def _graph_cond(self, sel: Selection, features: step.Features) -> Optional[int]:
+        """The conditioning-frame count of a steady-state object with a captured graph."""
+        if not self.enabled or features is not self.encoder.outputs:
+            return None
+        n_cond = sum(1 for t in sel.tpos_idx if t == self.model.num_maskmem - 1)
+        if sel.key != self._steady_key(n_cond):
+            return None                      # warming up after a prompt: eager
+        if not any(c == n_cond for _, c in self.steps):
+            return None                      # more conditioning frames than captured
+        return n_cond
+
+    def _replay(self, n_cond: int, sels: List[Selection], features, bank, maskmem_pos):
+        """Replay the smallest graph of this bucket that holds ``sels``; copy outputs out.
+        Yields (StepOut of batch 1, mode) per selection."""
+        batch = next((b for b, c in sorted(self.steps) if c == n_cond and b >= len(sels)),
+                     None)
+        if batch is None:
+            self.on_fallback(f'no graph for {len(sels)} objects with {n_cond} cond frames')
+            return [(self._eager(s, features, bank, maskmem_pos), 'eager') for s in sels]
+        cap = self.steps[(batch, n_cond)]
+        padded = sels + [sels[-1]] * (batch - len(sels))     # padding rows are discarded
+        try:
+            bank.gather(padded, out=cap.inputs)
+            cap.graph.replay()
+        except Exception as exc:  # noqa: BLE001 - the step is redone eagerly
+            self.on_fallback(f'graph replay failed: {exc!r}')
+            return [(self._eager(s, features, bank, maskmem_pos), 'eager') for s in sels]
+        o = cap.outputs
+        return [(step.StepOut(o.low_res_logits[i:i + 1].clone(), o.obj_ptr[i:i + 1].clone(),
+                              o.score[i:i + 1].clone(), o.mem_feats[i:i + 1].clone()), 'graph')
+                for i in range(len(sels))]
+
+    def _eager(self, sel, features, bank, maskmem_pos) -> step.StepOut:
+        return step.track_step(self.model, features, bank.gather([sel]), maskmem_pos)

@@ -1,0 +1,36 @@
+"""Synthetic streams and prompt schedules shared by the CPU and GPU equivalence tests."""
+
+import numpy as np
+
+from sam2_ros.types import Prompt
+
+
+def synthetic_frames(n, h=96, w=128, seed=0):
+    """A textured background with two moving discs, so features change over time."""
+    rng = np.random.default_rng(seed)
+    bg = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+    yy, xx = np.mgrid[0:h, 0:w]
+    r2 = (min(h, w) // 9) ** 2
+    frames = []
+    for t in range(n):
+        fr = bg.copy()
+        ax = int(w * 0.15 + (t % (w // 2)))
+        bx = int(w * 0.8 - (t % (w // 2)))
+        for cx, cy, col in ((ax, h * 0.4, (250, 30, 30)), (bx, h * 0.3, (30, 30, 250))):
+            fr[(xx - cx) ** 2 + (yy - cy) ** 2 < r2] = col
+        frames.append(fr)
+    return frames
+
+
+def schedule(h, w, add2, add3, fix, remove):
+    """Object 1 by a click on frame 0, object 2 by a box at add2, object 3 by a mask at add3,
+    a correction (positive + negative click) on object 1 at fix, removal of object 2."""
+    p1 = Prompt(1, points=np.array([[w * 0.15, h * 0.4]]), labels=np.array([1]))
+    p2 = Prompt(2, box=(w * 0.6, h * 0.15, w * 0.9, h * 0.45))
+    mask = np.zeros((h, w), bool)
+    mask[int(h * 0.6):int(h * 0.85), int(w * 0.3):int(w * 0.55)] = True
+    p3 = Prompt(3, mask=mask)
+    corr = Prompt(1, points=np.array([[w * 0.3, h * 0.4], [w * 0.5, h * 0.8]]),
+                  labels=np.array([1, 0]))
+    return {0: [('add', p1)], add2: [('add', p2)], add3: [('add', p3)], fix: [('add', corr)],
+            remove: [('remove', 2)]}
