@@ -137,12 +137,12 @@ class StreamingTracker:
             self.bank.clear(obj.slot)
 
     def reset(self) -> None:
-        """Forget all objects and queued prompts; the next frame may have a new size."""
+        """Forget all objects and queued prompts. Prompts may follow on the latest frame; the
+        next frame may have a new size (sizes are only pinned while objects exist)."""
         for obj in self._objects.values():
             self.bank.clear(obj.slot)
         self._objects.clear()
         self._queued.clear()
-        self._hw = None
 
     def segment_image(self, frame: preprocess.Frame, prompts: List[Prompt]) -> FrameResult:
         """Image mode: one still with prompts, no memory read or written."""

@@ -1,0 +1,421 @@
+"""Offline tracking: run the streaming tracker over a video file or an image folder.
+
+    python -m sam2_ros.cli.track_offline INPUT --prompts prompts.yaml --out DIR \\
+        [--model tiny] [--image-size 1024] (--checkpoint PATH | --random-weights)
+
+Writes into DIR: ``masks/NNNNNN.png`` (mono8 label masks, pixel = object id), ``overlay.mp4``,
+``states.jsonl`` (one JSON object per frame) and ``summary.json``. Events of frame k in the
+prompt file are applied AFTER frame k is tracked, through ``add_prompt``: they refine frame k
+(its outputs show the refined result) and condition every later frame. See docs/offline.md.
+
+Everything that can go wrong because of the user's input (arguments, prompt file, input files,
+checkpoint, output directory) is checked as early as possible and reported as one line on
+stderr with exit status 2; the prompt file is validated in full before the first frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+from sam2_ros.cli import CliError
+from sam2_ros.cli import prompts_file as pf
+from sam2_ros.config import MODEL_SIZES, PRECISIONS, TrackerConfig
+
+PROG = 'sam2-ros-track'
+IMAGE_EXTS = ('.png', '.jpg', '.jpeg')
+DEFAULT_FPS = 30.0
+MASK_NAME = re.compile(r'^\d{6}\.png$')
+OUTPUT_FILES = ('overlay.mp4', 'states.jsonl', 'summary.json')
+
+
+# ---- arguments -> TrackerConfig -----------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f'must be >= 1, got {v}')
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description='Track prompted objects through a video file or an image folder '
+        'with SAM 2 (no ROS). Prompt events of frame k are applied after frame k is tracked.')
+    p.add_argument('input', help='video file (anything OpenCV reads) or a folder of '
+                   '*.png/*.jpg/*.jpeg images (natural sort order)')
+    p.add_argument('--prompts', required=True, help='YAML or JSON prompt file (docs/offline.md)')
+    p.add_argument('--out', required=True, help='output directory (created if missing)')
+    p.add_argument('--model', choices=MODEL_SIZES, default=TrackerConfig.model_size)
+    p.add_argument('--image-size', type=int, default=TrackerConfig.image_size,
+                   help='square model input side, multiple of 32 (default %(default)s)')
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument('--checkpoint', help='official SAM 2.1 .pt file of --model')
+    weights.add_argument('--random-weights', action='store_true',
+                         help='random model: for tests and smoke runs only')
+    p.add_argument('--device', default='auto', help="'auto' (cuda if available), cuda, cpu, ...")
+    p.add_argument('--precision', choices=PRECISIONS, default=None,
+                   help='default: bf16 on CUDA, fp32 on CPU (bf16 autocast is slow on CPU)')
+    p.add_argument('--no-cuda-graphs', action='store_true', help='run every step eagerly')
+    p.add_argument('--max-objects', type=_positive_int, default=TrackerConfig.max_objects,
+                   help='objects alive at once (default %(default)s)')
+    p.add_argument('--max-frames', type=_positive_int, default=None,
+                   help='stop after this many frames')
+    p.add_argument('--no-video', action='store_true', help='do not write overlay.mp4')
+    p.add_argument('--fps', type=float, default=None,
+                   help=f'overlay video frame rate (default: the input video\'s, else '
+                   f'{DEFAULT_FPS:g})')
+    p.add_argument('--overwrite', action='store_true',
+                   help='replace results already in --out (otherwise that is an error)')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar')
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TrackerConfig:
+    """The one mapping of command-line options onto TrackerConfig (defaults stay there)."""
+    import torch
+
+    if not args.checkpoint and not args.random_weights:
+        raise CliError('no checkpoint: pass --checkpoint PATH (an official SAM 2.1 .pt file '
+                       'of --model) or --random-weights for a smoke test')
+    if args.checkpoint and not os.path.isfile(args.checkpoint):
+        raise CliError(f'checkpoint not found: {args.checkpoint!r}')
+    device = args.device
+    if device == 'auto':
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        raise CliError(f'bad --device {device!r}: {exc}') from exc
+    if kind == 'cuda' and not torch.cuda.is_available():
+        raise CliError(f'--device {device} requested but CUDA is not available (use --device cpu)')
+    cfg = TrackerConfig(
+        model_size=args.model, image_size=args.image_size, checkpoint=args.checkpoint or None,
+        random_weights=bool(args.random_weights), device=device,
+        precision=args.precision or ('bf16' if kind == 'cuda' else 'fp32'),
+        use_cuda_graphs=not args.no_cuda_graphs, max_objects=args.max_objects)
+    try:
+        return cfg.validate()
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+
+# ---- frame sources -----------------------------------------------------------------------
+
+def _natural_key(name: str) -> list:
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r'(\d+)', name)]
+
+
+class FrameSource:
+    """RGB uint8 frames of one size, with a name each (for messages and states.jsonl).
+
+    The first frame is decoded on opening, so an unreadable input fails before the model is
+    built and its size is known for validating the prompt file.
+    """
+
+    kind = ''
+    total: Optional[int] = None
+    fps: Optional[float] = None
+    size: Tuple[int, int] = (0, 0)   # (H, W)
+
+    def __iter__(self) -> Iterator[Tuple[int, str, np.ndarray]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _check_size(self, rgb: np.ndarray, name: str) -> np.ndarray:
+        if rgb.shape[:2] != self.size:
+            raise CliError(f'{name}: frame is {rgb.shape[1]}x{rgb.shape[0]} but the first frame '
+                           f'is {self.size[1]}x{self.size[0]}; all frames must have one size')
+        return rgb
+
+
+class FolderSource(FrameSource):
+    kind = 'folder'
+
+    def __init__(self, path: str):
+        names = sorted((n for n in os.listdir(path) if n.lower().endswith(IMAGE_EXTS)
+                        and os.path.isfile(os.path.join(path, n))), key=_natural_key)
+        if not names:
+            raise CliError(f'no {"/".join("*" + e for e in IMAGE_EXTS)} images in folder '
+                           f'{path!r}')
+        self.paths = [os.path.join(path, n) for n in names]
+        self.total = len(self.paths)
+        self._first = self._read(self.paths[0])
+        self.size = self._first.shape[:2]
+
+    @staticmethod
+    def _read(path: str) -> np.ndarray:
+        bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise CliError(f'cannot read image {path!r} (corrupt or not an image)')
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+    def __iter__(self) -> Iterator[Tuple[int, str, np.ndarray]]:
+        for i, path in enumerate(self.paths):
+            rgb = self._first if i == 0 else self._read(path)
+            yield i, os.path.basename(path), self._check_size(rgb, path)
+
+
+class VideoSource(FrameSource):
+    kind = 'video'
+
+    def __init__(self, path: str):
+        self.path = path
+        self.cap = cv2.VideoCapture(path)
+        ok, bgr = self.cap.read() if self.cap.isOpened() else (False, None)
+        if not ok or bgr is None or bgr.ndim != 3:
+            self.cap.release()
+            raise CliError(f'cannot decode {path!r} as a video (not a video file, no frames, '
+                           f'or no codec for it); an image folder is also accepted')
+        count = int(self.cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        self.total = count if count > 0 else None
+        fps = float(self.cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        self.fps = fps if math.isfinite(fps) and 0 < fps <= 1000 else None
+        self._first = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        self.size = self._first.shape[:2]
+
+    def __iter__(self) -> Iterator[Tuple[int, str, np.ndarray]]:
+        base, i, rgb = os.path.basename(self.path), 0, self._first
+        while rgb is not None:
+            yield i, f'{base}#{i}', self._check_size(rgb, f'{self.path} frame {i}')
+            ok, bgr = self.cap.read()
+            rgb, i = (cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB) if ok else None), i + 1
+
+    def close(self) -> None:
+        self.cap.release()
+
+
+def open_source(path: str) -> FrameSource:
+    if not os.path.exists(path):
+        raise CliError(f'input not found: {path!r}')
+    return FolderSource(path) if os.path.isdir(path) else VideoSource(path)
+
+
+# ---- outputs -----------------------------------------------------------------------------
+
+def prepare_out_dir(out: str, overwrite: bool) -> None:
+    """Create --out; refuse to mix with an earlier run's results unless --overwrite (then
+    delete exactly those results, so no stale mask of a longer earlier run survives)."""
+    masks = os.path.join(out, 'masks')
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CliError(f'--out {out!r} exists and is not a directory')
+    old = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(out, f))]
+    old_masks = [n for n in os.listdir(masks) if MASK_NAME.match(n)] \
+        if os.path.isdir(masks) else []
+    if (old or old_masks) and not overwrite:
+        raise CliError(f'--out {out!r} already holds results ({", ".join(old) or "masks/"}); '
+                       f'pass --overwrite or choose another directory')
+    try:
+        for f in old:
+            os.remove(os.path.join(out, f))
+        for n in old_masks:
+            os.remove(os.path.join(masks, n))
+        os.makedirs(masks, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
+
+
+def object_record(o) -> dict:
+    """One ObjectResult as JSON-ready plain types (states.jsonl)."""
+    return {'object_id': int(o.obj_id), 'state': o.state, 'score': round(float(o.score), 4),
+            'box': None if o.box is None else [int(v) for v in o.box], 'area': int(o.area),
+            'centroid': None if o.centroid is None else [round(float(v), 2) for v in o.centroid],
+            'frames_since_prompt': int(o.frames_since_prompt)}
+
+
+class Outputs:
+    """Writes masks, the overlay video and states.jsonl frame by frame (constant memory)."""
+
+    def __init__(self, out: str, size: Tuple[int, int], fps: float, video: bool):
+        self.out = out
+        self.states = open(os.path.join(out, 'states.jsonl'), 'w', encoding='utf-8')
+        self.video = None
+        if video:
+            h, w = size
+            path = os.path.join(out, 'overlay.mp4')
+            self.video = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'mp4v'), fps, (w, h))
+            if not self.video.isOpened():
+                self.close()
+                raise CliError(f'cannot open {path!r} for writing (mp4v codec unavailable?); '
+                               f'pass --no-video to skip the overlay video')
+
+    def write(self, k: int, rgb: np.ndarray, res, record: dict) -> None:
+        path = os.path.join(self.out, 'masks', f'{k:06d}.png')
+        if not cv2.imwrite(path, res.label_mask()):
+            raise CliError(f'cannot write {path!r} (disk full or no permission?)')
+        if self.video is not None:
+            from sam2_ros.overlay import render_overlay
+            self.video.write(cv2.cvtColor(render_overlay(rgb, res), cv2.COLOR_RGB2BGR))
+        self.states.write(json.dumps(record, separators=(',', ':')) + '\n')
+
+    def close(self) -> None:
+        self.states.close()
+        if self.video is not None:
+            self.video.release()
+
+
+# ---- the run -----------------------------------------------------------------------------
+
+def process(tracker, source: FrameSource, by_frame: Dict[int, List[pf.PromptEvent]],
+            outputs: Outputs, stats: dict, max_frames: Optional[int], prompts: str,
+            progress: bool) -> None:
+    """Track every frame, apply its events after it, write its outputs; fills ``stats``."""
+    from tqdm import tqdm
+
+    from sam2_ros.errors import TrackerError
+    from sam2_ros.types import FrameResult
+
+    total = source.total if max_frames is None else min(source.total or max_frames, max_frames)
+    bar = tqdm(total=total, unit='frame', desc='tracking', disable=not progress, file=sys.stderr)
+    try:
+        for k, name, rgb in source:
+            if max_frames is not None and k >= max_frames:
+                break
+            try:
+                res = tracker.track(rgb)
+            except TrackerError as exc:
+                raise CliError(f'{name}: {exc}') from exc
+            track_ms, mode, prompt_ms, applied = res.engine_ms, res.mode, 0.0, []
+            needs_frame = False   # after a reset the tracker needs this frame again to prompt
+            for ev in by_frame.get(k, []):
+                try:
+                    if ev.action == 'reset':
+                        tracker.reset()
+                        res, needs_frame = FrameResult(k, *source.size, mode=mode), True
+                    elif ev.action == 'remove':
+                        tracker.remove_object(ev.object_id)
+                        res.objects = [o for o in res.objects if o.obj_id != ev.object_id]
+                    else:
+                        if needs_frame:
+                            prompt_ms += tracker.track(rgb).engine_ms
+                            needs_frame = False
+                        res = tracker.add_prompt(ev.to_prompt())
+                        prompt_ms += res.engine_ms
+                except TrackerError as exc:
+                    raise CliError(f'{prompts}: event[{ev.index}] (frame {k}): {exc}') from exc
+                applied.append(ev.index)
+            objs = [object_record(o) for o in res.objects]
+            outputs.write(k, rgb, res, {
+                'frame': k, 'source': name, 'mode': mode, 'engine_ms': round(track_ms, 3),
+                'prompt_ms': round(prompt_ms, 3), 'events': applied, 'objects': objs})
+            stats['frames'] += 1
+            stats['engine_ms'].append(track_ms)
+            stats['modes'][mode] = stats['modes'].get(mode, 0) + 1
+            stats['applied'] += applied
+            stats['ids'].update(o['object_id'] for o in objs)
+            bar.set_postfix(objects=len(objs), ms=f'{track_ms:.0f}', refresh=False)
+            bar.update(1)
+    finally:
+        bar.close()
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Validate everything, track, write the outputs; return the summary (also written)."""
+    cfg = config_from_args(args)
+    events = pf.load_prompts(args.prompts)
+    source = open_source(args.input)
+    try:
+        pf.check_against_input(events, *source.size, cfg.max_objects, args.prompts)
+        prepare_out_dir(args.out, args.overwrite)
+        fps = args.fps or source.fps or DEFAULT_FPS
+        if not (math.isfinite(fps) and fps > 0):
+            raise CliError(f'--fps must be > 0, got {args.fps}')
+        return _track(args, cfg, events, source, fps)
+    finally:
+        source.close()
+
+
+def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: FrameSource,
+           fps: float) -> dict:
+    from sam2_ros.errors import TrackerError
+    from sam2_ros.tracker import StreamingTracker
+
+    t0 = time.perf_counter()
+    try:
+        tracker = StreamingTracker(cfg)
+    except TrackerError as exc:
+        raise CliError(str(exc)) from exc
+    build_s = time.perf_counter() - t0
+    stats = {'frames': 0, 'engine_ms': [], 'modes': {}, 'applied': [], 'ids': set()}
+    outputs = Outputs(args.out, source.size, fps, video=not args.no_video)
+    status, error, t1 = 'ok', None, time.perf_counter()
+    try:
+        process(tracker, source, pf.events_by_frame(events), outputs, stats, args.max_frames,
+                args.prompts, progress=not args.no_progress)
+    except CliError as exc:
+        status, error = 'error', str(exc)
+        raise
+    except KeyboardInterrupt:
+        status, error = 'interrupted', 'interrupted by the user'
+        raise
+    finally:
+        outputs.close()
+        summary = _summary(args, cfg, events, source, fps, stats, build_s,
+                           time.perf_counter() - t1, tracker, status, error)
+        with open(os.path.join(args.out, 'summary.json'), 'w', encoding='utf-8') as fh:
+            json.dump(summary, fh, indent=2)
+            fh.write('\n')
+    return summary
+
+
+def _summary(args, cfg, events, source, fps, stats, build_s, track_s, tracker, status,
+             error) -> dict:
+    ms = np.array(stats['engine_ms'], np.float64)
+    applied = set(stats['applied'])
+    missed = [ev.index for ev in events if ev.index not in applied]
+    return {
+        'status': status, 'error': error,
+        'input': os.path.abspath(args.input), 'input_kind': source.kind,
+        'width': int(source.size[1]), 'height': int(source.size[0]),
+        'frames': stats['frames'], 'object_ids': sorted(stats['ids']),
+        'prompts': os.path.abspath(args.prompts), 'events': len(events),
+        'events_applied': len(applied), 'events_not_applied': missed,
+        'config': {'model_size': cfg.model_size, 'image_size': cfg.image_size,
+                   'checkpoint': cfg.checkpoint, 'random_weights': cfg.random_weights,
+                   'device': cfg.device, 'precision': cfg.precision,
+                   'use_cuda_graphs': cfg.use_cuda_graphs, 'max_objects': cfg.max_objects},
+        'model_build_s': round(build_s, 3), 'track_wall_s': round(track_s, 3),
+        'wall_fps': round(stats['frames'] / track_s, 3) if track_s > 0 else None,
+        'engine_ms_mean': round(float(ms.mean()), 3) if ms.size else None,
+        'engine_ms_p95': round(float(np.percentile(ms, 95)), 3) if ms.size else None,
+        'modes': stats['modes'],
+        'tracker_stats': {k: int(v) for k, v in dict(tracker.stats).items()},
+        'outputs': {'masks': 'masks/', 'states': 'states.jsonl',
+                    'overlay': None if args.no_video else 'overlay.mp4', 'fps': fps},
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the exit status (0 ok, 2 user error, 130 interrupted)."""
+    args = build_parser().parse_args(argv)   # bad usage: argparse exits with status 2
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    try:
+        summary = run(args)
+    except CliError as exc:
+        print(f'{PROG}: error: {exc}', file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f'{PROG}: interrupted', file=sys.stderr)
+        return 130
+    if summary['events_not_applied']:
+        print(f'{PROG}: warning: events {summary["events_not_applied"]} were never applied '
+              f'(their frame is past the last processed frame {summary["frames"] - 1})',
+              file=sys.stderr)
+    print(f'{summary["frames"]} frames, objects {summary["object_ids"]} -> {args.out}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
