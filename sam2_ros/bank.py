@@ -194,6 +194,23 @@ class MemoryBank:
         self.ptrs[slot, k + frame % pring].copy_(ptr)
         self.ptr_frame[slot, frame % pring] = frame
 
+    def write_tracked(self, slots: List[int], frame: int, feats: torch.Tensor,
+                      ptrs: torch.Tensor, logits: torch.Tensor) -> None:
+        """Store the ordinary (non-conditioning) memory of B tracked objects for ``frame``
+        with one index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s].
+        Equivalent to ``write(..., as_cond=False)`` per object, with O(1) kernel launches."""
+        k = self.max_cond
+        ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
+        n = len(slots)
+        rows = [self._feat_row(s, k + frame % ring) for s in slots]
+        rows += [self._ptr_row(s, k + frame % pring) for s in slots] + list(slots)
+        idx = torch.tensor(rows, dtype=torch.long).to(self.feats.device, non_blocking=True)
+        self.feats.view(-1, *self.feats.shape[2:]).index_copy_(0, idx[:n], feats)
+        self.ptrs.view(-1, *self.ptrs.shape[2:]).index_copy_(0, idx[n:2 * n], ptrs)
+        self.logits.index_copy_(0, idx[2 * n:], logits)
+        self.ring_frame[slots, frame % ring] = frame
+        self.ptr_frame[slots, frame % pring] = frame
+
     def _cond_row_for(self, slot: int, frame: int) -> int:
         """Row for a new conditioning frame: the same frame's row, a free row, or, at the
         cap, the oldest row other than the first prompt's (which anchors the object)."""

@@ -126,24 +126,54 @@ class GraphRunner(EagerRunner):
 
     def track(self, features: step.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
-        """Steps for all objects; outputs in the order of ``sels``."""
-        outs: List[Optional[step.StepOut]] = [None] * len(sels)
+        """Steps for all objects; outputs (in the order of ``sels``) are copied out of the
+        graphs into preallocated buffers, a few kernels per replay, not per object."""
+        out = self._out_buffers(len(sels))
         modes = ['eager'] * len(sels)
         groups: Dict[int, List[int]] = {}
         for i, sel in enumerate(sels):
             c = self._graph_cond(sel, features)
             if c is None:
-                outs[i] = step.track_step(self.model, features, bank.gather([sel]), maskmem_pos)
+                self._put(out, [i], step.track_step(self.model, features, bank.gather([sel]),
+                                                    maskmem_pos))
             else:
                 groups.setdefault(c, []).append(i)
         for c, idx in groups.items():
             chunk = 1 if self.cfg.graph_mode == 'swap' else max(self.cfg.batch_buckets)
             for start in range(0, len(idx), chunk):
                 part = idx[start:start + chunk]
-                for i, out in zip(part, self._replay(c, [sels[i] for i in part], features,
-                                                     bank, maskmem_pos)):
-                    outs[i], modes[i] = out
-        return cat_outputs(outs), modes
+                res, mode = self._replay(c, [sels[i] for i in part], features, bank,
+                                         maskmem_pos)
+                self._put(out, part, res)
+                for i in part:
+                    modes[i] = mode
+        return out, modes
+
+    def _out_buffers(self, n: int) -> step.StepOut:
+        """Views of length n of the runner's preallocated output buffers."""
+        if getattr(self, '_out', None) is None or self._out.obj_ptr.shape[0] < n:
+            b = self.bank
+            cap = max(n, b.capacity)
+            self._out = step.StepOut(b.logits.new_zeros(cap, *b.logits.shape[1:]),
+                                     b.ptrs.new_zeros(cap, b.ptrs.shape[-1]),
+                                     b.ptrs.new_zeros(cap, 1),
+                                     b.feats.new_zeros(cap, *b.feats.shape[2:]))
+        o = self._out
+        return step.StepOut(o.low_res_logits[:n], o.obj_ptr[:n], o.score[:n], o.mem_feats[:n])
+
+    @staticmethod
+    def _put(out: step.StepOut, rows: List[int], res: step.StepOut) -> None:
+        """Copy the first len(rows) outputs of ``res`` to ``rows`` of ``out``."""
+        n = len(rows)
+        pairs = ((out.low_res_logits, res.low_res_logits), (out.obj_ptr, res.obj_ptr),
+                 (out.score, res.score), (out.mem_feats, res.mem_feats))
+        if rows == list(range(rows[0], rows[0] + n)):
+            for dst, src in pairs:
+                dst[rows[0]:rows[0] + n].copy_(src[:n])
+            return
+        idx = torch.tensor(rows, dtype=torch.long).to(out.obj_ptr.device, non_blocking=True)
+        for dst, src in pairs:
+            dst.index_copy_(0, idx, src[:n].to(dst.dtype))
 
     def _graph_cond(self, sel: Selection, features: step.Features) -> Optional[int]:
         """The conditioning-frame count of a steady-state object with a captured graph."""
@@ -157,25 +187,24 @@ class GraphRunner(EagerRunner):
         return n_cond
 
     def _replay(self, n_cond: int, sels: List[Selection], features, bank, maskmem_pos):
-        """Replay the smallest graph of this bucket that holds ``sels``; copy outputs out.
-        Yields (StepOut of batch 1, mode) per selection."""
+        """Replay the smallest graph of this bucket that holds ``sels`` (padded by repeating
+        the last object; padding rows are ignored). Returns (outputs, mode)."""
         batch = next((b for b, c in sorted(self.steps) if c == n_cond and b >= len(sels)),
                      None)
         if batch is None:
             self.on_fallback(f'no graph for {len(sels)} objects with {n_cond} cond frames')
-            return [(self._eager(s, features, bank, maskmem_pos), 'eager') for s in sels]
+            return self._eager_many(sels, features, bank, maskmem_pos), 'eager'
         cap = self.steps[(batch, n_cond)]
-        padded = sels + [sels[-1]] * (batch - len(sels))     # padding rows are discarded
         try:
-            bank.gather(padded, out=cap.inputs)
+            bank.gather(sels + [sels[-1]] * (batch - len(sels)), out=cap.inputs)
             cap.graph.replay()
         except Exception as exc:  # noqa: BLE001 - the step is redone eagerly
             self.on_fallback(f'graph replay failed: {exc!r}')
-            return [(self._eager(s, features, bank, maskmem_pos), 'eager') for s in sels]
-        o = cap.outputs
-        return [(step.StepOut(o.low_res_logits[i:i + 1].clone(), o.obj_ptr[i:i + 1].clone(),
-                              o.score[i:i + 1].clone(), o.mem_feats[i:i + 1].clone()), 'graph')
-                for i in range(len(sels))]
+            return self._eager_many(sels, features, bank, maskmem_pos), 'eager'
+        return cap.outputs, 'graph'
+
+    def _eager_many(self, sels, features, bank, maskmem_pos) -> step.StepOut:
+        return cat_outputs([self._eager(s, features, bank, maskmem_pos) for s in sels])
 
     def _eager(self, sel, features, bank, maskmem_pos) -> step.StepOut:
         return step.track_step(self.model, features, bank.gather([sel]), maskmem_pos)

@@ -66,6 +66,11 @@ def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
         keys = list(blob)[:5] if isinstance(blob, dict) else type(blob).__name__
         raise CheckpointError(f'checkpoint {path!r} has no "model" state dict '
                               f'(found {keys}); expected an official SAM 2 .pt file')
+    bad = [k for k, v in state.items() if not (isinstance(k, str) and torch.is_tensor(v))]
+    if bad:
+        raise CheckpointError(f'checkpoint {path!r}: its "model" state dict maps {bad[:3]} to '
+                              f'something other than a tensor; expected an official SAM 2 '
+                              f'.pt file')
     return state
 
 

@@ -41,15 +41,25 @@ def frame_size(frame: Frame) -> Tuple[int, int]:
 
 def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tensor:
     """[H, W, 3] uint8 -> [1, 3, S, S] float32 normalized, computed on ``device``."""
+    if isinstance(frame, np.ndarray) and any(s < 0 for s in frame.strides):
+        frame = np.ascontiguousarray(frame)     # a view such as bgr[..., ::-1]: torch refuses
     x = torch.as_tensor(frame).to(device, non_blocking=True)
     x = x.permute(2, 0, 1).unsqueeze(0).float()                 # [1, 3, H, W] in 0..255
-    if x.shape[-2:] != (size, size):
-        x = F.interpolate(x, size=(size, size), mode='bicubic', align_corners=False,
-                          antialias=True)
-        x = x.round_().clamp_(0, 255)                            # PIL returns uint8
+    # PIL resizes in two passes, horizontal then vertical, each rounded and clipped to uint8
+    # (a vertical pass alone if only the height changes, and vice versa).
+    h, w = x.shape[-2:]
+    if w != size:
+        x = _bicubic_u8(x, (h, size))
+    if h != size:
+        x = _bicubic_u8(x, (size, size))
     mean = torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1)
     std = torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1)
     return (x / 255.0 - mean) / std
+
+
+def _bicubic_u8(x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    x = F.interpolate(x, size=size, mode='bicubic', align_corners=False, antialias=True)
+    return x.round_().clamp_(0, 255)
 
 
 def check_obj_id(obj_id) -> int:
@@ -66,14 +76,14 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
     """sam2 point_inputs for a points/box prompt ({'point_coords': [1, P, 2] in model
     pixels, 'point_labels': [1, P] int32}), box first as labels 2/3; None for a mask prompt."""
     check_obj_id(prompt.obj_id)
-    has_pts = prompt.points is not None and len(np.asarray(prompt.points)) > 0
     if prompt.mask is not None:
-        if has_pts or prompt.box is not None:
-            raise PromptError('a mask prompt cannot be combined with points or a box')
+        _mask_alone(prompt)
         return None
+    pts = None if prompt.points is None else _numbers(prompt.points, 'points')
+    has_pts = pts is not None and pts.size > 0
     coords, labels = [], []
     if prompt.box is not None:
-        box = _finite(np.asarray(prompt.box, np.float64).reshape(-1), 'box')
+        box = _finite(_numbers(prompt.box, 'box').reshape(-1), 'box')
         if box.size != 4:
             raise PromptError(f'box must have 4 numbers (x0, y0, x1, y1), got {box.size}')
         x0, y0, x1, y1 = box.tolist()
@@ -83,12 +93,12 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
         coords += [[x0, y0], [x1, y1]]
         labels += [2, 3]
     if has_pts:
-        pts = _finite(np.asarray(prompt.points, np.float64), 'points')
+        pts = _finite(pts, 'points')
         if pts.ndim != 2 or pts.shape[1] != 2:
             raise PromptError(f'points must be [N, 2] (x, y), got shape {pts.shape}')
         if pts.shape[0] > MAX_POINTS:
             raise PromptError(f'at most {MAX_POINTS} points per prompt, got {pts.shape[0]}')
-        lab = np.asarray(prompt.labels if prompt.labels is not None else [], np.float64)
+        lab = _numbers(prompt.labels if prompt.labels is not None else [], 'labels')
         lab = lab.reshape(-1)
         if lab.shape[0] != pts.shape[0]:
             raise PromptError(f'{pts.shape[0]} points but {lab.shape[0]} labels')
@@ -108,11 +118,16 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
 def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
                 device: torch.device) -> torch.Tensor:
     """A mask prompt [H, W] -> [1, 1, S, S] float {0, 1}, resized as add_new_mask does."""
-    m = np.asarray(prompt.mask)
+    check_obj_id(prompt.obj_id)
+    _mask_alone(prompt)
+    try:
+        m = np.asarray(prompt.mask)
+    except (TypeError, ValueError, RuntimeError) as exc:   # ragged lists, CUDA tensors
+        raise PromptError(f'mask must be an [H, W] array: {exc}') from None
     if m.shape != (h, w):
         raise PromptError(f'mask prompt must be {h}x{w} (the frame), got {m.shape}')
     if m.dtype != bool:
-        m = _finite(m.astype(np.float64), 'mask') > 0.5
+        m = _finite(_numbers(m, 'mask'), 'mask') > 0.5
     if not m.any():
         raise PromptError('mask prompt is empty')
     t = torch.from_numpy(np.ascontiguousarray(m)).to(device)[None, None].float()
@@ -121,6 +136,21 @@ def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
                           antialias=True)
         t = (t >= 0.5).float()
     return t
+
+
+def _mask_alone(prompt: Prompt) -> None:
+    if prompt.box is not None or (prompt.points is not None and
+                                  _numbers(prompt.points, 'points').size > 0):
+        raise PromptError('a mask prompt cannot be combined with points or a box')
+
+
+def _numbers(a, what: str) -> np.ndarray:
+    """``a`` as a float64 array; PromptError (not numpy's TypeError/ValueError) when it
+    holds strings, ragged lists or other non-numbers."""
+    try:
+        return np.asarray(a, np.float64)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise PromptError(f'{what} must be numbers: {exc}') from None
 
 
 def _finite(a: np.ndarray, what: str) -> np.ndarray:

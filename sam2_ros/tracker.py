@@ -235,17 +235,19 @@ class StreamingTracker:
         """One tracking step for every object on frame f (graph or eager per the runner)."""
         sels = [self.bank.select(o.slot, f) for o in objs]
         outs, modes = self.runner.track(self._features, self.bank, sels, self.maskmem_pos)
-        for i, o in enumerate(objs):
-            self.bank.write(o.slot, f, outs.mem_feats[i], outs.obj_ptr[i],
-                            outs.low_res_logits[i], as_cond=False)
-            self._set_score(o, outs.score[i:i + 1])
+        self.bank.write_tracked([o.slot for o in objs], f, outs.mem_feats, outs.obj_ptr,
+                                outs.low_res_logits)
+        scores = outs.score.float().reshape(-1).cpu().tolist()   # one sync for all objects
+        for o, sc in zip(objs, scores):
+            self._set_score(o, sc)
         for m in modes:
             self.stats[f'{m}_steps'] += 1
         return 'graph' if all(m == 'graph' for m in modes) else \
             ('eager' if all(m == 'eager' for m in modes) else 'mixed')
 
-    def _set_score(self, obj: ObjectInfo, score: torch.Tensor) -> None:
-        obj.score = float(score.float().reshape(-1)[0])
+    def _set_score(self, obj: ObjectInfo, score) -> None:
+        """score: a float or a [1, 1] tensor (object score logit)."""
+        obj.score = score if isinstance(score, float) else float(score.float().reshape(-1)[0])
         obj.hidden_run = 0 if obj.score > 0 else obj.hidden_run + 1
 
     def _count_fallback(self, reason: str) -> None:
