@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from sam2_ros.step import Memory
+from sam2_ros.upload import Uploader
 
 EMPTY = -1
 
@@ -58,8 +59,10 @@ class MemoryBank:
     cond_age: np.ndarray     # [O, K] insertion counter (sam2 keeps insertion order)
     ring_frame: np.ndarray   # [O, R] frame held in each spatial ring row
     ptr_frame: np.ndarray    # [O, P] frame held in each pointer ring row
+    scores: torch.Tensor     # [O] latest object score logit of each object (fp32)
     num_maskmem: int
     max_ptrs: int
+    upload: Uploader
     _counter: int = 0
 
     @classmethod
@@ -81,7 +84,8 @@ class MemoryBank:
             cond_age=np.zeros((capacity, max_cond), np.int64),
             ring_frame=np.full((capacity, ring), EMPTY, np.int64),
             ptr_frame=np.full((capacity, pring), EMPTY, np.int64),
-            num_maskmem=num_maskmem, max_ptrs=max_ptrs)
+            scores=torch.zeros(capacity, device=dev),
+            num_maskmem=num_maskmem, max_ptrs=max_ptrs, upload=Uploader(dev))
 
     # ---- geometry --------------------------------------------------------------------
     @property
@@ -149,13 +153,11 @@ class MemoryBank:
         ``out`` (a graph's static buffers) everything is written in place."""
         n_s, n_p = sels[0].key
         batch = len(sels)
-        dev = self.feats.device
         # row index tensors ordered (memory, object) so a view gives [n, B, ...]
         f_idx = [s.feat_rows[i] for i in range(n_s) for s in sels]
         p_idx = [s.ptr_rows[i] for i in range(n_p) for s in sels]
         dist = [s.ptr_dist[i] for i in range(n_p) for s in sels]
-        host = torch.tensor(f_idx + p_idx + dist + sels[0].tpos_idx, dtype=torch.long)
-        host = host.to(dev, non_blocking=True)
+        host = self.upload(f_idx + p_idx + dist + sels[0].tpos_idx)
         f_i, p_i = host[:n_s * batch], host[n_s * batch:(n_s + n_p) * batch]
         d_i = host[(n_s + n_p) * batch:(n_s + 2 * n_p) * batch]
         t_i = host[(n_s + 2 * n_p) * batch:]
@@ -172,12 +174,13 @@ class MemoryBank:
         return out
 
     def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,
-              logits: torch.Tensor, as_cond: bool) -> None:
+              logits: torch.Tensor, score: torch.Tensor, as_cond: bool) -> None:
         """Store one object's new memory for ``frame``: feats [Cm, h, w], ptr [C],
         logits [1, S/4, S/4]. A conditioning frame replaces a ring entry of the same frame
         (sam2 drops the non-conditioning output of a frame that becomes conditioning)."""
         k = self.max_cond
         self.logits[slot].copy_(logits)
+        self.scores[slot].copy_(score.reshape(()))
         if as_cond:
             row = self._cond_row_for(slot, frame)
             self.feats[slot, row].copy_(feats)
@@ -195,19 +198,20 @@ class MemoryBank:
         self.ptr_frame[slot, frame % pring] = frame
 
     def write_tracked(self, slots: List[int], frame: int, feats: torch.Tensor,
-                      ptrs: torch.Tensor, logits: torch.Tensor) -> None:
+                      ptrs: torch.Tensor, logits: torch.Tensor, scores: torch.Tensor) -> None:
         """Store the ordinary (non-conditioning) memory of B tracked objects for ``frame``
-        with one index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s].
-        Equivalent to ``write(..., as_cond=False)`` per object, with O(1) kernel launches."""
+        with one index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s],
+        scores [B, 1]. Equivalent to ``write(..., as_cond=False)`` per object, with O(1) kernel launches."""
         k = self.max_cond
         ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
         n = len(slots)
         rows = [self._feat_row(s, k + frame % ring) for s in slots]
         rows += [self._ptr_row(s, k + frame % pring) for s in slots] + list(slots)
-        idx = torch.tensor(rows, dtype=torch.long).to(self.feats.device, non_blocking=True)
+        idx = self.upload(rows)
         self.feats.view(-1, *self.feats.shape[2:]).index_copy_(0, idx[:n], feats)
         self.ptrs.view(-1, *self.ptrs.shape[2:]).index_copy_(0, idx[n:2 * n], ptrs)
         self.logits.index_copy_(0, idx[2 * n:], logits)
+        self.scores.index_copy_(0, idx[2 * n:], scores.reshape(-1).float())
         self.ring_frame[slots, frame % ring] = frame
         self.ptr_frame[slots, frame % pring] = frame
 

@@ -161,8 +161,7 @@ class GraphRunner(EagerRunner):
         o = self._out
         return step.StepOut(o.low_res_logits[:n], o.obj_ptr[:n], o.score[:n], o.mem_feats[:n])
 
-    @staticmethod
-    def _put(out: step.StepOut, rows: List[int], res: step.StepOut) -> None:
+    def _put(self, out: step.StepOut, rows: List[int], res: step.StepOut) -> None:
         """Copy the first len(rows) outputs of ``res`` to ``rows`` of ``out``."""
         n = len(rows)
         pairs = ((out.low_res_logits, res.low_res_logits), (out.obj_ptr, res.obj_ptr),
@@ -171,7 +170,7 @@ class GraphRunner(EagerRunner):
             for dst, src in pairs:
                 dst[rows[0]:rows[0] + n].copy_(src[:n])
             return
-        idx = torch.tensor(rows, dtype=torch.long).to(out.obj_ptr.device, non_blocking=True)
+        idx = self.bank.upload(rows)
         for dst, src in pairs:
             dst.index_copy_(0, idx, src[:n].to(dst.dtype))
 

@@ -7,25 +7,27 @@ device so the host receives one bool mask stack and one small stats tensor per f
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 
-def masks_and_stats(logits: torch.Tensor, h: int, w: int) -> Tuple[np.ndarray, np.ndarray]:
+def masks_and_stats(logits: torch.Tensor, h: int, w: int,
+                    extra: torch.Tensor = None) -> Tuple[np.ndarray, np.ndarray]:
     """logits [B, 1, s, s] -> masks [B, H, W] bool (host), stats [B, 7] float64 (host):
-    area, x0, y0, x1, y1, cx, cy (box and centroid are -1 where the mask is empty)."""
+    area, x0, y0, x1, y1, cx, cy (box and centroid are -1 where the mask is empty).
+    ``extra`` [B] is appended as an 8th column (fetched in the same device-to-host copy)."""
     if logits.shape[0] == 0:
-        return np.zeros((0, h, w), bool), np.zeros((0, 7))
+        return np.zeros((0, h, w), bool), np.zeros((0, 7 if extra is None else 8))
     m = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
     m = m[:, 0] > 0                                                  # [B, H, W]
     area = m.sum(dim=(1, 2)).double()
     ys = torch.arange(h, device=m.device, dtype=torch.float64)
     xs = torch.arange(w, device=m.device, dtype=torch.float64)
     rows, cols = m.any(dim=2), m.any(dim=1)                          # [B, H], [B, W]
-    big = torch.tensor(1e9, device=m.device, dtype=torch.float64)
+    big = 1e9
     y0 = torch.where(rows, ys, big).amin(1)
     y1 = torch.where(rows, ys, -big).amax(1)
     x0 = torch.where(cols, xs, big).amin(1)
@@ -34,7 +36,10 @@ def masks_and_stats(logits: torch.Tensor, h: int, w: int) -> Tuple[np.ndarray, n
     cy = (m.sum(dim=2).double() * ys).sum(1) / safe
     cx = (m.sum(dim=1).double() * xs).sum(1) / safe
     stats = torch.stack([area, x0, y0, x1, y1, cx, cy], dim=1)
-    stats[area == 0, 1:] = -1
+    stats = torch.where((area == 0)[:, None] & (torch.arange(7, device=m.device) > 0),
+                        -1.0, stats)
+    if extra is not None:
+        stats = torch.cat([stats, extra.double()[:, None]], dim=1)
     return m.cpu().numpy(), stats.cpu().numpy()
 
 
@@ -45,7 +50,3 @@ def unpack(stats_row: np.ndarray):
         return 0, None, None
     box = tuple(int(v) for v in stats_row[1:5])
     return area, box, (float(stats_row[5]), float(stats_row[6]))
-
-
-def split(x: torch.Tensor) -> List[torch.Tensor]:
-    return list(x.unbind(0))

@@ -52,9 +52,20 @@ def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tenso
         x = _bicubic_u8(x, (h, size))
     if h != size:
         x = _bicubic_u8(x, (size, size))
-    mean = torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1)
+    mean, std = _mean_std(torch.device(device))
     return (x / 255.0 - mean) / std
+
+
+_MEAN_STD = {}
+
+
+def _mean_std(device: torch.device):
+    """Normalization constants, uploaded once per device (an upload per frame would make
+    CUDA synchronize the stream)."""
+    if device not in _MEAN_STD:
+        _MEAN_STD[device] = (torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1),
+                             torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1))
+    return _MEAN_STD[device]
 
 
 def _bicubic_u8(x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:

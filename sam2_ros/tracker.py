@@ -97,7 +97,7 @@ class StreamingTracker:
             tracked = [o for o in self._objects.values() if o.obj_id not in queued]
             mode = self._track_objects(tracked, f) if tracked else 'eager'
         self.stats['frames'] += 1
-        return self._result(f, mode, time.perf_counter() - t0)
+        return self._result(f, mode, t0, tracked=True)
 
     @torch.inference_mode()
     def add_prompt(self, prompt: Prompt) -> FrameResult:
@@ -115,7 +115,7 @@ class StreamingTracker:
         t0 = time.perf_counter()
         with autocast(self.cfg):
             self._prompt_step(prompt, f, init=init)
-        return self._result(f, 'eager', time.perf_counter() - t0)
+        return self._result(f, 'eager', t0)
 
     def queue_prompt(self, prompt: Prompt) -> None:
         """Apply a prompt to the next frame passed to track() (the newest per id wins)."""
@@ -217,9 +217,9 @@ class StreamingTracker:
         mem = None if init else self.bank.gather([self.bank.select(obj.slot, f)])
         out = self._run_prompt(prompt, self._features, h, w, mem, prev)
         self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
-                        out.low_res_logits[0], as_cond=init or self.cfg.corrections_as_cond)
+                        out.low_res_logits[0], out.score,
+                        as_cond=init or self.cfg.corrections_as_cond)
         obj.last_prompt_frame = f
-        self._set_score(obj, out.score)
         self._objects[prompt.obj_id] = obj
         self.stats['prompt_steps'] += 1
 
@@ -236,33 +236,32 @@ class StreamingTracker:
         sels = [self.bank.select(o.slot, f) for o in objs]
         outs, modes = self.runner.track(self._features, self.bank, sels, self.maskmem_pos)
         self.bank.write_tracked([o.slot for o in objs], f, outs.mem_feats, outs.obj_ptr,
-                                outs.low_res_logits)
-        scores = outs.score.float().reshape(-1).cpu().tolist()   # one sync for all objects
-        for o, sc in zip(objs, scores):
-            self._set_score(o, sc)
+                                outs.low_res_logits, outs.score)
         for m in modes:
             self.stats[f'{m}_steps'] += 1
         return 'graph' if all(m == 'graph' for m in modes) else \
             ('eager' if all(m == 'eager' for m in modes) else 'mixed')
-
-    def _set_score(self, obj: ObjectInfo, score) -> None:
-        """score: a float or a [1, 1] tensor (object score logit)."""
-        obj.score = score if isinstance(score, float) else float(score.float().reshape(-1)[0])
-        obj.hidden_run = 0 if obj.score > 0 else obj.hidden_run + 1
 
     def _count_fallback(self, reason: str) -> None:
         self.stats['fallbacks'] += 1
         self.fallback_reasons[reason] += 1
         log.warning('CUDA graph fallback to eager: %s', reason)
 
-    def _result(self, f: int, mode: str, seconds: float) -> FrameResult:
+    def _result(self, f: int, mode: str, t0: float, tracked: bool = False) -> FrameResult:
+        """Results of every object on frame f, read back in one device-to-host copy.
+        engine_ms runs from t0 to the end of that copy (so it includes the GPU work).
+        tracked=True (a new frame) advances each object's occluded/lost run."""
         h, w = self._hw
         objs = sorted(self._objects.values(), key=lambda o: o.obj_id)
-        slots = torch.tensor([o.slot for o in objs], dtype=torch.long, device=self.device)
+        slots = self.bank.upload([o.slot for o in objs])
         logits = self.bank.logits.index_select(0, slots)
-        masks, stats = postprocess.masks_and_stats(logits, h, w)
-        res = FrameResult(f, h, w, mode=mode, engine_ms=seconds * 1e3)
+        scores = self.bank.scores.index_select(0, slots)
+        masks, stats = postprocess.masks_and_stats(logits, h, w, extra=scores)
+        res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
         for o, m, s, lg in zip(objs, masks, stats, logits):
+            o.score = float(s[7])
+            if tracked or o.score > 0:
+                o.hidden_run = 0 if o.score > 0 else o.hidden_run + 1
             area, box, cen = postprocess.unpack(s)
             state = TRACKING if o.score > 0 else (
                 LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)

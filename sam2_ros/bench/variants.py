@@ -1,0 +1,221 @@
+"""One function per benchmarked variant, each driving the same synthetic stream.
+
+Workload: 1280x720 synthetic source frames (a textured background with moving discs), each
+object prompted with a box on frame 0, then steady tracking. Every variant delivers, every
+frame, a boolean mask per object at source resolution on the HOST (official: ``video_res_masks
+> 0`` then ``.cpu()``; ours: ``FrameResult.objects[i].mask`` is already a host array).
+
+A variant is a generator factory ``fn(spec) -> Run``: ``Run.step()`` processes the next frame
+and returns the host masks; ``Run.compile_s`` is the compile (or graph capture) time, known
+after ``Run.start()`` for ours and after the warm-up frames for compiled official variants.
+Random weights throughout: timings only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+SRC_H, SRC_W = 720, 1280
+
+
+@dataclass
+class Spec:
+    model: str
+    res: int
+    objects: int
+    frames: int                      # total frames in the stream (prompt frame included)
+    device: str = 'cuda'
+    precision: str = 'bf16'
+    seed: int = 0
+
+
+# ---- synthetic stream -----------------------------------------------------------------
+class Stream:
+    """Deterministic synthetic frames: textured background, one moving disc per object
+    (at least two discs), drawn only inside each disc's bounding box (cheap per frame)."""
+
+    def __init__(self, n_objects: int, h: int = SRC_H, w: int = SRC_W, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.h, self.w = h, w
+        # coarse noise upsampled: texture without 2.7 MB of random numbers per frame
+        small = rng.integers(0, 255, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)
+        self.bg = np.ascontiguousarray(small.repeat(8, 0).repeat(8, 1)[:h, :w])
+        n = max(2, n_objects)
+        self.r = max(12, min(h, w) // (10 if n <= 3 else 16))
+        self.c0 = np.stack([rng.uniform(0.15, 0.85, n) * w, rng.uniform(0.2, 0.8, n) * h], 1)
+        self.v = rng.uniform(-4, 4, (n, 2))
+        self.col = rng.integers(0, 255, (n, 3), dtype=np.uint8)
+        yy, xx = np.mgrid[-self.r:self.r + 1, -self.r:self.r + 1]
+        self.disc = xx ** 2 + yy ** 2 <= self.r ** 2
+
+    def centers(self, t: int) -> np.ndarray:
+        lo = np.array([self.r + 1, self.r + 1])
+        hi = np.array([self.w - self.r - 2, self.h - self.r - 2])
+        span = hi - lo
+        p = self.c0 - lo + self.v * t                       # bounce inside the frame
+        p = np.abs((p + span) % (2 * span) - span)
+        return p + lo
+
+    def frame(self, t: int) -> np.ndarray:
+        fr = self.bg.copy()
+        r = self.r
+        for (cx, cy), col in zip(self.centers(t).astype(int), self.col):
+            win = fr[cy - r:cy + r + 1, cx - r:cx + r + 1]
+            win[self.disc] = col
+        return fr
+
+    def boxes(self, n_objects: int, t: int = 0) -> List[tuple]:
+        r = self.r
+        return [(float(cx - r), float(cy - r), float(cx + r), float(cy + r))
+                for cx, cy in self.centers(t)[:n_objects]]
+
+
+@dataclass
+class Run:
+    step: Callable[[], list]
+    compile_s: Optional[float] = None
+    close: Callable[[], None] = lambda: None
+    info: Dict[str, object] = field(default_factory=dict)
+
+
+def _autocast(precision: str, device: str):
+    if precision != 'bf16':
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+# ---- ours -------------------------------------------------------------------------------
+def _ours(spec: Spec, graphs: bool, mode: str = 'swap') -> Run:
+    from sam2_ros.config import TrackerConfig
+    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.types import Prompt
+
+    cfg = TrackerConfig(model_size=spec.model, image_size=spec.res, random_weights=True,
+                        seed=spec.seed, device=spec.device, precision=spec.precision,
+                        max_objects=max(8, spec.objects), use_cuda_graphs=graphs,
+                        graph_mode=mode)
+    tr = StreamingTracker(cfg)
+    stream = Stream(spec.objects, seed=spec.seed)
+    # frames made before timing, as the official variants read theirs from init_state
+    frames = [stream.frame(t) for t in range(spec.frames)]
+    state = {'t': 0}
+    res = tr.track(frames[0])
+    for i, box in enumerate(stream.boxes(spec.objects)):
+        res = tr.add_prompt(Prompt(i + 1, box=box))
+    assert len(res.objects) == spec.objects
+
+    def step():
+        state['t'] += 1
+        r = tr.track(frames[state['t']])
+        return [o.mask for o in r.objects]
+
+    run = Run(step, info={'tracker': tr})
+    if graphs:
+        run.compile_s = float(getattr(tr.runner, 'capture_s', 0.0))
+    run.info['stats'] = tr.stats
+    return run
+
+
+def ours_eager(spec: Spec) -> Run:
+    return _ours(spec, graphs=False)
+
+
+def ours_graph(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='swap')
+
+
+def ours_graph_batched(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='batched')
+
+
+# ---- official -----------------------------------------------------------------------------
+@contextlib.contextmanager
+def _compile_mode(mode: Optional[str]):
+    """Force every torch.compile call made while building the model to ``mode``."""
+    if mode is None:
+        yield
+        return
+    orig = torch.compile
+
+    def patched(*args, **kwargs):
+        kwargs['mode'] = mode
+        return orig(*args, **kwargs)
+
+    torch.compile = patched
+    try:
+        yield
+    finally:
+        torch.compile = orig
+
+
+def _official(spec: Spec, vos: bool, compile_mode: Optional[str] = None) -> Run:
+    from sam2.build_sam import build_sam2_video_predictor
+    from sam2_ros.config import MODEL_CONFIGS
+
+    torch.manual_seed(spec.seed)
+    with _compile_mode(compile_mode):
+        predictor = build_sam2_video_predictor(
+            MODEL_CONFIGS[spec.model], ckpt_path=None, device=spec.device,
+            vos_optimized=vos, hydra_overrides_extra=[f'++model.image_size={spec.res}'])
+    stream = Stream(spec.objects, seed=spec.seed)
+    tmp = tempfile.mkdtemp(prefix='sam2bench_')
+    from PIL import Image
+    for t in range(spec.frames):
+        Image.fromarray(stream.frame(t)).save(os.path.join(tmp, f'{t:05d}.jpg'), quality=95)
+    ctx = contextlib.ExitStack()
+    ctx.enter_context(torch.inference_mode())
+    ctx.enter_context(_autocast(spec.precision, spec.device))
+    # offload_video_to_cpu: each frame is copied to the GPU when it is tracked (as a stream
+    # would be) instead of holding the whole clip in GPU memory (would inflate peak_mib).
+    state = predictor.init_state(tmp, offload_video_to_cpu=True)
+    for i, box in enumerate(stream.boxes(spec.objects)):
+        predictor.add_new_points_or_box(state, 0, i + 1, box=np.array(box, np.float32))
+    gen = predictor.propagate_in_video(state)
+    first = next(gen)                      # frame 0 (the prompt frame), already computed
+    assert first[0] == 0
+
+    def step():
+        _, ids, video_res_masks = next(gen)
+        m = (video_res_masks > 0).cpu()
+        return list(m[:, 0].numpy())
+
+    def close():
+        ctx.close()
+        gen.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    return Run(step, close=close, info={'predictor': predictor})
+
+
+def official_eager(spec: Spec) -> Run:
+    return _official(spec, vos=False)
+
+
+def official_vos(spec: Spec) -> Run:
+    """SAM2VideoPredictorVOS: torch.compile max-autotune of every component."""
+    return _official(spec, vos=True)
+
+
+def official_compile_default(spec: Spec) -> Run:
+    """The same components as official_vos, compiled with torch.compile mode='default'."""
+    return _official(spec, vos=True, compile_mode='default')
+
+
+VARIANTS = {
+    'official_eager': official_eager,
+    'official_vos': official_vos,
+    'official_compile_default': official_compile_default,
+    'ours_eager': ours_eager,
+    'ours_graph': ours_graph,
+    'ours_graph_batched': ours_graph_batched,
+}
+COMPILED = {'official_vos', 'official_compile_default'}

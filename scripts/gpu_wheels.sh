@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build into .whl/ the pure-Python wheels the GPU machine lacks (it has torch, numpy, pillow, cv2,
+# tqdm, PyYAML, pytest but no sam2 stack and cannot download): carry .whl to it and install there.
+# Needs the venv from scripts/setup.sh (V=.venv).   usage: bash scripts/gpu_wheels.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+V=${V:-.venv}; W=.whl
+WHEEL=("$V/bin/python" -m pip wheel -qq --no-deps --progress-bar off -w "$W")
+rm -rf "$W" && mkdir -p "$W"
+# sam2 (no CUDA extension: it only does hole filling), built against the venv's torch
+SAM2_BUILD_CUDA=0 "${WHEEL[@]}" --no-build-isolation sam2==1.1.0
+"${WHEEL[@]}" hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10 portalocker
+# our package (the GPU machine has no ROS: only the tracker core, benchmarks and CLI are used there)
+src=$(mktemp -d) && cp -r setup.py sam2_ros "$src"   # build outside the tree: no build/ left here
+"${WHEEL[@]}" --no-build-isolation --use-pep517 "$src" && rm -rf "$src"
+# every wheel must be pure Python (the GPU machine runs another Python version)
+bad=$(ls "$W" | grep -v -- '-py3-none-any\.whl$' || true)
+[ -z "$bad" ] || { echo "[gpu_wheels] not pure-Python: $bad" >&2; exit 1; }
+ls -s "$W"
+echo "[gpu_wheels] $(du -sh "$W" | cut -f1) in $W; on the device machine (carry $W):"
+echo "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $W/*.whl"
