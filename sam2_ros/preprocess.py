@@ -138,7 +138,7 @@ def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
     if m.shape != (h, w):
         raise PromptError(f'mask prompt must be {h}x{w} (the frame), got {m.shape}')
     if m.dtype != bool:
-        m = _finite(_numbers(m, 'mask'), 'mask') > 0.5
+        m = _finite(_numbers(m, 'mask'), 'mask') != 0     # add_new_mask: nonzero is True
     if not m.any():
         raise PromptError('mask prompt is empty')
     t = torch.from_numpy(np.ascontiguousarray(m)).to(device)[None, None].float()

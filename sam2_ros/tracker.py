@@ -16,6 +16,7 @@ Imports no ROS.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import torch
 from sam2_ros import postprocess, preprocess, step
 from sam2_ros.bank import MemoryBank
 from sam2_ros.config import TrackerConfig
-from sam2_ros.errors import CapacityError, FrameError, UnknownObjectError
+from sam2_ros.errors import CapacityError, FrameError, PromptError, UnknownObjectError
 from sam2_ros.model import autocast, build_model
 from sam2_ros.runner import make_runner
 from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
@@ -84,6 +85,7 @@ class StreamingTracker:
             raise FrameError(f'resolution changed from {self._hw[1]}x{self._hw[0]} to '
                              f'{hw[1]}x{hw[0]} while tracking {len(self._objects)} objects; '
                              f'reset() to track at the new resolution')
+        self._check_queued(hw)
         t0 = time.perf_counter()
         with autocast(self.cfg):
             image = preprocess.to_model_input(frame, self.size, self.device)
@@ -103,6 +105,7 @@ class StreamingTracker:
     def add_prompt(self, prompt: Prompt) -> FrameResult:
         """Apply a prompt to the latest tracked frame; returns that frame's updated results.
         Before the first frame the prompt is queued for it instead."""
+        prompt = dataclasses.replace(prompt, obj_id=preprocess.check_obj_id(prompt.obj_id))
         if self._features is None:
             self.queue_prompt(prompt)
             return FrameResult(-1, 0, 0)
@@ -118,13 +121,14 @@ class StreamingTracker:
         return self._result(f, 'eager', t0)
 
     def queue_prompt(self, prompt: Prompt) -> None:
-        """Apply a prompt to the next frame passed to track() (the newest per id wins)."""
+        """Apply a prompt to the next frame passed to track() (the newest per id wins).
+        Before the first frame (or after reset()) a prompt can only be checked against the
+        frame size when that frame arrives; see ``track``."""
+        prompt = dataclasses.replace(prompt, obj_id=preprocess.check_obj_id(prompt.obj_id))
         if self._hw is not None:
             self._validate(prompt)
-        else:
-            preprocess.check_obj_id(prompt.obj_id)
-        if prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
-            self._check_capacity(extra=len(self._queued) + 1)
+        elif prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
+            self._check_capacity()
         self._queued[prompt.obj_id] = prompt
 
     def remove_object(self, obj_id: int) -> None:
@@ -182,19 +186,46 @@ class StreamingTracker:
                 first.low_res_logits[0])
             self.runner.prepare(self.bank, self.maskmem_pos, feats)
 
-    def _check_capacity(self, extra: int = 1) -> None:
-        if len(self._objects) + extra > self.cfg.max_objects:
-            raise CapacityError(f'cannot add object: {len(self._objects)} tracked, '
-                                f'max_objects={self.cfg.max_objects}')
+    def _check_capacity(self) -> None:
+        """Room for one more object, counting objects queued to start on the next frame."""
+        queued_new = sum(1 for i in self._queued if i not in self._objects)
+        if len(self._objects) + queued_new + 1 > self.cfg.max_objects:
+            raise CapacityError(f'cannot add object: {len(self._objects)} tracked and '
+                                f'{queued_new} queued, max_objects={self.cfg.max_objects}')
+
+    def _check_queued(self, hw) -> None:
+        """Validate prompts queued before the frame size was known against this frame. Bad
+        ones are dropped and reported by raising PromptError before anything else changes,
+        so the caller can report it and pass the same frame again."""
+        if not self._queued or hw == self._hw:
+            return
+        saved, bad = self._hw, []
+        self._hw = hw
+        try:
+            for obj_id, p in list(self._queued.items()):
+                try:
+                    self._validate_shape(p)
+                except PromptError as exc:
+                    bad.append(f'object {obj_id}: {exc}')
+                    del self._queued[obj_id]
+        finally:
+            self._hw = saved
+        if bad:
+            raise PromptError('dropped queued prompts that do not fit the frame: '
+                              + '; '.join(bad))
 
     def _validate(self, prompt: Prompt) -> None:
+        self._validate_shape(prompt)
+        if prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
+            self._check_capacity()
+
+    def _validate_shape(self, prompt: Prompt) -> None:
+        """Raise PromptError unless the prompt fits the current frame size."""
         h, w = self._hw
         if prompt.mask is not None:
             preprocess.prompt_mask(prompt, h, w, self.size, torch.device('cpu'))
         else:
             preprocess.prompt_points(prompt, h, w, self.size, torch.device('cpu'))
-        if prompt.obj_id not in self._objects:
-            self._check_capacity()
 
     def _free_slot(self) -> int:
         used = {o.slot for o in self._objects.values()}
@@ -211,7 +242,6 @@ class StreamingTracker:
         queued = obj is None or init and obj.created_frame != f
         prev = None if queued else self.bank.logits[obj.slot:obj.slot + 1]
         if obj is None:
-            self._check_capacity()
             obj = ObjectInfo(prompt.obj_id, self._free_slot(), f, f)
             self.bank.clear(obj.slot)
         mem = None if init else self.bank.gather([self.bank.select(obj.slot, f)])

@@ -5,13 +5,13 @@ are validated BEFORE cv_bridge: the PyPI cv_bridge port trusts ``height``/``widt
 blindly (it ignores ``step`` and would read garbage or raise obscure numpy errors), so every
 defect a camera driver or a hand-written publisher can produce becomes a :class:`FrameError`
 with a sentence a user can act on. Outgoing images are built by hand: that port's
-``cv2_to_imgmsg`` is broken under numpy 2.
+``cv2_to_imgmsg`` is broken under numpy 2. The overlay itself is drawn by
+:mod:`sam2_ros.overlay`, shared with the offline CLI.
 """
 
 from __future__ import annotations
 
 import array
-import colorsys
 from types import SimpleNamespace
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -189,32 +189,6 @@ def image_msg(img: np.ndarray, encoding: str, header: Any) -> Any:
     msg.step = msg.width * (1 if img.ndim == 2 else int(img.shape[2]))
     msg.data = array.array('B', img.tobytes())
     return msg
-
-
-def id_color(obj_id: int) -> Tuple[int, int, int]:
-    """A stable, well separated RGB color per object id (golden-ratio hue steps)."""
-    hue = (obj_id * 0.618033988749895) % 1.0
-    r, g, b = colorsys.hsv_to_rgb(hue, 0.85, 1.0)
-    return int(r * 255), int(g * 255), int(b * 255)
-
-
-def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5) -> np.ndarray:
-    """RGB frame with each object's mask tinted in its color, outlined, and labelled."""
-    out = rgb.copy()
-    for obj in sorted(res.objects, key=lambda o: o.obj_id):
-        if obj.area == 0:
-            continue
-        color = np.array(id_color(obj.obj_id), np.float32)
-        sel = obj.mask
-        out[sel] = ((1.0 - alpha) * out[sel] + alpha * color).astype(np.uint8)
-        contours, _ = cv2.findContours(sel.astype(np.uint8), cv2.RETR_EXTERNAL,
-                                       cv2.CHAIN_APPROX_SIMPLE)
-        cv2.drawContours(out, contours, -1, tuple(int(c) for c in color), 2)
-        if obj.centroid is not None:
-            cx, cy = int(obj.centroid[0]), int(obj.centroid[1])
-            cv2.putText(out, str(obj.obj_id), (cx, cy), cv2.FONT_HERSHEY_SIMPLEX, 0.6,
-                        (255, 255, 255), 2, cv2.LINE_AA)
-    return out
 
 
 # ----------------------------------------------------------------------------- state out

@@ -76,7 +76,7 @@ T, N = 'tracker', 'node'
 PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('model_size', T, 'model_size', 'str', 'SAM 2.1 size: tiny, small, base_plus, large'),
     ParamSpec('image_size', T, 'image_size', 'int',
-              'square model input side in px, multiple of 32 (512 is ~4x cheaper than 1024)'),
+              'square model input side in px, multiple of 32 (smaller: faster, coarser masks)'),
     ParamSpec('checkpoint', T, 'checkpoint', 'str',
               'path of an official SAM 2/2.1 .pt file; empty = none (needs random_weights)'),
     ParamSpec('random_weights', T, 'random_weights', 'bool',

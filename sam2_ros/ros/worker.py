@@ -155,6 +155,7 @@ class WorkerCounters:
     frame_errors: int = 0
     prompt_errors: int = 0
     consecutive_failures: int = 0
+    objects: int = 0            # objects in the last published result
     errors_since_diag: int = 0
     recent_errors: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=5))
 
@@ -164,18 +165,22 @@ class TrackingWorker:
 
     ``decode(msg) -> rgb`` and ``convert(PromptItem) -> (action, Prompt|None)`` raise
     TrackerError subclasses for bad input; ``publish(Published)`` sends the messages.
-    ``log(level, text)`` with level 'info' | 'warn' | 'error'.
+    ``log(level, text)`` with level 'info' | 'warn' | 'error'. ``thread_init()`` runs first in
+    the worker thread (per-thread settings such as the current CUDA device).
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, *,
                  decode: Callable[[Any], np.ndarray],
                  convert: Callable[[PromptItem], Tuple[int, Optional[Prompt]]],
                  publish: Callable[[Published], None],
-                 log: Callable[[str, str], None]) -> None:
+                 log: Callable[[str, str], None],
+                 thread_init: Optional[Callable[[], None]] = None) -> None:
         self.tracker = tracker
+        self._thread_init = thread_init
         self.mailbox = mailbox
         self._decode, self._convert, self._publish, self._log = decode, convert, publish, log
-        self._pending: List[Tuple[int, int, Optional[Prompt], str]] = []  # (stamp, action, p, what)
+        # prompts waiting for a future frame: (stamp, action, prompt, description)
+        self._pending: List[Tuple[int, int, Optional[Prompt], str]] = []
         self._errors: List[str] = []
         self._err_lock = threading.Lock()
         self._stop = threading.Event()
@@ -213,6 +218,13 @@ class TrackingWorker:
             self.counters.errors_since_diag += 1
             self.counters.recent_errors.append(text)
 
+    def take_error_count(self) -> Tuple[int, str]:
+        """(errors since the previous call, the last error text); resets the count."""
+        with self._err_lock:
+            n, self.counters.errors_since_diag = self.counters.errors_since_diag, 0
+            last = self.counters.recent_errors[-1] if self.counters.recent_errors else ''
+        return n, last
+
     def _drain_errors(self) -> List[str]:
         with self._err_lock:
             errs, self._errors = self._errors, []
@@ -220,6 +232,8 @@ class TrackingWorker:
 
     # ------------------------------------------------------------------ main loop
     def _run(self) -> None:
+        if self._thread_init is not None:
+            self._thread_init()
         while not self._stop.is_set():
             frame, prompts = self.mailbox.take(0.1)
             if self._stop.is_set():
@@ -313,6 +327,7 @@ class TrackingWorker:
                 return
         self.counters.processed += 1
         self.counters.consecutive_failures = 0
+        self.counters.objects = len(res.objects)
         self.last_stamp_ns = item.stamp_ns
         self._last = (rgb, item.header)
         self._publish(Published(res, rgb, item.header, decode_ms, item.recv_t,

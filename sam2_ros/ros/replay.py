@@ -1,0 +1,214 @@
+"""Replay a rosbag2 bag (sqlite3 or MCAP) without rosbag2: images, prompts, /clock.
+
+rosbag2 (``ros2 bag play``) is not installable from PyPI; this player reads bags with the pure
+Python ``rosbags`` library and publishes each message's recorded CDR bytes unchanged through
+rclpy (``Publisher.publish(bytes)``), so no message is deserialized and re-serialized and custom
+types such as ``sam2_ros/msg/Prompt`` need only their generated Python class to be importable.
+Messages keep their recorded spacing (divided by ``--rate``) and ``/clock`` follows bag time,
+so a node with ``use_sim_time:=true`` sees the recorded time line.
+
+    python -m sam2_ros.ros.replay BAG [--rate 1.0] [--topics T ...] [--wait] [--no-clock]
+
+:func:`project_typestore` gives a rosbags typestore that knows our msg/*.msg, for writing
+bags that contain prompts (see test/test_ros_replay.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+CLOCK_HZ = 40.0  # /clock updates while waiting between messages (as rosbag2's default)
+
+
+def msg_dir() -> Path:
+    """Directory with our .msg files: the installed share/sam2_ros/msg, else the source tree."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        share = Path(get_package_share_directory('sam2_ros')) / 'msg'
+        if share.is_dir():
+            return share
+    except Exception:  # not installed as an ament package (plain source tree)
+        pass
+    return Path(__file__).resolve().parents[2] / 'msg'
+
+
+def project_typestore(store: str = 'ros2_kilted') -> Any:
+    """A rosbags typestore with the standard ROS 2 types plus ``sam2_ros/msg/*``."""
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    ts = get_typestore(Stores(store))
+    types: Dict[str, Any] = {}
+    for path in sorted(msg_dir().glob('*.msg')):
+        types.update(get_types_from_msg(path.read_text(), f'sam2_ros/msg/{path.stem}'))
+    ts.register(types)
+    return ts
+
+
+def message_class(msgtype: str) -> Any:
+    """'sensor_msgs/msg/Image' -> the rclpy message class (ImportError names the package)."""
+    pkg, kind, name = msgtype.split('/')
+    return getattr(importlib.import_module(f'{pkg}.{kind}'), name)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog='sam2_ros.ros.replay', description=__doc__.split('\n')[0])
+    ap.add_argument('bag', help='rosbag2 directory (sqlite3 or mcap storage)')
+    ap.add_argument('--rate', type=float, default=1.0, help='playback speed factor')
+    ap.add_argument('--topics', nargs='*', default=None, help='only these topics')
+    ap.add_argument('--wait', action='store_true',
+                    help='wait until every replayed topic has a subscriber before playing')
+    ap.add_argument('--wait-topic', action='append', default=[], metavar='TOPIC[:N]',
+                    help='also wait for N (default 1) subscribers on TOPIC, e.g. /clock:2 '
+                         '(repeatable; replayed topics or /clock)')
+    ap.add_argument('--wait-timeout', type=float, default=60.0,
+                    help='seconds, for --wait and --wait-topic')
+    ap.add_argument('--no-clock', action='store_true', help='do not publish /clock')
+    ap.add_argument('--start-delay', type=float, default=0.0,
+                    help='seconds between discovery and the first message')
+    ap.add_argument('--qos-depth', type=int, default=100, help='publisher history depth')
+    args = ap.parse_args(list(argv))
+    if args.rate <= 0:
+        ap.error('--rate must be > 0')
+    return args
+
+
+def parse_wait_topic(text: str) -> Tuple[str, int]:
+    """'/clock:2' -> ('/clock', 2); '/clock' -> ('/clock', 1)."""
+    head, sep, tail = text.rpartition(':')
+    if sep and tail.isdigit():
+        return head, int(tail)
+    return text, 1
+
+
+class BagPlayer:
+    """Publishes one bag's messages on an rclpy node with their recorded timing."""
+
+    def __init__(self, node: Any, bag: str, *, rate: float = 1.0,
+                 topics: Optional[List[str]] = None, clock: bool = True,
+                 qos_depth: int = 100) -> None:
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rosbags.rosbag2 import Reader
+
+        self.node, self.rate = node, rate
+        self.reader = Reader(bag)
+        self.reader.open()
+        conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
+        if not conns:
+            raise ValueError(f'no messages to play in {bag} (topics: {topics})')
+        self.connections = conns
+        qos = QoSProfile(depth=qos_depth, reliability=ReliabilityPolicy.RELIABLE)
+        self.pubs: Dict[str, Any] = {}
+        for c in conns:
+            if c.topic not in self.pubs:
+                self.pubs[c.topic] = node.create_publisher(message_class(c.msgtype), c.topic, qos)
+        self.clock_pub = None
+        if clock:
+            from rosgraph_msgs.msg import Clock
+
+            self.clock_pub = node.create_publisher(Clock, '/clock', 10)
+        self.counts: Dict[str, int] = {t: 0 for t in self.pubs}
+
+    def wait_for_subscribers(self, timeout: float, every_topic: bool = True,
+                             extra: Optional[Dict[str, int]] = None) -> List[str]:
+        """Wait until every replayed topic has a subscriber (``every_topic``) and each topic
+        of ``extra`` has its count; returns the topics still short after ``timeout``."""
+        want = {t: 1 for t in self.pubs} if every_topic else {}
+        want.update(extra or {})
+        pubs = dict(self.pubs)
+        if self.clock_pub is not None:
+            pubs['/clock'] = self.clock_pub
+        unknown = set(want) - set(pubs)
+        if unknown:
+            raise ValueError(f'cannot wait for {sorted(unknown)}: not published by this replay')
+        end = time.monotonic() + timeout
+        while True:
+            short = [t for t, n in want.items() if pubs[t].get_subscription_count() < n]
+            if not short or time.monotonic() > end:
+                return short
+            time.sleep(0.05)
+
+    def _publish_clock(self, t_ns: int) -> None:
+        if self.clock_pub is not None:
+            from rosgraph_msgs.msg import Clock
+
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
+            self.clock_pub.publish(msg)
+
+    def play(self) -> float:
+        """Publish everything; returns the wall seconds taken."""
+        t_bag0: Optional[int] = None
+        t_wall0 = time.monotonic()
+        for conn, t_ns, raw in self.reader.messages(connections=self.connections):
+            if t_bag0 is None:
+                t_bag0 = t_ns
+            due = t_wall0 + (t_ns - t_bag0) * 1e-9 / self.rate
+            while True:  # sleep in /clock-sized steps, keeping /clock moving
+                now = time.monotonic()
+                if now >= due:
+                    break
+                time.sleep(min(due - now, 1.0 / CLOCK_HZ))
+                if self.clock_pub is not None and due - time.monotonic() > 0:
+                    elapsed = (time.monotonic() - t_wall0) * self.rate
+                    self._publish_clock(t_bag0 + int(elapsed * 1e9))
+            self._publish_clock(t_ns)
+            self.pubs[conn.topic].publish(bytes(raw))
+            self.counts[conn.topic] += 1
+        return time.monotonic() - t_wall0
+
+    def wait_acked(self, timeout: float = 10.0) -> bool:
+        """Reliable delivery of the last messages before the process exits."""
+        from rclpy.duration import Duration
+
+        return all(p.wait_for_all_acked(Duration(seconds=timeout)) for p in self.pubs.values())
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import rclpy
+    from rclpy.utilities import remove_ros_args
+
+    argv = list(sys.argv if argv is None else argv)
+    args = parse_args(remove_ros_args(argv)[1:])
+    rclpy.init(args=argv)
+    node = rclpy.create_node('sam2_bag_replay')
+    log = node.get_logger()
+    player = None
+    try:
+        player = BagPlayer(node, args.bag, rate=args.rate, topics=args.topics,
+                           clock=not args.no_clock, qos_depth=args.qos_depth)
+        extra = dict(parse_wait_topic(w) for w in args.wait_topic)
+        if args.wait or extra:
+            short = player.wait_for_subscribers(args.wait_timeout, args.wait, extra)
+            if short:
+                log.error(f'too few subscribers after {args.wait_timeout:.0f} s on {short}')
+                return 2
+        time.sleep(args.start_delay)
+        seconds = player.play()
+        acked = player.wait_acked()
+        log.info(f'replayed {sum(player.counts.values())} messages in {seconds:.2f} s '
+                 f'({", ".join(f"{t}: {n}" for t, n in player.counts.items())})'
+                 f'{"" if acked else "; some were not acknowledged by all subscribers"}')
+        return 0
+    except Exception as exc:  # unreadable bag, unknown message package, bad topic name...
+        log.error(f'cannot replay {args.bag}: {type(exc).__name__}: {exc}')
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if player is not None:
+            player.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Shared fixtures of the CPU core tests: one small random model per configuration for the whole
+session (building one takes seconds), fresh trackers on it (cheap), synthetic frames, and a
+snapshot of a tracker's whole state to prove that a rejected input changed nothing.
+
+torch and sam2 are imported lazily, so the ROS/message tests that share this directory do not
+pay for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# Small and fast on a 2-core CPU; 64 is the smallest image size sam2 builds at (a multiple of
+# 32 with 4x4 memory maps), 128 keeps masks meaningful enough for the API tests.
+SMALL = dict(model_size='tiny', image_size=128, device='cpu', precision='fp32',
+             random_weights=True, use_cuda_graphs=False)
+_MODELS = {}
+
+# Examples run per hypothesis test, filled by test_properties and written at session end.
+HYPOTHESIS_COUNTS: dict = {}
+
+
+def small_cfg(**changes):
+    from sam2_ros.config import TrackerConfig
+    return TrackerConfig(**{**SMALL, **changes})
+
+
+def shared_model(image_size=128, corrections_as_cond=True):
+    """One random tiny model per (image size, corrections_as_cond) for the session. The model
+    holds no tracking state, so trackers (and the official predictor) may share it."""
+    key = (image_size, corrections_as_cond)
+    if key not in _MODELS:
+        from sam2_ros.model import build_model
+        _MODELS[key] = build_model(small_cfg(image_size=image_size,
+                                             corrections_as_cond=corrections_as_cond))
+    return _MODELS[key]
+
+
+def make_tracker(**changes):
+    """A fresh StreamingTracker (own bank and object table) on the shared model."""
+    from sam2_ros.tracker import StreamingTracker
+    cfg = small_cfg(**changes)
+    return StreamingTracker(cfg, model=shared_model(cfg.image_size, cfg.corrections_as_cond))
+
+
+@pytest.fixture(scope='session')
+def tracker_factory():
+    return make_tracker
+
+
+@pytest.fixture(scope='module')
+def one_thread():
+    """Run a module's small-model tests on one intra-op thread (restored afterwards): at these
+    sizes the ops are tiny, and on a loaded 2-core machine two OpenMP threads spin against
+    other processes, measured 5-10x slower per frame than one."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def textured_frame(h=96, w=128, seed=0):
+    """Random texture with a bright disc: [h, w, 3] uint8."""
+    rng = np.random.default_rng(seed)
+    fr = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+    yy, xx = np.mgrid[0:h, 0:w]
+    fr[(xx - w * 0.3) ** 2 + (yy - h * 0.4) ** 2 < (min(h, w) / 6) ** 2] = (250, 40, 40)
+    return fr
+
+
+def smooth_image(h, w, seed=0):
+    """A smooth (band-limited) colour image: sines of a few pixels' period."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    ch = [127 + 120 * np.sin(xx / rng.uniform(4, 9) + c) * np.cos(yy / rng.uniform(4, 9))
+          for c in range(3)]
+    return np.stack(ch, -1).round().astype(np.uint8)
+
+
+# ---- whole-state snapshots ----------------------------------------------------------------
+def snapshot(tracker):
+    """Everything a rejected call must leave as it was: every tensor and array of the bank
+    (values and storage), the object table, queued prompts, frame counter and size."""
+    import torch
+    b = tracker.bank
+    tensors = {k: v for k, v in vars(b).items() if isinstance(v, torch.Tensor)}
+    objs = {i: (o.slot, o.created_frame, o.last_prompt_frame, o.score, o.hidden_run)
+            for i, o in tracker._objects.items()}
+    return {
+        'tensors': {k: v.clone() for k, v in tensors.items()},
+        'arrays': {k: v.copy() for k, v in vars(b).items() if isinstance(v, np.ndarray)},
+        'ptrs_data': {k: v.data_ptr() for k, v in tensors.items()},
+        'objects': objs,
+        'queued': sorted(tracker._queued),
+        'frame': tracker.frame_index,
+        'hw': tracker._hw,
+    }
+
+
+def assert_unchanged(tracker, snap, slots=None):
+    """The tracker's state equals ``snap``; with ``slots``, only those object slots of the
+    bank's per-object tensors and arrays are compared."""
+    now = snapshot(tracker)
+    if slots is None:
+        for k in ('objects', 'queued', 'frame', 'hw', 'ptrs_data'):
+            assert now[k] == snap[k], f'{k} changed: {snap[k]} -> {now[k]}'
+    sel = slice(None) if slots is None else list(slots)
+    for k, t in snap['tensors'].items():
+        assert now['tensors'][k].shape == t.shape
+        assert now['tensors'][k][sel].equal(t[sel]), f'bank.{k} changed'
+    for k, a in snap['arrays'].items():
+        assert np.array_equal(now['arrays'][k][sel], a[sel]), f'bank.{k} changed'
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Record how many examples each hypothesis test ran (out/hypothesis_counts.json)."""
+    if not HYPOTHESIS_COUNTS:
+        return
+    out = Path(os.environ.get('OUT', Path(__file__).resolve().parent.parent / 'out'))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / 'hypothesis_counts.json').write_text(json.dumps(HYPOTHESIS_COUNTS, indent=1))
+    except OSError:
+        pass

@@ -1,0 +1,318 @@
+"""Helpers of the ROS tests: a node in a subprocess, a client node in the test process,
+synthetic frames, and bounded waits.
+
+Every test that talks DDS takes its own ROS_DOMAIN_ID, reserved with an flock on a file in the
+temp directory (released by the kernel even if the test process dies), so tests of other
+sessions on the same machine never see our traffic; discovery stays on localhost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+DOMAIN_RANGE = range(120, 230)
+# The test node: smallest model input the model accepts and tiny frames keep CPU time low.
+TEST_PARAMS: Dict[str, Any] = {
+    'model_size': 'tiny', 'image_size': 256, 'random_weights': True, 'seed': 0,
+    'device': 'cpu', 'precision': 'fp32', 'use_cuda_graphs': False, 'max_objects': 4,
+    'image_topic': '/camera/image_raw', 'process_every_frame': True,
+    'stale_timeout_s': 1.0, 'diagnostics_period_s': 0.5, 'autostart': True,
+}
+W, H = 160, 120
+COMPRESSED_TOPIC = '/camera/image_raw/compressed'
+
+
+def require_messages():
+    """The generated messages, or a clear FAILURE (not a skip): the suite needs them."""
+    try:
+        from sam2_ros import msg
+        return msg
+    except ImportError as exc:
+        pytest.fail(f'sam2_ros.msg is not importable ({exc}); build it with scripts/setup.sh '
+                    f'and run the tests with .venv/bin/python', pytrace=False)
+
+
+class DomainLease:
+    """An exclusive ROS_DOMAIN_ID for one test."""
+
+    def __init__(self) -> None:
+        self._fh = None
+        self.domain_id = -1
+        start = os.getpid() % len(DOMAIN_RANGE)
+        for i in range(len(DOMAIN_RANGE)):
+            d = DOMAIN_RANGE[(start + i) % len(DOMAIN_RANGE)]
+            fh = open(Path(tempfile.gettempdir()) / f'sam2_ros_domain_{d}.lock', 'w')
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self._fh, self.domain_id = fh, d
+            return
+        raise RuntimeError('no free ROS_DOMAIN_ID for the test')
+
+    def env(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(ROS_DOMAIN_ID=str(self.domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
+                   PYTHONUNBUFFERED='1', TQDM_DISABLE='1', OMP_NUM_THREADS='2')
+        env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+        return env
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.02) -> Any:
+    """Poll ``pred`` until truthy; fail the test naming ``what`` after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = pred()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f'timed out after {timeout:.0f} s waiting for {what}')
+
+
+class Proc:
+    """A subprocess with its output in a file; always killed on exit."""
+
+    def __init__(self, args: List[str], env: Dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, 'wb')
+        self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors='replace')
+
+    def wait_log(self, pattern: str, timeout: float) -> re.Match:
+        def find():
+            m = re.search(pattern, self.log())
+            if m is None and self.p.poll() is not None:
+                raise AssertionError(f'process exited ({self.p.returncode}) before logging '
+                                     f'{pattern!r}:\n{self.log()[-3000:]}')
+            return m
+        try:
+            return wait_until(find, timeout, f'log line {pattern!r}')
+        except AssertionError as exc:
+            raise AssertionError(f'{exc}\n--- log ---\n{self.log()[-3000:]}') from None
+
+    def stop(self, timeout: float = 10.0) -> Optional[int]:
+        """SIGINT (clean shutdown), then SIGKILL of the process group if it hangs."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait(5)
+        self._log.close()
+        return self.p.returncode
+
+
+def write_params(path: Path, **overrides: Any) -> Path:
+    values = dict(TEST_PARAMS, **overrides)
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': values}}))
+    return path
+
+
+def start_node(lease: DomainLease, tmp: Path, name: str = 'node', extra: List[str] = (),
+               **overrides: Any) -> Proc:
+    params = write_params(tmp / f'{name}.yaml', **overrides)
+    args = [PYTHON, '-m', 'sam2_ros.ros.node', '--ros-args', '--params-file', str(params),
+            *extra]
+    return Proc(args, lease.env(), tmp / f'{name}.log')
+
+
+class Client:
+    """A plain rclpy node in the test process: publishes inputs, collects the node's outputs."""
+
+    _count = 0
+
+    def __init__(self, lease: DomainLease, node_name: str = 'sam2_tracker') -> None:
+        os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from geometry_msgs.msg import PointStamped
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import CompressedImage, Image
+
+        m = require_messages()
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx, domain_id=lease.domain_id)
+        Client._count += 1
+        self.node = rclpy.create_node(f'sam2_test_client_{Client._count}', context=self.ctx)
+        qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        ns = f'/{node_name}'
+        self.pub_image = self.node.create_publisher(Image, '/camera/image_raw', qos)
+        self.pub_compressed = self.node.create_publisher(CompressedImage, COMPRESSED_TOPIC,
+                                                         qos)
+        self.pub_prompt = self.node.create_publisher(m.Prompt, f'{ns}/prompt', qos)
+        self.pub_click = self.node.create_publisher(PointStamped, f'{ns}/click', qos)
+        self.masks: List[Any] = []
+        self.overlays: List[Any] = []
+        self.states: List[Any] = []
+        self.diags: List[Any] = []
+        self._lock = threading.Lock()
+        for typ, topic, store in ((Image, f'{ns}/mask', self.masks),
+                                  (Image, f'{ns}/overlay', self.overlays),
+                                  (m.TrackingState, f'{ns}/state', self.states),
+                                  (DiagnosticArray, '/diagnostics', self.diags)):
+            self.node.create_subscription(typ, topic, self._store(store), qos)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._stop = False
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop and self.ctx.ok():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def _store(self, store: List[Any]) -> Callable[[Any], None]:
+        def cb(msg: Any) -> None:
+            with self._lock:
+                store.append(msg)
+        return cb
+
+    def snapshot(self, store: List[Any]) -> List[Any]:
+        with self._lock:
+            return list(store)
+
+    def wait_connected(self, timeout: float = 60.0, compressed: bool = False) -> None:
+        """Until the node subscribes to our image and prompt topics (it is active)."""
+        images = self.pub_compressed if compressed else self.pub_image
+        wait_until(lambda: images.get_subscription_count() > 0
+                   and self.pub_prompt.get_subscription_count() > 0
+                   and self.pub_click.get_subscription_count() > 0, timeout,
+                   'the node to subscribe (active)')
+
+    def states_for(self, stamp_ns: int) -> List[Any]:
+        return [s for s in self.snapshot(self.states) if stamp_of(s.header) == stamp_ns]
+
+    def wait_state(self, stamp_ns: int, timeout: float = 30.0, count: int = 1) -> Any:
+        return wait_until(lambda: len(self.states_for(stamp_ns)) >= count and
+                          self.states_for(stamp_ns)[count - 1], timeout,
+                          f'TrackingState #{count} for stamp {stamp_ns}')
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+# ----------------------------------------------------------------------------- messages
+
+def stamp_of(header: Any) -> int:
+    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
+
+
+def header(stamp_ns: int, frame_id: str = 'camera') -> Any:
+    from std_msgs.msg import Header
+
+    h = Header()
+    h.stamp.sec, h.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    h.frame_id = frame_id
+    return h
+
+
+def image_msg(rgb: np.ndarray, stamp_ns: int, encoding: str = 'rgb8') -> Any:
+    """An Image of ``rgb`` in ``encoding`` (converted here with cv2, independently of the node)."""
+    import cv2
+    from sensor_msgs.msg import Image
+
+    conv = {'rgb8': None, 'bgr8': cv2.COLOR_RGB2BGR, 'rgba8': cv2.COLOR_RGB2RGBA,
+            'bgra8': cv2.COLOR_RGB2BGRA, 'mono8': cv2.COLOR_RGB2GRAY}
+    arr = rgb if conv.get(encoding) is None else cv2.cvtColor(rgb, conv[encoding])
+    arr = np.ascontiguousarray(arr)
+    m = Image()
+    m.header = header(stamp_ns)
+    m.height, m.width = arr.shape[:2]
+    m.encoding = encoding
+    m.step = arr.shape[1] * (1 if arr.ndim == 2 else arr.shape[2])
+    m.data = arr.tobytes()
+    return m
+
+
+def compressed_msg(rgb: np.ndarray, stamp_ns: int, fmt: str = 'png') -> Any:
+    import cv2
+    from sensor_msgs.msg import CompressedImage
+
+    ok, buf = cv2.imencode('.' + fmt, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    assert ok
+    m = CompressedImage()
+    m.header = header(stamp_ns)
+    m.format = fmt
+    m.data = buf.tobytes()
+    return m
+
+
+def prompt_msg(obj_id: int, stamp_ns: int = 0, action: int = 0, points=(), labels=(),
+               box=None) -> Any:
+    from geometry_msgs.msg import Point32
+
+    m = require_messages().Prompt()
+    m.header = header(stamp_ns)
+    m.object_id = obj_id
+    m.action = action
+    m.points = [Point32(x=float(x), y=float(y), z=0.0) for x, y in points]
+    m.labels = [int(v) for v in labels]
+    if box is not None:
+        m.has_box = True
+        m.box = [float(v) for v in box]
+    return m
+
+
+def click_msg(x: float, y: float, stamp_ns: int) -> Any:
+    from geometry_msgs.msg import PointStamped
+
+    m = PointStamped()
+    m.header = header(stamp_ns)
+    m.point.x, m.point.y = float(x), float(y)
+    return m
+
+
+def mask_array(msg: Any) -> np.ndarray:
+    assert msg.encoding == 'mono8' and msg.step == msg.width
+    return np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.width)
+
+
+def frames(n: int, w: int = W, h: int = H, seed: int = 0) -> List[np.ndarray]:
+    """Deterministic frames: two colored shapes moving over a noisy textured background."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    bg = (rng.integers(60, 120, (h, w, 3))).astype(np.uint8)
+    out = []
+    for i in range(n):
+        f = bg.copy()
+        cv2.rectangle(f, (10 + 3 * i, 20), (50 + 3 * i, 60), (220, 40, 40), -1)
+        cv2.circle(f, (w - 40 - 2 * i, h // 2 + i), 18, (40, 200, 60), -1)
+        out.append(f)
+    return out
+
+
+def stamp(i: int) -> int:
+    """Stamp of frame i: 1000 s + i * 100 ms (non-zero, so it never means 'next frame')."""
+    return 1_000_000_000_000 + i * 100_000_000

@@ -1,0 +1,173 @@
+"""Checkpoint loading: a valid file gives the saved weights and identical outputs; every broken
+or mismatched file is a CheckpointError that says what is wrong, raised before anything is
+half-loaded. All files are written by the tests into tmp_path (nothing is downloaded): the
+"valid" checkpoint is ``{'model': state_dict}`` of a random tiny model with perturbed weights,
+the "other size" one is the state dict of a random ``small`` model.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import shared_model, small_cfg, textured_frame
+from sam2_ros.errors import CheckpointError, TrackerError
+from sam2_ros.model import build_model, load_state, read_checkpoint
+from sam2_ros.tracker import StreamingTracker
+from sam2_ros.types import Prompt
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+SIZE = 64          # weights do not depend on the image size; 64 keeps the model runs short
+
+
+@pytest.fixture(scope='module')
+def saved(tmp_path_factory):
+    """(path, state) of a valid tiny checkpoint whose weights differ from any random init."""
+    gen = torch.Generator().manual_seed(123)
+    state = {k: (v + 1e-3 * torch.randn(v.shape, generator=gen)) if v.is_floating_point()
+             else v.clone() for k, v in shared_model(SIZE).state_dict().items()}
+    path = tmp_path_factory.mktemp('ckpt') / 'sam2.1_hiera_tiny.pt'
+    torch.save({'model': state}, path)
+    return path, state
+
+
+@pytest.fixture(scope='module')
+def spare_model():
+    """A private copy of the shared random model that tests may load weights into."""
+    return copy.deepcopy(shared_model(SIZE))
+
+
+def ckpt_cfg(path, **kw):
+    return small_cfg(image_size=SIZE, checkpoint=str(path), random_weights=False, seed=5, **kw)
+
+
+def run_once(model):
+    """Logits, score and object pointer of one prompt and one tracked frame."""
+    tr = StreamingTracker(small_cfg(image_size=SIZE), model=model)
+    frame = textured_frame(48, 64)
+    tr.track(frame)
+    a = tr.add_prompt(Prompt(1, points=np.array([[20.0, 20.0]]), labels=np.array([1])))
+    b = tr.track(textured_frame(48, 64, seed=1))
+    slot = tr._objects[1].slot
+    return [a.objects[0].low_res_logits.clone(), torch.tensor(a.objects[0].score),
+            b.objects[0].low_res_logits.clone(), torch.tensor(b.objects[0].score),
+            tr.bank.ptrs[slot].clone(), tr.bank.feats[slot].float().clone()]
+
+
+def test_valid_checkpoint_loads_and_gives_identical_outputs(saved, spare_model):
+    path, state = saved
+    loaded = build_model(ckpt_cfg(path))
+    got = loaded.state_dict()
+    assert set(got) == set(state)
+    assert all(torch.equal(got[k], state[k]) for k in state)
+    # the same weights put into a copy of the random model by hand: outputs bit-identical
+    ref = spare_model
+    ref.load_state_dict(state, strict=True)
+    outs_loaded, outs_ref = run_once(loaded), run_once(ref)
+    for x, y in zip(outs_loaded, outs_ref):
+        assert torch.equal(x, y)
+    # ... and they really come from the file: the unperturbed random model differs
+    outs_random = run_once(shared_model(SIZE))
+    assert not torch.equal(outs_loaded[0], outs_random[0])
+
+
+def test_missing_file(tmp_path):
+    for path in (tmp_path / 'nope.pt', tmp_path):          # no file; a directory
+        with pytest.raises(CheckpointError, match='not found'):
+            build_model(ckpt_cfg(path))
+
+
+@pytest.mark.parametrize('kind', ['truncated', 'empty', 'text', 'random_bytes'])
+def test_unreadable_file(saved, tmp_path, kind):
+    if kind == 'truncated':
+        data = saved[0].read_bytes()
+        content = data[:len(data) // 2]
+    else:
+        content = {'empty': b'',
+                   'text': b'model: sam2.1_hiera_tiny\n',
+                   'random_bytes': np.random.default_rng(0).bytes(4096)}[kind]
+    path = tmp_path / f'{kind}.pt'
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match='cannot read checkpoint') as err:
+        StreamingTracker(ckpt_cfg(path))
+    assert str(path) in str(err.value)
+
+
+class NotATensor:
+    pass
+
+
+@pytest.mark.parametrize('blob, match', [
+    ({'state_dict': {'a': torch.zeros(1)}}, 'no "model" state dict'),     # a dict without 'model'
+    ({'model': [torch.zeros(1)]}, 'no "model" state dict'),
+    ([torch.zeros(1)], 'no "model" state dict'),
+    ({'model': {'image_encoder.trunk.pos_embed': 5}}, 'other than a tensor'),
+    ({'model': {'a': torch.zeros(1), 3: torch.zeros(1)}}, 'other than a tensor'),
+    ({'model': NotATensor()}, 'cannot read checkpoint'),     # refused by weights_only
+])
+def test_not_a_sam2_checkpoint(tmp_path, blob, match):
+    path = tmp_path / 'other.pt'
+    torch.save(blob, path)
+    with pytest.raises(CheckpointError, match=match):
+        read_checkpoint(str(path))
+    with pytest.raises(CheckpointError, match=match):
+        build_model(ckpt_cfg(path))
+
+
+def test_checkpoint_of_another_size(tmp_path):
+    """A real random ``small`` state dict loaded as ``tiny``: Hiera-S has more blocks of the
+    same width, so there are missing, unexpected and reshaped keys, all named."""
+    small = build_model(small_cfg(image_size=SIZE, model_size='small')).state_dict()
+    path = tmp_path / 'sam2.1_hiera_small.pt'
+    torch.save({'model': small}, path)
+    with pytest.raises(CheckpointError) as err:
+        StreamingTracker(ckpt_cfg(path))
+    msg = str(err.value)
+    assert "model_size='tiny'" in msg and str(path) in msg
+    assert 'missing keys' in msg and 'unexpected keys' in msg and 'shape mismatches' in msg
+    assert 'image_encoder.trunk.blocks.12' in msg           # an unexpected key, by name
+    assert 'tiny or small' in msg                           # width 96 says which sizes fit
+
+
+@pytest.mark.parametrize('edit, words', [
+    ('base_plus_width', ['shape mismatches', 'image_encoder.trunk.pos_embed',
+                         '(1, 112, 7, 7)', 'base_plus']),
+    ('prefixed', ['missing keys', 'unexpected keys', 'module.']),
+    ('dropped', ['missing keys', 'memory_encoder']),
+    ('extra', ['unexpected keys', 'extra_head.weight']),
+])
+def test_mismatch_named_and_nothing_loaded(saved, spare_model, edit, words):
+    """Simulated mismatches through load_state: the error names them, and the model keeps its
+    weights (the check runs before load_state_dict)."""
+    _, state = saved
+    state = dict(state)
+    if edit == 'base_plus_width':
+        state['image_encoder.trunk.pos_embed'] = torch.zeros(1, 112, 7, 7)
+    elif edit == 'prefixed':
+        state = {f'module.{k}': v for k, v in state.items()}
+    elif edit == 'dropped':
+        state = {k: v for k, v in state.items() if not k.startswith('memory_encoder')}
+    else:
+        state['extra_head.weight'] = torch.zeros(3)
+    model = spare_model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError) as err:
+        load_state(model, state, ckpt_cfg('x.pt'))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_no_checkpoint_without_random_weights():
+    cfg = small_cfg(checkpoint=None, random_weights=False)
+    with pytest.raises(ValueError, match='no checkpoint'):
+        cfg.validate()
+    with pytest.raises(ValueError, match='no checkpoint'):
+        StreamingTracker(cfg)
+
+
+def test_checkpoint_error_is_a_tracker_error():
+    assert issubclass(CheckpointError, TrackerError) and issubclass(CheckpointError, ValueError)

@@ -1,0 +1,170 @@
+"""Message conversions without DDS: every accepted encoding decodes pixel-exactly to RGB, every
+malformed image is a FrameError (never a crash inside cv_bridge), prompts map onto the core's
+Prompt, results onto TrackingState."""
+
+import numpy as np
+import pytest
+
+from ros_helpers import compressed_msg, image_msg, prompt_msg, require_messages
+
+from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.ros import conversions as conv
+from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult
+
+cv_bridge = pytest.importorskip('cv_bridge')
+
+
+@pytest.fixture(scope='module')
+def bridge():
+    return cv_bridge.CvBridge()
+
+
+@pytest.fixture(scope='module')
+def rgb():
+    rng = np.random.default_rng(1)
+    return rng.integers(0, 256, (7, 11, 3), dtype=np.uint8)  # odd sizes catch stride bugs
+
+
+@pytest.mark.parametrize('encoding', ['rgb8', 'bgr8', 'rgba8', 'bgra8'])
+def test_color_encodings_pixel_exact(bridge, rgb, encoding):
+    out = conv.image_to_rgb(image_msg(rgb, 1, encoding), bridge)
+    assert out.dtype == np.uint8 and out.shape == rgb.shape and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, rgb)
+
+
+def test_mono8_pixel_exact(bridge, rgb):
+    gray = rgb[..., 0].copy()
+    msg = image_msg(np.repeat(gray[..., None], 3, axis=2), 1, 'mono8')
+    out = conv.image_to_rgb(msg, bridge)
+    np.testing.assert_array_equal(out, np.repeat(gray[..., None], 3, axis=2))
+
+
+def test_padded_rows_and_bigendian_flag(bridge, rgb):
+    """Drivers may pad rows (step > width*channels); cv_bridge ignores step, we must not."""
+    h, w, _ = rgb.shape
+    step = w * 3 + 5
+    buf = np.full((h, step), 77, np.uint8)
+    buf[:, :w * 3] = rgb.reshape(h, w * 3)
+    msg = image_msg(rgb, 1, 'rgb8')
+    msg.step, msg.data = step, buf.tobytes()
+    msg.is_bigendian = 1  # meaningless for 8-bit data; must not reach numpy-2-broken code
+    np.testing.assert_array_equal(conv.image_to_rgb(msg, bridge), rgb)
+
+
+def test_png_exact_and_jpeg_close(bridge, rgb):
+    np.testing.assert_array_equal(conv.compressed_to_rgb(compressed_msg(rgb, 1, 'png'), bridge),
+                                  rgb)
+    smooth = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (24, 1, 3))
+    out = conv.compressed_to_rgb(compressed_msg(smooth, 1, 'jpeg'), bridge)
+    assert out.shape == smooth.shape
+    assert np.abs(out.astype(int) - smooth.astype(int)).mean() < 4
+
+
+@pytest.mark.parametrize('mutate, text', [
+    (lambda m: setattr(m, 'encoding', '16UC1'), 'unsupported image encoding'),
+    (lambda m: setattr(m, 'encoding', 'yuv422'), 'unsupported image encoding'),
+    (lambda m: setattr(m, 'data', bytes(m.data)[:-1]), 'height\\*step'),
+    (lambda m: (setattr(m, 'width', 0), setattr(m, 'step', 0)), 'zero-size'),
+    (lambda m: setattr(m, 'height', 0), 'zero-size'),
+    (lambda m: setattr(m, 'step', m.width * 3 - 1), 'step'),
+])
+def test_bad_images_are_frame_errors(bridge, rgb, mutate, text):
+    msg = image_msg(rgb, 1, 'rgb8')
+    mutate(msg)
+    with pytest.raises(FrameError, match=text):
+        conv.image_to_rgb(msg, bridge)
+
+
+def test_bad_compressed(bridge, rgb):
+    msg = compressed_msg(rgb, 1, 'png')
+    msg.format = 'tiff'
+    with pytest.raises(FrameError, match='unsupported compressed format'):
+        conv.compressed_to_rgb(msg, bridge)
+    msg = compressed_msg(rgb, 1, 'png')
+    msg.data = b'not a png at all'
+    with pytest.raises(FrameError, match='decode'):
+        conv.compressed_to_rgb(msg, bridge)
+
+
+def test_prompt_mapping(bridge):
+    require_messages()
+    action, p = conv.prompt_from_msg(prompt_msg(3, points=[(1, 2), (3, 4)], labels=[1, 0],
+                                                box=(0, 1, 5, 6)), bridge)
+    assert action == conv.ACTION_ADD and p.obj_id == 3
+    np.testing.assert_array_equal(p.points, [[1, 2], [3, 4]])
+    np.testing.assert_array_equal(p.labels, [1, 0])
+    assert p.box == (0, 1, 5, 6) and p.mask is None
+    _, p = conv.prompt_from_msg(prompt_msg(2, points=[(5, 5)]), bridge)
+    np.testing.assert_array_equal(p.labels, [1])  # no labels: positive
+    assert conv.prompt_from_msg(prompt_msg(0, action=2), bridge) == (conv.ACTION_RESET, None)
+    action, p = conv.prompt_from_msg(prompt_msg(4, action=1), bridge)
+    assert action == conv.ACTION_REMOVE and p.obj_id == 4
+
+
+def test_prompt_mask_uses_image_decode(bridge):
+    require_messages()
+    m = prompt_msg(1)
+    mask = np.zeros((5, 6), np.uint8)
+    mask[1:3, 2:5] = 255
+    m.mask = image_msg(np.repeat(mask[..., None], 3, axis=2), 0, 'mono8')
+    _, p = conv.prompt_from_msg(m, bridge)
+    np.testing.assert_array_equal(p.mask, mask > 0)
+    m.mask = image_msg(np.zeros((5, 6, 3), np.uint8), 0, 'rgb8')
+    with pytest.raises(PromptError, match='mono8'):
+        conv.prompt_from_msg(m, bridge)
+
+
+@pytest.mark.parametrize('kwargs, text', [
+    (dict(obj_id=0, points=[(1, 1)]), '1..255'),
+    (dict(obj_id=256, points=[(1, 1)]), '1..255'),
+    (dict(obj_id=1), 'no points, box or mask'),
+    (dict(obj_id=1, points=[(1, 1)], labels=[1, 1]), 'labels'),
+    (dict(obj_id=1, action=7, points=[(1, 1)]), 'unknown prompt action'),
+])
+def test_bad_prompts(bridge, kwargs, text):
+    require_messages()
+    obj_id = kwargs.pop('obj_id')
+    with pytest.raises(PromptError, match=text):
+        conv.prompt_from_msg(prompt_msg(obj_id, **kwargs), bridge)
+
+
+def _result():
+    m1 = np.zeros((4, 5), bool)
+    m1[1:3, 1:4] = True
+    m2 = np.zeros((4, 5), bool)
+    m2[2:4, 3:5] = True
+    objs = [ObjectResult(2, m2, 1.5, TRACKING, (3, 2, 4, 3), 4, (3.5, 2.5), 3),
+            ObjectResult(1, m1, -0.5, OCCLUDED, (1, 1, 3, 2), 6, (2.0, 1.5), 0),
+            ObjectResult(7, np.zeros((4, 5), bool), -3.0, LOST, None, 0, None, 40)]
+    return FrameResult(5, 4, 5, objs, mode='eager', engine_ms=12.5)
+
+
+def test_tracking_state_msg():
+    require_messages()
+    from std_msgs.msg import Header
+
+    h = Header(frame_id='cam')
+    h.stamp.sec, h.stamp.nanosec = 12, 34
+    msg = conv.tracking_state_msg(_result(), h, decode_ms=1.0, publish_ms=2.0, dropped=3,
+                                  processed=9, errors=['e1'])
+    assert msg.header.frame_id == 'cam' and (msg.header.stamp.sec, msg.header.stamp.nanosec) \
+        == (12, 34)
+    assert msg.frame_index == 5 and msg.engine_mode == 'eager' and msg.engine_ms == 12.5
+    assert (msg.dropped_frames, msg.processed_frames, list(msg.errors)) == (3, 9, ['e1'])
+    o1, o2, o7 = msg.objects
+    assert [o.object_id for o in msg.objects] == [1, 2, 7]
+    assert (o1.state, o2.state, o7.state) == (1, 0, 2)
+    assert (o1.box.x_offset, o1.box.y_offset, o1.box.width, o1.box.height) == (1, 1, 3, 2)
+    assert (o1.area, o1.frames_since_prompt, o1.centroid.x, o1.centroid.y) == (6, 0, 2.0, 1.5)
+    assert (o7.area, o7.box.width, o7.centroid.x) == (0, 0, 0.0)
+
+
+def test_label_image():
+    from std_msgs.msg import Header
+
+    res = _result()
+    h = Header(frame_id='cam')
+    mask = conv.image_msg(res.label_mask(), 'mono8', h)
+    assert (mask.encoding, mask.step, mask.header.frame_id) == ('mono8', 5, 'cam')
+    arr = np.frombuffer(bytes(mask.data), np.uint8).reshape(4, 5)
+    assert set(np.unique(arr)) == {0, 1, 2} and arr[2, 3] == 2  # overlap: higher id wins

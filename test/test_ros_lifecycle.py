@@ -1,0 +1,114 @@
+"""Lifecycle transitions through the standard lifecycle services (what `ros2 lifecycle set`
+calls; the CLI itself is not installable from PyPI): a failing configure is a failed
+transition with the reason logged; activate/deactivate/cleanup/shutdown create and release the
+subscriptions; autostart with a bad checkpoint exits with status 1."""
+
+import time
+
+import pytest
+
+from ros_helpers import (Client, DomainLease, frames, image_msg, stamp, start_node, wait_until)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def lease():
+    d = DomainLease()
+    yield d
+    d.release()
+
+
+class Lifecycle:
+    """Service clients of /sam2_tracker/change_state and /get_state on the test client."""
+
+    def __init__(self, client: Client) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.node = client.node
+        self.change = self.node.create_client(ChangeState, '/sam2_tracker/change_state')
+        self.get = self.node.create_client(GetState, '/sam2_tracker/get_state')
+        assert self.change.wait_for_service(timeout_sec=60), 'lifecycle services missing'
+        assert self.get.wait_for_service(timeout_sec=10)
+
+    def _call(self, cli, req, timeout=120.0):
+        fut = cli.call_async(req)
+        wait_until(fut.done, timeout, f'{cli.srv_name} response')
+        return fut.result()
+
+    def transition(self, tid: int) -> bool:
+        from lifecycle_msgs.srv import ChangeState
+
+        req = ChangeState.Request()
+        req.transition.id = tid
+        return self._call(self.change, req).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(self.get, GetState.Request()).current_state.label
+
+
+def test_configure_failure_is_a_failed_transition(tmp_path, lease):
+    from lifecycle_msgs.msg import Transition
+
+    proc = start_node(lease, tmp_path, 'badckpt', autostart=False, random_weights=False,
+                      checkpoint='/nonexistent/sam2.1_hiera_tiny.pt')
+    c = Client(lease)
+    try:
+        lc = Lifecycle(c)
+        assert lc.state() == 'unconfigured'
+        assert lc.transition(Transition.TRANSITION_CONFIGURE) is False
+        assert lc.state() == 'unconfigured'
+        proc.wait_log(r'configure failed: .*sam2\.1_hiera_tiny\.pt', 10)
+        assert lc.transition(Transition.TRANSITION_UNCONFIGURED_SHUTDOWN) is True
+        assert proc.p.wait(20) == 0, proc.log()  # the process ends after shutdown
+    finally:
+        c.close()
+        proc.stop()
+
+
+def test_autostart_failure_exits_nonzero(tmp_path, lease):
+    proc = start_node(lease, tmp_path, 'badparam', image_size=500)
+    try:
+        assert proc.p.wait(60) == 1
+        assert 'configure failed: ValueError: image_size must be a multiple of 32' in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_activate_deactivate_cleanup_shutdown(tmp_path, lease):
+    from lifecycle_msgs.msg import Transition
+
+    proc = start_node(lease, tmp_path, 'lifecycle', autostart=False)
+    c = Client(lease)
+    fr = frames(3)
+    try:
+        lc = Lifecycle(c)
+        assert c.pub_image.get_subscription_count() == 0
+        assert lc.transition(Transition.TRANSITION_CONFIGURE)
+        assert lc.state() == 'inactive' and c.pub_image.get_subscription_count() == 0
+        assert lc.transition(Transition.TRANSITION_ACTIVATE) and lc.state() == 'active'
+        c.wait_connected(30)
+        c.pub_image.publish(image_msg(fr[0], stamp(0)))
+        c.wait_state(stamp(0), 60)
+
+        assert lc.transition(Transition.TRANSITION_DEACTIVATE) and lc.state() == 'inactive'
+        wait_until(lambda: c.pub_image.get_subscription_count() == 0, 10,
+                   'the image subscription to go')
+        c.pub_image.publish(image_msg(fr[1], stamp(1)))
+        time.sleep(1.0)
+        assert c.states_for(stamp(1)) == []
+
+        assert lc.transition(Transition.TRANSITION_ACTIVATE)
+        c.wait_connected(30)
+        c.pub_image.publish(image_msg(fr[2], stamp(2)))
+        assert c.wait_state(stamp(2), 60).frame_index == 1  # same tracker kept its history
+
+        assert lc.transition(Transition.TRANSITION_DEACTIVATE)
+        assert lc.transition(Transition.TRANSITION_CLEANUP) and lc.state() == 'unconfigured'
+        assert lc.transition(Transition.TRANSITION_UNCONFIGURED_SHUTDOWN)
+        assert proc.p.wait(20) == 0, proc.log()
+    finally:
+        c.close()
+        proc.stop()

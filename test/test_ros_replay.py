@@ -1,0 +1,131 @@
+"""Bag replay without rosbag2: the test writes rosbag2 bags (sqlite3 and MCAP) with rosbags,
+incl. our custom Prompt type; sam2_ros.ros.replay plays each twice into a fresh node
+(process_every_frame, use_sim_time); every replay gives the same masks and states, equal to
+the in-process tracker, and /clock follows bag time."""
+
+import numpy as np
+import pytest
+
+from ros_helpers import (PYTHON, TEST_PARAMS, Client, DomainLease, Proc, frames, image_msg,
+                         mask_array, prompt_msg, require_messages, stamp, stamp_of, start_node)
+
+from sam2_ros.types import Prompt
+
+pytestmark = pytest.mark.slow
+N = 6
+PROMPT_TOPIC = '/sam2_tracker/prompt'
+BOX1, PTS2 = (10, 20, 50, 60), [(120, 60)]
+
+
+def write_bag(path, storage):
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from sam2_ros.ros.replay import project_typestore
+
+    require_messages()
+    ts = project_typestore()
+    plugin = {'sqlite3': StoragePlugin.SQLITE3, 'mcap': StoragePlugin.MCAP}[storage]
+    t0 = 5_000_000_000  # bag time, independent of the header stamps
+    with Writer(path, version=9, storage_plugin=plugin) as w:
+        img = w.add_connection('/camera/image_raw', 'sensor_msgs/msg/Image', typestore=ts)
+        pr = w.add_connection(PROMPT_TOPIC, 'sam2_ros/msg/Prompt', typestore=ts)
+        # prompts are recorded 30 ms before the frame their header stamp names
+        w.write(pr, t0 - 30_000_000, serialize_message(prompt_msg(1, stamp(0), box=BOX1)))
+        w.write(pr, t0 + 2 * 100_000_000 - 30_000_000,
+                serialize_message(prompt_msg(2, stamp(2), points=PTS2, labels=[1])))
+        for i, f in enumerate(frames(N, seed=11)):
+            w.write(img, t0 + i * 100_000_000, serialize_message(image_msg(f, stamp(i))))
+    return path
+
+
+def replay_once(tmp_path, bag, tag):
+    """Fresh node + replay subprocess; returns ({stamp: mask array}, {stamp: state}, clocks)."""
+    lease = DomainLease()
+    node = start_node(lease, tmp_path, f'node_{tag}', max_objects=2,
+                      extra=['-p', 'use_sim_time:=true'])
+    c = Client(lease)
+    from rosgraph_msgs.msg import Clock
+    clocks = []
+    c.node.create_subscription(
+        Clock, '/clock', lambda m: clocks.append(m.clock.sec * 10**9 + m.clock.nanosec), 100)
+    player = None
+    try:
+        node.wait_log(r'\]: active:', 90)
+        c.wait_connected(30)
+        # /clock:2 = the node (use_sim_time) and this client
+        player = Proc([PYTHON, '-m', 'sam2_ros.ros.replay', str(bag), '--wait',
+                       '--wait-topic', '/clock:2', '--wait-timeout', '60'], lease.env(),
+                      tmp_path / f'replay_{tag}.log')
+        c.wait_state(stamp(N - 1), 90)
+        assert player.p.wait(30) == 0, player.log()
+        assert 'replayed 8 messages' in player.log()
+        masks = {stamp_of(m.header): mask_array(m) for m in c.snapshot(c.masks)}
+        states = {stamp_of(s.header): s for s in c.snapshot(c.states)}
+    finally:
+        if player is not None:
+            player.stop()
+        c.close()
+        node.stop()
+        lease.release()
+    return masks, states, clocks
+
+
+def summary(state):
+    return [(o.object_id, o.state, o.area, o.score, o.frames_since_prompt) for o in
+            state.objects]
+
+
+@pytest.fixture(scope='module')
+def reference():
+    """Masks of the core run in process on the bag's frames and prompts (computed once)."""
+    import torch
+
+    from sam2_ros.config import TrackerConfig
+    from sam2_ros.tracker import StreamingTracker
+
+    torch.set_num_threads(2)  # as the node (OMP_NUM_THREADS=2): same reduction order
+    keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
+            'use_cuda_graphs')
+    tr = StreamingTracker(TrackerConfig(max_objects=2, **{k: TEST_PARAMS[k] for k in keys}))
+    out = {}
+    for i, f in enumerate(frames(N, seed=11)):
+        if i == 0:
+            tr.queue_prompt(Prompt(1, box=BOX1))
+        if i == 2:
+            tr.queue_prompt(Prompt(2, points=np.array(PTS2, np.float32), labels=np.array([1])))
+        out[stamp(i)] = tr.track(f).label_mask()
+    return out
+
+
+@pytest.mark.parametrize('storage', ['sqlite3', 'mcap'])
+def test_replay_twice_identical(tmp_path, storage, reference):
+    bag = write_bag(tmp_path / f'bag_{storage}', storage)
+    runs = [replay_once(tmp_path, bag, f'{storage}{k}') for k in range(2)]
+    for masks, states, clocks in runs:
+        assert sorted(states) == [stamp(i) for i in range(N)]
+        assert all(s.errors == [] and s.dropped_frames == 0 for s in states.values())
+        assert [o.object_id for o in states[stamp(N - 1)].objects] == [1, 2]
+        assert clocks and min(clocks) >= 4_900_000_000 and max(clocks) >= 5_500_000_000
+        for st, ref in reference.items():  # equal to the core run in process
+            np.testing.assert_array_equal(masks[st], ref)
+    (m1, s1, _), (m2, s2, _) = runs
+    for st in s1:
+        np.testing.assert_array_equal(m1[st], m2[st])
+        assert summary(s1[st]) == summary(s2[st])
+
+
+def test_wait_topic_syntax_and_unreadable_bag(tmp_path):
+    import subprocess
+
+    from sam2_ros.ros.replay import parse_wait_topic
+
+    assert parse_wait_topic('/clock:2') == ('/clock', 2)
+    assert parse_wait_topic('/clock') == ('/clock', 1)
+    lease = DomainLease()
+    try:
+        p = subprocess.run([PYTHON, '-m', 'sam2_ros.ros.replay', str(tmp_path / 'no_bag')],
+                           env=lease.env(), capture_output=True, text=True, timeout=60)
+    finally:
+        lease.release()
+    assert p.returncode == 1 and 'cannot replay' in p.stderr + p.stdout

@@ -1,0 +1,174 @@
+"""The real-time policy (sam2_ros/ros/worker.py) with a fake tracker, no DDS, no model:
+mailbox dropping vs. blocking FIFO, prompt queue overflow, and which frame a prompt lands on."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from sam2_ros.errors import FrameError, PromptError, UnknownObjectError
+from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, TrackingWorker
+from sam2_ros.types import FrameResult, Prompt
+
+ADD, REMOVE, RESET = 0, 1, 2
+
+
+class FakeTracker:
+    def __init__(self):
+        self.calls = []
+        self.frame = -1
+        self.ids = set()
+        self.bad_track = 0
+
+    def track(self, rgb):
+        if self.bad_track:
+            self.bad_track -= 1
+            raise PromptError('queued prompt outside the frame')
+        self.frame += 1
+        self.calls.append(('track', int(rgb[0, 0, 0])))
+        return FrameResult(self.frame, 2, 2)
+
+    def add_prompt(self, p):
+        self.calls.append(('add', p.obj_id))
+        self.ids.add(p.obj_id)
+        return FrameResult(self.frame, 2, 2)
+
+    def queue_prompt(self, p):
+        self.calls.append(('queue', p.obj_id))
+        self.ids.add(p.obj_id)
+
+    def remove_object(self, i):
+        if i not in self.ids:
+            raise UnknownObjectError(f'cannot remove object {i}')
+        self.ids.discard(i)
+        self.calls.append(('remove', i))
+
+    def reset(self):
+        self.ids.clear()
+        self.calls.append(('reset',))
+
+
+def make_worker(every_frame=True):
+    tr = FakeTracker()
+    published, logs = [], []
+
+    def decode(msg):
+        if msg == 'bad':
+            raise FrameError('unsupported image encoding')
+        return np.full((2, 2, 3), msg, np.uint8)
+
+    def convert(item):
+        action, obj = item.msg
+        return action, None if action == RESET else Prompt(obj, points=np.zeros((1, 2)))
+
+    w = TrackingWorker(tr, Mailbox(every_frame, 4, 3), decode=decode, convert=convert,
+                       publish=published.append, log=lambda lvl, t: logs.append((lvl, t)))
+    return w, tr, published, logs
+
+
+def frame(value, stamp):
+    return FrameItem(value, stamp, SimpleNamespace(stamp=stamp), time.monotonic())
+
+
+def prompt(action, obj, stamp):
+    return PromptItem((action, obj), 'prompt', stamp)
+
+
+def test_prompt_lands_on_the_frame_its_stamp_names():
+    w, tr, pub, logs = make_worker()
+    w._on_prompt(prompt(ADD, 1, 0))        # zero stamp: next frame
+    w._on_prompt(prompt(ADD, 2, 300))      # future stamp: held until a frame >= 300
+    w._on_frame(frame(10, 100))
+    assert tr.calls == [('queue', 1), ('track', 10)]
+    w._on_frame(frame(20, 300))
+    assert tr.calls[2:] == [('queue', 2), ('track', 20)]
+    w._on_prompt(prompt(ADD, 1, 300))      # the last processed frame: a correction there, now
+    assert tr.calls[4:] == [('add', 1)]
+    assert len(pub) == 3 and pub[-1].header.stamp == 300 and pub[-1].recv_t is None
+    w._on_prompt(prompt(ADD, 1, 100))      # older: latest frame, with a warning
+    assert tr.calls[5:] == [('add', 1)]
+    assert any(lvl == 'warn' and 'older' in t for lvl, t in logs)
+    w._on_prompt(prompt(REMOVE, 2, 350))   # removal is scheduled like any prompt
+    w._on_frame(frame(30, 400))
+    assert tr.calls[6:] == [('remove', 2), ('track', 30)]
+    w._on_prompt(prompt(RESET, 0, 400))
+    assert tr.calls[8:] == [('reset',)]
+
+
+def test_errors_reach_the_next_published_state_and_tracking_goes_on():
+    w, tr, pub, logs = make_worker()
+    w._on_frame(frame('bad', 1))
+    w._on_prompt(prompt(REMOVE, 9, 1))     # unknown id, applied now (stamp <= last)
+    w._on_frame(frame(5, 2))
+    assert tr.calls == [('track', 5)]
+    errs = pub[-1].errors
+    assert any('unsupported image encoding' in e for e in errs)
+    assert any('UnknownObjectError' in e for e in errs)
+    assert w.counters.frame_errors == 1 and w.counters.prompt_errors == 1
+    w._on_frame(frame(6, 3))
+    assert pub[-1].errors == []            # errors are reported once
+    assert sum(lvl == 'error' for lvl, _ in logs) == 2
+
+
+def test_track_refusing_a_queued_prompt_is_retried_once():
+    w, tr, pub, _ = make_worker()
+    tr.bad_track = 1
+    w._on_frame(frame(7, 1))
+    assert tr.calls == [('track', 7)] and 'outside the frame' in pub[-1].errors[0]
+    tr.bad_track = 2
+    w._on_frame(frame(8, 2))
+    assert w.counters.frame_errors == 1 and len(pub) == 1
+
+
+def test_latest_mailbox_keeps_newest_and_counts_dropped():
+    mb = Mailbox(False, 99, 3)
+    for i in range(5):
+        mb.put_frame(frame(i, i + 1))
+    got, prompts = mb.take(0)
+    assert got.msg == 4 and prompts == [] and mb.dropped == 4 and mb.received == 5
+    assert mb.take(0)[0] is None
+
+
+def test_fifo_blocks_when_full_and_never_drops():
+    mb = Mailbox(True, 2, 3)
+    mb.put_frame(frame(0, 1))
+    mb.put_frame(frame(1, 2))
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (mb.put_frame(frame(2, 3)), done.set()))
+    t.start()
+    assert not done.wait(0.3), 'put into a full FIFO must block'
+    assert mb.take(0)[0].msg == 0
+    assert done.wait(2.0)
+    assert [mb.take(0)[0].msg for _ in range(2)] == [1, 2] and mb.dropped == 0
+    t.join()
+
+
+def test_prompt_queue_rejects_newest_when_full():
+    mb = Mailbox(True, 2, 2)
+    assert mb.put_prompt(prompt(ADD, 1, 0)) and mb.put_prompt(prompt(ADD, 2, 0))
+    assert not mb.put_prompt(prompt(ADD, 3, 0))
+    assert [p.msg[1] for p in mb.take(0)[1]] == [1, 2]
+
+
+def test_too_many_future_prompts_rejects_newest():
+    w, tr, pub, logs = make_worker()
+    for i in range(4):
+        w._on_prompt(prompt(ADD, i + 1, 0))
+    w._on_frame(frame(1, 1))
+    assert [c for c in tr.calls if c[0] == 'queue'] == [('queue', 1), ('queue', 2), ('queue', 3)]
+    assert any('prompt_queue_size' in e for e in pub[-1].errors)
+
+
+def test_thread_processes_and_stops():
+    w, tr, pub, _ = make_worker()
+    w.start()
+    w.mailbox.put_prompt(prompt(ADD, 1, 0))
+    w.mailbox.put_frame(frame(3, 1))
+    end = time.monotonic() + 5
+    while not pub and time.monotonic() < end:
+        time.sleep(0.01)
+    w.stop()
+    assert not w.alive and tr.calls == [('queue', 1), ('track', 3)]
+    s = w.latency.summary(time.monotonic(), 10.0)
+    assert s['rate_hz'] > 0 and s['latency_p50_ms'] >= 0
