@@ -24,3 +24,8 @@ class CapacityError(TrackerError):
 
 class CheckpointError(TrackerError):
     """A checkpoint that is missing, unreadable or for another model size."""
+
+
+class StepError(TrackerError):
+    """A frame whose computation failed (e.g. CUDA out of memory). The frame is reported
+    failed and writes no memory; the tracker stays consistent and takes the next frame."""

@@ -28,7 +28,8 @@ import torch
 from sam2_ros import postprocess, preprocess, step
 from sam2_ros.bank import MemoryBank
 from sam2_ros.config import TrackerConfig
-from sam2_ros.errors import CapacityError, FrameError, PromptError, UnknownObjectError
+from sam2_ros.errors import (CapacityError, FrameError, PromptError, StepError,
+                             UnknownObjectError)
 from sam2_ros.model import autocast, build_model
 from sam2_ros.runner import make_runner
 from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
@@ -87,17 +88,29 @@ class StreamingTracker:
                              f'reset() to track at the new resolution')
         self._check_queued(hw)
         t0 = time.perf_counter()
-        with autocast(self.cfg):
-            image = preprocess.to_model_input(frame, self.size, self.device)
-            features = self.runner.encode(image)
-            self._frame += 1
-            self._hw, self._features = hw, features
-            f = self._frame
-            queued, self._queued = self._queued, {}
-            for p in queued.values():
-                self._prompt_step(p, f, init=True)
-            tracked = [o for o in self._objects.values() if o.obj_id not in queued]
-            mode = self._track_objects(tracked, f) if tracked else 'eager'
+        try:
+            with autocast(self.cfg):
+                features = self.runner.encode(
+                    preprocess.to_model_input(frame, self.size, self.device))
+        except Exception as exc:  # noqa: BLE001 - any failure: this frame fails, nothing changes
+            self.stats['failed_frames'] += 1
+            raise StepError(f'frame failed in the image encoder: {exc!r}; tracker unchanged, '
+                            f'pass the next frame') from exc
+        self._frame += 1
+        self._hw, self._features = hw, features
+        f = self._frame
+        queued, self._queued = self._queued, {}
+        try:
+            with autocast(self.cfg):
+                for p in queued.values():
+                    self._prompt_step(p, f, init=True)
+                tracked = [o for o in self._objects.values() if o.obj_id not in queued]
+                mode = self._track_objects(tracked, f) if tracked else 'eager'
+        except Exception as exc:  # noqa: BLE001 - the frame fails, memory stays consistent
+            self.stats['failed_frames'] += 1
+            raise StepError(f'frame {f} failed: {exc!r}; no memory was written for it (steps '
+                            f'read memories by frame number, so the gap is skipped), tracking '
+                            f'continues with the next frame') from exc
         self.stats['frames'] += 1
         return self._result(f, mode, t0, tracked=True)
 
