@@ -28,7 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from sam2_ros.errors import FrameError, TrackerError
+from sam2_ros.errors import FrameError, StepError, TrackerError
 from sam2_ros.types import FrameResult, Prompt
 
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
@@ -317,7 +317,9 @@ class TrackingWorker:
             # A queued prompt that only the frame could check (e.g. a point outside it) makes
             # track() refuse; the tracker drops such prompts, so one retry tracks the frame.
             self.report_error(f'{type(exc).__name__}: {exc}')
-            if isinstance(exc, FrameError):
+            if isinstance(exc, (FrameError, StepError)):
+                # a wrong-size frame, or a failed computation (e.g. out of memory): this frame
+                # is reported failed; the tracker is consistent and takes the next one
                 self._frame_failed(item, None)
                 return
             try:
