@@ -158,9 +158,11 @@ def prompt_from_msg(msg: Any, bridge: Any) -> Tuple[int, Optional[Prompt]]:
         box = tuple(float(v) for v in msg.box)
     if msg.mask.width > 0 or msg.mask.height > 0:
         mask = mask_to_bool(msg.mask, bridge)
-    if points is None and box is None and mask is None:
+    if mask is not None:       # msg/Prompt.msg: with a mask, points and box are ignored
+        return action, Prompt(obj_id=obj_id, mask=mask)
+    if points is None and box is None:
         raise PromptError(f'add prompt for object {obj_id} has no points, box or mask')
-    return action, Prompt(obj_id=obj_id, points=points, labels=labels, box=box, mask=mask)
+    return action, Prompt(obj_id=obj_id, points=points, labels=labels, box=box)
 
 
 def click_to_prompt(msg: Any, obj_id: int) -> Prompt:

@@ -10,6 +10,7 @@ an empty ``checkpoint`` string means ``None``; unset array parameters mean ``Non
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Tuple
 
@@ -135,28 +136,47 @@ def default_value(spec: ParamSpec) -> Any:
 
 
 def to_field_value(spec: ParamSpec, value: Any) -> Any:
-    """A ROS parameter value converted to the dataclass field's Python value."""
+    """A ROS parameter value converted to the dataclass field's Python value; ValueError that
+    names the parameter for a value of the wrong type (no silent splitting or truncation)."""
+    def bad(what: str) -> ValueError:
+        return ValueError(f'parameter {spec.name} must be {what}, got {value!r}')
+
     if spec.kind == 'str':
         if not isinstance(value, str):
-            raise ValueError(f'parameter {spec.name} must be a string, got {value!r}')
+            raise bad('a string')
         return None if (spec.field == 'checkpoint' and value == '') else value
-    if spec.kind == 'int_array':
-        if not value:
-            return None if spec.field == 'graph_cond_buckets' else ()
+    if spec.kind in ('int_array', 'str_array'):
+        if value is None or (isinstance(value, (list, tuple)) and not value):
+            return None if spec.field == 'graph_cond_buckets' else (
+                () if spec.kind == 'int_array' else [])
+        if not isinstance(value, (list, tuple)):
+            raise bad('a list')
+        if spec.kind == 'str_array':
+            if not all(isinstance(v, str) for v in value):
+                raise bad('a list of strings')
+            return list(value)
+        if not all(_is_int(v) and v >= 1 for v in value):
+            raise bad('a list of positive integers')
         return tuple(int(v) for v in value)
-    if spec.kind == 'str_array':
-        return [str(v) for v in (value or [])]
     if spec.kind == 'float':
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f'parameter {spec.name} must be a number, got {value!r}')
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value):
+            raise bad('a finite number')
         return float(value)
     if spec.kind == 'int':
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise ValueError(f'parameter {spec.name} must be an integer, got {value!r}')
+        if not _is_int(value):
+            raise bad('an integer')
         return int(value)
     if spec.kind == 'bool' and not isinstance(value, bool):
-        raise ValueError(f'parameter {spec.name} must be a bool, got {value!r}')
+        raise bad('a bool')
     return value
+
+
+def _is_int(v: Any) -> bool:
+    """An int, or a float with an integral finite value (YAML may say 512.0); not a bool."""
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
 
 
 def build(values: Dict[str, Any]) -> Tuple[TrackerConfig, NodeOptions]:

@@ -1,0 +1,155 @@
+"""CPU soak of the tracker core: a long stream with objects added, corrected and removed, on the
+tiny random model at image_size 64 (fp32, one intra-op thread). It asserts what a long run on the
+rig must keep flat (the GPU version of this is ``python -m sam2_ros.bench.soak``):
+
+  * the memory bank is allocated once: every bank tensor keeps its storage (data_ptr) for the
+    whole stream, whatever objects come and go;
+  * host RSS: the mean over the last third of the stream is at most RSS_BOUND_MIB above the
+    mean over the first third (after warm-up);
+  * frame time: p99 of the last 200 frames is at most P99_RATIO x the p99 of frames 100-300
+    (time.perf_counter around track(); both windows hold frames at the peak object count);
+  * stats: frames == track() calls, no failed frames, prompt_steps == prompts applied,
+    eager_steps == object steps run.
+
+Schedule (SOAK_FRAMES frames in all, default 1000; period 200 frames): 4 new objects join the
+one left at the start of each period (5 objects for 50 frames), then the 4 oldest are removed
+(1 object for 150 frames), so every 200-frame window (frames 100-300 and the last 200 alike)
+holds the same mix and each window's p99 is a 5-object frame. New ids (never reused) join
+alternately via add_prompt (the latest frame) and queue_prompt (the next frame); every 100
+frames one tracked object gets a correction (positive + negative click). The image encoder runs for real on the 64 distinct frames only
+(see the comment in the test). SOAK_FRAMES=N runs a longer soak.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_tracker
+from scenarios import synthetic_frames
+from sam2_ros.types import Prompt
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+FRAMES = int(os.environ.get('SOAK_FRAMES', '1000'))
+H, W = 48, 64
+PERIOD = 200                  # churn schedule period, frames
+COUNTS = {0: 5, 50: 1}        # frame within the period -> object count from there on
+CORRECT_EVERY = 100
+RSS_BOUND_MIB = 8.0
+P99_RATIO = 1.5
+
+
+def rss_mib() -> float:
+    with open('/proc/self/statm') as fh:
+        return int(fh.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+
+
+def bank_ptrs(tr):
+    return {k: v.data_ptr() for k, v in vars(tr.bank).items() if isinstance(v, torch.Tensor)}
+
+
+def click(obj_id, f, rng, neg=False):
+    x, y = rng.uniform(4, W - 4), rng.uniform(4, H - 4)
+    if not neg:
+        return Prompt(obj_id, points=np.array([[x, y]]), labels=np.array([1]))
+    return Prompt(obj_id, points=np.array([[x, y], [W - x, H - y]]), labels=np.array([1, 0]))
+
+
+def test_cpu_soak():
+    assert FRAMES >= 1000, 'the soak must cover at least 1000 frames'
+    rng = np.random.default_rng(0)
+    frames = synthetic_frames(64, h=H, w=W)
+    tr = make_tracker(image_size=64, max_objects=5)
+    # The image encoder keeps no state between frames: its output for each of the 64 distinct
+    # frames is computed for real once (the first 64 frames), then reused, which halves the
+    # run time. Everything stateful (prompts, memory attention, bank, object table, results)
+    # runs in full on every frame; the encoder's long-run behaviour is the GPU soak's.
+    real_encode, cache, key = tr.runner.encode, {}, [0]
+
+    def encode(image):
+        if key[0] not in cache:
+            cache[key[0]] = real_encode(image)
+        return cache[key[0]]
+    tr.runner.encode = encode
+    ptrs0, bank0 = bank_ptrs(tr), tr.bank
+    live, next_id = [], 1
+    calls = prompts = obj_steps = 0
+    times, rss = np.zeros(FRAMES), []
+    t_start = time.perf_counter()
+    for f in range(FRAMES):
+        queued_now = 0
+        if f % PERIOD in COUNTS:
+            target = COUNTS[f % PERIOD]
+            while len(live) > target:
+                tr.remove_object(live.pop(0))
+            via_queue = f == 0 or (f // PERIOD) % 2 == 1
+            while len(live) < target:
+                p = click(next_id, f, rng)
+                if via_queue:
+                    tr.queue_prompt(p)
+                    queued_now += 1
+                else:
+                    tr.add_prompt(p)
+                prompts += 1
+                live.append(next_id)
+                next_id += 1
+        key[0] = f % len(frames)
+        t0 = time.perf_counter()
+        res = tr.track(frames[key[0]])
+        times[f] = time.perf_counter() - t0
+        calls += 1
+        obj_steps += len(live) - queued_now
+        assert res.frame_index == f and [o.obj_id for o in res.objects] == sorted(live)
+        if f % CORRECT_EVERY == 50 and live:
+            tr.add_prompt(click(live[int(rng.integers(len(live)))], f, rng, neg=True))
+            prompts += 1
+        if f % 10 == 0:
+            assert bank_ptrs(tr) == ptrs0 and tr.bank is bank0, f'bank reallocated at frame {f}'
+            if f % 50 == 0:
+                gc.collect()
+            rss.append((f, rss_mib()))
+    wall = time.perf_counter() - t_start
+
+    # the bank never reallocates
+    assert tr.bank is bank0 and bank_ptrs(tr) == ptrs0
+    # host memory flat
+    third = FRAMES // 3
+    first = np.mean([r for f, r in rss if 50 <= f < third])
+    last = np.mean([r for f, r in rss if f >= FRAMES - third])
+    # frame time flat
+    ms = times * 1e3
+    p99_start = float(np.percentile(ms[100:300], 99))
+    p99_end = float(np.percentile(ms[-200:], 99))
+    stats = dict(tr.stats)
+    summary = {'frames': FRAMES, 'wall_s': round(wall, 1), 'objects_max': max(COUNTS.values()),
+               'ids_used': next_id - 1, 'prompts': prompts,
+               'rss_first_third_mib': round(first, 1), 'rss_last_third_mib': round(last, 1),
+               'rss_growth_mib': round(last - first, 2),
+               'p50_ms_100_300': round(float(np.percentile(ms[100:300], 50)), 1),
+               'p99_ms_100_300': round(p99_start, 1),
+               'p50_ms_last200': round(float(np.percentile(ms[-200:], 50)), 1),
+               'p99_ms_last200': round(p99_end, 1), 'stats': stats}
+    print('\nCPU soak:', json.dumps(summary))
+    out = Path(os.environ.get('OUT', Path(__file__).resolve().parent.parent / 'out'))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / 'soak_cpu.json').write_text(json.dumps(summary, indent=1))
+    except OSError:
+        pass
+
+    assert last - first < RSS_BOUND_MIB, f'host RSS grew {last - first:.1f} MiB'
+    assert p99_end <= P99_RATIO * p99_start, (
+        f'p99 frame time grew: {p99_start:.1f} ms (frames 100-300) -> {p99_end:.1f} ms (last 200)')
+    assert stats.get('frames') == calls == FRAMES
+    assert stats.get('failed_frames', 0) == 0
+    assert stats.get('prompt_steps') == prompts
+    assert stats.get('eager_steps') == obj_steps
+    assert stats.get('fallbacks', 0) == 0
