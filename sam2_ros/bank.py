@@ -201,7 +201,8 @@ class MemoryBank:
                       ptrs: torch.Tensor, logits: torch.Tensor, scores: torch.Tensor) -> None:
         """Store the ordinary (non-conditioning) memory of B tracked objects for ``frame``
         with one index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s],
-        scores [B, 1]. Equivalent to ``write(..., as_cond=False)`` per object, with O(1) kernel launches."""
+        scores [B, 1]. Equivalent to ``write(..., as_cond=False)`` per object, with O(1)
+        kernel launches."""
         k = self.max_cond
         ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
         n = len(slots)

@@ -8,7 +8,6 @@ the uint8 frame. Prompts in source pixels are scaled to the model's square input
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -175,7 +174,3 @@ def _inside(xy: np.ndarray, h: int, w: int, what: str) -> None:
     if bad.any():
         x, y = xy[np.argmax(bad)]
         raise PromptError(f'{what} ({x:g}, {y:g}) is outside the {w}x{h} frame')
-
-
-def is_finite_number(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)

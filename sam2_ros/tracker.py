@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 
 from sam2_ros import postprocess, preprocess, step
@@ -65,7 +64,6 @@ class StreamingTracker:
         self._frame = -1
         self._hw: Optional[tuple] = None
         self._features: Optional[step.Features] = None
-        self._last: Optional[FrameResult] = None
         self._warm_up()
 
     # ---- public API ------------------------------------------------------------------
@@ -310,5 +308,4 @@ class StreamingTracker:
                 LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
             res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
                                             f - o.last_prompt_frame, lg[0]))
-        self._last = res
         return res

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from rclpy.serialization import deserialize_message, serialize_message
 from sam2_ros.msg import ObjectState, Prompt, TrackingState

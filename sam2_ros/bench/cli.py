@@ -40,7 +40,8 @@ def _csv(s: str, cast=str) -> List:
 
 def parse(argv=None) -> argparse.Namespace:
     from sam2_ros.bench.variants import VARIANTS
-    p = argparse.ArgumentParser(prog='python -m sam2_ros.bench.cli', description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(prog='python -m sam2_ros.bench.cli',
+                                description=__doc__.split('\n')[0])
     p.add_argument('--models', default='tiny')
     p.add_argument('--res', default='512')
     p.add_argument('--objects', default='1')
@@ -52,7 +53,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument('--profile-frames', type=int, default=5)
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
-    p.add_argument('--out', default=None, help='JSON list of rows (rows of the same key are replaced)')
+    p.add_argument('--out', default=None,
+                   help='JSON list of rows (rows of the same key are replaced)')
     p.add_argument('--table', default=None, help='markdown file: the marked section is replaced')
     p.add_argument('--only', default=None,
                    help='explicit rows model@res:objects:variant;... instead of the full product')
@@ -245,8 +247,9 @@ def table(rows: List[dict], header: Dict[str, str]) -> str:
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
     vorder = ['official_eager', 'official_vos', 'official_compile_default', 'ours_eager',
               'ours_graph', 'ours_graph_batched']
-    rows = sorted(rows, key=lambda r: (order.get(r['model'], 9), r['res'], r['objects'],
-                                       vorder.index(r['variant']) if r['variant'] in vorder else 9))
+    rows = sorted(rows, key=lambda r: (
+        order.get(r['model'], 9), r['res'], r['objects'],
+        vorder.index(r['variant']) if r['variant'] in vorder else 9))
     out = [f'- {k}: {v}' for k, v in header.items()]
     out += ['', '| model | res | objects | variant | ms p50 | ms p99 | fps | x official_eager '
                 '| GPU kernel ms | wall / kernel | peak MiB | compile_s |',

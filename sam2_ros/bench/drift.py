@@ -79,7 +79,8 @@ def run(precision: str, frames: int, const: int, model_size: str, res: int,
         fr = stream.frame(f)
         ra, rb = true_tr.track(fr), frozen_tr.track(fr)
         if f == 0:
-            ra, rb = true_tr.add_prompt(Prompt(1, box=box)), frozen_tr.add_prompt(Prompt(1, box=box))
+            ra = true_tr.add_prompt(Prompt(1, box=box))
+            rb = frozen_tr.add_prompt(Prompt(1, box=box))
         a, b = ra.objects[0], rb.objects[0]
         logit.append(float((a.low_res_logits - b.low_res_logits).abs().max()))
         inter = np.logical_and(a.mask, b.mask).sum()

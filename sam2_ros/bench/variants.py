@@ -17,7 +17,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 

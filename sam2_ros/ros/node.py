@@ -115,8 +115,8 @@ class TrackerNode(LifecycleNode):
         ]
         self._fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
         self._timer = self.create_timer(o.diagnostics_period_s, self._on_diagnostics,
-                                         callback_group=self._other_group,
-                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
+                                        callback_group=self._other_group,
+                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
         mode = (f'FIFO of {o.fifo_size}, never drops' if o.process_every_frame
                 else 'newest frame only')
         self.get_logger().info(

@@ -125,6 +125,7 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('autostart', N, 'autostart', 'bool', 'configure and activate on start-up'),
 )
 
+
 def default_value(spec: ParamSpec) -> Any:
     """The default of a parameter, as a ROS value (None = declared typed but unset)."""
     value = getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
