@@ -1,0 +1,221 @@
+"""Lifecycle transitions in many orders, on ONE node process, through the standard
+``~/change_state`` / ``~/get_state`` services.
+
+A seeded random walk over configure / cleanup / activate / deactivate, mixed with requests
+that are invalid in the current state (refused: success False, state unchanged, node alive),
+checking ``get_state`` after every request. When active, a prompt and a frame give a
+TrackingState with the frame's stamp and the expected frame index (the index proves which
+tracker answered: deactivate/activate keeps its history, cleanup/configure starts a new one);
+when inactive or unconfigured a published frame gives no output at all. Also: deactivate while
+frames are flowing, and shutdown last (process exit 0).
+"""
+
+import random
+import threading
+import time
+
+import pytest
+
+from ros_helpers import (Client, DomainLease, frames, image_msg, prompt_msg,
+                         require_messages, stamp, stamp_of, start_node, wait_until)
+
+pytestmark = pytest.mark.slow
+
+# lifecycle_msgs/Transition ids (the standard ones)
+CONFIGURE, CLEANUP, ACTIVATE, DEACTIVATE = 1, 2, 3, 4
+SHUTDOWN = {'unconfigured': 5, 'inactive': 6, 'active': 7}
+# state -> {transition id: next state}; everything else must be refused
+VALID = {
+    'unconfigured': {CONFIGURE: 'inactive'},
+    'inactive': {CLEANUP: 'unconfigured', ACTIVATE: 'active'},
+    'active': {DEACTIVATE: 'inactive'},
+}
+ALL_IDS = (CONFIGURE, CLEANUP, ACTIVATE, DEACTIVATE, 5, 6, 7)
+W, H = 64, 48
+BOX = (8, 18, 40, 44)
+STEPS = 30
+SEED = 20240611
+
+
+@pytest.fixture
+def lease():
+    d = DomainLease()
+    yield d
+    d.release()
+
+
+class Lifecycle:
+    def __init__(self, client: Client) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.node = client.node
+        self.change = self.node.create_client(ChangeState, '/sam2_tracker/change_state')
+        self.get = self.node.create_client(GetState, '/sam2_tracker/get_state')
+        assert self.change.wait_for_service(timeout_sec=60), 'lifecycle services missing'
+        assert self.get.wait_for_service(timeout_sec=10)
+
+    def _call(self, cli, req, timeout=60.0):
+        fut = cli.call_async(req)
+        wait_until(fut.done, timeout, f'{cli.srv_name} response')
+        return fut.result()
+
+    def transition(self, tid: int) -> bool:
+        from lifecycle_msgs.srv import ChangeState
+
+        req = ChangeState.Request()
+        req.transition.id = tid
+        return self._call(self.change, req).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(self.get, GetState.Request()).current_state.label
+
+
+def outputs(c: Client) -> tuple:
+    return (len(c.snapshot(c.masks)), len(c.snapshot(c.states)), len(c.snapshot(c.overlays)),
+            len(c.snapshot(c.diags)))
+
+
+def test_random_transition_orders(tmp_path, lease):
+    require_messages()
+    t_start = time.monotonic()
+    proc = start_node(lease, tmp_path, 'orders', autostart=False, image_size=64,
+                      stale_timeout_s=5.0, diagnostics_period_s=0.2)
+    c = Client(lease)
+    fr = frames(16, W, H, seed=4)
+    rng = random.Random(SEED)
+    n_frame = 0          # global frame counter: stamps only go forward
+    next_index = None    # expected frame_index of the next frame for the current tracker
+    silent_stamps = []   # frames published while not active: must never produce outputs
+    log = []
+    counts = {'valid': 0, 'refused': 0, 'active_frames': 0, 'silent_frames': 0}
+
+    def send_frame():
+        nonlocal n_frame
+        s = stamp(n_frame)
+        c.pub_image.publish(image_msg(fr[n_frame % len(fr)], s))
+        n_frame += 1
+        return s
+
+    def check_active():
+        """A prompt (due on the next frame) and a frame -> the state of that frame."""
+        nonlocal next_index
+        c.wait_connected(30)
+        s_next = stamp(n_frame)
+        c.pub_prompt.publish(prompt_msg(1, s_next, box=BOX))
+        time.sleep(0.1)  # the prompt is on another topic: let it arrive first
+        s = send_frame()
+        assert s == s_next
+        st = c.wait_state(s, 30)
+        assert st.frame_index == next_index, (log, st.frame_index, next_index)
+        assert [o.object_id for o in st.objects] == [1], log
+        next_index += 1
+        counts['active_frames'] += 1
+
+    def check_silent():
+        """Not active: no subscription; a published frame produces nothing."""
+        wait_until(lambda: c.pub_image.get_subscription_count() == 0, 10,
+                   'the image subscription to go')
+        time.sleep(0.3)  # anything sent before the transition returned has arrived by now
+        before = outputs(c)
+        silent_stamps.append(send_frame())
+        time.sleep(0.5)
+        assert outputs(c) == before, (log, before, outputs(c))
+        counts['silent_frames'] += 1
+
+    try:
+        lc = Lifecycle(c)
+        state = lc.state()
+        assert state == 'unconfigured'
+        for step in range(STEPS):
+            # mostly valid transitions (so the walk visits every state), some refused ones
+            valid = VALID[state]
+            if rng.random() < 0.65:
+                tid = rng.choice(sorted(valid))
+            else:
+                tid = rng.choice([t for t in ALL_IDS if t not in valid
+                                  and t != SHUTDOWN[state]])
+            ok = lc.transition(tid)
+            new = lc.state()
+            log.append((step, state, tid, ok, new))
+            assert proc.p.poll() is None, (log, proc.log()[-3000:])
+            if tid in valid:
+                assert ok and new == valid[tid], log
+                counts['valid'] += 1
+                if tid == CONFIGURE:
+                    next_index = 0  # a new tracker
+            else:
+                assert not ok and new == state, log  # refused cleanly, nothing changed
+                counts['refused'] += 1
+            state = new
+            if state == 'active':
+                check_active()
+            else:
+                check_silent()
+
+        # every state was visited and some requests were refused
+        visited = {entry[4] for entry in log}
+        assert visited == {'unconfigured', 'inactive', 'active'}, log
+        assert counts['refused'] >= 3 and counts['active_frames'] >= 3, counts
+
+        # cleanup then configure again: a new, working tracker (frame index restarts at 0)
+        if state == 'active':
+            assert lc.transition(DEACTIVATE)
+        if lc.state() == 'inactive':
+            assert lc.transition(CLEANUP)
+        assert lc.state() == 'unconfigured'
+        assert lc.transition(CONFIGURE) and lc.transition(ACTIVATE)
+        assert lc.state() == 'active'
+        next_index = 0
+        check_active()
+        check_active()
+
+        # deactivate while frames are flowing (~20 Hz, faster than the node tracks them)
+        flowing = threading.Event()
+        flowing.set()
+        sent = []
+
+        def stream():
+            while flowing.is_set():
+                sent.append(send_frame())
+                time.sleep(0.05)
+
+        th = threading.Thread(target=stream, daemon=True)
+        n0 = len(c.snapshot(c.states))
+        th.start()
+        wait_until(lambda: len(c.snapshot(c.states)) >= n0 + 2, 30, 'states while flowing')
+        assert lc.transition(DEACTIVATE) and lc.state() == 'inactive'
+        t_deact = len(sent)
+        time.sleep(0.3)
+        before = outputs(c)
+        time.sleep(1.0)  # frames still flowing, node inactive
+        flowing.clear()
+        th.join(5)
+        assert outputs(c) == before, 'outputs after deactivate returned'
+        late = set(sent[t_deact:])
+        assert not late & {stamp_of(s.header) for s in c.snapshot(c.states)}
+        assert proc.p.poll() is None
+        flow_states = c.snapshot(c.states)[n0:]
+        got = [stamp_of(s.header) for s in flow_states]
+        assert got == sorted(set(got)), 'stamps went backwards or repeated'
+        next_index = max(s.frame_index for s in flow_states) + 1
+
+        # the same tracker goes on after re-activation
+        assert lc.transition(ACTIVATE) and lc.state() == 'active'
+        check_active()
+
+        # frames published while not active never produced any output
+        published = {stamp_of(s.header) for s in c.snapshot(c.states)}
+        published |= {stamp_of(m.header) for m in c.snapshot(c.masks)}
+        assert not published & set(silent_stamps)
+
+        # shutdown last (from active), then the process ends cleanly
+        assert lc.transition(SHUTDOWN['active'])
+        assert proc.p.wait(30) == 0, proc.log()[-3000:]
+    finally:
+        c.close()
+        proc.stop()
+    print(f'\nlifecycle walk: {counts}, {len(log)} requests, '
+          f'{time.monotonic() - t_start:.1f} s')
+    assert time.monotonic() - t_start < 90
