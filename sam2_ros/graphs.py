@@ -31,7 +31,7 @@ import torch
 from sam2_ros import step
 from sam2_ros.bank import MemoryBank, Selection
 from sam2_ros.config import TrackerConfig
-from sam2_ros.runner import EagerRunner, cat_outputs
+from sam2_ros.runner import EagerRunner
 
 log = logging.getLogger(__name__)
 WARMUP_ITERS = 3
@@ -134,8 +134,7 @@ class GraphRunner(EagerRunner):
         for i, sel in enumerate(sels):
             c = self._graph_cond(sel, features)
             if c is None:
-                self._put(out, [i], step.track_step(self.model, features, bank.gather([sel]),
-                                                    maskmem_pos))
+                self._put(out, [i], self._eager([sel], features, bank, maskmem_pos))
             else:
                 groups.setdefault(c, []).append(i)
         for c, idx in groups.items():
@@ -192,18 +191,16 @@ class GraphRunner(EagerRunner):
                      None)
         if batch is None:
             self.on_fallback(f'no graph for {len(sels)} objects with {n_cond} cond frames')
-            return self._eager_many(sels, features, bank, maskmem_pos), 'eager'
+            return self._eager(sels, features, bank, maskmem_pos), 'eager'
         cap = self.steps[(batch, n_cond)]
         try:
             bank.gather(sels + [sels[-1]] * (batch - len(sels)), out=cap.inputs)
             cap.graph.replay()
         except Exception as exc:  # noqa: BLE001 - the step is redone eagerly
             self.on_fallback(f'graph replay failed: {exc!r}')
-            return self._eager_many(sels, features, bank, maskmem_pos), 'eager'
+            return self._eager(sels, features, bank, maskmem_pos), 'eager'
         return cap.outputs, 'graph'
 
-    def _eager_many(self, sels, features, bank, maskmem_pos) -> step.StepOut:
-        return cat_outputs([self._eager(s, features, bank, maskmem_pos) for s in sels])
-
-    def _eager(self, sel, features, bank, maskmem_pos) -> step.StepOut:
-        return step.track_step(self.model, features, bank.gather([sel]), maskmem_pos)
+    def _eager(self, sels, features, bank, maskmem_pos) -> step.StepOut:
+        """The reference path (the eager runner's step) for objects a graph cannot take."""
+        return EagerRunner.track(self, features, bank, sels, maskmem_pos)[0]

@@ -128,3 +128,13 @@ def pytest_sessionfinish(session, exitstatus):
         (out / 'hypothesis_counts.json').write_text(json.dumps(HYPOTHESIS_COUNTS, indent=1))
     except OSError:
         pass
+
+
+@pytest.fixture
+def lease():
+    """A ROS domain of its own for one test (ROS tests start nodes in subprocesses)."""
+    from ros_helpers import DomainLease
+
+    d = DomainLease()
+    yield d
+    d.release()

@@ -8,13 +8,11 @@ sessions on the same machine never see our traffic; discovery stays on localhost
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,9 +22,10 @@ import numpy as np
 import pytest
 import yaml
 
+from sam2_ros.ros.domain import lease_domain
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-DOMAIN_RANGE = range(120, 230)
 # The test node: smallest model input the model accepts and tiny frames keep CPU time low.
 TEST_PARAMS: Dict[str, Any] = {
     'model_size': 'tiny', 'image_size': 256, 'random_weights': True, 'seed': 0,
@@ -52,20 +51,7 @@ class DomainLease:
     """An exclusive ROS_DOMAIN_ID for one test."""
 
     def __init__(self) -> None:
-        self._fh = None
-        self.domain_id = -1
-        start = os.getpid() % len(DOMAIN_RANGE)
-        for i in range(len(DOMAIN_RANGE)):
-            d = DOMAIN_RANGE[(start + i) % len(DOMAIN_RANGE)]
-            fh = open(Path(tempfile.gettempdir()) / f'sam2_ros_domain_{d}.lock', 'w')
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            self._fh, self.domain_id = fh, d
-            return
-        raise RuntimeError('no free ROS_DOMAIN_ID for the test')
+        self.domain_id, self._fh = lease_domain()
 
     def env(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -316,3 +302,34 @@ def frames(n: int, w: int = W, h: int = H, seed: int = 0) -> List[np.ndarray]:
 def stamp(i: int) -> int:
     """Stamp of frame i: 1000 s + i * 100 ms (non-zero, so it never means 'next frame')."""
     return 1_000_000_000_000 + i * 100_000_000
+
+
+class Lifecycle:
+    """Service clients of /sam2_tracker/change_state and /get_state on the test client."""
+
+    def __init__(self, client: 'Client', timeout: float = 120.0) -> None:
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.node = client.node
+        self.timeout = timeout
+        self.change = self.node.create_client(ChangeState, '/sam2_tracker/change_state')
+        self.get = self.node.create_client(GetState, '/sam2_tracker/get_state')
+        assert self.change.wait_for_service(timeout_sec=60), 'lifecycle services missing'
+        assert self.get.wait_for_service(timeout_sec=10)
+
+    def _call(self, cli, req):
+        fut = cli.call_async(req)
+        wait_until(fut.done, self.timeout, f'{cli.srv_name} response')
+        return fut.result()
+
+    def transition(self, tid: int) -> bool:
+        from lifecycle_msgs.srv import ChangeState
+
+        req = ChangeState.Request()
+        req.transition.id = tid
+        return self._call(self.change, req).success
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(self.get, GetState.Request()).current_state.label

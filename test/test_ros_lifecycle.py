@@ -7,46 +7,9 @@ import time
 
 import pytest
 
-from ros_helpers import (Client, DomainLease, frames, image_msg, stamp, start_node, wait_until)
+from ros_helpers import Client, Lifecycle, frames, image_msg, stamp, start_node, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def lease():
-    d = DomainLease()
-    yield d
-    d.release()
-
-
-class Lifecycle:
-    """Service clients of /sam2_tracker/change_state and /get_state on the test client."""
-
-    def __init__(self, client: Client) -> None:
-        from lifecycle_msgs.srv import ChangeState, GetState
-
-        self.node = client.node
-        self.change = self.node.create_client(ChangeState, '/sam2_tracker/change_state')
-        self.get = self.node.create_client(GetState, '/sam2_tracker/get_state')
-        assert self.change.wait_for_service(timeout_sec=60), 'lifecycle services missing'
-        assert self.get.wait_for_service(timeout_sec=10)
-
-    def _call(self, cli, req, timeout=120.0):
-        fut = cli.call_async(req)
-        wait_until(fut.done, timeout, f'{cli.srv_name} response')
-        return fut.result()
-
-    def transition(self, tid: int) -> bool:
-        from lifecycle_msgs.srv import ChangeState
-
-        req = ChangeState.Request()
-        req.transition.id = tid
-        return self._call(self.change, req).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self._call(self.get, GetState.Request()).current_state.label
 
 
 def test_configure_failure_is_a_failed_transition(tmp_path, lease):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ros_helpers import (Client, DomainLease, frames, image_msg, prompt_msg,
+from ros_helpers import (Client, Lifecycle, frames, image_msg, prompt_msg,
                          require_messages, stamp, stamp_of, start_node, wait_until)
 
 pytestmark = pytest.mark.slow
@@ -35,41 +35,6 @@ W, H = 64, 48
 BOX = (8, 18, 40, 44)
 STEPS = 30
 SEED = 20240611
-
-
-@pytest.fixture
-def lease():
-    d = DomainLease()
-    yield d
-    d.release()
-
-
-class Lifecycle:
-    def __init__(self, client: Client) -> None:
-        from lifecycle_msgs.srv import ChangeState, GetState
-
-        self.node = client.node
-        self.change = self.node.create_client(ChangeState, '/sam2_tracker/change_state')
-        self.get = self.node.create_client(GetState, '/sam2_tracker/get_state')
-        assert self.change.wait_for_service(timeout_sec=60), 'lifecycle services missing'
-        assert self.get.wait_for_service(timeout_sec=10)
-
-    def _call(self, cli, req, timeout=60.0):
-        fut = cli.call_async(req)
-        wait_until(fut.done, timeout, f'{cli.srv_name} response')
-        return fut.result()
-
-    def transition(self, tid: int) -> bool:
-        from lifecycle_msgs.srv import ChangeState
-
-        req = ChangeState.Request()
-        req.transition.id = tid
-        return self._call(self.change, req).success
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self._call(self.get, GetState.Request()).current_state.label
 
 
 def outputs(c: Client) -> tuple:
@@ -125,7 +90,7 @@ def test_random_transition_orders(tmp_path, lease):
         counts['silent_frames'] += 1
 
     try:
-        lc = Lifecycle(c)
+        lc = Lifecycle(c, timeout=60.0)
         state = lc.state()
         assert state == 'unconfigured'
         for step in range(STEPS):

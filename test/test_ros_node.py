@@ -21,13 +21,6 @@ pytestmark = pytest.mark.slow
 ADD, REMOVE, RESET = 0, 1, 2
 
 
-@pytest.fixture
-def lease():
-    d = DomainLease()
-    yield d
-    d.release()
-
-
 def running(tmp_path, lease, name, **overrides):
     """Start a node and a client; returns (proc, client) once the node is active."""
     require_messages()

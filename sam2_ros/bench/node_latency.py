@@ -29,7 +29,6 @@ percentiles. The node subprocess is always stopped (SIGINT, then SIGKILL of its 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import platform
@@ -46,10 +45,10 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import yaml
 
+from sam2_ros.ros.domain import lease_domain
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE = '/sam2_tracker'
-# Same lock files and range as test/ros_helpers.py, so benchmarks and tests never share a domain.
-DOMAIN_RANGE = range(120, 230)
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
          'transport_ms')
 LABELS = {
@@ -104,23 +103,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def lease_domain(fixed: Optional[int]):
-    """(domain id, lock file handle or None); the flock is released when the process exits."""
-    if fixed is not None:
-        return fixed, None
-    start = os.getpid() % len(DOMAIN_RANGE)
-    for i in range(len(DOMAIN_RANGE)):
-        d = DOMAIN_RANGE[(start + i) % len(DOMAIN_RANGE)]
-        fh = open(Path(tempfile.gettempdir()) / f'sam2_ros_domain_{d}.lock', 'w')
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
-            continue
-        return d, fh
-    raise RuntimeError('no free ROS_DOMAIN_ID')
-
 
 class Frames:
     """Synthetic camera: a red box moving right and a green disc moving left over a fixed
@@ -450,7 +432,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    domain, lock = lease_domain(args.domain_id)
+    domain, lock = (args.domain_id, None) if args.domain_id is not None else lease_domain()
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED='1', TQDM_DISABLE='1')
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
