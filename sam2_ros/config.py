@@ -13,6 +13,7 @@ from typing import Optional
 MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
 PRECISIONS = ('bf16', 'fp32')
 GRAPH_MODES = ('swap', 'batched')
+COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -59,6 +60,13 @@ class TrackerConfig:
     batch_buckets: tuple = (1, 2, 4, 8)
     # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
     graph_cond_buckets: Optional[tuple] = None
+    # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,
+    # captured on first use); False runs them eagerly while the model steps stay graphs.
+    graph_io: bool = True
+    # torch.compile mode for the modules inside the captured graphs ('default',
+    # 'max-autotune-no-cudagraphs'), or None. Fewer, fused kernels; start-up takes minutes
+    # instead of seconds and outputs differ from the eager reference by rounding.
+    compile_mode: Optional[str] = None
     extra_hydra_overrides: list = field(default_factory=list)
 
     def validate(self) -> 'TrackerConfig':
@@ -69,6 +77,9 @@ class TrackerConfig:
             raise ValueError(f'precision must be one of {PRECISIONS}, got {self.precision!r}')
         if self.graph_mode not in GRAPH_MODES:
             raise ValueError(f'graph_mode must be one of {GRAPH_MODES}, got {self.graph_mode!r}')
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f'compile_mode must be one of {COMPILE_MODES}, '
+                             f'got {self.compile_mode!r}')
         if not isinstance(self.image_size, int) or self.image_size < 64 or self.image_size % 32:
             raise ValueError(f'image_size must be a multiple of 32 >= 64, got {self.image_size!r}')
         if not 1 <= int(self.max_objects) <= 256:

@@ -14,8 +14,18 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   graph's static buffers (one index_select per tensor), the graph replays, outputs are
   copied out. 'batched' mode: graphs per (B, c); objects of the same c are stacked on the
   batch axis, padded up to the next captured B.
+* Frame in and masks out are graphs too (``graph_io``), captured on first use per source
+  resolution (and per object-count bucket for the masks): the uint8 frame goes through a
+  pinned staging buffer into a static device buffer, one replay resizes and normalizes it
+  into the encoder's static input; one replay upsamples all objects' logits to source
+  resolution and reduces box/area/centroid, and one pinned copy brings them to the host.
+  They replace some 40 small kernel launches and two pageable copies per frame.
+* ``compile_mode`` (off by default): the captured graphs run ``torch.compile``d copies of
+  sam2's modules (fused kernels, minutes of compile at start-up); the eager fallback keeps
+  the plain modules.
 * Any capture error disables graphs (eager throughout); any replay error falls back to eager
-  for that step. Every fallback is reported with its reason to the tracker's stats.
+  for that step; a failed I/O graph capture makes that I/O eager. Every fallback is reported
+  with its reason to the tracker's stats.
 All graphs share one memory pool: they never run concurrently, so their intermediates can
 share memory, while each graph's static outputs stay alive and are never reused.
 """
@@ -26,22 +36,28 @@ import logging
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
-from sam2_ros import step
+from sam2_ros import postprocess, preprocess, step
 from sam2_ros.bank import MemoryBank, Selection
 from sam2_ros.config import TrackerConfig
+from sam2_ros.model import compiled_copy
 from sam2_ros.runner import EagerRunner
 
 log = logging.getLogger(__name__)
 WARMUP_ITERS = 3
+IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older ones dropped)
 
 
 class _Captured:
-    """One captured graph with its static inputs and outputs."""
+    """One captured graph with its static inputs and outputs (and, for I/O graphs, pinned
+    host buffers and the event of the last copy that read them)."""
 
     def __init__(self, graph: torch.cuda.CUDAGraph, inputs, outputs):
         self.graph, self.inputs, self.outputs = graph, inputs, outputs
+        self.host = None
+        self.event: Optional[torch.cuda.Event] = None
 
 
 class GraphRunner(EagerRunner):
@@ -54,6 +70,9 @@ class GraphRunner(EagerRunner):
         self.pool = None
         self.encoder: Optional[_Captured] = None
         self.steps: Dict[Tuple[int, int], _Captured] = {}   # (batch, n_cond) -> graph
+        self.io: Dict[tuple, _Captured] = {}    # ('in', H, W) / ('out', batch, H, W)
+        self.io_failed: set = set()
+        self.cuda = torch.device(cfg.device).type == 'cuda'
         self.capture_s = 0.0
 
     # ---- capture ---------------------------------------------------------------------
@@ -63,6 +82,7 @@ class GraphRunner(EagerRunner):
         t0 = time.perf_counter()
         try:
             self.pool = torch.cuda.graph_pool_handle()
+            self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
             self._capture_encoder()
             for key in self._bucket_keys():
                 self.steps[key] = self._capture_step(*key)
@@ -96,7 +116,7 @@ class GraphRunner(EagerRunner):
     def _capture_encoder(self) -> None:
         s = self.model.image_size
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
-        self.encoder = self._capture(lambda x: step.encode_image(self.model, x), image)
+        self.encoder = self._capture(lambda x: step.encode_image(self.cmodel, x), image)
 
     def _capture_step(self, batch: int, n_cond: int) -> _Captured:
         n_s, n_p = self._steady_key(n_cond)
@@ -108,13 +128,108 @@ class GraphRunner(EagerRunner):
             ptr_dist=torch.ones(n_p, batch, device=b.feats.device))
         feats = self.encoder.outputs
         return self._capture(lambda m: step.track_step(
-            self.model, step.expand(feats, batch), m, self.maskmem_pos), mem)
+            self.cmodel, step.expand(feats, batch), m, self.maskmem_pos), mem)
 
     def _steady_key(self, n_cond: int) -> Tuple[int, int]:
         """(n_spatial, n_pointers) of an object with n_cond conditioning frames that has
         tracked long enough for every memory slot to be filled."""
         return (n_cond + self.model.num_maskmem - 1,
                 n_cond + self.model.max_obj_ptrs_in_encoder - 1)
+
+    # ---- frame in, masks out ------------------------------------------------------------
+    def encode_frame(self, frame: preprocess.Frame) -> step.Features:
+        cap = self._io(('in', *preprocess.frame_size(frame)))
+        if cap is None:
+            return super().encode_frame(frame)
+        self._upload(frame, cap)
+        cap.graph.replay()                 # resize + normalize into the encoder's input
+        self.encoder.graph.replay()
+        return self.encoder.outputs
+
+    def _upload(self, frame: preprocess.Frame, cap: _Captured) -> None:
+        """Frame -> the graph's static [H, W, 3] uint8 buffer via pinned memory, so the copy
+        does not stall the stream."""
+        if isinstance(frame, torch.Tensor) and frame.device.type != 'cpu':
+            cap.inputs.copy_(frame)
+            return
+        if cap.event is not None:
+            cap.event.synchronize()        # the previous frame's copy has read the buffer
+        np.copyto(cap.host.numpy(), np.asarray(frame))
+        cap.inputs.copy_(cap.host, non_blocking=True)
+        cap.event = self._record()
+
+    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int,
+                w: int) -> Tuple[np.ndarray, np.ndarray]:
+        n = logits.shape[0]
+        batch = next((b for b in self._out_buckets() if b >= n), None) if n else None
+        cap = None if batch is None else self._io(('out', batch, h, w))
+        if cap is None:
+            return super().results(logits, scores, h, w)
+        cap.inputs[0][:n].copy_(logits)
+        cap.inputs[1][:n].copy_(scores)
+        cap.graph.replay()
+        (masks, stats), (host_m, host_s) = cap.outputs, cap.host
+        host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
+        host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
+        if self.cuda:
+            torch.cuda.current_stream().synchronize()
+        return host_m[:n].numpy().copy(), host_s[:n].numpy().copy()
+
+    def _out_buckets(self) -> List[int]:
+        """Object-count buckets of the mask graphs: powers of two, and the capacity."""
+        cap = self.bank.capacity
+        return sorted({min(2 ** i, cap) for i in range(cap.bit_length() + 1)})
+
+    def _io(self, key: tuple) -> Optional[_Captured]:
+        """The I/O graph of ``key``, captured on first use; None when I/O graphs are off or
+        its capture failed (that I/O then runs eagerly)."""
+        if not (self.enabled and self.cfg.graph_io and self.encoder is not None):
+            return None
+        cap = self.io.get(key)
+        if cap is None and key not in self.io_failed:
+            self._drop_old_resolutions(key[-2:])
+            try:
+                cap = self._capture_in(*key[1:]) if key[0] == 'in' else \
+                    self._capture_out(*key[1:])
+                self.io[key] = cap
+            except Exception as exc:  # noqa: BLE001 - this I/O runs eagerly from now on
+                self.io_failed.add(key)
+                self.on_fallback(f'I/O graph capture failed for {key}, eager: {exc!r}')
+        return cap
+
+    def _drop_old_resolutions(self, hw: tuple) -> None:
+        """Keep the I/O graphs of the IO_RESOLUTIONS most recent source resolutions."""
+        seen = list(dict.fromkeys(k[-2:] for k in self.io))    # oldest first
+        if tuple(hw) in seen or len(seen) < IO_RESOLUTIONS:
+            return
+        for k in [k for k in self.io if k[-2:] == seen[0]]:
+            del self.io[k]
+
+    def _capture_in(self, h: int, w: int) -> _Captured:
+        size, target = self.model.image_size, self.encoder.inputs
+        frame = torch.zeros(h, w, 3, dtype=torch.uint8, device=target.device)
+        cap = self._capture(lambda x: target.copy_(preprocess.normalize(x, size)), frame)
+        cap.host = self._host(h, w, 3, dtype=torch.uint8)
+        return cap
+
+    def _capture_out(self, batch: int, h: int, w: int) -> _Captured:
+        b = self.bank
+        inputs = (b.logits.new_zeros(batch, *b.logits.shape[1:]), b.scores.new_zeros(batch))
+        cap = self._capture(lambda x: postprocess.on_device(x[0], h, w, extra=x[1]), inputs)
+        cap.host = (self._host(batch, h, w, dtype=torch.bool),
+                    self._host(batch, 8, dtype=torch.float64))
+        return cap
+
+    def _host(self, *shape, dtype) -> torch.Tensor:
+        t = torch.empty(*shape, dtype=dtype)
+        return t.pin_memory() if self.cuda else t
+
+    def _record(self) -> Optional[torch.cuda.Event]:
+        if not self.cuda:
+            return None
+        ev = torch.cuda.Event()
+        ev.record()
+        return ev
 
     # ---- replay ----------------------------------------------------------------------
     def encode(self, image: torch.Tensor) -> step.Features:

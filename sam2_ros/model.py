@@ -103,6 +103,30 @@ def _mismatch_message(cfg: TrackerConfig, state, missing: List[str], unexpected:
     return ' '.join(parts)
 
 
+# The modules torch.compile'd for compile_mode (those sam2's vos_optimized compiles).
+COMPILED_MODULES = ('image_encoder', 'memory_attention', 'memory_encoder', 'sam_mask_decoder',
+                    'sam_prompt_encoder')
+
+
+def compiled_copy(model, mode):
+    """A shallow copy of ``model`` whose heavy modules are ``torch.compile``d with ``mode``
+    (shapes static: one compile per captured shape), sharing every weight; ``model`` itself
+    when mode is None. The graph runner captures the copy, its eager fallback keeps the
+    original, so a fallback never triggers a compile in the middle of a stream."""
+    if mode is None:
+        return model
+    import copy
+    import torch._dynamo as dynamo
+    for name in ('recompile_limit', 'cache_size_limit'):   # one compile per graph bucket
+        if hasattr(dynamo.config, name):
+            setattr(dynamo.config, name, max(getattr(dynamo.config, name), 64))
+    twin = copy.copy(model)
+    twin._modules = dict(model._modules)     # a copy shares the dict: give it its own
+    for name in COMPILED_MODULES:
+        twin._modules[name] = torch.compile(model._modules[name], mode=mode, dynamic=False)
+    return twin
+
+
 def autocast(cfg: TrackerConfig):
     """bf16 autocast as the official predictor is run; a no-op for fp32."""
     if cfg.precision != 'bf16':

@@ -21,6 +21,14 @@ def masks_and_stats(logits: torch.Tensor, h: int, w: int,
     ``extra`` [B] is appended as an 8th column (fetched in the same device-to-host copy)."""
     if logits.shape[0] == 0:
         return np.zeros((0, h, w), bool), np.zeros((0, 7 if extra is None else 8))
+    m, stats = on_device(logits, h, w, extra)
+    return m.cpu().numpy(), stats.cpu().numpy()
+
+
+def on_device(logits: torch.Tensor, h: int, w: int,
+              extra: torch.Tensor = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The device part of ``masks_and_stats`` (no host sync, so it can be captured):
+    masks [B, H, W] bool and stats [B, 7 or 8] float64, both on the logits' device."""
     m = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
     m = m[:, 0] > 0                                                  # [B, H, W]
     area = m.sum(dim=(1, 2)).double()
@@ -40,7 +48,7 @@ def masks_and_stats(logits: torch.Tensor, h: int, w: int,
                         -1.0, stats)
     if extra is not None:
         stats = torch.cat([stats, extra.double()[:, None]], dim=1)
-    return m.cpu().numpy(), stats.cpu().numpy()
+    return m, stats
 
 
 def unpack(stats_row: np.ndarray):

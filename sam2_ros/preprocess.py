@@ -40,9 +40,19 @@ def frame_size(frame: Frame) -> Tuple[int, int]:
 
 def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tensor:
     """[H, W, 3] uint8 -> [1, 3, S, S] float32 normalized, computed on ``device``."""
+    return normalize(upload(frame, device), size)
+
+
+def upload(frame: Frame, device: torch.device) -> torch.Tensor:
+    """The raw frame [H, W, 3] uint8 on ``device`` (the only host-to-device copy)."""
     if isinstance(frame, np.ndarray) and any(s < 0 for s in frame.strides):
         frame = np.ascontiguousarray(frame)     # a view such as bgr[..., ::-1]: torch refuses
-    x = torch.as_tensor(frame).to(device, non_blocking=True)
+    return torch.as_tensor(frame).to(device, non_blocking=True)
+
+
+def normalize(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x [H, W, 3] uint8 on the device -> [1, 3, S, S] float32 normalized. Device work only
+    (no host sync, no upload), so the graph runner can capture it."""
     x = x.permute(2, 0, 1).unsqueeze(0).float()                 # [1, 3, H, W] in 0..255
     # PIL resizes in two passes, horizontal then vertical, each rounded and clipped to uint8
     # (a vertical pass alone if only the height changes, and vice versa).
@@ -51,7 +61,7 @@ def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tenso
         x = _bicubic_u8(x, (h, size))
     if h != size:
         x = _bicubic_u8(x, (size, size))
-    mean, std = _mean_std(torch.device(device))
+    mean, std = _mean_std(x.device)
     return (x / 255.0 - mean) / std
 
 

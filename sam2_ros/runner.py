@@ -1,9 +1,9 @@
 """How the per-frame steps are executed: eagerly, or by the CUDA-graph runner.
 
 Both runners have the same interface, so the tracker never knows which one it has:
-``prepare`` (once, after the bank exists), ``encode`` (image -> Features), and ``track``
-(Features + the bank rows each object reads -> StepOut for all objects, plus 'graph' or
-'eager' per object). The eager runner is the reference path and the off switch of the
+``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),
+``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
+'graph' or 'eager' per object) and ``results`` (logits -> masks and stats on the host). The eager runner is the reference path and the off switch of the
 graph path (``TrackerConfig.use_cuda_graphs=False``).
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, List, Tuple
 
+import numpy as np
 import torch
 
-from sam2_ros import step
+from sam2_ros import postprocess, preprocess, step
 from sam2_ros.bank import MemoryBank, Selection
 from sam2_ros.config import TrackerConfig
 
@@ -29,8 +30,19 @@ class EagerRunner:
                 features: step.Features) -> None:
         """Nothing to capture."""
 
+    def encode_frame(self, frame: preprocess.Frame) -> step.Features:
+        """A validated frame [H, W, 3] uint8 -> the image encoder's Features."""
+        return self.encode(preprocess.to_model_input(frame, self.model.image_size,
+                                                     torch.device(self.cfg.device)))
+
     def encode(self, image: torch.Tensor) -> step.Features:
         return step.encode_image(self.model, image)
+
+    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int,
+                w: int) -> Tuple[np.ndarray, np.ndarray]:
+        """logits [B, 1, s, s], scores [B] -> masks [B, H, W] bool and stats [B, 8] on the
+        host (``postprocess.masks_and_stats`` with the scores as the 8th column)."""
+        return postprocess.masks_and_stats(logits, h, w, extra=scores)
 
     def track(self, features: step.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:

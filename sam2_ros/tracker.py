@@ -88,8 +88,7 @@ class StreamingTracker:
         t0 = time.perf_counter()
         try:
             with autocast(self.cfg):
-                features = self.runner.encode(
-                    preprocess.to_model_input(frame, self.size, self.device))
+                features = self.runner.encode_frame(frame)
         except Exception as exc:  # noqa: BLE001 - any failure: this frame fails, nothing changes
             self.stats['failed_frames'] += 1
             raise StepError(f'frame failed in the image encoder: {exc!r}; tracker unchanged, '
@@ -297,7 +296,7 @@ class StreamingTracker:
         slots = self.bank.upload([o.slot for o in objs])
         logits = self.bank.logits.index_select(0, slots)
         scores = self.bank.scores.index_select(0, slots)
-        masks, stats = postprocess.masks_and_stats(logits, h, w, extra=scores)
+        masks, stats = self.runner.results(logits, scores, h, w)
         res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
         for o, m, s, lg in zip(objs, masks, stats, logits):
             o.score = float(s[7])

@@ -14,6 +14,7 @@ from scenarios import schedule, synthetic_frames
 from sam2_ros import graphs
 from sam2_ros.config import TrackerConfig
 from sam2_ros.tracker import StreamingTracker
+from sam2_ros.types import Prompt
 
 
 class ReplayOnCpu:
@@ -28,6 +29,10 @@ class ReplayOnCpu:
         new = self.fn(self.inputs)
         if isinstance(new, torch.Tensor):
             return self.outputs.copy_(new)
+        if isinstance(new, tuple):       # the mask graph: (masks, stats)
+            for dst, src in zip(self.outputs, new):
+                dst.copy_(src)
+            return
         for name in vars(new):
             dst, src = getattr(self.outputs, name), getattr(new, name)
             if isinstance(dst, torch.Tensor):
@@ -75,6 +80,9 @@ def test_graph_runner_logic_equals_eager(mode, monkeypatch):
         for oa, ob in zip(a.objects, b.objects):
             assert oa.obj_id == ob.obj_id
             worst = max(worst, float((oa.low_res_logits - ob.low_res_logits).abs().max()))
+            # masks and stats came out of the mask graph: equal to the eager postprocess
+            assert oa.mask.shape == (48, 64) and (oa.mask == ob.mask).mean() > 0.999
+            assert oa.score == pytest.approx(ob.score, abs=1e-4)
         for kind, p in events.get(f, []):
             for t in (tr, ref):
                 t.remove_object(p) if kind == 'remove' else t.add_prompt(p)
@@ -100,3 +108,63 @@ def test_more_cond_frames_than_captured_runs_eager(monkeypatch):
             tr.add_prompt(ev[3][0][1])
     assert tr.bank.cond_frames(tr._objects[1].slot) == [0, 30]   # first kept, oldest evicted
     assert res.mode == 'graph'
+
+
+def test_io_graphs_per_resolution_and_bucket(monkeypatch):
+    """Frames and masks go through I/O graphs captured on first use: one input graph per
+    source resolution, one mask graph per (object bucket, resolution); only the two most
+    recent resolutions are kept. Results equal the eager path's bit for bit."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    for h, w in ((48, 64), (64, 48), (40, 40)):
+        frames = synthetic_frames(3, h=h, w=w)
+        for t in (tr, ref):
+            t.reset()
+            t.track(frames[0])
+            for p in (1, 2, 3):
+                t.add_prompt(Prompt(p, box=(2 + p, 2 + p, w - 2 * p, h - 2 * p)))
+        a, b = tr.track(frames[1]), ref.track(frames[1])
+        assert [o.obj_id for o in a.objects] == [1, 2, 3]
+        for oa, ob in zip(a.objects, b.objects):
+            assert (oa.mask == ob.mask).all() and oa.box == ob.box and oa.area == ob.area
+        assert ('in', h, w) in tr.runner.io and ('out', 4, h, w) in tr.runner.io
+    assert {k[-2:] for k in tr.runner.io} == {(64, 48), (40, 40)}   # (48, 64) dropped
+    assert tr.runner.io[('in', 40, 40)].graph.replays == 2
+
+
+def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+
+    def broken(*a):
+        raise RuntimeError('no I/O graph today')
+    monkeypatch.setattr(graphs.GraphRunner, '_capture_out', broken)
+    tr.runner.on_fallback = tr._count_fallback
+    frames = synthetic_frames(20, h=48, w=64)
+    p = schedule(48, 64, 1, 2, 3, 4)[0][0][1]
+    for t in (tr, ref):
+        t.track(frames[0])
+        t.add_prompt(p)
+    for fr in frames[1:]:
+        a, b = tr.track(fr), ref.track(fr)
+        assert (a.objects[0].mask == b.objects[0].mask).all()
+    assert tr.stats['fallbacks'] == 1 and 'I/O graph capture failed' in \
+        next(iter(tr.fallback_reasons))
+    assert tr.stats['graph_steps'] > 0        # the model steps still replay graphs
+
+
+def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
+    """compile_mode: the graphs capture a twin whose heavy modules are compiled; the eager
+    fallback keeps the plain modules, and both read the same weights."""
+    from sam2_ros.model import COMPILED_MODULES, build_model, compiled_copy
+    cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', random_weights=True)
+    model = build_model(cfg)
+    assert compiled_copy(model, None) is model
+    twin = compiled_copy(model, 'default')
+    for name in COMPILED_MODULES:
+        plain, comp = getattr(model, name), getattr(twin, name)
+        assert comp is not plain and comp._orig_mod is plain
+        assert not hasattr(plain, '_orig_mod')
+    assert twin.maskmem_tpos_enc is model.maskmem_tpos_enc
+    with pytest.raises(ValueError, match='compile_mode'):
+        cfg.replace(compile_mode='fastest').validate()

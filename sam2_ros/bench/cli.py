@@ -32,6 +32,7 @@ import numpy as np
 KEYS = ('model', 'res', 'objects', 'variant', 'ms_p50', 'ms_p99', 'fps', 'gpu_kernel_ms',
         'peak_mib', 'compile_s')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
+TOP_KERNELS = 12   # kernels with the most GPU time per frame, kept in the extra JSON
 
 
 def _csv(s: str, cast=str) -> List:
@@ -86,12 +87,17 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
             run.step()
         _sync(device)
     total_us = 0.0
+    per_name: Dict[str, float] = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             name = e.name.lower()
             if name.startswith('memcpy') or name.startswith('memset'):
                 continue
-            total_us += e.device_time if hasattr(e, 'device_time') else e.cuda_time
+            us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
+            total_us += us
+            per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+    run.info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
     return total_us / 1e3 / frames
 
 
@@ -101,7 +107,6 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
     replay or eager step, bank write, score read), results (upsample, masks and stats to
     host). 'other' is the rest of track() plus the caller."""
     import torch
-    from sam2_ros import preprocess
     tr = run.info.get('tracker')
     if tr is None or torch.device(device).type != 'cuda' or frames <= 0:
         return None
@@ -117,9 +122,7 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             return out
         return wrapper
 
-    orig_pre = preprocess.to_model_input
-    preprocess.to_model_input = timed('preprocess', orig_pre)
-    tr.runner.encode = timed('encode', tr.runner.encode)
+    tr.runner.encode_frame = timed('preprocess+encoder', tr.runner.encode_frame)
     tr._track_objects = timed('objects', tr._track_objects)
     tr._result = timed('results', tr._result)
     try:
@@ -129,10 +132,9 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             run.step()
         total = time.perf_counter() - t
     finally:
-        preprocess.to_model_input = orig_pre
         for k in ('_track_objects', '_result'):
             tr.__dict__.pop(k, None)
-        tr.runner.__dict__.pop('encode', None)
+        tr.runner.__dict__.pop('encode_frame', None)
     out = {k: round(v * 1e3 / frames, 3) for k, v in acc.items()}
     out['total'] = round(total * 1e3 / frames, 3)
     out['other'] = round(out['total'] - sum(v for k, v in out.items() if k != 'total'), 3)
@@ -184,6 +186,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
             # compile happens lazily in the prompt and warm-up frames: their extra time
             compile_s = setup_s + sum(warm) - (1 + a.warmup) * p50 / 1e3
         stats = dict(run.info.get('stats') or {})
+        top = run.info.get('top_kernels_ms')
     finally:
         run.close()
         del run
@@ -199,6 +202,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
         extra['breakdown_ms'] = parts
     if stats:
         extra['stats'] = {k: int(v) for k, v in stats.items()}
+    if top:
+        extra['top_kernels_ms'] = top
     return row, extra
 
 

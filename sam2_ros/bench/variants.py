@@ -93,7 +93,7 @@ def _autocast(precision: str, device: str):
 
 
 # ---- ours -------------------------------------------------------------------------------
-def _ours(spec: Spec, graphs: bool, mode: str = 'swap') -> Run:
+def _ours(spec: Spec, graphs: bool, mode: str = 'swap', **cfg_kw) -> Run:
     from sam2_ros.config import TrackerConfig
     from sam2_ros.tracker import StreamingTracker
     from sam2_ros.types import Prompt
@@ -101,7 +101,7 @@ def _ours(spec: Spec, graphs: bool, mode: str = 'swap') -> Run:
     cfg = TrackerConfig(model_size=spec.model, image_size=spec.res, random_weights=True,
                         seed=spec.seed, device=spec.device, precision=spec.precision,
                         max_objects=max(8, spec.objects), use_cuda_graphs=graphs,
-                        graph_mode=mode)
+                        graph_mode=mode, **cfg_kw)
     tr = StreamingTracker(cfg)
     stream = Stream(spec.objects, seed=spec.seed)
     # frames made before timing, as the official variants read theirs from init_state
@@ -134,6 +134,20 @@ def ours_graph(spec: Spec) -> Run:
 
 def ours_graph_batched(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched')
+
+
+def ours_graph_noio(spec: Spec) -> Run:
+    """ours_graph with frame preprocessing and mask postprocessing eager (graph_io off)."""
+    return _ours(spec, graphs=True, mode='swap', graph_io=False)
+
+
+def ours_graph_compiled(spec: Spec) -> Run:
+    """ours_graph with torch.compile (mode 'default') inside the captured graphs."""
+    return _ours(spec, graphs=True, mode='swap', compile_mode='default')
+
+
+def ours_graph_batched_compiled(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='batched', compile_mode='default')
 
 
 # ---- official -----------------------------------------------------------------------------
@@ -216,5 +230,8 @@ VARIANTS = {
     'ours_eager': ours_eager,
     'ours_graph': ours_graph,
     'ours_graph_batched': ours_graph_batched,
+    'ours_graph_noio': ours_graph_noio,
+    'ours_graph_compiled': ours_graph_compiled,
+    'ours_graph_batched_compiled': ours_graph_batched_compiled,
 }
 COMPILED = {'official_vos', 'official_compile_default'}

@@ -74,6 +74,7 @@ class ParamSpec(NamedTuple):
 
 
 T, N = 'tracker', 'node'
+OPTIONAL_STR = ('checkpoint', 'compile_mode')     # '' means None
 PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('model_size', T, 'model_size', 'str', 'SAM 2.1 size: tiny, small, base_plus, large'),
     ParamSpec('image_size', T, 'image_size', 'int',
@@ -100,6 +101,11 @@ PARAMS: Tuple[ParamSpec, ...] = (
               "object batch sizes captured for graph_mode 'batched'"),
     ParamSpec('graph_cond_buckets', T, 'graph_cond_buckets', 'int_array',
               'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
+    ParamSpec('graph_io', T, 'graph_io', 'bool',
+              'frame preprocessing and mask postprocessing as CUDA graphs too'),
+    ParamSpec('compile_mode', T, 'compile_mode', 'str',
+              "torch.compile the modules inside the graphs: '' (off), 'default' or "
+              "'max-autotune-no-cudagraphs' (start-up takes minutes)"),
     ParamSpec('extra_hydra_overrides', T, 'extra_hydra_overrides', 'str_array',
               'extra hydra overrides for the sam2 model config (expert use)'),
     ParamSpec('image_topic', N, 'image_topic', 'str', 'input image topic (remappable too)'),
@@ -145,7 +151,7 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
     if spec.kind == 'str':
         if not isinstance(value, str):
             raise bad('a string')
-        return None if (spec.field == 'checkpoint' and value == '') else value
+        return None if (spec.field in OPTIONAL_STR and value == '') else value
     if spec.kind in ('int_array', 'str_array'):
         if value is None or (isinstance(value, (list, tuple)) and not value):
             return None if spec.field == 'graph_cond_buckets' else (
