@@ -3,8 +3,9 @@
 Both runners have the same interface, so the tracker never knows which one it has:
 ``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),
 ``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
-'graph' or 'eager' per object) and ``results`` (logits -> masks and stats on the host). The eager runner is the reference path and the off switch of the
-graph path (``TrackerConfig.use_cuda_graphs=False``).
+'graph' or 'eager' per object) and ``results`` (logits -> masks and stats on the host).
+The eager runner is the reference path and the off switch of the graph path
+(``TrackerConfig.use_cuda_graphs=False``).
 """
 
 from __future__ import annotations

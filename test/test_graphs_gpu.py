@@ -108,8 +108,8 @@ def test_compiled_graphs_close_to_eager(graph_mode):
     comp, comp_stats = _run(_cfg(compile_mode='default', **base), frames, events)
     ref, _ = _run(_cfg(use_cuda_graphs=False, **base), frames, events)
     worst = _worst(comp, ref)
-    _record(f'compiled_{graph_mode}_vs_eager_fp32', {'worst_logits': worst,
-                                                       'stats': comp_stats})
+    _record(f'compiled_{graph_mode}_vs_eager_fp32',
+            {'worst_logits': worst, 'stats': comp_stats})
     print('compiled', graph_mode, worst, comp_stats)
     assert comp_stats.get('graph_steps', 0) > 80 and comp_stats.get('fallbacks', 0) == 0
     assert worst <= TOLS['fp32'], worst
