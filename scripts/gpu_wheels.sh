@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 V=${V:-.venv}; W=.whl
 WHEEL=("$V/bin/python" -m pip wheel -qq --no-deps --progress-bar off -w "$W")
-rm -rf "$W" && mkdir -p "$W"
+mkdir -p "$W" && rm -f "$W"/*.whl   # ours only: .whl/ros/ holds the ROS wheels
 # sam2 (no CUDA extension: it only does hole filling), built against the venv's torch
 SAM2_BUILD_CUDA=0 "${WHEEL[@]}" --no-build-isolation sam2==1.1.0
 "${WHEEL[@]}" hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10 portalocker
@@ -14,7 +14,7 @@ SAM2_BUILD_CUDA=0 "${WHEEL[@]}" --no-build-isolation sam2==1.1.0
 src=$(mktemp -d) && cp -r setup.py sam2_ros "$src"   # build outside the tree: no build/ left here
 "${WHEEL[@]}" --no-build-isolation --use-pep517 "$src" && rm -rf "$src"
 # every wheel must be pure Python (the GPU machine runs another Python version)
-bad=$(ls "$W" | grep -v -- '-py3-none-any\.whl$' || true)
+bad=$(ls "$W"/*.whl | grep -v -- '-py3-none-any\.whl$' || true)
 [ -z "$bad" ] || { echo "[gpu_wheels] not pure-Python: $bad" >&2; exit 1; }
 ls -s "$W"
 echo "[gpu_wheels] $(du -sh "$W" | cut -f1) in $W; on the device machine (carry $W):"
