@@ -1,7 +1,12 @@
 """Message conversions without DDS: every accepted encoding decodes pixel-exactly to RGB, every
 malformed image is a FrameError (never a crash inside cv_bridge), prompts map onto the core's
-Prompt, results onto TrackingState."""
+Prompt, results onto TrackingState. A cv_bridge that fails its self-test (the PyPI port under
+OpenCV 5, simulated here on OpenCV 4) is replaced by numpy giving the very same arrays."""
 
+import contextlib
+import logging
+
+import cv2
 import numpy as np
 import pytest
 
@@ -9,6 +14,7 @@ from ros_helpers import compressed_msg, image_msg, prompt_msg, require_messages
 
 from sam2_ros.errors import FrameError, PromptError
 from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import cv_bridge_compat as compat
 from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult
 
 cv_bridge = pytest.importorskip('cv_bridge')
@@ -60,19 +66,145 @@ def test_png_exact_and_jpeg_close(bridge, rgb):
     assert np.abs(out.astype(int) - smooth.astype(int)).mean() < 4
 
 
-@pytest.mark.parametrize('mutate, text', [
+BAD_IMAGES = [
     (lambda m: setattr(m, 'encoding', '16UC1'), 'unsupported image encoding'),
     (lambda m: setattr(m, 'encoding', 'yuv422'), 'unsupported image encoding'),
     (lambda m: setattr(m, 'data', bytes(m.data)[:-1]), 'height\\*step'),
     (lambda m: (setattr(m, 'width', 0), setattr(m, 'step', 0)), 'zero-size'),
     (lambda m: setattr(m, 'height', 0), 'zero-size'),
     (lambda m: setattr(m, 'step', m.width * 3 - 1), 'step'),
-])
+]
+
+
+@pytest.mark.parametrize('mutate, text', BAD_IMAGES)
 def test_bad_images_are_frame_errors(bridge, rgb, mutate, text):
     msg = image_msg(rgb, 1, 'rgb8')
     mutate(msg)
     with pytest.raises(FrameError, match=text):
         conv.image_to_rgb(msg, bridge)
+
+
+# ------------------------------------------------- a broken cv_bridge: the numpy fallback
+
+@contextlib.contextmanager
+def opencv5_layout():
+    """cv_bridge's type table as under OpenCV 5 (channels at bit 5, not OpenCV 4's bit 3).
+
+    The port still decodes with OpenCV 4's CV_MAT_CN, so CV_8UC3 reads as 9 channels: the exact
+    failure of our GPU machine ('buffer is too small for requested array'), on OpenCV 4.
+    """
+    boost = pytest.importorskip('cv_bridge.boost.cv_bridge_boost')
+    cv4 = boost.getCvType
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(boost, 'getCvType', lambda enc: cv4(enc) & 7 | (cv4(enc) >> 3) << 5)
+        yield
+
+
+class WrongPixelsBridge:
+    """A bridge that converts without error but returns wrong pixels (blank, right shape)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def imgmsg_to_cv2(self, msg, desired_encoding='passthrough'):
+        self.calls += 1
+        shape = (msg.height, msg.width) + (() if desired_encoding == 'passthrough' else (3,))
+        return np.zeros(shape, np.uint8)
+
+
+def decode_broken(kind, fn, msg):
+    """``fn(msg, bridge)`` with a fresh broken bridge of ``kind`` (probed on first use)."""
+    if kind == 'wrong pixels':
+        return fn(msg, WrongPixelsBridge())
+    with opencv5_layout():
+        return fn(msg, cv_bridge.CvBridge())
+
+
+def raw_msg(encoding, h=7, w=11, pad=0, seed=2):
+    """An Image of random bytes in every channel (alpha too) and ``pad`` garbage bytes per row."""
+    channels = conv.ENCODING_CHANNELS[encoding]
+    buf = np.random.default_rng(seed).integers(0, 256, (h, w * channels + pad), dtype=np.uint8)
+    msg = image_msg(np.zeros((h, w, 3), np.uint8), 1, 'rgb8')
+    msg.encoding, msg.step, msg.data = encoding, w * channels + pad, buf.tobytes()
+    return msg, buf[:, :w * channels].reshape(h, w, channels)
+
+
+def expected_rgb(encoding, px):
+    """The RGB that cv2.cvtColor (what cv_bridge calls) gives, spelled out in numpy."""
+    if encoding == 'mono8':
+        return np.repeat(px, 3, axis=2)
+    return px[..., 2::-1] if encoding.startswith('bgr') else px[..., :3]
+
+
+@pytest.mark.skipif(int(cv2.__version__.split('.')[0]) >= 5,
+                    reason='the PyPI cv_bridge port decodes correctly only with OpenCV 4')
+def test_working_bridge_is_used_without_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger=compat.__name__):
+        assert compat.broken_calls(cv_bridge.CvBridge()) == frozenset()
+    assert not caplog.records
+
+
+def test_opencv5_failure_is_reproduced_and_decoded(bridge):
+    """The GPU machine's case: 1280x720 rgb8 made cv_bridge raise; now it decodes."""
+    msg, px = raw_msg('rgb8', 720, 1280)
+    with opencv5_layout():
+        broken = cv_bridge.CvBridge()
+        with pytest.raises(TypeError, match='buffer is too small for requested array'):
+            broken.imgmsg_to_cv2(msg, desired_encoding='rgb8')
+        out = conv.image_to_rgb(msg, broken)
+        colour = ('rgb8', 'bgr8', 'rgba8', 'bgra8')
+        assert compat.broken_calls(broken) == {(e, 'rgb8') for e in colour}
+    np.testing.assert_array_equal(out, px)
+    np.testing.assert_array_equal(out, conv.image_to_rgb(msg, bridge))
+
+
+@pytest.mark.parametrize('kind', ['opencv5', 'wrong pixels'])
+@pytest.mark.parametrize('pad', [0, 5])
+@pytest.mark.parametrize('encoding', list(conv.ENCODING_CHANNELS))
+def test_fallback_equals_cv_bridge(bridge, kind, pad, encoding):
+    """Bit-exact with the working cv_bridge for every accepted encoding, padded rows too."""
+    msg, px = raw_msg(encoding, pad=pad)
+    want = conv.image_to_rgb(msg, bridge)
+    out = decode_broken(kind, conv.image_to_rgb, msg)
+    assert out.dtype == np.uint8 and out.shape == want.shape and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out, expected_rgb(encoding, px))
+
+
+@pytest.mark.parametrize('kind', ['opencv5', 'wrong pixels'])
+@pytest.mark.parametrize('pad', [0, 3])
+def test_fallback_mask_equals_cv_bridge(bridge, kind, pad):
+    msg, _ = raw_msg('mono8', pad=pad)
+    buf = np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.step).copy()
+    buf[:, :4] = 0  # some background
+    msg.data = buf.tobytes()
+    want = conv.mask_to_bool(msg, bridge)
+    np.testing.assert_array_equal(decode_broken(kind, conv.mask_to_bool, msg), want)
+    np.testing.assert_array_equal(want, buf[:, :msg.width] > 0)
+
+
+def test_fallback_probes_and_warns_once(caplog):
+    wrong = WrongPixelsBridge()
+    msg, px = raw_msg('bgra8')
+    with caplog.at_level(logging.WARNING, logger=compat.__name__):
+        for _ in range(3):
+            np.testing.assert_array_equal(conv.image_to_rgb(msg, wrong), px[..., 2::-1])
+        conv.mask_to_bool(raw_msg('mono8')[0], wrong)
+    assert wrong.calls == len(compat.BRIDGE_CALLS)  # the probes; frames never reach it
+    assert len(caplog.records) == 1
+    text = caplog.records[0].getMessage()
+    for part in ('self-test', f'OpenCV {cv2.__version__}', f'numpy {np.__version__}',
+                 'bgra8->rgb8', 'mono8->passthrough', 'wrong pixels', 'opencv-python-headless<5'):
+        assert part in text, (part, text)
+
+
+@pytest.mark.parametrize('kind', ['opencv5', 'wrong pixels'])
+@pytest.mark.parametrize('mutate, text', BAD_IMAGES)
+def test_bad_images_are_frame_errors_with_fallback(rgb, kind, mutate, text):
+    msg = image_msg(rgb, 1, 'rgb8')
+    mutate(msg)
+    with pytest.raises(FrameError, match=text):
+        decode_broken(kind, conv.image_to_rgb, msg)
 
 
 def test_bad_compressed(bridge, rgb):

@@ -4,7 +4,9 @@ Everything here is a pure function of its inputs, so it is tested without DDS. I
 are validated BEFORE cv_bridge: the PyPI cv_bridge port trusts ``height``/``width``/``data``
 blindly (it ignores ``step`` and would read garbage or raise obscure numpy errors), so every
 defect a camera driver or a hand-written publisher can produce becomes a :class:`FrameError`
-with a sentence a user can act on. Outgoing images are built by hand: that port's
+with a sentence a user can act on. That port also hard-codes OpenCV 4's type layout, so under
+OpenCV 5 it fails on colour images: decoding goes through :mod:`sam2_ros.ros.cv_bridge_compat`,
+which self-tests each bridge once. Outgoing images are built by hand: that port's
 ``cv2_to_imgmsg`` is broken under numpy 2. The overlay itself is drawn by
 :mod:`sam2_ros.overlay`, shared with the offline CLI.
 """
@@ -19,10 +21,10 @@ import cv2
 import numpy as np
 
 from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.ros import cv_bridge_compat
+from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
 from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, Prompt
 
-# Raw encodings accepted on the image topic, with their channel count (all 8-bit).
-ENCODING_CHANNELS = {'rgb8': 3, 'bgr8': 3, 'rgba8': 4, 'bgra8': 4, 'mono8': 1}
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
 # Prompt.msg action constants (mirrored so this module works without generated messages).
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
@@ -85,7 +87,7 @@ def image_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
     channels = check_image(msg)
     view = _packed_view(msg, channels)
     try:
-        img = bridge.imgmsg_to_cv2(view, desired_encoding='rgb8')
+        img = cv_bridge_compat.decode(bridge, view, 'rgb8')
     except Exception as exc:  # cv_bridge raises CvBridgeError, KeyError, TypeError...
         raise FrameError(f'cv_bridge could not convert {msg.encoding}: {exc}') from exc
     return np.array(img, dtype=np.uint8, copy=True, order='C')
@@ -122,7 +124,7 @@ def mask_to_bool(msg: Any, bridge: Any) -> np.ndarray:
     except FrameError as exc:
         raise PromptError(f'prompt mask: {exc}') from exc
     view = _packed_view(msg, channels)
-    return np.asarray(bridge.imgmsg_to_cv2(view)) > 0
+    return np.asarray(cv_bridge_compat.decode(bridge, view, 'passthrough')) > 0
 
 
 # ----------------------------------------------------------------------------- prompts in
