@@ -3,7 +3,9 @@
 # with the carried wheels ($WHL/ros/*.whl from scripts/gpu_ros_wheels.sh, and $WHL/*.whl: sam2,
 # hydra, ...) and our messages built into it, as setup.sh's ros() and msgs() steps do.
 # usage: [V=/tmp/rosv] [PYTHON=python3] [WHL=.whl] bash scripts/gpu_ros_setup.sh
-# then:  PYTHONPATH=$PWD /tmp/rosv/bin/python -m sam2_ros.bench.node_latency ...
+# then:  PYTHONPATH=$PWD:/tmp/site /tmp/rosv/bin/python -m sam2_ros.bench.node_latency ...
+# (after `source scripts/gpu_env.sh`, pip sees sam2 & co. in /tmp/site and skips them here,
+#  so /tmp/site must stay on PYTHONPATH)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 V=$(realpath -m "${V:-/tmp/rosv}"); PYTHON=${PYTHON:-python3}; WHL=${WHL:-$ROOT/.whl}
