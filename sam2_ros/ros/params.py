@@ -162,8 +162,8 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
             if not all(isinstance(v, str) for v in value):
                 raise bad('a list of strings')
             return list(value)
-        if not all(_is_int(v) and v >= 1 for v in value):
-            raise bad('a list of positive integers')
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+            raise bad('a list of positive integers')   # no 1.0: ROS types arrays strictly
         return tuple(int(v) for v in value)
     if spec.kind == 'float':
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
