@@ -57,6 +57,9 @@ def test_build_maps_and_converts():
     assert opts.stale_timeout_s == 3.0 and isinstance(opts.stale_timeout_s, float)
     cfg, _ = params.build({'checkpoint': '/x.pt'})
     assert cfg.checkpoint == '/x.pt' and cfg.graph_cond_buckets is None
+    assert cfg.compile_mode is None and cfg.graph_io       # off / on by default
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'compile_mode': 'default', 'graph_io': False})
+    assert cfg.compile_mode == 'default' and not cfg.graph_io
 
 
 @pytest.mark.parametrize('values, text', [
@@ -70,6 +73,8 @@ def test_build_maps_and_converts():
     ({'random_weights': True, 'click_object_id': 0}, 'click_object_id'),
     ({'random_weights': True, 'fifo_size': 0}, 'fifo_size'),
     ({'random_weights': True, 'no_such_param': 1}, 'unknown'),
+    ({'random_weights': True, 'compile_mode': 'fastest'}, 'compile_mode'),
+    ({'random_weights': True, 'batch_buckets': [1.0, 2.0]}, 'batch_buckets'),
     ({}, 'checkpoint'),
 ])
 def test_bad_values(values, text):
