@@ -1,0 +1,167 @@
+"""The two processes of the node latency benchmark: the tracker node under test, in its own
+process group, and the client that publishes frames and prompts and timestamps what comes back.
+
+Kept apart from ``node_latency.py`` (the CLI, the measurement loop and the report) so that
+each file holds one concern; nothing here measures anything by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = '/sam2_tracker'
+
+
+def stamp_ns(st: Any) -> int:
+    return int(st.sec) * 1_000_000_000 + int(st.nanosec)
+
+
+# ----------------------------------------------------------------------------- node process
+
+class NodeProcess:
+    """The tracker node in its own process group; stop() is idempotent and always works."""
+
+    def __init__(self, args: argparse.Namespace, env: Dict[str, str], workdir: Path,
+                 log_path: Path) -> None:
+        base = yaml.safe_load(Path(args.params_file).read_text()) or {}
+        values = dict(next(iter(base.values()), {}).get('ros__parameters', {})) if base else {}
+        values.update({
+            'model_size': args.model, 'image_size': args.image_size, 'device': args.device,
+            'precision': args.precision, 'use_cuda_graphs': bool(args.cuda_graphs),
+            'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
+            'process_every_frame': True, 'publish_overlay': bool(args.overlay),
+            'autostart': True, 'image_topic': '/camera/image_raw',
+        })
+        # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
+        # empty array parameter: leave such entries out (= the node's default).
+        values = {k: v for k, v in values.items() if v != []}
+        self.params_path = workdir / 'node_params.yaml'
+        self.params_path.write_text(yaml.safe_dump({'/**': {'ros__parameters': values}}))
+        self.params = values
+        self.argv = [sys.executable, '-m', 'sam2_ros.ros.node', '--ros-args', '--params-file',
+                     str(self.params_path)]
+        self.log_path = log_path
+        self._log = open(log_path, 'wb')
+        self.p = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=self._log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors='replace')[-n:]
+        except OSError:
+            return ''
+
+    def stop(self, timeout: float = 15.0) -> Optional[int]:
+        if self.p.poll() is None:
+            try:
+                self.p.send_signal(signal.SIGINT)
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.p.wait(10)
+        if not self._log.closed:
+            self._log.close()
+        return self.p.returncode
+
+
+# ----------------------------------------------------------------------------- ROS client
+
+class Client:
+    """Publishes prompt and images; records receipt times of masks and states by stamp."""
+
+    def __init__(self, domain_id: int) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.signals import SignalHandlerOptions
+        from sensor_msgs.msg import Image
+
+        from sam2_ros.ros.conversions import interfaces
+
+        self.m = interfaces()
+        self.ctx = rclpy.Context()
+        # No rclpy signal handlers: ours (main) turn SIGINT/SIGTERM into exceptions, so the
+        # finally block always stops the node subprocess.
+        rclpy.init(context=self.ctx, domain_id=domain_id,
+                   signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(f'sam2_node_latency_{os.getpid()}', context=self.ctx)
+        # RELIABLE depth 10 for large frames (BEST_EFFORT loses most of them over UDP).
+        img_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub_image = self.node.create_publisher(Image, '/camera/image_raw', img_qos)
+        self.pub_prompt = self.node.create_publisher(self.m.Prompt, f'{NODE}/prompt', qos)
+        self.lock = threading.Lock()
+        self.mask_t: Dict[int, float] = {}
+        self.state_t: Dict[int, float] = {}
+        self.states: Dict[int, Any] = {}
+        # mask subscription first: when both are ready the executor takes it first
+        self.sub_mask = self.node.create_subscription(Image, f'{NODE}/mask', self._on_mask, qos)
+        self.sub_state = self.node.create_subscription(self.m.TrackingState, f'{NODE}/state',
+                                                       self._on_state, qos)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop and self.ctx.ok():
+            self.executor.spin_once(timeout_sec=0.02)
+
+    def _on_mask(self, msg: Any) -> None:
+        t = time.monotonic()
+        with self.lock:
+            self.mask_t.setdefault(stamp_ns(msg.header.stamp), t)
+
+    def _on_state(self, msg: Any) -> None:
+        t = time.monotonic()
+        with self.lock:
+            s = stamp_ns(msg.header.stamp)
+            self.state_t.setdefault(s, t)
+            self.states.setdefault(s, msg)
+
+    def connected(self) -> bool:
+        return (self.pub_image.get_subscription_count() > 0
+                and self.pub_prompt.get_subscription_count() > 0
+                and self.sub_mask.get_publisher_count() > 0
+                and self.sub_state.get_publisher_count() > 0)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        try:
+            self.executor.shutdown()
+            self.node.destroy_node()
+        finally:
+            self.ctx.try_shutdown()
+
+
+def image_msg(rgb: np.ndarray) -> Any:
+    from sensor_msgs.msg import Image
+
+    m = Image()
+    m.header.frame_id = 'camera'
+    m.height, m.width = rgb.shape[:2]
+    m.encoding = 'rgb8'
+    m.step = rgb.shape[1] * 3
+    m.data = rgb.tobytes()
+    return m
+
+
+def set_stamp(header: Any, ns: int) -> None:
+    header.stamp.sec, header.stamp.nanosec = divmod(int(ns), 1_000_000_000)
