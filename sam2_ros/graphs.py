@@ -185,8 +185,10 @@ class GraphRunner(EagerRunner):
         its capture failed (that I/O then runs eagerly)."""
         if not (self.enabled and self.cfg.graph_io and self.encoder is not None):
             return None
-        cap = self.io.get(key)
-        if cap is None and key not in self.io_failed:
+        cap = self.io.pop(key, None)
+        if cap is not None:
+            self.io[key] = cap                 # most recently used last
+        elif key not in self.io_failed:
             self._drop_old_resolutions(key[-2:])
             try:
                 cap = self._capture_in(*key[1:]) if key[0] == 'in' else \
@@ -198,8 +200,8 @@ class GraphRunner(EagerRunner):
         return cap
 
     def _drop_old_resolutions(self, hw: tuple) -> None:
-        """Keep the I/O graphs of the IO_RESOLUTIONS most recent source resolutions."""
-        seen = list(dict.fromkeys(k[-2:] for k in self.io))    # oldest first
+        """Keep the I/O graphs of the IO_RESOLUTIONS most recently used source resolutions."""
+        seen = list(dict.fromkeys(k[-2:] for k in reversed(self.io)))[::-1]   # least recent first
         if tuple(hw) in seen or len(seen) < IO_RESOLUTIONS:
             return
         for k in [k for k in self.io if k[-2:] == seen[0]]:

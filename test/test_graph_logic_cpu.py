@@ -113,10 +113,10 @@ def test_more_cond_frames_than_captured_runs_eager(monkeypatch):
 def test_io_graphs_per_resolution_and_bucket(monkeypatch):
     """Frames and masks go through I/O graphs captured on first use: one input graph per
     source resolution, one mask graph per (object bucket, resolution); only the two most
-    recent resolutions are kept. Results equal the eager path's bit for bit."""
+    recently used resolutions are kept. Results equal the eager path's bit for bit."""
     tr, cfg = graph_tracker('swap', monkeypatch)
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
-    for h, w in ((48, 64), (64, 48), (40, 40)):
+    for h, w in ((48, 64), (64, 48), (48, 64), (40, 40)):     # A, B, A again, C
         frames = synthetic_frames(3, h=h, w=w)
         for t in (tr, ref):
             t.reset()
@@ -128,7 +128,7 @@ def test_io_graphs_per_resolution_and_bucket(monkeypatch):
         for oa, ob in zip(a.objects, b.objects):
             assert (oa.mask == ob.mask).all() and oa.box == ob.box and oa.area == ob.area
         assert ('in', h, w) in tr.runner.io and ('out', 4, h, w) in tr.runner.io
-    assert {k[-2:] for k in tr.runner.io} == {(64, 48), (40, 40)}   # (48, 64) dropped
+    assert {k[-2:] for k in tr.runner.io} == {(48, 64), (40, 40)}   # B: least recently used
     assert tr.runner.io[('in', 40, 40)].graph.replays == 2
 
 
