@@ -6,10 +6,12 @@ rig must keep flat (the GPU version of this is ``python -m sam2_ros.bench.soak``
     whole stream, whatever objects come and go;
   * host RSS: the mean over the last third of the stream is at most RSS_BOUND_MIB above the
     mean over the first third (after warm-up);
-  * frame time: p99 of the last 200 frames is at most P99_RATIO x the p99 of frames 100-300
-    (CPU time of this process around track(), time.process_time: the frame's cost, not the
-    wall clock, which other processes on the 2 CI cores disturb; both windows hold frames at
-    the peak object count);
+  * work per frame: every object step reads at most the steady-state memory set (cond frames
+    capped + 6 spatial memories, cond + 15 pointers), so the memories read in a frame never
+    exceed objects x that cap, on frame 1000 as on frame 100. This is what keeps the frame
+    time flat; the time itself is measured by the soak benchmark (``bench.soak``) and only
+    reported here (process CPU time p50/p99 per window): a timed assertion on the 2 shared CI
+    cores failed at random (p99 74 -> 125 ms with no change in work);
   * stats: frames == track() calls, no failed frames, prompt_steps == prompts applied,
     eager_steps == object steps run.
 
@@ -18,8 +20,8 @@ one left at the start of each period (5 objects for 50 frames), then the 4 oldes
 (1 object for 150 frames), so every 200-frame window (frames 100-300 and the last 200 alike)
 holds the same mix and each window's p99 is a 5-object frame. New ids (never reused) join
 alternately via add_prompt (the latest frame) and queue_prompt (the next frame); every 100
-frames one tracked object gets a correction (positive + negative click). The image encoder runs for real on the 64 distinct frames only
-(see the comment in the test). SOAK_FRAMES=N runs a longer soak.
+frames one tracked object gets a correction (positive + negative click). The image encoder
+runs for real on the 64 distinct frames only (see the comment in the test). SOAK_FRAMES=N runs a longer soak.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ PERIOD = 200                  # churn schedule period, frames
 COUNTS = {0: 5, 50: 1}        # frame within the period -> object count from there on
 CORRECT_EVERY = 100
 RSS_BOUND_MIB = 8.0
-P99_RATIO = 1.5
 
 
 def rss_mib() -> float:
@@ -81,6 +82,15 @@ def test_cpu_soak():
             cache[key[0]] = real_encode(image)
         return cache[key[0]]
     tr.runner.encode = encode
+    real_select, reads = tr.bank.select, np.zeros(FRAMES, np.int64)   # memories read per frame
+    keys = []
+
+    def select(slot, frame):
+        sel = real_select(slot, frame)
+        keys.append(sel.key)
+        reads[min(frame, FRAMES - 1)] += sum(sel.key)
+        return sel
+    tr.bank.select = select
     ptrs0, bank0 = bank_ptrs(tr), tr.bank
     live, next_id = [], 1
     calls = prompts = obj_steps = 0
@@ -138,7 +148,9 @@ def test_cpu_soak():
                'p50_ms_100_300': round(float(np.percentile(ms[100:300], 50)), 1),
                'p99_ms_100_300': round(p99_start, 1),
                'p50_ms_last200': round(float(np.percentile(ms[-200:], 50)), 1),
-               'p99_ms_last200': round(p99_end, 1), 'stats': stats}
+               'p99_ms_last200': round(p99_end, 1),
+               'memories_read_max_100_300': int(reads[100:300].max()),
+               'memories_read_max_last200': int(reads[-200:].max()), 'stats': stats}
     print('\nCPU soak:', json.dumps(summary))
     out = Path(os.environ.get('OUT', Path(__file__).resolve().parent.parent / 'out'))
     try:
@@ -148,8 +160,13 @@ def test_cpu_soak():
         pass
 
     assert last - first < RSS_BOUND_MIB, f'host RSS grew {last - first:.1f} MiB'
-    assert p99_end <= P99_RATIO * p99_start, (
-        f'p99 frame time grew: {p99_start:.1f} ms (frames 100-300) -> {p99_end:.1f} ms (last 200)')
+    # work per frame bounded: each step reads at most the steady-state set of memories
+    m = tr.model
+    cap = (tr.cfg.max_cond_frames + m.num_maskmem - 1,
+           tr.cfg.max_cond_frames + m.max_obj_ptrs_in_encoder - 1)
+    assert len(keys) >= obj_steps and all(k[0] <= cap[0] and k[1] <= cap[1] for k in keys), \
+        max(keys)
+    assert reads.max() <= max(COUNTS.values()) * sum(cap), reads.max()
     assert stats.get('frames') == calls == FRAMES
     assert stats.get('failed_frames', 0) == 0
     assert stats.get('prompt_steps') == prompts
