@@ -21,7 +21,8 @@ one left at the start of each period (5 objects for 50 frames), then the 4 oldes
 holds the same mix and each window's p99 is a 5-object frame. New ids (never reused) join
 alternately via add_prompt (the latest frame) and queue_prompt (the next frame); every 100
 frames one tracked object gets a correction (positive + negative click). The image encoder
-runs for real on the 64 distinct frames only (see the comment in the test). SOAK_FRAMES=N runs a longer soak.
+runs for real on the 64 distinct frames only (see the comment in the test). SOAK_FRAMES=N
+runs a longer soak.
 """
 
 from __future__ import annotations
