@@ -29,7 +29,8 @@ def test_prompt_constants_and_fields():
 
 
 def test_object_state_constants_and_fields():
-    assert (ObjectState.STATE_TRACKING, ObjectState.STATE_OCCLUDED, ObjectState.STATE_LOST) == (0, 1, 2)
+    states = (ObjectState.STATE_TRACKING, ObjectState.STATE_OCCLUDED, ObjectState.STATE_LOST)
+    assert states == (0, 1, 2)
     assert fields(ObjectState) == {
         'object_id': 'uint16',
         'state': 'uint8',
@@ -106,7 +107,8 @@ def test_tracking_state_roundtrip():
 
 def test_config_import_is_light():
     code = ('import sys, sam2_ros, sam2_ros.config\n'
-            'heavy = sorted(m for m in ("rclpy", "torch", "sam2", "sam2_ros.msg") if m in sys.modules)\n'
+            'heavy = sorted(m for m in ("rclpy", "torch", "sam2", "sam2_ros.msg")\n'
+            '               if m in sys.modules)\n'
             'print(",".join(heavy))\n')
     out = subprocess.run([sys.executable, '-c', code], cwd='/', capture_output=True, text=True,
                          env=dict(os.environ), timeout=120)

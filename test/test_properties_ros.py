@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_unchanged, make_tracker, snapshot, textured_frame
+from conftest import assert_unchanged, make_tracker, snapshot, textured_frame, write_out
 from ros_helpers import require_messages
 from sam2_ros.errors import FrameError, PromptError, TrackerError
 from sam2_ros.ros import conversions as conv
@@ -53,12 +51,7 @@ def count(test, outcome):
 def counts_file():
     yield
     print('\nhypothesis examples run (ROS boundary):', json.dumps(COUNTS))
-    out = Path(os.environ.get('OUT', Path(__file__).resolve().parent.parent / 'out'))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / 'hypothesis_ros_counts.json').write_text(json.dumps(COUNTS, indent=1))
-    except OSError:
-        pass
+    write_out('hypothesis_ros_counts.json', COUNTS)
 
 
 @pytest.fixture(scope='module')
@@ -336,8 +329,10 @@ def tracker_prompts(draw):
     m.object_id, m.action = draw(ids), conv.ACTION_ADD
     kind = draw(st.sampled_from(['points', 'box', 'mask']))
     bad = st.sampled_from([float('nan'), float('inf'), -1.0, 1e6, W, H])
-    coord = lambda hi: draw(st.one_of(st.floats(0, hi - 1, width=32), st.floats(0, hi - 1,  # noqa
-                                                                                   width=32), bad))
+
+    def coord(hi):
+        inside = st.floats(0, hi - 1, width=32)
+        return draw(st.one_of(inside, inside, bad))
     if kind == 'points':
         n = draw(st.integers(1, 3))
         m.points = [Point32(x=coord(W), y=coord(H), z=0.0) for _ in range(n)]

@@ -31,13 +31,12 @@ import gc
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import make_tracker
+from conftest import make_tracker, write_out
 from scenarios import synthetic_frames
 from sam2_ros.types import Prompt
 
@@ -153,12 +152,7 @@ def test_cpu_soak():
                'memories_read_max_100_300': int(reads[100:300].max()),
                'memories_read_max_last200': int(reads[-200:].max()), 'stats': stats}
     print('\nCPU soak:', json.dumps(summary))
-    out = Path(os.environ.get('OUT', Path(__file__).resolve().parent.parent / 'out'))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / 'soak_cpu.json').write_text(json.dumps(summary, indent=1))
-    except OSError:
-        pass
+    write_out('soak_cpu.json', summary)
 
     assert last - first < RSS_BOUND_MIB, f'host RSS grew {last - first:.1f} MiB'
     # work per frame bounded: each step reads at most the steady-state set of memories
