@@ -127,6 +127,38 @@ def compiled_copy(model, mode):
     return twin
 
 
+# Modules whose weights bf16 autocast casts to bf16 on every call (linear and convolutions are
+# on autocast's lower-precision list on CUDA and CPU; all their tensor arguments are cast).
+_MATMUL_MODULES = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+
+
+def precast_copy(model, dtype: torch.dtype = torch.bfloat16):
+    """A copy of ``model`` whose Linear and Conv weights and biases are stored in ``dtype``,
+    sharing every other parameter and buffer with ``model`` (which is left unchanged).
+
+    Why: under bf16 autocast each of these modules casts its fp32 weight and bias to bf16 on
+    every call (autocast caches no cast under inference_mode, so the casts are captured into
+    the CUDA graphs and replayed every frame too): hundreds of small cast kernels per frame.
+    Autocast leaves a tensor that is already bf16 alone,
+    and the cast itself is the same round-to-nearest-even, so every output is bit-identical to
+    the official per-call casts (``test_precast_bitwise_*``). Only valid where these modules
+    always run under bf16 autocast, as everything the tracker runs does."""
+    import copy
+    import itertools
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    twin = copy.deepcopy(model, memo=shared)        # new module objects, same tensors
+    with torch.no_grad():
+        for mod in twin.modules():
+            if not isinstance(mod, _MATMUL_MODULES):
+                continue
+            for name in ('weight', 'bias'):
+                p = getattr(mod, name, None)
+                if p is not None and p.is_floating_point() and p.dtype != dtype:
+                    setattr(mod, name, torch.nn.Parameter(p.detach().to(dtype),
+                                                          requires_grad=False))
+    return twin
+
+
 def autocast(cfg: TrackerConfig):
     """bf16 autocast as the official predictor is run; a no-op for fp32."""
     if cfg.precision != 'bf16':

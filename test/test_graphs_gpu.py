@@ -18,6 +18,7 @@ import torch
 from reference import drive
 from scenarios import schedule, synthetic_frames
 from sam2_ros.config import TrackerConfig
+from sam2_ros.model import build_model
 from sam2_ros.tracker import StreamingTracker
 
 pytestmark = [pytest.mark.gpu,
@@ -45,14 +46,18 @@ def _record(name, value):
 @pytest.mark.parametrize('graph_mode', ['swap', 'batched'])
 def test_graph_equals_official_300_frames(precision, graph_mode):
     torch.backends.cudnn.benchmark = False
-    tracker = StreamingTracker(_cfg(precision=precision, graph_mode=graph_mode))
+    cfg = _cfg(precision=precision, graph_mode=graph_mode)
+    model = build_model(cfg)
+    # the official predictor gets the caller's model: in bf16 ours runs a precast copy
+    # (precast_weights), theirs lets autocast cast the fp32 weights on every call
+    tracker = StreamingTracker(cfg, model=model)
     frames = synthetic_frames(300, h=360, w=640)
     events = schedule(360, 640, add2=40, add3=90, fix=150, remove=220)
     tol = TOLS[precision]
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if precision == 'bf16' else \
         torch.autocast('cuda', enabled=False)
     with torch.inference_mode(), ctx:
-        worst, _ = drive(tracker, tracker.model, frames, events, tol)
+        worst, _ = drive(tracker, model, frames, events, tol)
     stats = dict(tracker.stats)
     _record(f'official_vs_graph_{graph_mode}_{precision}', {'worst': worst, 'stats': stats})
     print(precision, graph_mode, worst, stats)
@@ -79,7 +84,25 @@ def test_graph_equals_eager(precision):
     assert bad_px == 0.0 if worst == 0.0 else bad_px < 1e-3, bad_px
 
 
-def _run(cfg, frames, events):
+@pytest.mark.parametrize('graphs', [True, False])
+def test_precast_bitwise_equal_to_per_call_casts(graphs):
+    """precast_weights (bf16 Linear/Conv weights cast once) against autocast's per-call casts:
+    identical logits, masks and memories, with and without CUDA graphs."""
+    frames = synthetic_frames(60, h=360, w=640)
+    events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
+    runs = [_run(_cfg(precision='bf16', use_cuda_graphs=graphs, precast_weights=p), frames,
+                 events, keep=True) for p in (True, False)]
+    worst = _worst(runs[0][0], runs[1][0])
+    banks = [r[2].bank for r in runs]
+    same_bank = all(torch.equal(getattr(banks[0], n), getattr(banks[1], n))
+                    for n in ('feats', 'ptrs', 'logits', 'scores'))
+    _record(f'precast_vs_per_call_casts_graphs_{graphs}', {'worst_logits': worst,
+                                                            'bank_equal': same_bank})
+    assert worst == 0.0 and same_bank, (worst, same_bank)
+    assert (runs[0][1].get('graph_steps', 0) > 40) == graphs
+
+
+def _run(cfg, frames, events, keep=False):
     """Per frame {obj_id: (low-res logits, mask, (area, box, score))}, and the stats."""
     tr = StreamingTracker(cfg)
     out = []
@@ -91,7 +114,7 @@ def _run(cfg, frames, events):
             tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
     stats = dict(tr.stats)
     stats['capture_s'] = round(getattr(tr.runner, 'capture_s', 0.0), 2)
-    return out, stats
+    return (out, stats, tr) if keep else (out, stats)
 
 
 def _worst(a_run, b_run):

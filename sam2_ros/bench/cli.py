@@ -250,8 +250,9 @@ def table(rows: List[dict], header: Dict[str, str]) -> str:
     base = {(r['model'], r['res'], r['objects']): r['fps'] for r in rows
             if r['variant'] == 'official_eager'}
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
-    vorder = ['official_eager', 'official_vos', 'official_compile_default', 'ours_eager',
-              'ours_graph', 'ours_graph_noio', 'ours_graph_compiled', 'ours_graph_batched',
+    vorder = ['official_eager', 'official_vos', 'official_compile_default',
+              'ours_eager_noprecast', 'ours_eager', 'ours_graph_noprecast', 'ours_graph',
+              'ours_graph_noio', 'ours_graph_compiled', 'ours_graph_batched',
               'ours_graph_batched_compiled']
     rows = sorted(rows, key=lambda r: (
         order.get(r['model'], 9), r['res'], r['objects'],

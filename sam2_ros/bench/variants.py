@@ -141,6 +141,16 @@ def ours_graph_noio(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='swap', graph_io=False)
 
 
+def ours_graph_noprecast(spec: Spec) -> Run:
+    """ours_graph with autocast casting the weights on every call (precast_weights off)."""
+    return _ours(spec, graphs=True, mode='swap', precast_weights=False)
+
+
+def ours_eager_noprecast(spec: Spec) -> Run:
+    """ours_eager with autocast casting the weights on every call (precast_weights off)."""
+    return _ours(spec, graphs=False, precast_weights=False)
+
+
 def ours_graph_compiled(spec: Spec) -> Run:
     """ours_graph with torch.compile (mode 'default') inside the captured graphs. Only the
     1-conditioning-frame bucket is captured (the benchmark prompts each object once), so
@@ -236,6 +246,8 @@ VARIANTS = {
     'ours_graph': ours_graph,
     'ours_graph_batched': ours_graph_batched,
     'ours_graph_noio': ours_graph_noio,
+    'ours_graph_noprecast': ours_graph_noprecast,
+    'ours_eager_noprecast': ours_eager_noprecast,
     'ours_graph_compiled': ours_graph_compiled,
     'ours_graph_batched_compiled': ours_graph_batched_compiled,
 }

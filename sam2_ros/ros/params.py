@@ -106,6 +106,9 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('compile_mode', T, 'compile_mode', 'str',
               "torch.compile the modules inside the graphs: '' (off), 'default' or "
               "'max-autotune-no-cudagraphs' (start-up takes minutes)"),
+    ParamSpec('precast_weights', T, 'precast_weights', 'bool',
+              'bf16: Linear/Conv weights cast to bf16 once, not by autocast on every call '
+              '(bit-identical)'),
     ParamSpec('extra_hydra_overrides', T, 'extra_hydra_overrides', 'str_array',
               'extra hydra overrides for the sam2 model config (expert use)'),
     ParamSpec('image_topic', N, 'image_topic', 'str', 'input image topic (remappable too)'),

@@ -1,0 +1,82 @@
+"""``precast_weights`` (bf16: Linear/Conv weights cast once, not by autocast on every call).
+
+The fast path must be bit-identical to the reference path (the official per-call casts,
+``precast_weights=False``) and must leave the caller's model untouched. On the CPU, autocast's
+bf16 list also holds linear and the convolutions, so the same identity holds here; the GPU run
+of ``test_graphs_gpu.py`` checks it with CUDA graphs against the official predictor.
+"""
+
+import pytest
+import torch
+from torch.profiler import profile
+
+from conftest import make_tracker, shared_model
+from scenarios import schedule, synthetic_frames
+from sam2_ros.model import precast_copy
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+H, W, N = 48, 64, 24
+
+
+def _run(precast: bool):
+    """Logits of every object on every frame, and the bank, over a stream with adds (click,
+    box, mask), a correction and a removal."""
+    tr = make_tracker(image_size=64, precision='bf16', precast_weights=precast, max_objects=3)
+    events = schedule(H, W, add2=3, add3=6, fix=10, remove=15)
+    logits = []
+    for f, fr in enumerate(synthetic_frames(N, H, W)):
+        res = tr.track(fr)
+        for kind, arg in events.get(f, []):
+            if kind == 'add':
+                res = tr.add_prompt(arg)
+            else:
+                tr.remove_object(arg)
+        logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
+    return tr, logits
+
+
+def test_precast_bitwise_equal_to_per_call_casts():
+    ref, ref_logits = _run(precast=False)
+    fast, fast_logits = _run(precast=True)
+    assert len(ref_logits) == N
+    for f, (a, b) in enumerate(zip(ref_logits, fast_logits)):
+        assert a.keys() == b.keys(), f
+        for obj_id in a:
+            assert torch.equal(a[obj_id], b[obj_id]), (f, obj_id)
+    for name in ('feats', 'ptrs', 'logits', 'scores'):
+        assert torch.equal(getattr(ref.bank, name), getattr(fast.bank, name)), name
+
+
+def test_precast_leaves_the_callers_model_alone_and_shares_the_rest():
+    model = shared_model(64)
+    before = {k: (v.dtype, v.data_ptr()) for k, v in model.state_dict().items()}
+    twin = precast_copy(model)
+    assert {k: (v.dtype, v.data_ptr()) for k, v in model.state_dict().items()} == before
+    lin = [m for m in twin.modules() if isinstance(m, torch.nn.Linear)]
+    convs = [m for m in twin.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert lin and convs
+    assert all(m.weight.dtype == torch.bfloat16 for m in lin + convs)
+    own, theirs = twin.state_dict(), model.state_dict()
+    kept = [k for k in own if own[k].dtype == torch.float32]
+    assert kept                    # embeddings, norms, positional tables stay fp32 and shared
+    assert all(own[k].data_ptr() == theirs[k].data_ptr() for k in kept)
+
+
+def _casts_per_frame(precast: bool) -> int:
+    tr, _ = _run(precast)
+    fr = synthetic_frames(N + 1, H, W)[-1]
+    with profile() as prof:
+        tr.track(fr)
+    return sum(e.count for e in prof.key_averages() if e.key == 'aten::_to_copy')
+
+
+def test_precast_removes_the_weight_casts():
+    """The point of the fast path: fewer cast kernels per frame (2 objects tracked)."""
+    ref, fast = _casts_per_frame(False), _casts_per_frame(True)
+    assert fast < ref * 0.6, (fast, ref)
+
+
+def test_fp32_is_not_precast():
+    tr = make_tracker(image_size=64, precision='fp32', precast_weights=True)
+    assert tr.model is shared_model(64)
