@@ -96,8 +96,8 @@ def test_precast_bitwise_equal_to_per_call_casts(graphs):
     banks = [r[2].bank for r in runs]
     same_bank = all(torch.equal(getattr(banks[0], n), getattr(banks[1], n))
                     for n in ('feats', 'ptrs', 'logits', 'scores'))
-    _record(f'precast_vs_per_call_casts_graphs_{graphs}', {'worst_logits': worst,
-                                                            'bank_equal': same_bank})
+    _record(f'precast_vs_per_call_casts_graphs_{graphs}',
+            {'worst_logits': worst, 'bank_equal': same_bank})
     assert worst == 0.0 and same_bank, (worst, same_bank)
     assert (runs[0][1].get('graph_steps', 0) > 40) == graphs
 
