@@ -27,10 +27,11 @@ def id_color(obj_id: int) -> Tuple[int, int, int]:
 
 
 def _palette() -> np.ndarray:
-    """[256, 3] uint8 lookup table: label value -> color (0, the background, is unused)."""
-    lut = np.zeros((256, 3), np.uint8)
+    """[256, 1, 3] uint8 lookup table (cv2.LUT's layout): label value -> color (0, the
+    background, is unused)."""
+    lut = np.zeros((256, 1, 3), np.uint8)
     for i in range(1, 256):
-        lut[i] = id_color(i)
+        lut[i, 0] = id_color(i)
     return lut
 
 
@@ -41,20 +42,20 @@ def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
                    contours: bool = True, labels: bool = True) -> np.ndarray:
     """Return a copy of ``rgb`` ([H, W, 3] uint8) with the objects of ``res`` drawn on it.
 
-    Masks are alpha-blended through the label mask in one vectorized pass (cheap at camera
-    resolution); contours and labels are drawn per object. Objects that are not 'tracking'
-    are labelled with their state, so an occluded object's stale mask is not mistaken for a
-    confident one.
+    Masks are alpha-blended through the label mask with OpenCV's whole-image primitives
+    (color lookup, weighted sum, masked copy: a few ms at 720p, where numpy's boolean
+    indexing took 20-90 ms and capped the node's frame rate); contours and labels are drawn
+    per object. Objects that are not 'tracking' are labelled with their state, so an
+    occluded object's stale mask is not mistaken for a confident one.
     """
     h, w = rgb.shape[:2]
     out = rgb.copy()
     if not res.objects:
         return out
     label = res.label_mask()
-    fg = label > 0
-    if fg.any():
-        blend = (1.0 - alpha) * out[fg].astype(np.float32) + alpha * _LUT[label[fg]]
-        out[fg] = np.clip(blend + 0.5, 0, 255).astype(np.uint8)
+    colored = cv2.LUT(cv2.merge((label, label, label)), _LUT)
+    blend = cv2.addWeighted(out, 1.0 - alpha, colored, alpha, 0.0)
+    cv2.copyTo(blend, (label > 0).view(np.uint8), out)     # in place, where any object
     thick = max(1, round(min(h, w) / 300))
     scale = max(0.35, min(h, w) / 700)
     for obj in sorted(res.objects, key=lambda o: o.obj_id):

@@ -82,9 +82,11 @@ class NodeProcess:
 # ----------------------------------------------------------------------------- ROS client
 
 class Client:
-    """Publishes prompt and images; records receipt times of masks and states by stamp."""
+    """Publishes prompt and images; records receipt times of masks and states by stamp.
+    With ``overlay`` it also subscribes to the overlay, as RViz would (the node renders the
+    overlay only while it has subscribers), and counts the overlays received."""
 
-    def __init__(self, domain_id: int) -> None:
+    def __init__(self, domain_id: int, overlay: bool = False) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -113,6 +115,9 @@ class Client:
         self.sub_mask = self.node.create_subscription(Image, f'{NODE}/mask', self._on_mask, qos)
         self.sub_state = self.node.create_subscription(self.m.TrackingState, f'{NODE}/state',
                                                        self._on_state, qos)
+        self.overlays = 0
+        self.sub_overlay = self.node.create_subscription(
+            Image, f'{NODE}/overlay', self._on_overlay, qos) if overlay else None
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self._stop = False
@@ -135,11 +140,16 @@ class Client:
             self.state_t.setdefault(s, t)
             self.states.setdefault(s, msg)
 
+    def _on_overlay(self, msg: Any) -> None:
+        with self.lock:
+            self.overlays += 1
+
     def connected(self) -> bool:
         return (self.pub_image.get_subscription_count() > 0
                 and self.pub_prompt.get_subscription_count() > 0
                 and self.sub_mask.get_publisher_count() > 0
-                and self.sub_state.get_publisher_count() > 0)
+                and self.sub_state.get_publisher_count() > 0
+                and (self.sub_overlay is None or self.sub_overlay.get_publisher_count() > 0))
 
     def close(self) -> None:
         self._stop = True

@@ -77,7 +77,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=None,
                     help='use_cuda_graphs (default: on for cuda, off for cpu)')
     ap.add_argument('--overlay', action=argparse.BooleanOptionalAction, default=True,
-                    help='publish_overlay (its rendering is part of publish_ms)')
+                    help='publish_overlay and subscribe to it as RViz would (the node renders '
+                         'it only for subscribers; its rendering is part of publish_ms)')
     ap.add_argument('--checkpoint', default='', help='official .pt; empty = random weights')
     ap.add_argument('--params-file', default=str(ROOT / 'config' / 'tracker.yaml'),
                     help='base node parameters; the options above override them')
@@ -308,7 +309,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rc = 0
     try:
         node = NodeProcess(args, env, workdir, log_path)
-        client = Client(domain)
+        client = Client(domain, overlay=args.overlay)
         t0 = time.monotonic()
         while not client.connected():
             if node.p.poll() is not None:
@@ -331,6 +332,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'device',
                 'precision', 'cuda_graphs', 'overlay')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
+            'overlays_received': client.overlays,
             'elapsed_s': run['elapsed_s'], 'summary': summarize(run['frames']),
             'frames': run['frames'],
             'definitions': {

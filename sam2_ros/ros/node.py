@@ -212,13 +212,15 @@ class TrackerNode(LifecycleNode):
         return conv.prompt_from_msg(item.msg, self._bridge)
 
     def _publish(self, p: Published) -> None:
-        """Mask, overlay, then state (last: a state means its mask was already sent)."""
+        """Mask, overlay, then state (last: a state means its mask was already sent). The
+        overlay is only rendered while someone subscribes to it (RViz, a recorder): it is the
+        costliest part of publishing and occupies the worker before the next frame."""
         t0 = time.perf_counter()
         pubs = self._pubs
         pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
-        if pubs.get('overlay') is not None:
-            pubs['overlay'].publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
-                                                   p.header))
+        overlay = pubs.get('overlay')
+        if overlay is not None and overlay.get_subscription_count() > 0:
+            overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8', p.header))
         pubs['state'].publish(conv.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._last_publish_ms,
             dropped=self._mailbox.dropped, processed=self._worker.counters.processed,
