@@ -132,9 +132,10 @@ def compiled_copy(model, mode):
 _MATMUL_MODULES = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
 
 
-def precast_copy(model, dtype: torch.dtype = torch.bfloat16):
-    """A copy of ``model`` whose Linear and Conv weights and biases are stored in ``dtype``,
-    sharing every other parameter and buffer with ``model`` (which is left unchanged).
+def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
+    """``model`` with its Linear and Conv weights and biases stored in ``dtype``: a copy that
+    shares every other parameter and buffer with ``model`` (left unchanged), or with
+    copy=False ``model`` itself, cast in place (no transient second set of weights).
 
     Why: under bf16 autocast each of these modules casts its fp32 weight and bias to bf16 on
     every call (autocast caches no cast under inference_mode, so the casts are captured into
@@ -143,10 +144,12 @@ def precast_copy(model, dtype: torch.dtype = torch.bfloat16):
     and the cast itself is the same round-to-nearest-even, so every output is bit-identical to
     the official per-call casts (``test_precast_bitwise_*``). Only valid where these modules
     always run under bf16 autocast, as everything the tracker runs does."""
-    import copy
+    import copy as copy_
     import itertools
-    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    twin = copy.deepcopy(model, memo=shared)        # new module objects, same tensors
+    twin = model
+    if copy:
+        shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+        twin = copy_.deepcopy(model, memo=shared)   # new module objects, same tensors
     with torch.no_grad():
         for mod in twin.modules():
             if not isinstance(mod, _MATMUL_MODULES):

@@ -29,7 +29,7 @@ from sam2_ros.bank import MemoryBank
 from sam2_ros.config import TrackerConfig
 from sam2_ros.errors import (CapacityError, FrameError, PromptError, StepError,
                              UnknownObjectError)
-from sam2_ros.model import autocast, build_model, precast_copy
+from sam2_ros.model import autocast, build_model, precast
 from sam2_ros.runner import make_runner
 from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
 
@@ -56,7 +56,9 @@ class StreamingTracker:
         self.device = torch.device(cfg.device)
         self.model = model if model is not None else build_model(cfg)
         if cfg.precision == 'bf16' and cfg.precast_weights:
-            self.model = precast_copy(self.model)    # the caller's model stays unchanged
+            # a model of the caller's stays unchanged (it may serve fp32 or the official
+            # predictor too); our own is cast in place
+            self.model = precast(self.model, copy=model is not None)
         self.size = self.model.image_size
         self.stats: Dict[str, object] = collections.Counter()
         self.fallback_reasons: Dict[str, int] = collections.Counter()

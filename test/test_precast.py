@@ -12,7 +12,7 @@ from torch.profiler import profile
 
 from conftest import make_tracker, shared_model
 from scenarios import schedule, synthetic_frames
-from sam2_ros.model import precast_copy
+from sam2_ros.model import build_model, precast
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -51,7 +51,7 @@ def test_precast_bitwise_equal_to_per_call_casts():
 def test_precast_leaves_the_callers_model_alone_and_shares_the_rest():
     model = shared_model(64)
     before = {k: (v.dtype, v.data_ptr()) for k, v in model.state_dict().items()}
-    twin = precast_copy(model)
+    twin = precast(model)
     assert {k: (v.dtype, v.data_ptr()) for k, v in model.state_dict().items()} == before
     lin = [m for m in twin.modules() if isinstance(m, torch.nn.Linear)]
     convs = [m for m in twin.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -61,6 +61,23 @@ def test_precast_leaves_the_callers_model_alone_and_shares_the_rest():
     kept = [k for k in own if own[k].dtype == torch.float32]
     assert kept                    # embeddings, norms, positional tables stay fp32 and shared
     assert all(own[k].data_ptr() == theirs[k].data_ptr() for k in kept)
+
+
+def test_precast_in_place_for_a_model_the_tracker_builds():
+    """Our own model is cast in place: no second copy of the weights at start-up."""
+    from conftest import small_cfg
+    from sam2_ros.tracker import StreamingTracker
+    cfg = small_cfg(image_size=64, precision='bf16')
+    model = build_model(cfg)
+    ptrs = {id(m): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    same = precast(model, copy=False)
+    assert same is model and all(m.weight.dtype == torch.bfloat16 for m in model.modules()
+                                 if isinstance(m, torch.nn.Linear))
+    assert all(m.weight is not ptrs[id(m)] for m in model.modules()
+               if isinstance(m, torch.nn.Linear))
+    tr = StreamingTracker(cfg)
+    assert all(m.weight.dtype == torch.bfloat16 for m in tr.model.modules()
+               if isinstance(m, torch.nn.Linear))
 
 
 def _casts_per_frame(precast: bool) -> int:
