@@ -168,7 +168,8 @@ def host_info() -> Dict[str, Any]:
         info['gpu'] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # torch is only needed by the node
         info['gpu'] = None
-    for k in ('RMW_IMPLEMENTATION', 'FASTDDS_BUILTIN_TRANSPORTS', 'ROS_AUTOMATIC_DISCOVERY_RANGE',
+    for k in ('RMW_IMPLEMENTATION', 'FASTDDS_BUILTIN_TRANSPORTS', 'FASTDDS_DEFAULT_PROFILES_FILE',
+              'ROS_AUTOMATIC_DISCOVERY_RANGE',
               'OMP_NUM_THREADS'):
         info[k] = os.environ.get(k)
     try:

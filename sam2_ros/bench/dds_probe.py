@@ -1,0 +1,141 @@
+"""DDS transport alone: camera-sized ``sensor_msgs/Image`` from one process to another.
+
+    python -m sam2_ros.bench.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
+        [--profile config/fastdds_large_frames.xml] [--out out/dds_probe.json]
+
+Why: when the node's end-to-end latency is high, this separates the middleware from the node.
+It publishes rgb8 frames (reliable, depth 10, as the node subscribes) at ``--rate`` from this
+process to a subscriber subprocess, both on an exclusive ``ROS_DOMAIN_ID``, and reports the
+latency per frame (receive wall clock - header stamp; same host, same clock). ``--profile``
+sets ``FASTDDS_DEFAULT_PROFILES_FILE`` for both processes, e.g. the shipped
+``config/fastdds_large_frames.xml`` (shared-memory segments large enough for 720p frames).
+Other transport variables (``FASTDDS_BUILTIN_TRANSPORTS``, ``ROS_AUTOMATIC_DISCOVERY_RANGE``)
+are passed through from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from sam2_ros.ros.domain import lease_domain
+
+
+def _qos():
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
+    """Receive ``frames`` images (or until ``timeout``); latency of each in ms."""
+    import rclpy
+    from sensor_msgs.msg import Image
+
+    rclpy.init()
+    node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
+    lat: List[float] = []
+
+    def on_image(m: Any) -> None:
+        sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
+        lat.append((time.time_ns() - sent) / 1e6)
+
+    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos())
+    print('ready', flush=True)
+    deadline = time.monotonic() + timeout
+    while len(lat) < frames and time.monotonic() < deadline:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    node.destroy_node()
+    rclpy.try_shutdown()
+    return {'received': len(lat), 'latency_ms': [round(x, 3) for x in lat]}
+
+
+def publish(args: argparse.Namespace) -> int:
+    """Publish ``args.frames`` frames at ``args.rate``; returns how many were sent."""
+    import rclpy
+    from sensor_msgs.msg import Image
+
+    rclpy.init()
+    node = rclpy.create_node(f'sam2_dds_probe_pub_{os.getpid()}')
+    pub = node.create_publisher(Image, '/sam2_dds_probe', _qos())
+    deadline = time.monotonic() + 30.0
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)                       # let discovery settle on both sides
+    m = Image()
+    m.height, m.width, m.encoding, m.step = args.height, args.width, 'rgb8', args.width * 3
+    m.data = np.random.default_rng(0).integers(
+        0, 255, args.height * args.width * 3, dtype=np.uint8).tobytes()
+    t0 = time.monotonic()
+    for i in range(args.frames):
+        while time.monotonic() < t0 + i / args.rate:
+            time.sleep(0.0005)
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+        pub.publish(m)
+    time.sleep(1.0)                       # asynchronous writers: let the last frames go out
+    node.destroy_node()
+    rclpy.try_shutdown()
+    return args.frames
+
+
+def summarize(lat: List[float], sent: int) -> Dict[str, Any]:
+    a = np.asarray(lat, np.float64)
+    out: Dict[str, Any] = {'sent': sent, 'received': int(a.size)}
+    if a.size:
+        out.update({f'p{q}_ms': round(float(np.percentile(a, q)), 2) for q in (50, 90, 99)})
+        out.update({'max_ms': round(float(a.max()), 2), 'over_100ms': int((a > 100).sum())})
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog='sam2_ros.bench.dds_probe',
+                                 description=__doc__.split('\n')[0])
+    ap.add_argument('--width', type=int, default=1280)
+    ap.add_argument('--height', type=int, default=720)
+    ap.add_argument('--rate', type=float, default=30.0)
+    ap.add_argument('--frames', type=int, default=300)
+    ap.add_argument('--profile', default=None, help='Fast DDS XML profile for both processes')
+    ap.add_argument('--out', default=None, help='JSON file for summary and per-frame latencies')
+    ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.role == 'sub':
+        print(json.dumps(subscriber(args.frames, args.frames / args.rate + 40.0)), flush=True)
+        return 0
+    if args.profile:
+        os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
+    domain, lock = lease_domain()
+    os.environ['ROS_DOMAIN_ID'] = str(domain)
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    sub = subprocess.Popen([sys.executable, '-m', 'sam2_ros.bench.dds_probe', '--role', 'sub',
+                            '--frames', str(args.frames), '--rate', str(args.rate)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert sub.stdout is not None and sub.stdout.readline().strip() == 'ready'
+        sent = publish(args)
+        result = json.loads(sub.stdout.readline() or '{}')
+        sub.wait(60)
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+        lock.close()
+    summary = summarize(result.get('latency_ms', []), sent)
+    summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
+                    **{k: os.environ.get(k) for k in (
+                        'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',
+                        'ROS_AUTOMATIC_DISCOVERY_RANGE', 'RMW_IMPLEMENTATION')}})
+    print(json.dumps(summary))
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump({**summary, 'latency_ms': result.get('latency_ms', [])}, f, indent=1)
+    return 0 if summary['received'] == sent else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""``python -m sam2_ros.bench.dds_probe``: camera-sized frames between two processes, with the
+default transports and with the shipped Fast DDS profile for large frames
+(``config/fastdds_large_frames.xml``, which must parse: a broken profile makes Fast DDS fall
+back or fail, and then no frame arrives)."""
+
+import json
+import subprocess
+
+import pytest
+
+from ros_helpers import PYTHON, ROOT, require_messages
+
+FRAMES = 20
+
+
+@pytest.mark.parametrize('profile', [None, 'config/fastdds_large_frames.xml'])
+def test_dds_probe_delivers_every_frame(tmp_path, profile):
+    require_messages()
+    out = tmp_path / 'probe.json'
+    argv = [PYTHON, '-m', 'sam2_ros.bench.dds_probe', '--width', '640', '--height', '360',
+            '--frames', str(FRAMES), '--rate', '20', '--out', str(out)]
+    if profile:
+        argv += ['--profile', profile]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
+    r = json.loads(out.read_text())
+    assert r['sent'] == r['received'] == FRAMES
+    assert len(r['latency_ms']) == FRAMES and all(0 < x < 5000 for x in r['latency_ms'])
+    assert r['p50_ms'] <= r['p99_ms'] <= r['max_ms']
+    assert (r['FASTDDS_DEFAULT_PROFILES_FILE'] or '').endswith(profile or '') and \
+        (r['FASTDDS_DEFAULT_PROFILES_FILE'] is None) == (profile is None)
+    if profile:
+        assert 'Error' not in p.stderr and 'error' not in p.stderr.lower(), p.stderr
