@@ -18,9 +18,8 @@ import time
 from typing import Any, List, Optional
 
 import rclpy
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -59,8 +58,6 @@ class TrackerNode(LifecycleNode):
         self._last_publish_ms = 0.0
         self._fallbacks_seen = 0
         self._last_log = ('', 0.0, 0)  # (text, time, suppressed) for de-duplicating floods
-        self._images_group = MutuallyExclusiveCallbackGroup()
-        self._other_group = MutuallyExclusiveCallbackGroup()
 
     # ------------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -106,16 +103,12 @@ class TrackerNode(LifecycleNode):
         self._worker.start()
         self._subs = [
             self.create_subscription(Image if o.input_type == 'raw' else CompressedImage,
-                                     o.image_topic, self._on_image, self._image_qos(),
-                                     callback_group=self._images_group),
-            self.create_subscription(m.Prompt, '~/prompt', self._on_prompt, PROMPT_QOS,
-                                     callback_group=self._other_group),
-            self.create_subscription(PointStamped, '~/click', self._on_click, PROMPT_QOS,
-                                     callback_group=self._other_group),
+                                     o.image_topic, self._on_image, self._image_qos()),
+            self.create_subscription(m.Prompt, '~/prompt', self._on_prompt, PROMPT_QOS),
+            self.create_subscription(PointStamped, '~/click', self._on_click, PROMPT_QOS),
         ]
         self._fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
         self._timer = self.create_timer(o.diagnostics_period_s, self._on_diagnostics,
-                                        callback_group=self._other_group,
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
         mode = (f'FIFO of {o.fifo_size}, never drops' if o.process_every_frame
                 else 'newest frame only')
@@ -294,7 +287,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     and exits with status 1 if that fails; otherwise it waits for lifecycle service calls."""
     rclpy.init(args=argv if argv is not None else sys.argv)
     node = TrackerNode()
-    executor = MultiThreadedExecutor(num_threads=3)
+    # One executor thread: callbacks only hand messages to the worker, which does the work in
+    # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
+    # hand-off of 720p frames by up to seconds through GIL contention with the worker
+    # (CPU, node_latency at 5 Hz: DDS + hand-off p50 74 ms / p99 467 ms vs 16 / 38 ms single-
+    # threaded; docs/benchmarks.md). In FIFO mode a full FIFO now also holds back prompts and
+    # diagnostics for up to one frame time.
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     rc = 0
     try:
