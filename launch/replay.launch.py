@@ -14,8 +14,10 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, TimerAction
-from launch.conditions import IfCondition, LaunchConfigurationEquals
+from launch.actions import (DeclareLaunchArgument, ExecuteProcess, SetEnvironmentVariable,
+                            TimerAction)
+from launch.conditions import (IfCondition, LaunchConfigurationEquals,
+                               LaunchConfigurationNotEquals)
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
@@ -37,7 +39,16 @@ def generate_launch_description():
                               default_value=os.path.join(share, 'config', 'tracker.yaml'),
                               description='all node parameters (see docs/ros.md)'),
         DeclareLaunchArgument('rviz', default_value='true', description='start RViz'),
+        DeclareLaunchArgument('dds_profile',
+                              default_value=os.path.join(share, 'config',
+                                                         'fastdds_large_frames.xml'),
+                              description='Fast DDS XML profile for the processes started '
+                                          'here (large shared-memory segments for camera '
+                                          "frames); '' = Fast DDS defaults"),
     ]
+    # before any process starts, so the node and RViz (and the player) all use it
+    dds = SetEnvironmentVariable('FASTDDS_DEFAULT_PROFILES_FILE', arg('dds_profile'),
+                                 condition=LaunchConfigurationNotEquals('dds_profile', ''))
     tracker = Node(
         package='sam2_ros', executable='tracker_node', name='sam2_tracker', output='screen',
         parameters=[arg('params_file'), {
@@ -59,4 +70,4 @@ def generate_launch_description():
     rviz = Node(package='rviz2', executable='rviz2', name='rviz2', output='log',
                 arguments=['-d', os.path.join(share, 'config', 'sam2_ros.rviz')],
                 parameters=[{'use_sim_time': True}], condition=IfCondition(arg('rviz')))
-    return LaunchDescription(declared + [tracker, ros2bag, ours, rviz])
+    return LaunchDescription(declared + [dds, tracker, ros2bag, ours, rviz])

@@ -17,8 +17,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = {
-    'tracker.launch.py': {'model', 'checkpoint', 'image_topic', 'params_file', 'rviz'},
-    'replay.launch.py': {'bag', 'rate', 'player', 'model', 'checkpoint', 'params_file', 'rviz'},
+    'tracker.launch.py': {'model', 'checkpoint', 'image_topic', 'params_file', 'rviz',
+                          'dds_profile'},
+    'replay.launch.py': {'bag', 'rate', 'player', 'model', 'checkpoint', 'params_file', 'rviz',
+                         'dds_profile'},
 }
 
 
@@ -54,7 +56,7 @@ def test_launch_file_static(name):
     executables = {s for s in strings if s in {'tracker_node', 'bag_replay', 'rviz2'}}
     assert 'tracker_node' in executables
     assert executables - {'rviz2'} <= installed_executables()
-    for cfg in ('tracker.yaml', 'sam2_ros.rviz'):
+    for cfg in ('tracker.yaml', 'sam2_ros.rviz', 'fastdds_large_frames.xml'):
         assert cfg in strings and (ROOT / 'config' / cfg).is_file()
     used = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
             and getattr(n.func, 'id', '') == 'arg' and n.args
