@@ -28,3 +28,16 @@ def test_cli_rows_and_table(tmp_path):
     # a second run replaces the marked section instead of appending another
     cli.write_table(str(md), cli.table(rows, {'GPU': 'cpu'}))
     assert md.read_text().count(cli.BEGIN) == 1
+
+
+def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
+    """Two frames: kernels 10 us long, 2 us apart inside a frame (launch latency), the
+    frames 500 us apart (the host between frames), one kernel overlapping another."""
+    frame = [(0, 10), (12, 22), (24, 34), (30, 40)]            # 3 gaps of 2 us, 1 overlap
+    ivs = frame + [(s + 540, e + 540) for s, e in frame]        # 500 us after the first
+    t = cli.gpu_timeline(ivs, frames=2)
+    assert t['device_ops_per_frame'] == 4.0
+    assert t['short_gaps_per_frame'] == 2.0 and t['short_gaps_ms_per_frame'] == 0.004
+    assert t['host_gaps_per_frame'] == 0.5 and t['host_gaps_ms_per_frame'] == 0.25
+    assert t['busy_ms_per_frame'] == 0.036                      # 0..40 minus 4 us of gaps
+    assert cli.gpu_timeline([], frames=2) == {}

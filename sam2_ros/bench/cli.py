@@ -88,8 +88,12 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
         _sync(device)
     total_us = 0.0
     per_name: Dict[str, float] = {}
+    intervals = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
+            tr = getattr(e, 'time_range', None)
+            if tr is not None:
+                intervals.append((tr.start, tr.end))
             name = e.name.lower()
             if name.startswith('memcpy') or name.startswith('memset'):
                 continue
@@ -98,7 +102,36 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
             per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
     run.info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
+    run.info['gpu_timeline'] = gpu_timeline(intervals, frames)
     return total_us / 1e3 / frames
+
+
+def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) -> Dict[str, float]:
+    """Where the GPU is idle, per frame, from the device intervals (start, end) in us of all
+    kernels and copies. A gap shorter than ``short_us`` between consecutive device operations
+    is launch latency (inside a CUDA graph, or between eagerly queued kernels); a longer one
+    is the GPU waiting for the host (Python before the first kernel of a frame, after the
+    last, or when the host falls behind). The gap after the last interval is not seen."""
+    if not intervals or frames <= 0:
+        return {}
+    ivs = sorted(intervals)
+    short = long_ = 0.0
+    n_short = n_long = 0
+    end = ivs[0][1]
+    for s, e in ivs[1:]:
+        gap = s - end
+        if gap > 0:
+            if gap < short_us:
+                short, n_short = short + gap, n_short + 1
+            else:
+                long_, n_long = long_ + gap, n_long + 1
+        end = max(end, e)
+    return {'device_ops_per_frame': round(len(ivs) / frames, 1),
+            'busy_ms_per_frame': round((end - ivs[0][0] - short - long_) / 1e3 / frames, 4),
+            'short_gaps_ms_per_frame': round(short / 1e3 / frames, 4),
+            'short_gaps_per_frame': round(n_short / frames, 1),
+            'host_gaps_ms_per_frame': round(long_ / 1e3 / frames, 4),
+            'host_gaps_per_frame': round(n_long / frames, 1)}
 
 
 def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
@@ -187,6 +220,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
             compile_s = setup_s + sum(warm) - (1 + a.warmup) * p50 / 1e3
         stats = dict(run.info.get('stats') or {})
         top = run.info.get('top_kernels_ms')
+        timeline = run.info.get('gpu_timeline')
     finally:
         run.close()
         del run
@@ -204,6 +238,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
         extra['stats'] = {k: int(v) for k, v in stats.items()}
     if top:
         extra['top_kernels_ms'] = top
+    if timeline:
+        extra['gpu_timeline'] = timeline
     return row, extra
 
 
