@@ -63,6 +63,10 @@ class TrackerConfig:
     # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,
     # captured on first use); False runs them eagerly while the model steps stay graphs.
     graph_io: bool = True
+    # (width, height) of the source frames when known (the camera's): their I/O graphs are
+    # captured at start-up with the rest instead of on the first frame, which otherwise pays
+    # 0.3-3 s of capture. None: captured on first use, per resolution.
+    io_resolution: Optional[tuple] = None
     # torch.compile mode for the modules inside the captured graphs ('default',
     # 'max-autotune-no-cudagraphs'), or None. Fewer, fused kernels; start-up takes minutes
     # instead of seconds and outputs differ from the eager reference by rounding.
@@ -92,6 +96,11 @@ class TrackerConfig:
             raise ValueError(f'max_cond_frames must be in 1..64, got {self.max_cond_frames!r}')
         if int(self.lost_after_frames) < 1:
             raise ValueError(f'lost_after_frames must be >= 1, got {self.lost_after_frames!r}')
+        if self.io_resolution is not None and not (
+                len(self.io_resolution) == 2 and all(isinstance(v, int) and v >= 1
+                                                     for v in self.io_resolution)):
+            raise ValueError(f'io_resolution must be (width, height) in pixels or None, got '
+                             f'{self.io_resolution!r}')
         if self.checkpoint is None and not self.random_weights:
             raise ValueError('no checkpoint given: set checkpoint to an official SAM 2 .pt file '
                              '(or random_weights=True for tests)')

@@ -91,9 +91,22 @@ class GraphRunner(EagerRunner):
             self.steps.clear()
             self.encoder = None
             self.on_fallback(f'graph capture failed, eager throughout: {exc!r}')
+        if self.enabled and self.cfg.io_resolution:
+            self._prepare_io(*self.cfg.io_resolution)
         torch.cuda.synchronize()
         self.capture_s = time.perf_counter() - t0
-        log.info('captured %d CUDA graphs in %.2f s', len(self.steps) + 1, self.capture_s)
+        log.info('captured %d CUDA graphs in %.2f s', len(self.steps) + 1 + len(self.io),
+                 self.capture_s)
+
+    def _prepare_io(self, w: int, h: int) -> None:
+        """The I/O graphs of a known source resolution, now rather than on the first frame:
+        frame in (under the caller's autocast, as ``track`` encodes), masks out for every
+        object bucket (without autocast, as ``track`` builds its results). A failure makes
+        that I/O eager, as on first use."""
+        self._io(('in', h, w))
+        with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
+            for b in self._out_buckets():
+                self._io(('out', b, h, w))
 
     def _bucket_keys(self) -> List[Tuple[int, int]]:
         conds = self.cfg.graph_cond_buckets or tuple(range(1, self.cfg.max_cond_frames + 1))

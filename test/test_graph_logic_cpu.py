@@ -168,3 +168,40 @@ def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
     assert twin.maskmem_tpos_enc is model.maskmem_tpos_enc
     with pytest.raises(ValueError, match='compile_mode'):
         cfg.replace(compile_mode='fastest').validate()
+
+
+def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
+    """io_resolution: the frame-in graph and every mask bucket's graph exist after prepare
+    (configure, for the node); the first frames capture nothing more and equal eager."""
+    monkeypatch.setattr(graphs.GraphRunner, '_capture', fake_capture_same_outputs)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
+                        max_objects=3, io_resolution=(64, 48))
+    tr = StreamingTracker(cfg)
+    tr.runner = graphs.GraphRunner(tr.model, cfg, print)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert set(tr.runner.io) == {('in', 48, 64), ('out', 1, 48, 64), ('out', 2, 48, 64),
+                                 ('out', 3, 48, 64)}
+    captured = []
+    monkeypatch.setattr(graphs.GraphRunner, '_capture',
+                        lambda self, fn, x: captured.append(fn) or
+                        fake_capture_same_outputs(self, fn, x))
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    frames = synthetic_frames(4, h=48, w=64)
+    for t in (tr, ref):
+        t.track(frames[0])
+        t.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+        t.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    for fr in frames[1:]:
+        a, b = tr.track(fr), ref.track(fr)
+        assert [o.obj_id for o in a.objects] == [1, 2]
+        for oa, ob in zip(a.objects, b.objects):
+            assert (oa.mask == ob.mask).all() and oa.area == ob.area and oa.box == ob.box
+    assert not captured
+    assert tr.runner.io[('in', 48, 64)].graph.replays == 4
+    assert tr.runner.io[('out', 2, 48, 64)].graph.replays >= 3
+    with pytest.raises(ValueError, match='io_resolution'):
+        cfg.replace(io_resolution=(64,)).validate()

@@ -58,7 +58,11 @@ def test_build_maps_and_converts():
     cfg, _ = params.build({'checkpoint': '/x.pt'})
     assert cfg.checkpoint == '/x.pt' and cfg.graph_cond_buckets is None
     assert cfg.compile_mode is None and cfg.graph_io       # off / on by default
-    assert cfg.precast_weights
+    assert cfg.precast_weights and cfg.io_resolution is None
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'io_resolution': [1280, 720]})
+    assert cfg.io_resolution == (1280, 720)
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'io_resolution': []})
+    assert cfg.io_resolution is None
     cfg, _ = params.build({'checkpoint': '/x.pt', 'precast_weights': False})
     assert not cfg.precast_weights
     cfg, _ = params.build({'checkpoint': '/x.pt', 'compile_mode': 'default', 'graph_io': False})

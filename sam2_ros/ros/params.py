@@ -103,6 +103,9 @@ PARAMS: Tuple[ParamSpec, ...] = (
               'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
     ParamSpec('graph_io', T, 'graph_io', 'bool',
               'frame preprocessing and mask postprocessing as CUDA graphs too'),
+    ParamSpec('io_resolution', T, 'io_resolution', 'int_array',
+              '[width, height] of the camera: frame-in and mask-out graphs captured at '
+              'configure instead of on the first frame; unset = on first use'),
     ParamSpec('compile_mode', T, 'compile_mode', 'str',
               "torch.compile the modules inside the graphs: '' (off), 'default' or "
               "'max-autotune-no-cudagraphs' (start-up takes minutes)"),
@@ -157,7 +160,7 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
         return None if (spec.field in OPTIONAL_STR and value == '') else value
     if spec.kind in ('int_array', 'str_array'):
         if value is None or (isinstance(value, (list, tuple)) and not value):
-            return None if spec.field == 'graph_cond_buckets' else (
+            return None if spec.field in ('graph_cond_buckets', 'io_resolution') else (
                 () if spec.kind == 'int_array' else [])
         if not isinstance(value, (list, tuple)):
             raise bad('a list')
