@@ -43,6 +43,8 @@ class NodeProcess:
             'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
             'process_every_frame': True, 'publish_overlay': bool(args.overlay),
             'autostart': True, 'image_topic': '/camera/image_raw',
+            # the camera's size is known, as on a rig: its I/O graphs are captured at configure
+            'io_resolution': [args.width, args.height],
         })
         # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
         # empty array parameter: leave such entries out (= the node's default).
