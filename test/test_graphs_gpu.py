@@ -84,6 +84,30 @@ def test_graph_equals_eager(precision):
     assert bad_px == 0.0 if worst == 0.0 else bad_px < 1e-3, bad_px
 
 
+def test_io_resolution_captured_at_start_equals_eager():
+    """io_resolution: frame-in and mask-out graphs captured in prepare (not on first use)
+    give the eager path's masks and logits exactly; no I/O graph is captured later."""
+    frames = synthetic_frames(40, h=360, w=640)
+    events = schedule(360, 640, add2=5, add3=10, fix=20, remove=30)
+    cfg = _cfg(precision='bf16', io_resolution=(640, 360))
+    tr = StreamingTracker(cfg)
+    keys = set(tr.runner.io)
+    assert ('in', 360, 640) in keys and ('out', 4, 360, 640) in keys
+    out = []
+    for f, fr in enumerate(frames):
+        res = tr.track(fr)
+        out.append({o.obj_id: (o.low_res_logits.clone(), o.mask, (o.area, o.box, o.score))
+                    for o in res.objects})
+        for kind, p in events.get(f, []):
+            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
+    assert set(tr.runner.io) == keys, set(tr.runner.io) - keys
+    ref, _ = _run(_cfg(precision='bf16', use_cuda_graphs=False), frames, events)
+    worst = _worst(out, ref)
+    bad_px = max(float((a[k][1] != b[k][1]).mean()) for a, b in zip(out, ref) for k in a)
+    _record('io_resolution_vs_eager_bf16', {'worst_logits': worst, 'mask_px_differ': bad_px})
+    assert worst == 0.0 and bad_px == 0.0, (worst, bad_px)
+
+
 @pytest.mark.parametrize('graphs', [True, False])
 def test_precast_bitwise_equal_to_per_call_casts(graphs):
     """precast_weights (bf16 Linear/Conv weights cast once) against autocast's per-call casts:
