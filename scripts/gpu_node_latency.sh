@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD:/tmp/site
 PY=/tmp/rosv/bin/python; XML=$PWD/config/fastdds_large_frames.xml
 for t in default largeframes; do
   [ $t = largeframes ] && export FASTDDS_DEFAULT_PROFILES_FILE=$XML
-  timeout 90 $PY -m sam2_ros.bench.dds_probe --rate 30 --frames 300 --out "$W/dds_probe_$t.json" \
+  timeout 90 $PY -m sam2_ros.ros.dds_probe --rate 30 --frames 300 --out "$W/dds_probe_$t.json" \
     > "$W/dds_probe_$t.log" 2>&1; tail -n 1 "$W/dds_probe_$t.log"
   timeout 150 $PY -m sam2_ros.bench.node_latency --width 1280 --height 720 --frames ${FRAMES:-320} \
     --rate ${RATE:-30} --model tiny --image-size 512 --device cuda \

@@ -1,4 +1,4 @@
-"""``python -m sam2_ros.bench.dds_probe``: camera-sized frames between two processes, with the
+"""``python -m sam2_ros.ros.dds_probe``: camera-sized frames between two processes, with the
 default transports and with the shipped Fast DDS profile for large frames
 (``config/fastdds_large_frames.xml``, which must parse: a broken profile makes Fast DDS fall
 back or fail, and then no frame arrives)."""
@@ -17,7 +17,7 @@ FRAMES = 20
 def test_dds_probe_delivers_every_frame(tmp_path, profile):
     require_messages()
     out = tmp_path / 'probe.json'
-    argv = [PYTHON, '-m', 'sam2_ros.bench.dds_probe', '--width', '640', '--height', '360',
+    argv = [PYTHON, '-m', 'sam2_ros.ros.dds_probe', '--width', '640', '--height', '360',
             '--frames', str(FRAMES), '--rate', '20', '--out', str(out)]
     if profile:
         argv += ['--profile', profile]

@@ -89,17 +89,10 @@ def test_io_resolution_captured_at_start_equals_eager():
     give the eager path's masks and logits exactly; no I/O graph is captured later."""
     frames = synthetic_frames(40, h=360, w=640)
     events = schedule(360, 640, add2=5, add3=10, fix=20, remove=30)
-    cfg = _cfg(precision='bf16', io_resolution=(640, 360))
-    tr = StreamingTracker(cfg)
+    tr = StreamingTracker(_cfg(precision='bf16', io_resolution=(640, 360)))
     keys = set(tr.runner.io)
     assert ('in', 360, 640) in keys and ('out', 4, 360, 640) in keys
-    out = []
-    for f, fr in enumerate(frames):
-        res = tr.track(fr)
-        out.append({o.obj_id: (o.low_res_logits.clone(), o.mask, (o.area, o.box, o.score))
-                    for o in res.objects})
-        for kind, p in events.get(f, []):
-            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
+    out, _ = _run(None, frames, events, tracker=tr)
     assert set(tr.runner.io) == keys, set(tr.runner.io) - keys
     ref, _ = _run(_cfg(precision='bf16', use_cuda_graphs=False), frames, events)
     worst = _worst(out, ref)
@@ -126,9 +119,10 @@ def test_precast_bitwise_equal_to_per_call_casts(graphs):
     assert (runs[0][1].get('graph_steps', 0) > 40) == graphs
 
 
-def _run(cfg, frames, events, keep=False):
-    """Per frame {obj_id: (low-res logits, mask, (area, box, score))}, and the stats."""
-    tr = StreamingTracker(cfg)
+def _run(cfg, frames, events, keep=False, tracker=None):
+    """Per frame {obj_id: (low-res logits, mask, (area, box, score))}, and the stats, of a
+    new tracker for ``cfg`` (or of ``tracker``)."""
+    tr = tracker if tracker is not None else StreamingTracker(cfg)
     out = []
     for f, fr in enumerate(frames):
         res = tr.track(fr)

@@ -1,6 +1,6 @@
 """DDS transport alone: camera-sized ``sensor_msgs/Image`` from one process to another.
 
-    python -m sam2_ros.bench.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
+    python -m sam2_ros.ros.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
         [--profile config/fastdds_large_frames.xml] [--out out/dds_probe.json]
 
 Why: when the node's end-to-end latency is high, this separates the middleware from the node.
@@ -94,7 +94,7 @@ def summarize(lat: List[float], sent: int) -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog='sam2_ros.bench.dds_probe',
+    ap = argparse.ArgumentParser(prog='sam2_ros.ros.dds_probe',
                                  description=__doc__.split('\n')[0])
     ap.add_argument('--width', type=int, default=1280)
     ap.add_argument('--height', type=int, default=720)
@@ -112,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     domain, lock = lease_domain()
     os.environ['ROS_DOMAIN_ID'] = str(domain)
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-    sub = subprocess.Popen([sys.executable, '-m', 'sam2_ros.bench.dds_probe', '--role', 'sub',
+    sub = subprocess.Popen([sys.executable, '-m', 'sam2_ros.ros.dds_probe', '--role', 'sub',
                             '--frames', str(args.frames), '--rate', str(args.rate)],
                            stdout=subprocess.PIPE, text=True)
     try:
