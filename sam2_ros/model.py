@@ -140,10 +140,10 @@ def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
     Why: under bf16 autocast each of these modules casts its fp32 weight and bias to bf16 on
     every call (autocast caches no cast under inference_mode, so the casts are captured into
     the CUDA graphs and replayed every frame too): hundreds of small cast kernels per frame.
-    Autocast leaves a tensor that is already bf16 alone,
-    and the cast itself is the same round-to-nearest-even, so every output is bit-identical to
-    the official per-call casts (``test_precast_bitwise_*``). Only valid where these modules
-    always run under bf16 autocast, as everything the tracker runs does."""
+    Autocast leaves a tensor that is already bf16 alone, and the cast itself is the same
+    round-to-nearest-even, so every output is bit-identical to the official per-call casts
+    (``test_precast_bitwise_*``). Only valid where these modules always run under bf16
+    autocast, as everything the tracker runs does."""
     import copy as copy_
     import itertools
     twin = model

@@ -290,9 +290,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # One executor thread: callbacks only hand messages to the worker, which does the work in
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
     # hand-off of 720p frames by up to seconds through GIL contention with the worker
-    # (CPU, node_latency at 5 Hz: DDS + hand-off p50 74 ms / p99 467 ms vs 16 / 38 ms single-
-    # threaded; docs/benchmarks.md). In FIFO mode a full FIFO now also holds back prompts and
-    # diagnostics for up to one frame time.
+    # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
+    # 17 / 38 ms; docs/benchmarks.md). In FIFO mode a full FIFO now also holds back prompts
+    # and diagnostics for up to one frame time.
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     rc = 0
