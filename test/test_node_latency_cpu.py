@@ -41,15 +41,14 @@ def test_node_latency_smoke(tmp_path):
                   'node_ms'):
             assert f[k] is not None and f[k] > 0, (k, f)
         assert f['objects'] == 1 and f['errors'] == [], f        # the box prompt took
-        # decode and engine finish before the mask is published; everything the node does
-        # for the frame (publishing included) finishes before the state arrives
-        assert f['decode_ms'] + f['engine_ms'] < f['e2e_mask_ms'], f
-        assert f['node_ms'] < f['e2e_state_ms'], f
-        assert f['transport_ms'] > 0
+        # decode and engine finish before the mask and the state are published
+        assert f['decode_ms'] + f['engine_ms'] < min(f['e2e_mask_ms'], f['e2e_state_ms']), f
+        assert abs(f['transport_ms'] - (f['e2e_mask_ms'] - f['decode_ms'] - f['engine_ms'])) \
+            < 0.01 and f['transport_ms'] > 0
         assert abs(f['node_ms'] - (f['decode_ms'] + f['engine_ms'] + f['publish_ms'])) < 0.01
     s = r['summary']
     assert s['measured_frames'] == FRAMES - 1 and s['missing_frames'] == 0
     for k in ('e2e_mask_ms', 'e2e_state_ms', 'engine_ms', 'transport_ms'):
         assert s[k]['n'] == FRAMES - 1 and 0 < s[k]['p50'] <= s[k]['p99'], (k, s[k])
-    assert 0 < s['transport_share_of_e2e_state'] < 1
+    assert 0 < s['transport_share_of_e2e_mask'] < 1
     assert r['host']['cpu_count'] >= 1 and r['command'].endswith(str(out))

@@ -43,6 +43,7 @@ class NodeProcess:
             'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
             'process_every_frame': True, 'publish_overlay': bool(args.overlay),
             'autostart': True, 'image_topic': '/camera/image_raw',
+            'tune_malloc': bool(getattr(args, 'tune_malloc', True)),
             # the camera's size is known, as on a rig: its I/O graphs are captured at configure
             'io_resolution': [args.width, args.height],
         })

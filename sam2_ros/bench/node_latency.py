@@ -12,13 +12,15 @@ shapes) at ``--rate`` Hz, each stamped with the wall clock at publish time, and 
 monotonic clock:
 
 * ``e2e_mask_ms``   publish() called -> mask received (the headline figure)
-* ``e2e_state_ms``  publish() called -> TrackingState received (sent after mask and overlay)
+* ``e2e_state_ms``  publish() called -> TrackingState received (sent after the mask, before
+  the overlay)
 * ``decode_ms`` / ``engine_ms`` from the frame's TrackingState, ``publish_ms`` from the NEXT
   frame's TrackingState (a state reports the previous frame's publishing time; one extra
   frame is sent at the end for the last one)
-* ``node_ms`` = decode + engine + publish, and ``transport_ms`` = e2e_state - node_ms: DDS
-  transport of the image and of the outputs, plus the hand-off inside the node (executor ->
-  mailbox -> worker) and this process's callback latency.
+* ``node_ms`` = decode + engine + publish: the node's work per frame (its throughput bound)
+* ``transport_ms`` = e2e_mask - decode - engine: DDS transport of the image and of the mask,
+  the mask message's conversion, the hand-off inside the node (executor -> mailbox -> worker)
+  and this process's callback latency.
 
 Frames published before the previous frame's state came back are counted as ``queued`` (their
 latency includes waiting behind the previous frame): pick a rate below the node's throughput.
@@ -48,6 +50,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from sam2_ros.bench.node_harness import ROOT, Client, NodeProcess, image_msg, set_stamp
+from sam2_ros.ros import malloc
 from sam2_ros.ros.domain import lease_domain
 
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
@@ -57,9 +60,9 @@ LABELS = {
     'e2e_state_ms': 'end-to-end: image published -> state received',
     'decode_ms': 'node: decode (Image -> rgb array)',
     'engine_ms': 'node: engine (SAM 2 step, mask on host)',
-    'publish_ms': 'node: publish (mask, overlay, state)',
+    'publish_ms': 'node: publish (mask, state, overlay)',
     'node_ms': 'node: decode + engine + publish',
-    'transport_ms': 'rest: DDS in + out, hand-off (e2e_state - node)',
+    'transport_ms': 'rest: DDS in + mask out, hand-off (e2e_mask - decode - engine)',
 }
 
 
@@ -83,6 +86,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--overlay', action=argparse.BooleanOptionalAction, default=True,
                     help='publish_overlay and subscribe to it as RViz would (the node renders '
                          'it only for subscribers; its rendering is part of publish_ms)')
+    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=True,
+                    help="the node's tune_malloc parameter (this client process, which stands "
+                         'for C++ camera drivers and RViz, always reuses its large buffers)')
     ap.add_argument('--checkpoint', default='', help='official .pt; empty = random weights')
     ap.add_argument('--params-file', default=str(ROOT / 'config' / 'tracker.yaml'),
                     help='base node parameters; the options above override them')
@@ -255,8 +261,8 @@ def measure(args: argparse.Namespace, client: Client, node: NodeProcess) -> Dict
             }
             parts = [row['decode_ms'], row['engine_ms'], row['publish_ms']]
             row['node_ms'] = None if None in parts else round(sum(parts), 3)
-            row['transport_ms'] = (None if row['node_ms'] is None or row['e2e_state_ms'] is None
-                                   else round(row['e2e_state_ms'] - row['node_ms'], 3))
+            row['transport_ms'] = (None if None in parts[:2] or row['e2e_mask_ms'] is None
+                                   else round(row['e2e_mask_ms'] - sum(parts[:2]), 3))
             frames.append(row)
     return {'frames': frames, 'elapsed_s': round(time.monotonic() - t_start, 3)}
 
@@ -273,9 +279,9 @@ def _wait_state(client: Client, node: NodeProcess, stamp_ns: int, timeout: float
 def summarize(frames: List[Dict[str, Any]]) -> Dict[str, Any]:
     steady = [f for f in frames if not f['warmup']]
     stats = {k: percentiles([f[k] for f in steady]) for k in PARTS}
-    e2e, tr = stats['e2e_state_ms']['mean'], stats['transport_ms']['mean']
-    stats['transport_share_of_e2e_state'] = (None if not e2e or tr is None
-                                             else round(tr / e2e, 4))
+    e2e, tr = stats['e2e_mask_ms']['mean'], stats['transport_ms']['mean']
+    stats['transport_share_of_e2e_mask'] = (None if not e2e or tr is None
+                                            else round(tr / e2e, 4))
     stats['measured_frames'] = len(steady)
     stats['first_frame_engine_ms'] = frames[0]['engine_ms'] if frames else None
     stats['queued_frames'] = sum(1 for f in steady if f['queued'])
@@ -298,9 +304,9 @@ def markdown(result: Dict[str, Any]) -> str:
     for k in PARTS:
         st = s[k]
         lines.append(f"| {LABELS[k]} | {fmt(st['p50'])} | {fmt(st['p99'])} | {fmt(st['mean'])} |")
-    share = s['transport_share_of_e2e_state']
+    share = s['transport_share_of_e2e_mask']
     lines.append('')
-    lines.append('transport share of e2e (means): '
+    lines.append('transport share of e2e mask (means): '
                  + ('-' if share is None else f'{100 * share:.1f}%'))
     return '\n'.join(lines)
 
@@ -314,6 +320,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED='1', TQDM_DISABLE='1')
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
     host = host_info()
+    host['client_malloc_tuned'] = malloc.keep_large_buffers()
     command = ' '.join(shlex.quote(a) for a in
                        [Path(sys.executable).name, '-m', 'sam2_ros.bench.node_latency',
                         *(sys.argv[1:] if argv is None else argv)])
@@ -351,17 +358,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             'node_params': node.params, 'domain_id': domain, 'host': host,
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'device',
-                'precision', 'cuda_graphs', 'overlay')},
+                'precision', 'cuda_graphs', 'overlay', 'tune_malloc')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'overlays_received': client.overlays,
             'elapsed_s': run['elapsed_s'], 'summary': summarize(run['frames']),
             'frames': run['frames'],
             'definitions': {
                 **LABELS,
-                'publish_ms': 'the NEXT TrackingState.publish_ms (mask + overlay + state)',
-                'transport_ms': 'e2e_state_ms - (decode + engine + publish): DDS image in, '
-                                'outputs out, node hand-off (executor -> worker), client '
-                                'callback latency',
+                'publish_ms': 'the NEXT TrackingState.publish_ms (mask + state + overlay)',
+                'transport_ms': 'e2e_mask_ms - (decode + engine): DDS image in, mask '
+                                'message built and sent, node hand-off (executor -> worker), '
+                                'client callback latency',
                 'queued': "published before the previous frame's state was received",
             },
         }
