@@ -10,7 +10,7 @@ shows exactly what the label-mask PNGs say.
 from __future__ import annotations
 
 import colorsys
-from typing import Tuple
+from typing import Optional, Tuple
 
 import cv2
 import numpy as np
@@ -39,36 +39,42 @@ _LUT = _palette()
 
 
 def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
-                   contours: bool = True, labels: bool = True) -> np.ndarray:
+                   contours: bool = True, labels: bool = True,
+                   label: Optional[np.ndarray] = None) -> np.ndarray:
     """Return a copy of ``rgb`` ([H, W, 3] uint8) with the objects of ``res`` drawn on it.
 
-    Masks are alpha-blended through the label mask with OpenCV's whole-image primitives
-    (color lookup, weighted sum, masked copy: a few ms at 720p, where numpy's boolean
-    indexing took 20-90 ms and capped the node's frame rate); contours and labels are drawn
-    per object. Objects that are not 'tracking' are labelled with their state, so an
-    occluded object's stale mask is not mistaken for a confident one.
+    Everything but the id labels is drawn from the label mask (``label``, [H, W] uint8, as
+    :meth:`FrameResult.label_mask` returns it; computed here when not given) with OpenCV
+    whole-image operations, so the cost does not grow with the number of objects: masks
+    alpha-blended (color lookup, weighted sum, masked copy), outlines as the band of pixels
+    where the label changes within ``thick`` pixels (erosion and dilation of the label
+    mask). Per-object contour tracing cost ~4 ms per object at 720p and capped the node at
+    ~19 fps with 8 objects; numpy boolean indexing before it, 20-90 ms. Objects that are not
+    'tracking' are labelled with their state, so an occluded object's stale mask is not
+    mistaken for a confident one.
     """
     h, w = rgb.shape[:2]
     out = rgb.copy()
     if not res.objects:
         return out
-    label = res.label_mask()
+    if label is None:
+        label = res.label_mask()
     colored = cv2.LUT(cv2.merge((label, label, label)), _LUT)
     blend = cv2.addWeighted(out, 1.0 - alpha, colored, alpha, 0.0)
     cv2.copyTo(blend, (label > 0).view(np.uint8), out)     # in place, where any object
     thick = max(1, round(min(h, w) / 300))
-    scale = max(0.35, min(h, w) / 700)
-    for obj in sorted(res.objects, key=lambda o: o.obj_id):
-        if obj.area == 0:
-            continue
-        color = id_color(obj.obj_id)
-        if contours:
-            cs, _ = cv2.findContours((label == obj.obj_id).astype(np.uint8), cv2.RETR_EXTERNAL,
-                                     cv2.CHAIN_APPROX_SIMPLE)
-            cv2.drawContours(out, cs, -1, color, thick, cv2.LINE_AA)
-        if labels and obj.centroid is not None:
-            text = str(obj.obj_id) if obj.state == TRACKING else f'{obj.obj_id} {obj.state}'
-            _put_label(out, text, obj.centroid, color, scale, thick)
+    if contours:
+        kernel = np.ones((2 * thick - 1, 2 * thick - 1), np.uint8) if thick > 1 else \
+            np.ones((3, 3), np.uint8)
+        changes = (cv2.erode(label, kernel) != label) | (cv2.dilate(label, kernel) != label)
+        cv2.copyTo(colored, (changes & (label > 0)).view(np.uint8), out)   # inner outline
+    if labels:
+        scale = max(0.35, min(h, w) / 700)
+        for obj in sorted(res.objects, key=lambda o: o.obj_id):
+            if obj.area > 0 and obj.centroid is not None:
+                text = str(obj.obj_id) if obj.state == TRACKING else \
+                    f'{obj.obj_id} {obj.state}'
+                _put_label(out, text, obj.centroid, id_color(obj.obj_id), scale, thick)
     return out
 
 

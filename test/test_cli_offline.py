@@ -259,3 +259,12 @@ def test_overlay_colors_and_rendering():
     assert (out[15, 35] != 100).any()              # tinted inside the mask
     assert (out[80, 120] == 100).all()             # untouched far outside
     assert (render_overlay(rgb, FrameResult(0, H, W)) == rgb).all()
+    # outline: the mask's border pixels in the object's full color, the inside blended
+    color = np.array(id_color(5), np.uint8)
+    assert (out[10, 20] == color).all() and (out[39, 20] == color).all()
+    assert np.abs(out[15, 35].astype(int) - (100 + color.astype(int)) / 2).max() <= 1
+    assert (out[9, 20] == 100).all()               # the outline stays inside the mask
+    plain = render_overlay(rgb, res, contours=False, labels=False)
+    assert not (plain[10, 20] == color).all() and (plain[10, 20] == plain[15, 35]).all()
+    # a label mask handed in (the node computes it once per frame) gives the same image
+    assert (render_overlay(rgb, res, label=res.label_mask()) == out).all()

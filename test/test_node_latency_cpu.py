@@ -18,7 +18,7 @@ def test_node_latency_smoke(tmp_path):
         env = lease.env()
         argv = [PYTHON, '-m', 'sam2_ros.bench.node_latency', '--width', '160', '--height',
                 '120', '--frames', str(FRAMES), '--warmup', '1', '--rate', '4', '--model',
-                'tiny', '--image-size', '64', '--device', 'cpu', '--domain-id',
+                'tiny', '--image-size', '64', '--objects', '2', '--device', 'cpu', '--domain-id',
                 str(lease.domain_id), '--start-timeout', '40', '--timeout', '20',
                 '--out', str(out)]
         p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -40,7 +40,7 @@ def test_node_latency_smoke(tmp_path):
         for k in ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms',
                   'node_ms'):
             assert f[k] is not None and f[k] > 0, (k, f)
-        assert f['objects'] == 1 and f['errors'] == [], f        # the box prompt took
+        assert f['objects'] == 2 and f['errors'] == [], f        # both box prompts took
         # decode and engine finish before the mask and the state are published
         assert f['decode_ms'] + f['engine_ms'] < min(f['e2e_mask_ms'], f['e2e_state_ms']), f
         assert abs(f['transport_ms'] - (f['e2e_mask_ms'] - f['decode_ms'] - f['engine_ms'])) \

@@ -43,10 +43,12 @@ class NodeProcess:
             'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
             'process_every_frame': True, 'publish_overlay': bool(args.overlay),
             'autostart': True, 'image_topic': '/camera/image_raw',
-            'tune_malloc': bool(getattr(args, 'tune_malloc', True)),
             # the camera's size is known, as on a rig: its I/O graphs are captured at configure
             'io_resolution': [args.width, args.height],
+            'max_objects': max(int(values.get('max_objects', 8)), args.objects),
         })
+        if args.graph_mode:
+            values['graph_mode'] = args.graph_mode
         # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
         # empty array parameter: leave such entries out (= the node's default).
         values = {k: v for k, v in values.items() if v != []}

@@ -50,7 +50,6 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from sam2_ros.bench.node_harness import ROOT, Client, NodeProcess, image_msg, set_stamp
-from sam2_ros.ros import malloc
 from sam2_ros.ros.domain import lease_domain
 
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
@@ -78,6 +77,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--rate', type=float, default=1.0, help='frames per second published')
     ap.add_argument('--model', default='tiny', help='tiny | small | base_plus | large')
     ap.add_argument('--image-size', type=int, default=512)
+    ap.add_argument('--objects', type=int, default=1,
+                    help='objects prompted (box prompts): the moving box, then fixed boxes')
+    ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
     ap.add_argument('--device', default='cpu', help='cpu | cuda | cuda:N')
     ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
                     'bf16 on cuda)')
@@ -86,9 +88,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--overlay', action=argparse.BooleanOptionalAction, default=True,
                     help='publish_overlay and subscribe to it as RViz would (the node renders '
                          'it only for subscribers; its rendering is part of publish_ms)')
-    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=True,
-                    help="the node's tune_malloc parameter (this client process, which stands "
-                         'for C++ camera drivers and RViz, always reuses its large buffers)')
     ap.add_argument('--checkpoint', default='', help='official .pt; empty = random weights')
     ap.add_argument('--params-file', default=str(ROOT / 'config' / 'tracker.yaml'),
                     help='base node parameters; the options above override them')
@@ -100,8 +99,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help='seconds to wait for the outputs after the last frame')
     ap.add_argument('--out', default='out/node_latency.json')
     args = ap.parse_args(argv)
-    if args.frames < 1 or args.rate <= 0 or args.warmup < 0:
-        ap.error('--frames >= 1, --rate > 0 and --warmup >= 0 are required')
+    if args.frames < 1 or args.rate <= 0 or args.warmup < 0 or args.objects < 1:
+        ap.error('--frames >= 1, --rate > 0, --warmup >= 0 and --objects >= 1 are required')
     if args.warmup >= args.frames:
         args.warmup = 0
     if args.precision is None:
@@ -131,6 +130,13 @@ class Frames:
         x0 = int((w * 0.1 + i * max(1, w // 100)) % max(1, w - bw))
         y0 = int(h * 0.55)
         return x0, y0, x0 + bw, min(h - 1, y0 + bh)
+
+    def fixed_box(self, k: int):
+        """Box prompt of extra object k >= 1: a grid over the upper part of the frame."""
+        w, h = self.w, self.h
+        col, row = (k - 1) % 6, (k - 1) // 6
+        x0, y0 = int(w * (0.05 + 0.15 * col)), int(h * (0.05 + 0.2 * (row % 2)))
+        return x0, y0, x0 + max(4, w // 10), y0 + max(4, h // 8)
 
     def frame(self, i: int) -> np.ndarray:
         import cv2
@@ -191,15 +197,16 @@ def host_info() -> Dict[str, Any]:
 def measure(args: argparse.Namespace, client: Client, node: NodeProcess) -> Dict[str, Any]:
 
     cam = Frames(args.width, args.height)
-    # One box prompt on object 1, stamped now: the node applies it before the first frame
-    # whose stamp is >= it, i.e. frame 0, however the two topics interleave.
-    p = client.m.Prompt()
+    # Box prompts on objects 1..N, stamped now: the node applies them before the first frame
+    # whose stamp is >= theirs, i.e. frame 0, however the topics interleave.
     prompt_ns = time.time_ns()
-    set_stamp(p.header, prompt_ns)
-    p.header.frame_id = 'camera'
-    p.object_id, p.action, p.has_box = 1, 0, True
-    p.box = [float(v) for v in cam.box(0)]
-    client.pub_prompt.publish(p)
+    for k in range(args.objects):
+        p = client.m.Prompt()
+        set_stamp(p.header, prompt_ns)
+        p.header.frame_id = 'camera'
+        p.object_id, p.action, p.has_box = k + 1, 0, True
+        p.box = [float(v) for v in (cam.box(0) if k == 0 else cam.fixed_box(k))]
+        client.pub_prompt.publish(p)
     time.sleep(0.3)
 
     total = args.frames + 1  # the extra last frame only carries publish_ms of the one before
@@ -294,7 +301,8 @@ def markdown(result: Dict[str, Any]) -> str:
     a, s = result['config'], result['summary']
     lines = [
         f"{a['width']}x{a['height']} rgb8, {a['model']}@{a['image_size']} {a['device']} "
-        f"{a['precision']}, {a['rate']} Hz, {s['measured_frames']} frames measured "
+        f"{a['precision']}, {a.get('objects', 1)} object(s) graph_mode "
+        f"{a.get('graph_mode') or 'yaml'}, {a['rate']} Hz, {s['measured_frames']} frames measured "
         f"(+{a['warmup']} warm-up), queued {s['queued_frames']}, missing {s['missing_frames']}",
         '',
         '| part | p50 ms | p99 ms | mean ms |',
@@ -320,7 +328,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED='1', TQDM_DISABLE='1')
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
     host = host_info()
-    host['client_malloc_tuned'] = malloc.keep_large_buffers()
     command = ' '.join(shlex.quote(a) for a in
                        [Path(sys.executable).name, '-m', 'sam2_ros.bench.node_latency',
                         *(sys.argv[1:] if argv is None else argv)])
@@ -357,8 +364,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             'command': command, 'node_command': ' '.join(shlex.quote(a) for a in node.argv),
             'node_params': node.params, 'domain_id': domain, 'host': host,
             'config': {k: getattr(args, k) for k in (
-                'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'device',
-                'precision', 'cuda_graphs', 'overlay', 'tune_malloc')},
+                'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
+                'graph_mode', 'device', 'precision', 'cuda_graphs', 'overlay')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'overlays_received': client.overlays,
             'elapsed_s': run['elapsed_s'], 'summary': summarize(run['frames']),

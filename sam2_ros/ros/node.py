@@ -25,7 +25,6 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.overlay import render_overlay
 from sam2_ros.ros import conversions as conv
-from sam2_ros.ros import malloc
 from sam2_ros.ros import params
 from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, Published, TrackingWorker
 
@@ -57,7 +56,6 @@ class TrackerNode(LifecycleNode):
         self._subs: List[Any] = []
         self._timer = None
         self._last_publish_ms = 0.0
-        self._malloc_tuned = False
         self._fallbacks_seen = 0
         self._last_log = ('', 0.0, 0)  # (text, time, suppressed) for de-duplicating floods
 
@@ -65,7 +63,6 @@ class TrackerNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self.cfg, self.opts = params.read(self)
-            self._tune_malloc()
             conv.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.tracker import StreamingTracker
 
@@ -214,23 +211,17 @@ class TrackerNode(LifecycleNode):
         only rendered while someone subscribes to it (RViz, a recorder)."""
         t0 = time.perf_counter()
         pubs = self._pubs
-        pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
+        label = p.result.label_mask()                       # [H, W] uint8, used twice
+        pubs['mask'].publish(conv.image_msg(label, 'mono8', p.header))
         pubs['state'].publish(conv.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._last_publish_ms,
             dropped=self._mailbox.dropped, processed=self._worker.counters.processed,
             errors=conv.errors_text(p.errors)))
         overlay = pubs.get('overlay')
         if overlay is not None and overlay.get_subscription_count() > 0:
-            overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8', p.header))
+            overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result, label=label), 'rgb8',
+                                           p.header))
         self._last_publish_ms = (time.perf_counter() - t0) * 1e3
-
-    def _tune_malloc(self) -> None:
-        """Once per process: large message buffers reused (see sam2_ros/ros/malloc.py)."""
-        if self.opts.tune_malloc and not self._malloc_tuned:
-            self._malloc_tuned = malloc.keep_large_buffers()
-            if not self._malloc_tuned:
-                self.get_logger().warning('tune_malloc: not glibc or mallopt refused; '
-                                          'large messages will be slower to publish')
 
     def _log(self, level: str, text: str) -> None:
         """Log through the node logger; an identical line within 2 s is counted, not repeated."""

@@ -45,9 +45,6 @@ class NodeOptions:
     click_object_id: int = 1
     # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
     autostart: bool = False
-    # Raise glibc's mmap/trim thresholds so 2.7 MB message buffers are reused rather than
-    # page-faulted in anew for every message (sam2_ros/ros/malloc.py; process-wide, at configure).
-    tune_malloc: bool = True
 
     def validate(self) -> 'NodeOptions':
         """Raise ValueError naming the first bad option; return self for chaining."""
@@ -138,9 +135,6 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('click_object_id', N, 'click_object_id', 'int',
               'object id that a PointStamped on ~/click adds a positive point to'),
     ParamSpec('autostart', N, 'autostart', 'bool', 'configure and activate on start-up'),
-    ParamSpec('tune_malloc', N, 'tune_malloc', 'bool',
-              'reuse large message buffers (glibc mmap/trim thresholds; process-wide, set at '
-              'configure, not undone)'),
 )
 
 
