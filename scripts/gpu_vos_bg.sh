@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # official_vos (SAM 2's vos_optimized: torch.compile max-autotune of every component) compiles
 # for longer than one device command may run, so it runs in the background and is polled.
+# ROW picks another long-compiling row, e.g. ROW=tiny@512:1:ours_graph_autotuned.
 #   GPU=1 bash scripts/gpu_vos_bg.sh start     # after `source scripts/gpu_env.sh`
 #   bash scripts/gpu_vos_bg.sh status [OUT]    # progress line; copies log + JSON to OUT
 #   bash scripts/gpu_vos_bg.sh stop
@@ -12,15 +13,15 @@ case ${1:-status} in
     date +%s >"$D/start"
     CUDA_VISIBLE_DEVICES=${GPU:-1} TORCHINDUCTOR_CACHE_DIR=$D/cache \
       TORCHINDUCTOR_COMPILE_THREADS=${THREADS:-12} \
-      setsid nohup python3 -m sam2_ros.bench.cli --only "tiny@512:1:official_vos" \
+      setsid nohup python3 -m sam2_ros.bench.cli --only "${ROW:-tiny@512:1:official_vos}" \
       --frames 40 --warmup 16 --profile-frames 5 --out "$D/vos.json" >"$D/log" 2>&1 </dev/null &
     echo $! >"$D/pid"
-    echo "official_vos started (pid $(cat "$D/pid"), GPU ${GPU:-1})" ;;
+    echo "${ROW:-tiny@512:1:official_vos} started (pid $(cat "$D/pid"), GPU ${GPU:-1})" ;;
   status)
     s=$(( $(date +%s) - $(cat "$D/start") ))
     state=finished
     kill -0 "$(cat "$D/pid")" 2>/dev/null && state=running
-    echo "official_vos $state after ${s}s: $(grep -c '^AUTOTUNE' "$D/log" || true) autotune" \
+    echo "background row $state after ${s}s: $(grep -c '^AUTOTUNE' "$D/log" || true) autotune" \
       "rounds, $(find "$D/cache" -name '*.py' | wc -l) generated kernel files," \
       "$(du -sh "$D/cache" | cut -f1) cache"
     tail -n 3 "$D/log"

@@ -159,6 +159,14 @@ def ours_graph_compiled(spec: Spec) -> Run:
                  graph_cond_buckets=(1,))
 
 
+def ours_graph_autotuned(spec: Spec) -> Run:
+    """ours_graph_compiled with mode 'max-autotune-no-cudagraphs' (inductor benchmarks GEMM,
+    conv and Triton configs; our graphs do the capturing). Start-up is long: run it in the
+    background (scripts/gpu_vos_bg.sh with ROW=tiny@512:1:ours_graph_autotuned)."""
+    return _ours(spec, graphs=True, mode='swap', compile_mode='max-autotune-no-cudagraphs',
+                 graph_cond_buckets=(1,))
+
+
 def ours_graph_batched_compiled(spec: Spec) -> Run:
     """ours_graph_batched compiled likewise, buckets of 8 and 2 objects (10 = 8 + 2)."""
     return _ours(spec, graphs=True, mode='batched', compile_mode='default',
@@ -250,5 +258,6 @@ VARIANTS = {
     'ours_eager_noprecast': ours_eager_noprecast,
     'ours_graph_compiled': ours_graph_compiled,
     'ours_graph_batched_compiled': ours_graph_batched_compiled,
+    'ours_graph_autotuned': ours_graph_autotuned,
 }
 COMPILED = {'official_vos', 'official_compile_default'}
