@@ -49,7 +49,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from sam2_ros.bench.node_harness import ROOT, Client, NodeProcess, image_msg, set_stamp
+from sam2_ros.bench.node_harness import (ROOT, Client, Frames, NodeProcess, image_msg,
+                                         set_stamp)
 from sam2_ros.ros.domain import lease_domain
 
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
@@ -111,44 +112,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-class Frames:
-    """Synthetic camera: a red box moving right and a green disc moving left over a fixed
-    textured background (deterministic)."""
-
-    def __init__(self, w: int, h: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        base = 95 + 25 * np.sin(xx / 21.0) * np.cos(yy / 29.0)
-        tex = np.stack([base + 10, base, base - 15], axis=2) + rng.normal(0, 8, (h, w, 3))
-        self.bg = np.clip(tex, 0, 255).astype(np.uint8)
-        self.w, self.h = w, h
-
-    def box(self, i: int):
-        w, h = self.w, self.h
-        bw, bh = max(4, w // 8), max(4, h // 6)
-        x0 = int((w * 0.1 + i * max(1, w // 100)) % max(1, w - bw))
-        y0 = int(h * 0.55)
-        return x0, y0, x0 + bw, min(h - 1, y0 + bh)
-
-    def fixed_box(self, k: int):
-        """Box prompt of extra object k >= 1: a grid over the upper part of the frame."""
-        w, h = self.w, self.h
-        col, row = (k - 1) % 6, (k - 1) // 6
-        x0, y0 = int(w * (0.05 + 0.15 * col)), int(h * (0.05 + 0.2 * (row % 2)))
-        return x0, y0, x0 + max(4, w // 10), y0 + max(4, h // 8)
-
-    def frame(self, i: int) -> np.ndarray:
-        import cv2
-
-        f = self.bg.copy()
-        x0, y0, x1, y1 = self.box(i)
-        cv2.rectangle(f, (x0, y0), (x1, y1), (215, 45, 40), -1)
-        r = max(3, min(self.w, self.h) // 10)
-        cx = int((self.w * 0.8 - i * max(1, self.w // 120)) % self.w)
-        cv2.circle(f, (cx, int(self.h * 0.3)), r, (40, 190, 70), -1)
-        return f
-
 
 def percentiles(values: List[float]) -> Dict[str, Optional[float]]:
     v = np.asarray([x for x in values if x is not None], np.float64)
