@@ -18,7 +18,8 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   resolution (and per object-count bucket for the masks): the uint8 frame goes through a
   pinned staging buffer into a static device buffer, one replay resizes and normalizes it
   into the encoder's static input; one replay upsamples all objects' logits to source
-  resolution and reduces box/area/centroid, and one pinned copy brings them to the host.
+  resolution, reduces box/area/centroid and builds the label mask, and pinned copies bring
+  them to the host.
   They replace some 40 small kernel launches and two pageable copies per frame.
 * ``compile_mode`` (off by default): the captured graphs run ``torch.compile``d copies of
   sam2's modules (fused kernels, minutes of compile at start-up); the eager fallback keeps
@@ -171,22 +172,25 @@ class GraphRunner(EagerRunner):
         cap.inputs.copy_(cap.host, non_blocking=True)
         cap.event = self._record()
 
-    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int,
-                w: int) -> Tuple[np.ndarray, np.ndarray]:
+    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
+                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = logits.shape[0]
         batch = next((b for b in self._out_buckets() if b >= n), None) if n else None
         cap = None if batch is None else self._io(('out', batch, h, w))
         if cap is None:
-            return super().results(logits, scores, h, w)
+            return super().results(logits, scores, h, w, ids)
         cap.inputs[0][:n].copy_(logits)
         cap.inputs[1][:n].copy_(scores)
+        cap.inputs[2][:n].copy_(self.bank.upload(ids))
+        cap.inputs[2][n:].zero_()          # padding rows (stale logits) stay out of the label
         cap.graph.replay()
-        (masks, stats), (host_m, host_s) = cap.outputs, cap.host
+        (masks, stats, label), (host_m, host_s, host_l) = cap.outputs, cap.host
         host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
         host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
+        host_l.copy_(label, non_blocking=self.cuda)
         if self.cuda:
             torch.cuda.current_stream().synchronize()
-        return host_m[:n].numpy().copy(), host_s[:n].numpy().copy()
+        return host_m[:n].numpy().copy(), host_s[:n].numpy().copy(), host_l.numpy().copy()
 
     def _out_buckets(self) -> List[int]:
         """Object-count buckets of the mask graphs: powers of two, and the capacity."""
@@ -229,10 +233,16 @@ class GraphRunner(EagerRunner):
 
     def _capture_out(self, batch: int, h: int, w: int) -> _Captured:
         b = self.bank
-        inputs = (b.logits.new_zeros(batch, *b.logits.shape[1:]), b.scores.new_zeros(batch))
-        cap = self._capture(lambda x: postprocess.on_device(x[0], h, w, extra=x[1]), inputs)
+        inputs = (b.logits.new_zeros(batch, *b.logits.shape[1:]), b.scores.new_zeros(batch),
+                  torch.zeros(batch, dtype=torch.uint8, device=b.logits.device))
+
+        def out(x):
+            masks, stats = postprocess.on_device(x[0], h, w, extra=x[1])
+            return masks, stats, postprocess.label_on_device(masks, x[2])
+        cap = self._capture(out, inputs)
         cap.host = (self._host(batch, h, w, dtype=torch.bool),
-                    self._host(batch, 8, dtype=torch.float64))
+                    self._host(batch, 8, dtype=torch.float64),
+                    self._host(h, w, dtype=torch.uint8))
         return cap
 
     def _host(self, *shape, dtype) -> torch.Tensor:

@@ -2,12 +2,15 @@
 
 Masks are upsampled exactly as the official predictor's ``_get_orig_video_res_output``
 (bilinear, align_corners=False, threshold > 0). Boxes, areas and centroids are reduced on the
-device so the host receives one bool mask stack and one small stats tensor per frame.
+device so the host receives one bool mask stack and one small stats tensor per frame; the label
+mask (one uint8 image of all objects, what the node publishes and the overlay draws) is built
+there too, since on the host it costs one full-image pass per object (3.6 ms for 8 objects at
+720p on the CI machine).
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -23,6 +26,24 @@ def masks_and_stats(logits: torch.Tensor, h: int, w: int,
         return np.zeros((0, h, w), bool), np.zeros((0, 7 if extra is None else 8))
     m, stats = on_device(logits, h, w, extra)
     return m.cpu().numpy(), stats.cpu().numpy()
+
+
+def host_results(logits: torch.Tensor, h: int, w: int, scores: torch.Tensor,
+                 ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """logits [B, 1, s, s], scores [B], object ids [B] -> masks [B, H, W] bool, stats [B, 8]
+    float64 (``masks_and_stats`` with the scores as 8th column) and label [H, W] uint8, all on
+    the host. The eager reference of the CUDA-graph runner's results."""
+    if logits.shape[0] == 0:
+        return np.zeros((0, h, w), bool), np.zeros((0, 8)), np.zeros((h, w), np.uint8)
+    m, stats = on_device(logits, h, w, scores)
+    label = label_on_device(m, torch.tensor(ids, dtype=torch.uint8, device=m.device))
+    return m.cpu().numpy(), stats.cpu().numpy(), label.cpu().numpy()
+
+
+def label_on_device(masks: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """masks [B, H, W] bool, ids [B] uint8 (0 for padding rows) -> [H, W] uint8: 0 where no
+    mask is set, else the highest id whose mask is (as ``FrameResult.label_mask``)."""
+    return (masks.to(torch.uint8) * ids[:, None, None]).amax(0)
 
 
 def on_device(logits: torch.Tensor, h: int, w: int,

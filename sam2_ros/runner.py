@@ -3,7 +3,8 @@
 Both runners have the same interface, so the tracker never knows which one it has:
 ``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),
 ``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
-'graph' or 'eager' per object) and ``results`` (logits -> masks and stats on the host).
+'graph' or 'eager' per object) and ``results`` (logits -> masks, stats and the label mask on
+the host).
 The eager runner is the reference path and the off switch of the graph path
 (``TrackerConfig.use_cuda_graphs=False``).
 """
@@ -39,11 +40,11 @@ class EagerRunner:
     def encode(self, image: torch.Tensor) -> step.Features:
         return step.encode_image(self.model, image)
 
-    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int,
-                w: int) -> Tuple[np.ndarray, np.ndarray]:
-        """logits [B, 1, s, s], scores [B] -> masks [B, H, W] bool and stats [B, 8] on the
-        host (``postprocess.masks_and_stats`` with the scores as the 8th column)."""
-        return postprocess.masks_and_stats(logits, h, w, extra=scores)
+    def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
+                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """logits [B, 1, s, s], scores [B], ids [B] -> masks [B, H, W] bool, stats [B, 8] and
+        label [H, W] uint8 on the host (``postprocess.host_results``)."""
+        return postprocess.host_results(logits, h, w, scores, ids)
 
     def track(self, features: step.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:

@@ -300,8 +300,10 @@ class StreamingTracker:
         slots = self.bank.upload([o.slot for o in objs])
         logits = self.bank.logits.index_select(0, slots)
         scores = self.bank.scores.index_select(0, slots)
-        masks, stats = self.runner.results(logits, scores, h, w)
+        ids = [o.obj_id for o in objs]
+        masks, stats, label = self.runner.results(logits, scores, h, w, ids)
         res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
+        res.set_label(label, ids)
         for o, m, s, lg in zip(objs, masks, stats, logits):
             o.score = float(s[7])
             if tracked or o.score > 0:

@@ -56,10 +56,23 @@ class FrameResult:
     objects: List[ObjectResult] = field(default_factory=list)
     mode: str = 'eager'                # 'graph' when every object step was a graph replay
     engine_ms: float = 0.0
+    # The label mask as the tracker built it on the device, and the object ids it holds.
+    _label: Optional[np.ndarray] = field(default=None, repr=False, compare=False)
+    _label_ids: Tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    def set_label(self, label: np.ndarray, ids: List[int]) -> None:
+        """Keep a label mask computed elsewhere (the tracker's, from the device) for the
+        objects ``ids``; ``label_mask`` returns it while ``objects`` still has those ids."""
+        self._label, self._label_ids = label, tuple(ids)
 
     def label_mask(self) -> np.ndarray:
         """[H, W] uint8: 0 background, each object's pixels hold its id (ids are 1..255).
-        Where masks overlap the higher id wins, so the image is deterministic."""
+        Where masks overlap the higher id wins, so the image is deterministic. The tracker's
+        results carry it precomputed (one array, shared by every call: copy it before writing
+        to it); for any other object list it is built here from the masks."""
+        if self._label is not None and \
+                self._label_ids == tuple(o.obj_id for o in self.objects):
+            return self._label
         out = np.zeros((self.height, self.width), np.uint8)
         for o in sorted(self.objects, key=lambda o: o.obj_id):
             np.copyto(out, o.obj_id, where=o.mask)     # no index arrays: ~5x faster at 720p

@@ -14,7 +14,7 @@ from scenarios import schedule, synthetic_frames
 from sam2_ros import graphs
 from sam2_ros.config import TrackerConfig
 from sam2_ros.tracker import StreamingTracker
-from sam2_ros.types import Prompt
+from sam2_ros.types import FrameResult, ObjectResult, Prompt
 
 
 class ReplayOnCpu:
@@ -83,6 +83,10 @@ def test_graph_runner_logic_equals_eager(mode, monkeypatch):
             # masks and stats came out of the mask graph: equal to the eager postprocess
             assert oa.mask.shape == (48, 64) and (oa.mask == ob.mask).mean() > 0.999
             assert oa.score == pytest.approx(ob.score, abs=1e-4)
+        # the label mask came out of the mask graph too: the one the host builds from the
+        # same masks, and (nearly) the eager runner's
+        assert (a.label_mask() == FrameResult(0, 48, 64, a.objects).label_mask()).all()
+        assert (a.label_mask() == b.label_mask()).mean() > 0.999
         for kind, p in events.get(f, []):
             for t in (tr, ref):
                 t.remove_object(p) if kind == 'remove' else t.add_prompt(p)
@@ -205,3 +209,40 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     assert tr.runner.io[('out', 2, 48, 64)].graph.replays >= 3
     with pytest.raises(ValueError, match='io_resolution'):
         cfg.replace(io_resolution=(64,)).validate()
+
+
+def test_label_graph_ignores_padding_rows(monkeypatch):
+    """The mask graph of a bucket larger than the object count keeps stale logits in its
+    padding rows (here of a removed object 4): their ids are zeroed, so they never reach the
+    label mask, which equals the eager runner's for the same inputs."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    h, w, s = 24, 32, tr.bank.logits.shape[-1]
+    logits = torch.full((4, 1, s, s), -5.0)
+    logits[:, :, : s // 2] = 5.0                     # every object: the top half of the image
+    logits[3, :, s // 2:] = 5.0                      # object 4: the whole image
+    scores = torch.ones(4)
+    eager = graphs.EagerRunner(tr.model, cfg)
+    with torch.inference_mode():
+        m4, _, l4 = tr.runner.results(logits, scores, h, w, [1, 2, 3, 4])
+        assert (l4 == 4).all() and m4.shape == (4, h, w)
+        m3, st3, l3 = tr.runner.results(logits[:3], scores[:3], h, w, [1, 2, 7])
+        em3, est3, el3 = eager.results(logits[:3], scores[:3], h, w, [1, 2, 7])
+    assert ('out', 4, h, w) in tr.runner.io        # both calls used the batch-4 mask graph
+    assert (l3[: h // 2] == 7).all() and (l3[h // 2:] == 0).all(), 'stale row 4 leaked'
+    assert (l3 == el3).all() and (m3 == em3).all() and (st3 == est3).all()
+
+
+def test_frame_result_label_is_rebuilt_when_objects_change():
+    masks = [torch.zeros(6, 8, dtype=torch.bool).numpy() for _ in range(2)]
+    masks[0][:3] = True
+    masks[1][2:] = True
+    objs = [ObjectResult(i + 1, m, 1.0, 'tracking', None, int(m.sum()), None, 0)
+            for i, m in enumerate(masks)]
+    res = FrameResult(0, 6, 8, list(objs))
+    built = res.label_mask()
+    assert (built[:2] == 1).all() and (built[2:] == 2).all()     # overlap: higher id wins
+    given = built.copy()
+    res.set_label(given, [1, 2])
+    assert res.label_mask() is given                # the tracker's precomputed one, as is
+    res.objects.pop()                               # objects changed: built from the masks
+    assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()

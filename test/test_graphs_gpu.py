@@ -20,6 +20,7 @@ from scenarios import schedule, synthetic_frames
 from sam2_ros.config import TrackerConfig
 from sam2_ros.model import build_model
 from sam2_ros.tracker import StreamingTracker
+from sam2_ros.types import FrameResult
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
@@ -70,18 +71,23 @@ def test_graph_equals_eager(precision):
     """Same stream through the graph runner and the eager runner: outputs equal."""
     frames = synthetic_frames(120, h=360, w=640)
     events = schedule(360, 640, add2=20, add3=30, fix=60, remove=90)
-    runs = [_run(_cfg(precision=precision, use_cuda_graphs=g), frames, events)
-            for g in (True, False)]
+    labels = ([], [])
+    runs = [_run(_cfg(precision=precision, use_cuda_graphs=g), frames, events, labels=lab)
+            for g, lab in zip((True, False), labels)]
     worst = _worst(runs[0][0], runs[1][0])
-    # masks and stats came through the I/O graphs (frame in, masks out): same as eager
+    # masks, stats and label masks came through the I/O graphs (frame in, masks out): same
+    # as eager
     bad_px = max(float((a[k][1] != b[k][1]).mean()) for a, b in zip(runs[0][0], runs[1][0])
                  for k in a)
+    bad_label = max(float((a != b).mean()) for a, b in zip(*labels))
     _record(f'graph_vs_eager_{precision}', {'worst_logits': worst, 'mask_px_differ': bad_px,
+                                            'label_px_differ': bad_label,
                                             'graph_stats': runs[0][1]})
     assert runs[0][1].get('graph_steps', 0) > 150
     assert runs[1][1].get('graph_steps', 0) == 0
     assert worst <= TOLS[precision], worst
     assert bad_px == 0.0 if worst == 0.0 else bad_px < 1e-3, bad_px
+    assert bad_label == 0.0 if worst == 0.0 else bad_label < 1e-3, bad_label
 
 
 def test_io_resolution_captured_at_start_equals_eager():
@@ -119,15 +125,20 @@ def test_precast_bitwise_equal_to_per_call_casts(graphs):
     assert (runs[0][1].get('graph_steps', 0) > 40) == graphs
 
 
-def _run(cfg, frames, events, keep=False, tracker=None):
+def _run(cfg, frames, events, keep=False, tracker=None, labels=None):
     """Per frame {obj_id: (low-res logits, mask, (area, box, score))}, and the stats, of a
-    new tracker for ``cfg`` (or of ``tracker``)."""
+    new tracker for ``cfg`` (or of ``tracker``). ``labels``: a list that gets each frame's
+    label mask (checked against the one the host builds from the same masks)."""
     tr = tracker if tracker is not None else StreamingTracker(cfg)
     out = []
     for f, fr in enumerate(frames):
         res = tr.track(fr)
         out.append({o.obj_id: (o.low_res_logits.clone(), o.mask, (o.area, o.box, o.score))
                     for o in res.objects})
+        if labels is not None:
+            labels.append(res.label_mask())
+            host = FrameResult(0, res.height, res.width, res.objects).label_mask()
+            assert (labels[-1] == host).all(), f"frame {f}: device label != host label"
         for kind, p in events.get(f, []):
             tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
     stats = dict(tr.stats)
