@@ -10,7 +10,7 @@ shows exactly what the label-mask PNGs say.
 from __future__ import annotations
 
 import colorsys
-from typing import Optional, Tuple
+from typing import Tuple
 
 import cv2
 import numpy as np
@@ -39,12 +39,11 @@ _LUT = _palette()
 
 
 def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
-                   contours: bool = True, labels: bool = True,
-                   label: Optional[np.ndarray] = None) -> np.ndarray:
+                   contours: bool = True, labels: bool = True) -> np.ndarray:
     """Return a copy of ``rgb`` ([H, W, 3] uint8) with the objects of ``res`` drawn on it.
 
-    Everything but the id labels is drawn from the label mask (``label``, [H, W] uint8, as
-    :meth:`FrameResult.label_mask` returns it; computed here when not given) with OpenCV
+    Everything but the id labels is drawn from :meth:`FrameResult.label_mask` (the tracker's
+    results carry it, built on the device with the masks) with OpenCV
     whole-image operations, so the cost does not grow with the number of objects: masks
     alpha-blended (color lookup, weighted sum, masked copy), outlines as the band of pixels
     where the label changes within ``thick`` pixels (erosion and dilation of the label
@@ -57,8 +56,7 @@ def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
     out = rgb.copy()
     if not res.objects:
         return out
-    if label is None:
-        label = res.label_mask()
+    label = res.label_mask()
     colored = cv2.LUT(cv2.merge((label, label, label)), _LUT)
     blend = cv2.addWeighted(out, 1.0 - alpha, colored, alpha, 0.0)
     cv2.copyTo(blend, (label > 0).view(np.uint8), out)     # in place, where any object

@@ -266,5 +266,9 @@ def test_overlay_colors_and_rendering():
     assert (out[9, 20] == 100).all()               # the outline stays inside the mask
     plain = render_overlay(rgb, res, contours=False, labels=False)
     assert not (plain[10, 20] == color).all() and (plain[10, 20] == plain[15, 35]).all()
-    # a label mask handed in (the node computes it once per frame) gives the same image
-    assert (render_overlay(rgb, res, label=res.label_mask()) == out).all()
+    # a label mask carried by the result (the tracker's, built on the device) is the one
+    # drawn from, and gives the same image
+    res.set_label(res.label_mask().copy(), [5])
+    assert (render_overlay(rgb, res) == out).all()
+    res.set_label(np.full((H, W), 5, np.uint8), [5])
+    assert (render_overlay(rgb, res, contours=False, labels=False)[80, 120] != 100).any()

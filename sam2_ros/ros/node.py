@@ -211,16 +211,14 @@ class TrackerNode(LifecycleNode):
         only rendered while someone subscribes to it (RViz, a recorder)."""
         t0 = time.perf_counter()
         pubs = self._pubs
-        label = p.result.label_mask()                       # [H, W] uint8, used twice
-        pubs['mask'].publish(conv.image_msg(label, 'mono8', p.header))
+        pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
         pubs['state'].publish(conv.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._last_publish_ms,
             dropped=self._mailbox.dropped, processed=self._worker.counters.processed,
             errors=conv.errors_text(p.errors)))
         overlay = pubs.get('overlay')
         if overlay is not None and overlay.get_subscription_count() > 0:
-            overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result, label=label), 'rgb8',
-                                           p.header))
+            overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8', p.header))
         self._last_publish_ms = (time.perf_counter() - t0) * 1e3
 
     def _log(self, level: str, text: str) -> None:
