@@ -1,0 +1,54 @@
+"""compile_mode='max-autotune-no-cudagraphs' inside our CUDA graphs, against eager (GPU only).
+
+A file of its own because a cold compile takes 15+ minutes, longer than one device command:
+scripts/gpu_vos_bg.sh runs it in the background after the benchmark row
+``tiny@512:1:ours_graph_autotuned``, whose configuration it shares, so that it compiles from
+the same TORCHINDUCTOR_CACHE_DIR. Run alone: ``python -m pytest -m gpu test/test_autotune_gpu.py``.
+
+Autotuned kernels are not eager's kernels, so the comparison is not bitwise: bf16 (the
+benchmark's precision) within the bf16 equivalence tolerance of test_graphs_gpu (0.5 on logits
+that reach |10|+, where one bf16 step is ~0.06), with the measured worst value recorded.
+"""
+
+import pytest
+import torch
+
+from test_graphs_gpu import TOLS, _record, _worst
+from sam2_ros.bench.variants import Stream
+from sam2_ros.config import TrackerConfig
+from sam2_ros.tracker import StreamingTracker
+from sam2_ros.types import Prompt
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
+FRAMES = 100
+
+
+def _run(**kw):
+    """Per frame {obj_id: (low-res logits,)} and the stats: one object boxed on frame 0, as in
+    the benchmark row (same model, sizes and buckets, so the same compiled graphs)."""
+    cfg = TrackerConfig(model_size='tiny', image_size=512, random_weights=True, seed=0,
+                        device='cuda', precision='bf16', max_objects=8, **kw)
+    tr = StreamingTracker(cfg)
+    stream = Stream(1, seed=0)
+    out = []
+    for t in range(FRAMES):
+        res = tr.track(stream.frame(t))
+        if t == 0:
+            res = tr.add_prompt(Prompt(1, box=stream.boxes(1)[0]))
+        out.append({o.obj_id: (o.low_res_logits.clone(),) for o in res.objects})
+    stats = dict(tr.stats)
+    stats['capture_s'] = round(getattr(tr.runner, 'capture_s', 0.0), 2)
+    return out, stats
+
+
+def test_autotuned_graphs_close_to_eager():
+    tuned, stats = _run(use_cuda_graphs=True, graph_mode='swap', graph_cond_buckets=(1,),
+                        compile_mode='max-autotune-no-cudagraphs')
+    ref, _ = _run(use_cuda_graphs=False)
+    worst = _worst(tuned, ref)
+    _record('autotuned_swap_vs_eager_bf16', {'worst_logits': worst, 'stats': stats})
+    print('autotuned', worst, stats)
+    assert all(d.keys() == {1} for d in tuned[1:]) and len(tuned) == FRAMES
+    assert stats.get('graph_steps', 0) > FRAMES - 5 and stats.get('fallbacks', 0) == 0, stats
+    assert worst <= TOLS['bf16'], worst
