@@ -1,6 +1,7 @@
 """compile_mode='max-autotune-no-cudagraphs' inside our CUDA graphs, against eager (GPU only).
 
-A file of its own because a cold compile takes 15+ minutes, longer than one device command:
+A file of its own because a cold compile takes about 13 minutes (763 s on the H200), longer
+than one device command:
 scripts/gpu_vos_bg.sh runs it in the background after the benchmark row
 ``tiny@512:1:ours_graph_autotuned``, whose configuration it shares, so that it compiles from
 the same TORCHINDUCTOR_CACHE_DIR. Run alone: ``python -m pytest -m gpu test/test_autotune_gpu.py``.
@@ -50,6 +51,7 @@ def test_autotuned_graphs_close_to_eager():
     _record('autotuned_swap_vs_eager_bf16', {'worst_logits': worst, 'stats': stats})
     print('autotuned', worst, stats)
     assert all(d.keys() == {1} for d in tuned[1:]) and len(tuned) == FRAMES
-    # the frames before the memory bank reaches its steady shape run eagerly by policy (15 here)
-    assert stats.get('graph_steps', 0) >= FRAMES - 20 and stats.get('fallbacks', 0) == 0, stats
+    # frame 0 is the prompt step; frames 1-15 run eagerly by policy while the object-pointer
+    # window (max_obj_ptrs_in_encoder = 16, with the prompt frame's) fills: no steady shape yet
+    assert stats.get('graph_steps', 0) == FRAMES - 16 and stats.get('fallbacks', 0) == 0, stats
     assert worst <= TOLS['bf16'], worst
