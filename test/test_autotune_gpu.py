@@ -14,10 +14,9 @@ that reach |10|+, where one bf16 step is ~0.06), with the measured worst value r
 import pytest
 import torch
 
-from test_graphs_gpu import TOLS, _record, _worst
+from test_graphs_gpu import TOLS, _record, _run, _worst
 from sam2_ros.bench.variants import Stream
 from sam2_ros.config import TrackerConfig
-from sam2_ros.tracker import StreamingTracker
 from sam2_ros.types import Prompt
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
@@ -25,28 +24,21 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow,
 FRAMES = 100
 
 
-def _run(**kw):
-    """Per frame {obj_id: (low-res logits,)} and the stats: one object boxed on frame 0, as in
-    the benchmark row (same model, sizes and buckets, so the same compiled graphs)."""
-    cfg = TrackerConfig(model_size='tiny', image_size=512, random_weights=True, seed=0,
-                        device='cuda', precision='bf16', max_objects=8, **kw)
-    tr = StreamingTracker(cfg)
-    stream = Stream(1, seed=0)
-    out = []
-    for t in range(FRAMES):
-        res = tr.track(stream.frame(t))
-        if t == 0:
-            res = tr.add_prompt(Prompt(1, box=stream.boxes(1)[0]))
-        out.append({o.obj_id: (o.low_res_logits.clone(),) for o in res.objects})
-    stats = dict(tr.stats)
-    stats['capture_s'] = round(getattr(tr.runner, 'capture_s', 0.0), 2)
-    return out, stats
+def _cfg(**kw) -> TrackerConfig:
+    """The benchmark row's configuration (same model, sizes and buckets, so the same compiled
+    graphs and inductor cache entries)."""
+    return TrackerConfig(model_size='tiny', image_size=512, random_weights=True, seed=0,
+                         device='cuda', precision='bf16', max_objects=8, **kw)
 
 
 def test_autotuned_graphs_close_to_eager():
-    tuned, stats = _run(use_cuda_graphs=True, graph_mode='swap', graph_cond_buckets=(1,),
-                        compile_mode='max-autotune-no-cudagraphs')
-    ref, _ = _run(use_cuda_graphs=False)
+    # the benchmark's stream: one object boxed on frame 0
+    stream = Stream(1, seed=0)
+    frames = [stream.frame(t) for t in range(FRAMES)]
+    events = {0: [('add', Prompt(1, box=stream.boxes(1)[0]))]}
+    tuned, stats = _run(_cfg(use_cuda_graphs=True, graph_mode='swap', graph_cond_buckets=(1,),
+                             compile_mode='max-autotune-no-cudagraphs'), frames, events)
+    ref, _ = _run(_cfg(use_cuda_graphs=False), frames, events)
     worst = _worst(tuned, ref)
     _record('autotuned_swap_vs_eager_bf16', {'worst_logits': worst, 'stats': stats})
     print('autotuned', worst, stats)
