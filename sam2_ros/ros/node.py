@@ -19,6 +19,7 @@ from typing import Any, List, Optional
 
 import rclpy
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -35,6 +36,9 @@ PROMPT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 DIAG_WINDOW_S = 10.0
 # A run of this many failed frames turns diagnostics ERROR (a few bad frames are only WARN).
 ERROR_AFTER_FAILURES = 5
+# On deactivate / cleanup / shutdown, wait up to this long in all for subscribers to acknowledge
+# what was already published (the last frame's mask and state), then destroy the publishers.
+FLUSH_TIMEOUT_S = 1.0
 
 
 class TrackerNode(LifecycleNode):
@@ -148,10 +152,25 @@ class TrackerNode(LifecycleNode):
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
+        self._flush_publishers()
         for pub in self._pubs.values():
             if pub is not None:
                 self.destroy_lifecycle_publisher(pub)
         self._pubs = {}
+
+    def _flush_publishers(self) -> None:
+        """Destroying a reliable writer discards samples its readers have not acknowledged yet:
+        the frame in progress at deactivate was tracked (its frame index used) but its state
+        could be lost. Wait (bounded) for the acknowledgements first."""
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        for name, pub in self._pubs.items():
+            if pub is None:
+                continue
+            left = max(0.0, deadline - time.monotonic())
+            if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+                self.get_logger().warning(
+                    f'{name}: subscribers did not acknowledge the last messages within '
+                    f'{FLUSH_TIMEOUT_S} s of deactivation; they may miss them')
 
     def _release_tracker(self) -> None:
         dev = str(getattr(self.cfg, 'device', 'cpu'))
