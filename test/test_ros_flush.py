@@ -24,6 +24,8 @@ class FakePub:
         self.timeouts = []
 
     def wait_for_all_acked(self, timeout):
+        if self.acked is None:
+            raise RuntimeError('cannot use Destroyable because destruction was requested')
         self.timeouts.append(timeout.nanoseconds / 1e9)
         self.events.append(('flush', self.name))
         time.sleep(min(self.delay, self.timeouts[-1]))
@@ -38,9 +40,10 @@ class FakeLogger:
         self.warnings.append(text)
 
 
-def fake_node(pubs, events):
+def fake_node(pubs, events, context_ok=True):
     logger = FakeLogger()
     self = SimpleNamespace(
+        context=SimpleNamespace(ok=lambda: context_ok),
         _subs=['image_sub'], _worker=SimpleNamespace(stop=lambda: events.append(('stop', ''))),
         _timer='timer', _pubs=pubs, logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
@@ -79,3 +82,26 @@ def test_flush_is_bounded_in_all_and_warns_when_not_acknowledged():
     assert pubs['state'].timeouts[0] < 0.05
     assert len(self.logger.warnings) == 2
     assert 'mask' in self.logger.warnings[0] and 'may miss them' in self.logger.warnings[0]
+
+
+def test_after_ctrl_c_publishers_are_destroyed_without_waiting():
+    """SIGINT shuts the context down before main()'s finally releases the I/O; the handles then
+    refuse wait_for_all_acked (rclpy raises InvalidHandle). Exit must stay clean (status 0 in
+    test_ros_camera_restart / test_ros_node)."""
+    events = []
+    pubs = {'mask': FakePub('mask', events, acked=None), 'state': FakePub('state', events)}
+    self = fake_node(pubs, events, context_ok=False)
+    TrackerNode._release_io(self)
+    assert [k for k, _ in events] == ['destroy_sub', 'stop', 'destroy_timer', 'destroy_pub',
+                                      'destroy_pub'], events
+    assert self.logger.warnings == []
+
+
+def test_a_publisher_that_refuses_the_wait_is_still_destroyed():
+    events = []
+    pubs = {'mask': FakePub('mask', events, acked=None), 'state': FakePub('state', events)}
+    self = fake_node(pubs, events)  # context still ok, but the handle already refuses
+    TrackerNode._release_io(self)
+    assert [n for k, n in events if k == 'destroy_pub'] == ['mask', 'state']
+    assert [n for k, n in events if k == 'flush'] == ['state']
+    assert len(self.logger.warnings) == 1 and 'cannot wait' in self.logger.warnings[0]

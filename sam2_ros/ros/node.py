@@ -161,13 +161,21 @@ class TrackerNode(LifecycleNode):
     def _flush_publishers(self) -> None:
         """Destroying a reliable writer discards samples its readers have not acknowledged yet:
         the frame in progress at deactivate was tracked (its frame index used) but its state
-        could be lost. Wait (bounded) for the acknowledgements first."""
+        could be lost. Wait (bounded) for the acknowledgements first. After Ctrl-C the context
+        is already shut down: nothing can be delivered any more and the handles refuse use."""
+        if not self.context.ok():
+            return
         deadline = time.monotonic() + FLUSH_TIMEOUT_S
         for name, pub in self._pubs.items():
             if pub is None:
                 continue
             left = max(0.0, deadline - time.monotonic())
-            if not pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9))):
+            try:
+                acked = pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9)))
+            except Exception as exc:  # e.g. the context shut down meanwhile: destroy anyway
+                self.get_logger().warning(f'{name}: cannot wait for acknowledgements: {exc!r}')
+                continue
+            if not acked:
                 self.get_logger().warning(
                     f'{name}: subscribers did not acknowledge the last messages within '
                     f'{FLUSH_TIMEOUT_S} s of deactivation; they may miss them')
