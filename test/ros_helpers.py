@@ -159,11 +159,13 @@ class Client:
         self.states: List[Any] = []
         self.diags: List[Any] = []
         self._lock = threading.Lock()
+        self.subs = {}
         for typ, topic, store in ((Image, f'{ns}/mask', self.masks),
                                   (Image, f'{ns}/overlay', self.overlays),
                                   (m.TrackingState, f'{ns}/state', self.states),
                                   (DiagnosticArray, '/diagnostics', self.diags)):
-            self.node.create_subscription(typ, topic, self._store(store), qos)
+            self.subs[topic.rsplit('/', 1)[-1]] = self.node.create_subscription(
+                typ, topic, self._store(store), qos)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, daemon=True)
@@ -185,12 +187,15 @@ class Client:
             return list(store)
 
     def wait_connected(self, timeout: float = 60.0, compressed: bool = False) -> None:
-        """Until the node subscribes to our image and prompt topics (it is active)."""
+        """Until the node subscribes to our image and prompt topics (it is active) and we see
+        its mask and state publishers (a sample sent before they match our readers is lost)."""
         images = self.pub_compressed if compressed else self.pub_image
         wait_until(lambda: images.get_subscription_count() > 0
                    and self.pub_prompt.get_subscription_count() > 0
-                   and self.pub_click.get_subscription_count() > 0, timeout,
-                   'the node to subscribe (active)')
+                   and self.pub_click.get_subscription_count() > 0
+                   and self.subs['mask'].get_publisher_count() > 0
+                   and self.subs['state'].get_publisher_count() > 0, timeout,
+                   'the node to subscribe (active) and to publish')
 
     def states_for(self, stamp_ns: int) -> List[Any]:
         return [s for s in self.snapshot(self.states) if stamp_of(s.header) == stamp_ns]

@@ -90,7 +90,8 @@ class DemoClient:
         self.lock = threading.Lock()
         self.states: List[Tuple[float, Any]] = []   # (receipt time, TrackingState)
         self.overlays: Dict[int, Any] = {}          # stamp -> latest overlay Image
-        self.node.create_subscription(m.TrackingState, f'{NODE}/state', self._on_state, qos)
+        self.sub_state = self.node.create_subscription(m.TrackingState, f'{NODE}/state',
+                                                       self._on_state, qos)
         self.node.create_subscription(Image, f'{NODE}/overlay', self._on_overlay, qos)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -111,8 +112,11 @@ class DemoClient:
             self.overlays[stamp_ns(msg.header.stamp)] = msg
 
     def connected(self) -> bool:
-        return all(p.get_subscription_count() > 0
-                   for p in (self.pub_image, self.pub_prompt, self.pub_click))
+        """The node reads our topics and we see its state publisher: a state published before
+        the two match is lost (reliable QoS only retransmits to matched readers)."""
+        return self.sub_state.get_publisher_count() > 0 and all(
+            p.get_subscription_count() > 0
+            for p in (self.pub_image, self.pub_prompt, self.pub_click))
 
     def count_states(self, stamp: int) -> int:
         with self.lock:
