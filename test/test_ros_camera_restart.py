@@ -88,6 +88,7 @@ def test_camera_stop_and_restart(tmp_path, lease):
         assert len(gap[first_warn:]) >= 3
         values = {kv.key: kv.value for kv in warn.values}
         assert values['objects'] == '2' and values['waiting_frames'] == '0'
+        assert values['waiting_prompts'] == '0'  # both prompts were applied on their frame
         assert (len(c.snapshot(c.masks)), len(c.snapshot(c.states)),
                 len(c.snapshot(c.overlays))) == quiet, 'something was published in the gap'
 

@@ -172,3 +172,19 @@ def test_thread_processes_and_stops():
     assert not w.alive and tr.calls == [('queue', 1), ('track', 3)]
     s = w.latency.summary(time.monotonic(), 10.0)
     assert s['rate_hz'] > 0 and s['latency_p50_ms'] >= 0
+
+
+def test_waiting_prompts_counts_prompts_held_for_a_future_frame():
+    """The diagnostics value ``waiting_prompts`` = mailbox prompts + prompts held by stamp."""
+    w, tr, pub, _ = make_worker()
+    assert w.mailbox.put_prompt(prompt(ADD, 1, 300))
+    assert (w.mailbox.pending_prompts(), w.waiting_prompts) == (1, 0)
+    frame_item, prompts = w.mailbox.take(0.0)
+    assert frame_item is None
+    for p in prompts:
+        w._on_prompt(p)
+    assert (w.mailbox.pending_prompts(), w.waiting_prompts) == (0, 1)
+    w._on_frame(frame(10, 100))            # older than the prompt: it keeps waiting
+    assert w.waiting_prompts == 1 and tr.calls == [('track', 10)]
+    w._on_frame(frame(20, 300))            # its frame: applied, nothing waits
+    assert w.waiting_prompts == 0 and tr.calls[1:] == [('queue', 1), ('track', 20)]

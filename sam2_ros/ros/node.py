@@ -294,6 +294,7 @@ class TrackerNode(LifecycleNode):
             'objects': c.objects, 'received_frames': mb.received,
             'processed_frames': c.processed,
             'dropped_frames': mb.dropped, 'waiting_frames': mb.pending_frames(),
+            'waiting_prompts': mb.pending_prompts() + w.waiting_prompts,
             'frame_errors': c.frame_errors, 'prompt_errors': c.prompt_errors,
             'graph_steps': int(tr.stats.get('graph_steps', 0)),
             'eager_steps': int(tr.stats.get('eager_steps', 0)),

@@ -119,6 +119,10 @@ class Mailbox:
         with self._cond:
             return len(self._frames)
 
+    def pending_prompts(self) -> int:
+        with self._cond:
+            return len(self._prompts)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -203,6 +207,12 @@ class TrackingWorker:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+    @property
+    def waiting_prompts(self) -> int:
+        """Prompts held for a frame whose stamp has not arrived yet (read from other threads:
+        a length, no lock needed)."""
+        return len(self._pending)
 
     @property
     def alive(self) -> bool:
