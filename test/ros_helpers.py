@@ -197,6 +197,23 @@ class Client:
                    and self.subs['state'].get_publisher_count() > 0, timeout,
                    'the node to subscribe (active) and to publish')
 
+    def send_prompts(self, *msgs: Any, timeout: float = 30.0) -> None:
+        """Publish prompts for frames not sent yet, then wait until the node's diagnostics
+        report all of them held (``waiting_prompts``): prompts and frames are different topics
+        with no order between them, and a fixed sleep was not always enough on a loaded 2-core
+        machine. The caller makes sure no earlier prompt is still waiting."""
+        n_diag = len(self.snapshot(self.diags))
+        for m in msgs:
+            self.pub_prompt.publish(m)
+
+        def held() -> bool:
+            for d in self.snapshot(self.diags)[n_diag:]:
+                values = {kv.key: kv.value for kv in d.status[0].values}
+                if int(values.get('waiting_prompts', 0)) >= len(msgs):
+                    return True
+            return False
+        wait_until(held, timeout, f'diagnostics: the node holds {len(msgs)} prompt(s)')
+
     def states_for(self, stamp_ns: int) -> List[Any]:
         return [s for s in self.snapshot(self.states) if stamp_of(s.header) == stamp_ns]
 

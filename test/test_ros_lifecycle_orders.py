@@ -42,11 +42,6 @@ def outputs(c: Client) -> tuple:
             len(c.snapshot(c.diags)))
 
 
-def waiting_prompts(diag) -> int:
-    values = {kv.key: kv.value for kv in diag.status[0].values}
-    return int(values.get('waiting_prompts', 0))
-
-
 def test_random_transition_orders(tmp_path, lease):
     require_messages()
     t_start = time.monotonic()
@@ -73,11 +68,7 @@ def test_random_transition_orders(tmp_path, lease):
         nonlocal next_index
         c.wait_connected(30)
         s_next = stamp(n_frame)
-        n_diag = len(c.snapshot(c.diags))
-        c.pub_prompt.publish(prompt_msg(1, s_next, box=BOX))
-        # the prompt is on another topic: send the frame once the node reports it held
-        wait_until(lambda: any(waiting_prompts(d) >= 1 for d in c.snapshot(c.diags)[n_diag:]),
-                   10, 'diagnostics: the node holds the prompt')
+        c.send_prompts(prompt_msg(1, s_next, box=BOX), timeout=10)
         s = send_frame()
         assert s == s_next
         st = c.wait_state(s, 30)

@@ -85,25 +85,22 @@ def test_scenario_matches_in_process_tracker(tmp_path, lease):
     box1 = (10, 20, 50, 60)
     pts2 = [(120, 60), (112, 58)]
     try:
-        c.pub_prompt.publish(prompt_msg(1, stamp(0), box=box1))
-        settle()
+        c.send_prompts(prompt_msg(1, stamp(0), box=box1))
         for i in range(3):
             c.pub_image.publish(image_msg(fr[i], stamp(i)))
-        c.pub_prompt.publish(prompt_msg(2, stamp(3), points=pts2, labels=[1, 1]))
-        settle()
+        c.wait_state(stamp(2), 60)
+        c.send_prompts(prompt_msg(2, stamp(3), points=pts2, labels=[1, 1]))
         for i in (3, 4):
             c.pub_image.publish(image_msg(fr[i], stamp(i)))
         c.wait_state(stamp(4), 60)
         c.pub_click.publish(click_msg(30, 40, stamp(4)))       # correction on frame 4, now
         c.wait_state(stamp(4), 30, count=2)
-        c.pub_prompt.publish(prompt_msg(1, stamp(5), action=REMOVE))
-        settle()
+        c.send_prompts(prompt_msg(1, stamp(5), action=REMOVE))
         for i in (5, 6):
             c.pub_image.publish(image_msg(fr[i], stamp(i)))
         c.wait_state(stamp(6), 60)
-        c.pub_prompt.publish(prompt_msg(0, stamp(7), action=RESET))
-        c.pub_prompt.publish(prompt_msg(2, stamp(7), box=(100, 40, 140, 80)))
-        settle()
+        c.send_prompts(prompt_msg(0, stamp(7), action=RESET),
+                       prompt_msg(2, stamp(7), box=(100, 40, 140, 80)))
         for i in (7, 8):
             c.pub_image.publish(image_msg(fr[i], stamp(i)))
         c.wait_state(stamp(8), 60)
