@@ -178,7 +178,7 @@ class TrackerNode(LifecycleNode):
             if not acked:
                 self.get_logger().warning(
                     f'{name}: subscribers did not acknowledge the last messages within '
-                    f'{FLUSH_TIMEOUT_S} s of deactivation; they may miss them')
+                    f'{FLUSH_TIMEOUT_S} s; they may miss them')
 
     def _release_tracker(self) -> None:
         dev = str(getattr(self.cfg, 'device', 'cpu'))
