@@ -15,7 +15,7 @@ from typing import Tuple
 import cv2
 import numpy as np
 
-from sam2_ros.types import TRACKING, FrameResult
+from sam2_ros.engine.types import TRACKING, FrameResult
 
 _GOLDEN = 0.618033988749895
 

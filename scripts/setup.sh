@@ -89,7 +89,7 @@ run_step ros
 run_step msgs "$ROOT"/msg/*.msg "$ROOT/CMakeLists.txt" "$ROOT/package.xml"
 run_step editable "$ROOT/setup.py"
 # Always check the result, from outside the repo so that only the installed paths count.
-(cd / && "$V/bin/python" -c "import sam2_ros.config, sam2_ros.msg, rclpy, torch, sam2, cv2
+(cd / && "$V/bin/python" -c "import sam2_ros.engine.config, sam2_ros.msg, rclpy, torch, sam2, cv2
 from sam2_ros.msg import Prompt, TrackingState
 assert sam2_ros.__file__ == '$ROOT/sam2_ros/__init__.py', sam2_ros.__file__")
 echo "[setup] ready in $((SECONDS - T0))s: $V ($(du -sh "$V" | cut -f1))"

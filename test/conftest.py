@@ -26,7 +26,7 @@ HYPOTHESIS_COUNTS: dict = {}
 
 
 def small_cfg(**changes):
-    from sam2_ros.config import TrackerConfig
+    from sam2_ros.engine.config import TrackerConfig
     return TrackerConfig(**{**SMALL, **changes})
 
 
@@ -35,7 +35,7 @@ def shared_model(image_size=128, corrections_as_cond=True):
     holds no tracking state, so trackers (and the official predictor) may share it."""
     key = (image_size, corrections_as_cond)
     if key not in _MODELS:
-        from sam2_ros.model import build_model
+        from sam2_ros.engine.model import build_model
         _MODELS[key] = build_model(small_cfg(image_size=image_size,
                                              corrections_as_cond=corrections_as_cond))
     return _MODELS[key]
@@ -43,7 +43,7 @@ def shared_model(image_size=128, corrections_as_cond=True):
 
 def make_tracker(**changes):
     """A fresh StreamingTracker (own bank and object table) on the shared model."""
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.tracker import StreamingTracker
     cfg = small_cfg(**changes)
     return StreamingTracker(cfg, model=shared_model(cfg.image_size, cfg.corrections_as_cond))
 

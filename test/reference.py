@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from sam2_ros import preprocess
+from sam2_ros.engine import frame_in
 
 
 def init_reference(predictor, frames: List[np.ndarray]):
@@ -26,7 +26,7 @@ def init_reference(predictor, frames: List[np.ndarray]):
             Image.fromarray(fr).save(os.path.join(d, f'{i:05d}.jpg'))
         state = predictor.init_state(d)
     dev = predictor.device
-    state['images'] = torch.cat([preprocess.to_model_input(f, size, dev) for f in frames])
+    state['images'] = torch.cat([frame_in.to_model_input(f, size, dev) for f in frames])
     state['cached_features'] = {}
     return state
 

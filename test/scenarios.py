@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 
 def synthetic_frames(n, h=96, w=128, seed=0):

@@ -2,7 +2,7 @@
 
 A file of its own because a cold compile takes about 13 minutes (763 s on the H200), longer
 than one device command:
-scripts/gpu_vos_bg.sh runs it in the background after the benchmark row
+scripts/gpu/gpu_vos_bg.sh runs it in the background after the benchmark row
 ``tiny@512:1:ours_graph_autotuned``, whose configuration it shares, so that it compiles from
 the same TORCHINDUCTOR_CACHE_DIR. Run alone: ``python -m pytest -m gpu test/test_autotune_gpu.py``.
 
@@ -16,8 +16,8 @@ import torch
 
 from test_graphs_gpu import TOLS, _record, _run, _worst
 from sam2_ros.bench.variants import Stream
-from sam2_ros.config import TrackerConfig
-from sam2_ros.types import Prompt
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.types import Prompt
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import HYPOTHESIS_COUNTS, make_tracker
-from sam2_ros.bank import EMPTY, MemoryBank
-from sam2_ros.types import Prompt
+from sam2_ros.engine.memory import EMPTY, MemoryBank
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

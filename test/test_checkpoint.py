@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import shared_model, small_cfg, textured_frame
-from sam2_ros.errors import CheckpointError, TrackerError
-from sam2_ros.model import build_model, load_state, read_checkpoint
-from sam2_ros.tracker import StreamingTracker
-from sam2_ros.types import Prompt
+from sam2_ros.engine.errors import CheckpointError, TrackerError
+from sam2_ros.engine.model import build_model, load_state, read_checkpoint
+from sam2_ros.engine.tracker import StreamingTracker
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -15,10 +15,10 @@ import cv2
 import numpy as np
 import pytest
 
-import sam2_ros.tracker
+import sam2_ros.engine.tracker
 from sam2_ros.cli import track_offline
 from sam2_ros.overlay import id_color, render_overlay
-from sam2_ros.types import FrameResult, ObjectResult
+from sam2_ros.engine.types import FrameResult, ObjectResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H, W, N = 96, 128, 8
@@ -50,7 +50,7 @@ def one_model_build():
     """Build the random model once per module: on a loaded 2-core CPU a build costs seconds
     and every run here would otherwise pay it. The tool still builds its tracker through
     StreamingTracker(cfg); only the model object is reused (it holds no per-video state)."""
-    real, cache = sam2_ros.tracker.StreamingTracker, {}
+    real, cache = sam2_ros.engine.tracker.StreamingTracker, {}
 
     def cached(cfg):
         key = (cfg.model_size, cfg.image_size, cfg.device, cfg.checkpoint, cfg.random_weights)
@@ -59,7 +59,7 @@ def one_model_build():
         return tracker
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sam2_ros.tracker, 'StreamingTracker', cached)
+        mp.setattr(sam2_ros.engine.tracker, 'StreamingTracker', cached)
         yield
 
 

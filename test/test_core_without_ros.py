@@ -4,10 +4,13 @@ tested on a machine without rclpy (cv_bridge and camera_calibration keep the sam
 import subprocess
 import sys
 
-CORE = ['sam2_ros.config', 'sam2_ros.types', 'sam2_ros.errors', 'sam2_ros.model',
-        'sam2_ros.preprocess', 'sam2_ros.postprocess', 'sam2_ros.step', 'sam2_ros.bank',
-        'sam2_ros.runner', 'sam2_ros.graphs', 'sam2_ros.upload', 'sam2_ros.tracker',
-        'sam2_ros.overlay', 'sam2_ros.cli.track_offline', 'sam2_ros.bench.cli']
+CORE = ['sam2_ros.engine', 'sam2_ros.engine.config', 'sam2_ros.engine.types',
+        'sam2_ros.engine.errors', 'sam2_ros.engine.model', 'sam2_ros.engine.frame_in',
+        'sam2_ros.engine.prompts', 'sam2_ros.engine.encoder', 'sam2_ros.engine.memory',
+        'sam2_ros.engine.step', 'sam2_ros.engine.masks_out', 'sam2_ros.engine.staging',
+        'sam2_ros.engine.eager', 'sam2_ros.engine.graphs', 'sam2_ros.engine.graph_io',
+        'sam2_ros.engine.tracker', 'sam2_ros.overlay', 'sam2_ros.cli.track_offline',
+        'sam2_ros.bench.cli']
 ROS = ('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'cv_bridge', 'sam2_ros.msg',
        'builtin_interfaces', 'diagnostic_msgs')
 

@@ -13,8 +13,8 @@ import torch
 
 from reference import drive
 from scenarios import schedule, synthetic_frames
-from sam2_ros.config import TrackerConfig
-from sam2_ros.tracker import StreamingTracker
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.tracker import StreamingTracker
 
 TOL = 1e-4
 

@@ -6,7 +6,7 @@ import torch
 
 from conftest import make_tracker
 from scenarios import schedule, synthetic_frames
-from sam2_ros.errors import StepError
+from sam2_ros.engine.errors import StepError
 
 
 def _stream(tr, frames, start, stop):

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from scenarios import schedule, synthetic_frames
-from sam2_ros import graphs
-from sam2_ros.config import TrackerConfig
-from sam2_ros.tracker import StreamingTracker
-from sam2_ros.types import FrameResult, ObjectResult, Prompt
+from sam2_ros.engine import graph_io, graphs
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.tracker import StreamingTracker
+from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
 
 
 class ReplayOnCpu:
@@ -142,7 +142,7 @@ def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
 
     def broken(*a):
         raise RuntimeError('no I/O graph today')
-    monkeypatch.setattr(graphs.GraphRunner, '_capture_out', broken)
+    monkeypatch.setattr(graph_io.GraphIO, '_capture_out', broken)
     tr.runner.on_fallback = tr._count_fallback
     frames = synthetic_frames(20, h=48, w=64)
     p = schedule(48, 64, 1, 2, 3, 4)[0][0][1]
@@ -160,7 +160,7 @@ def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
 def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
     """compile_mode: the graphs capture a twin whose heavy modules are compiled; the eager
     fallback keeps the plain modules, and both read the same weights."""
-    from sam2_ros.model import COMPILED_MODULES, build_model, compiled_copy
+    from sam2_ros.engine.model import COMPILED_MODULES, build_model, compiled_copy
     cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', random_weights=True)
     model = build_model(cfg)
     assert compiled_copy(model, None) is model

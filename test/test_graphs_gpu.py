@@ -17,10 +17,10 @@ import torch
 
 from reference import drive
 from scenarios import schedule, synthetic_frames
-from sam2_ros.config import TrackerConfig
-from sam2_ros.model import build_model
-from sam2_ros.tracker import StreamingTracker
-from sam2_ros.types import FrameResult
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.model import build_model
+from sam2_ros.engine.tracker import StreamingTracker
+from sam2_ros.engine.types import FrameResult
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]

@@ -1,5 +1,5 @@
 """The generated messages (msg/*.msg): import, constants, fields, CDR round trip; and the light
-top-level package (sam2_ros.config must not drag in rclpy or torch)."""
+top-level package (sam2_ros.engine.config must not drag in rclpy or torch)."""
 
 import os
 import subprocess
@@ -106,18 +106,19 @@ def test_tracking_state_roundtrip():
 
 
 def test_config_import_is_light():
-    code = ('import sys, sam2_ros, sam2_ros.config\n'
+    code = ('import sys, sam2_ros, sam2_ros.engine.config\n'
             'heavy = sorted(m for m in ("rclpy", "torch", "sam2", "sam2_ros.msg")\n'
             '               if m in sys.modules)\n'
             'print(",".join(heavy))\n')
     out = subprocess.run([sys.executable, '-c', code], cwd='/', capture_output=True, text=True,
                          env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == '', 'sam2_ros.config imported: ' + out.stdout
+    assert out.stdout.strip() == '', 'sam2_ros.engine.config imported: ' + out.stdout
 
 
 def test_msg_resolves_from_anywhere():
-    code = 'import sam2_ros.config, sam2_ros.msg; from sam2_ros.msg import Prompt, TrackingState'
+    code = ('import sam2_ros.engine.config, sam2_ros.msg; '
+            'from sam2_ros.msg import Prompt, TrackingState')
     out = subprocess.run([sys.executable, '-c', code], cwd='/', capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -12,7 +12,7 @@ from torch.profiler import profile
 
 from conftest import make_tracker, shared_model
 from scenarios import schedule, synthetic_frames
-from sam2_ros.model import build_model, precast
+from sam2_ros.engine.model import build_model, precast
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -66,7 +66,7 @@ def test_precast_leaves_the_callers_model_alone_and_shares_the_rest():
 def test_precast_in_place_for_a_model_the_tracker_builds():
     """Our own model is cast in place: no second copy of the weights at start-up."""
     from conftest import small_cfg
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.tracker import StreamingTracker
     cfg = small_cfg(image_size=64, precision='bf16')
     model = build_model(cfg)
     ptrs = {id(m): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 from conftest import smooth_image
-from sam2_ros import preprocess
-from sam2_ros.errors import FrameError, PromptError
-from sam2_ros.types import Prompt
+from sam2_ros.engine import frame_in, prompts
+from sam2_ros.engine.errors import FrameError, PromptError
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -42,7 +42,7 @@ def official_frame(img: np.ndarray, size: int) -> np.ndarray:
 
 
 def levels(img, size):
-    ours = preprocess.to_model_input(img, size, CPU)[0].double().numpy()
+    ours = frame_in.to_model_input(img, size, CPU)[0].double().numpy()
     return np.abs(ours - official_frame(img, size)) * STD[:, None, None] * 255
 
 
@@ -78,13 +78,13 @@ def test_frame_forms_are_equivalent():
     give the same input; the output is on the device, [1, 3, S, S] float32."""
     rgb = np.random.default_rng(1).integers(0, 256, (60, 80, 3), dtype=np.uint8)
     bgr = np.ascontiguousarray(rgb[..., ::-1])
-    ref = preprocess.to_model_input(rgb, 64, CPU)
+    ref = frame_in.to_model_input(rgb, 64, CPU)
     assert ref.shape == (1, 3, 64, 64) and ref.dtype == torch.float32
     padded = np.zeros((60, 100, 3), np.uint8)
     padded[:, :80] = rgb
     for form in (bgr[..., ::-1], torch.from_numpy(rgb), padded[:, :80], rgb[::-1][::-1]):
-        assert preprocess.frame_size(form) == (60, 80)
-        assert torch.equal(preprocess.to_model_input(form, 64, CPU), ref)
+        assert frame_in.frame_size(form) == (60, 80)
+        assert torch.equal(frame_in.to_model_input(form, 64, CPU), ref)
 
 
 @pytest.mark.parametrize('bad', [
@@ -96,7 +96,7 @@ def test_frame_forms_are_equivalent():
 ])
 def test_bad_frames(bad):
     with pytest.raises(FrameError):
-        preprocess.frame_size(bad)
+        frame_in.frame_size(bad)
 
 
 # ---- prompts ------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def test_prompt_coordinates_match_add_new_points_or_box(h, w, size):
     for kw in (dict(points=points, labels=labels), dict(box=box),
                dict(points=points, labels=labels, box=box),
                dict(points=np.array([[0.0, 0.0], [w, h]]), labels=np.array([1, 0]))):
-        got = preprocess.prompt_points(Prompt(3, **kw), h, w, size, CPU)
+        got = prompts.prompt_points(Prompt(3, **kw), h, w, size, CPU)
         ref_pts, ref_lab = official_points(kw.get('points'), kw.get('labels'), kw.get('box'),
                                            h, w, size)
         assert torch.equal(got['point_coords'], ref_pts)
@@ -151,7 +151,7 @@ def test_mask_resize_matches_add_new_mask(h, w, size):
     ref = official_mask(mask, size)
     for form in (mask, mask.astype(np.uint8), mask.astype(np.uint8) * 255,
                  mask.astype(np.float32)):
-        got = preprocess.prompt_mask(Prompt(1, mask=form), h, w, size, CPU)
+        got = prompts.prompt_mask(Prompt(1, mask=form), h, w, size, CPU)
         assert got.shape == (1, 1, size, size)
         assert torch.equal(got, ref)
 
@@ -208,7 +208,7 @@ PTS = np.array([[10.0, 10.0]])
     Prompt(300, mask=np.ones((H, W), bool)),
 ])
 def test_bad_prompts_raise_prompt_error(prompt):
-    fn = preprocess.prompt_mask if prompt.mask is not None else preprocess.prompt_points
+    fn = prompts.prompt_mask if prompt.mask is not None else prompts.prompt_points
     with pytest.raises(PromptError):
         fn(prompt, H, W, 128, CPU)
 
@@ -222,7 +222,7 @@ def test_bad_prompts_raise_prompt_error(prompt):
     Prompt(5, points=np.zeros((64, 2)), labels=np.zeros(64)),
 ])
 def test_valid_edge_prompts(prompt):
-    out = preprocess.prompt_points(prompt, H, W, 128, CPU)
+    out = prompts.prompt_points(prompt, H, W, 128, CPU)
     assert out['point_coords'].shape[:2] == out['point_labels'].shape
     assert torch.isfinite(out['point_coords']).all()
     assert (out['point_coords'] >= 0).all() and (out['point_coords'] <= 128).all()

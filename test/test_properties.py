@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import HYPOTHESIS_COUNTS, assert_unchanged, make_tracker, snapshot, textured_frame
-from sam2_ros import preprocess
-from sam2_ros.errors import FrameError, PromptError, TrackerError
-from sam2_ros.types import Prompt
+from sam2_ros.engine import frame_in
+from sam2_ros.engine.prompts import prompt_mask, prompt_points
+from sam2_ros.engine.errors import FrameError, PromptError, TrackerError
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -161,7 +162,7 @@ def has_points(p):
 @given(p=prompts)
 def test_prompt_validation(p):
     """prompt_points / prompt_mask: accepted with sane outputs, or PromptError."""
-    fn = preprocess.prompt_mask if p.mask is not None else preprocess.prompt_points
+    fn = prompt_mask if p.mask is not None else prompt_points
     try:
         out = fn(p, H, W, S, CPU)
     except PromptError:
@@ -217,14 +218,14 @@ def test_frame_validation(fr):
     """frame_size accepts exactly the uint8 [H, W, 3] frames of 16..8192 pixels a side
     (FrameError otherwise), and every accepted frame preprocesses to a finite input."""
     try:
-        hw = preprocess.frame_size(fr)
+        hw = frame_in.frame_size(fr)
     except FrameError:
         count('test_frame_validation', 'rejected')
         assert not frame_ok(fr)
         return
     count('test_frame_validation', 'accepted')
     assert frame_ok(fr) and hw == tuple(fr.shape[:2])
-    x = preprocess.to_model_input(fr, S, CPU)
+    x = frame_in.to_model_input(fr, S, CPU)
     assert x.shape == (1, 3, S, S) and torch.isfinite(x).all()
     assert x.min() >= -2.2 and x.max() <= 2.7                 # (0 - mean)/std .. (1 - mean)/std
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from conftest import assert_unchanged, make_tracker, snapshot, textured_frame, write_out
 from ros_helpers import require_messages
-from sam2_ros.errors import FrameError, PromptError, TrackerError
+from sam2_ros.engine.errors import FrameError, PromptError, TrackerError
 from sam2_ros.ros import conversions as conv
 from sam2_ros.ros import params
 
@@ -229,9 +229,9 @@ def test_mask_prompt_ignores_points_and_box(bridge):
     m.mask = Image(height=H, width=W, encoding='mono8', step=W, data=mask.tobytes())
     _, p = conv.prompt_from_msg(m, bridge)
     np.testing.assert_array_equal(p.mask, mask > 0)
-    from sam2_ros import preprocess
+    from sam2_ros.engine.prompts import prompt_mask
     import torch
-    preprocess.prompt_mask(p, H, W, 64, torch.device('cpu'))  # the core accepts it
+    prompt_mask(p, H, W, 64, torch.device('cpu'))  # the core accepts it
 
 
 # ---- parameters ---------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def test_params(values):
 
 @pytest.fixture(scope='module')
 def tracker():
-    from sam2_ros.types import Prompt
+    from sam2_ros.engine.types import Prompt
 
     tr = make_tracker(image_size=64, max_objects=4)
     frame = textured_frame(H, W)
@@ -353,7 +353,7 @@ def tracker_prompts(draw):
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tracker_prompts())
 def test_rejected_prompt_changes_nothing(bridge, tracker, m):
-    from sam2_ros.types import Prompt
+    from sam2_ros.engine.types import Prompt
 
     tr = tracker
     snap = snapshot(tr)

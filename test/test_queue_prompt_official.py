@@ -9,7 +9,7 @@ import torch
 from conftest import make_tracker, shared_model
 from reference import bf16_excess, compare, init_reference, ours, outputs, propagate
 from scenarios import synthetic_frames
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

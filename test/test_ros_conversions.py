@@ -12,10 +12,10 @@ import pytest
 
 from ros_helpers import compressed_msg, image_msg, prompt_msg, require_messages
 
-from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.engine.errors import FrameError, PromptError
 from sam2_ros.ros import conversions as conv
 from sam2_ros.ros import cv_bridge_compat as compat
-from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult
+from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult
 
 cv_bridge = pytest.importorskip('cv_bridge')
 

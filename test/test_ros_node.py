@@ -15,7 +15,7 @@ from ros_helpers import (COMPRESSED_TOPIC, TEST_PARAMS, Client, DomainLease, cli
                          compressed_msg, frames, image_msg, mask_array, prompt_msg,
                          require_messages, stamp, stamp_of, start_node, wait_until)
 
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.slow
 ADD, REMOVE, RESET = 0, 1, 2
@@ -53,8 +53,8 @@ def settle():
 
 
 def in_process_tracker():
-    from sam2_ros.config import TrackerConfig
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
 
     torch.set_num_threads(2)  # the node runs with OMP_NUM_THREADS=2: same reduction order
     keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sam2_ros.config import TrackerConfig
+from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.ros import params
 
 ROOT = Path(__file__).resolve().parents[1]

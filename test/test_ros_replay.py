@@ -9,7 +9,7 @@ import pytest
 from ros_helpers import (PYTHON, TEST_PARAMS, Client, DomainLease, Proc, frames, image_msg,
                          mask_array, prompt_msg, require_messages, stamp, stamp_of, start_node)
 
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.slow
 N = 6
@@ -81,8 +81,8 @@ def reference():
     """Masks of the core run in process on the bag's frames and prompts (computed once)."""
     import torch
 
-    from sam2_ros.config import TrackerConfig
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
 
     torch.set_num_threads(2)  # as the node (OMP_NUM_THREADS=2): same reduction order
     keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',

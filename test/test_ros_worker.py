@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sam2_ros.errors import FrameError, PromptError, UnknownObjectError
+from sam2_ros.engine.errors import FrameError, PromptError, UnknownObjectError
 from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, TrackingWorker
-from sam2_ros.types import FrameResult, Prompt
+from sam2_ros.engine.types import FrameResult, Prompt
 
 ADD, REMOVE, RESET = 0, 1, 2
 

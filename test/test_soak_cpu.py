@@ -38,7 +38,7 @@ import torch
 
 from conftest import make_tracker, write_out
 from scenarios import synthetic_frames
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

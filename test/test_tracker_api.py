@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from conftest import assert_unchanged, make_tracker, snapshot, textured_frame
-from sam2_ros.errors import CapacityError, FrameError, PromptError, TrackerError, \
+from sam2_ros.engine.errors import CapacityError, FrameError, PromptError, TrackerError, \
     UnknownObjectError
-from sam2_ros.types import LOST, OCCLUDED, TRACKING, Prompt
+from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

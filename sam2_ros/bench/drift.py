@@ -32,7 +32,7 @@ import torch
 
 def frozen_select(const: int):
     """A MemoryBank.select replacement: conditioning pointers at distance ``const``."""
-    from sam2_ros.bank import MemoryBank
+    from sam2_ros.engine.memory import MemoryBank
     orig = MemoryBank.select
 
     def select(self, slot, frame):
@@ -61,9 +61,9 @@ def tpos_cosine(model, true_d: float, frozen_d: float):
 def run(precision: str, frames: int, const: int, model_size: str, res: int,
         graphs: bool, checkpoints):
     from sam2_ros.bench.variants import Stream
-    from sam2_ros.config import TrackerConfig
-    from sam2_ros.tracker import StreamingTracker
-    from sam2_ros.types import Prompt
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.types import Prompt
 
     cfg = TrackerConfig(model_size=model_size, image_size=res, random_weights=True,
                         precision=precision, max_objects=1, use_cuda_graphs=graphs)

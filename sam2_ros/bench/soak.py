@@ -54,7 +54,7 @@ def make_frames(n: int, h: int, w: int, seed: int = 0) -> List[np.ndarray]:
 
 
 def click(obj_id: int, h: int, w: int, rng, correction: bool = False):
-    from sam2_ros.types import Prompt
+    from sam2_ros.engine.types import Prompt
 
     x, y = rng.uniform(0.05 * w, 0.95 * w), rng.uniform(0.05 * h, 0.95 * h)
     if not correction:
@@ -65,8 +65,8 @@ def click(obj_id: int, h: int, w: int, rng, correction: bool = False):
 def run(args) -> Dict:
     import torch
 
-    from sam2_ros.config import TrackerConfig
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
 
     cuda = torch.device(args.device).type == 'cuda'
     cfg = TrackerConfig(model_size=args.model, image_size=args.image_size,

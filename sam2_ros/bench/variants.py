@@ -94,9 +94,9 @@ def _autocast(precision: str, device: str):
 
 # ---- ours -------------------------------------------------------------------------------
 def _ours(spec: Spec, graphs: bool, mode: str = 'swap', **cfg_kw) -> Run:
-    from sam2_ros.config import TrackerConfig
-    from sam2_ros.tracker import StreamingTracker
-    from sam2_ros.types import Prompt
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.types import Prompt
 
     cfg = TrackerConfig(model_size=spec.model, image_size=spec.res, random_weights=True,
                         seed=spec.seed, device=spec.device, precision=spec.precision,
@@ -162,7 +162,7 @@ def ours_graph_compiled(spec: Spec) -> Run:
 def ours_graph_autotuned(spec: Spec) -> Run:
     """ours_graph_compiled with mode 'max-autotune-no-cudagraphs' (inductor benchmarks GEMM,
     conv and Triton configs; our graphs do the capturing). Start-up is long: run it in the
-    background (scripts/gpu_vos_bg.sh with ROW=tiny@512:1:ours_graph_autotuned)."""
+    background (scripts/gpu/gpu_vos_bg.sh with ROW=tiny@512:1:ours_graph_autotuned)."""
     return _ours(spec, graphs=True, mode='swap', compile_mode='max-autotune-no-cudagraphs',
                  graph_cond_buckets=(1,))
 
@@ -195,7 +195,7 @@ def _compile_mode(mode: Optional[str]):
 
 def _official(spec: Spec, vos: bool, compile_mode: Optional[str] = None) -> Run:
     from sam2.build_sam import build_sam2_video_predictor
-    from sam2_ros.config import MODEL_CONFIGS
+    from sam2_ros.engine.config import MODEL_CONFIGS
 
     torch.manual_seed(spec.seed)
     with _compile_mode(compile_mode):

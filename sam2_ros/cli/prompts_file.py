@@ -21,12 +21,12 @@ import numpy as np
 import yaml
 
 from sam2_ros.cli import CliError
-from sam2_ros.types import Prompt
+from sam2_ros.engine.types import Prompt
 
 ACTIONS = ('add', 'remove', 'reset')
 KEYS = ('frame', 'object_id', 'action', 'points', 'labels', 'box', 'mask')
 GEOMETRY = ('points', 'labels', 'box', 'mask')
-MAX_POINTS = 64  # as the tracker core (sam2_ros/preprocess.py)
+MAX_POINTS = 64  # as the tracker core (sam2_ros/engine/prompts.py)
 
 
 class PromptFileError(CliError):

@@ -31,7 +31,7 @@ import numpy as np
 from sam2_ros.cli import CliError
 from sam2_ros.cli import prompts_file as pf
 from sam2_ros.cli.sources import FrameSource, open_source
-from sam2_ros.config import MODEL_SIZES, PRECISIONS, TrackerConfig
+from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig
 
 PROG = 'sam2-ros-track'
 DEFAULT_FPS = 30.0
@@ -181,8 +181,8 @@ def process(tracker, source: FrameSource, by_frame: Dict[int, List[pf.PromptEven
     """Track every frame, apply its events after it, write its outputs; fills ``stats``."""
     from tqdm import tqdm
 
-    from sam2_ros.errors import TrackerError
-    from sam2_ros.types import FrameResult
+    from sam2_ros.engine.errors import TrackerError
+    from sam2_ros.engine.types import FrameResult
 
     total = source.total if max_frames is None else min(source.total or max_frames, max_frames)
     bar = tqdm(total=total, unit='frame', desc='tracking', disable=not progress, file=sys.stderr)
@@ -246,8 +246,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: FrameSource,
            fps: float) -> dict:
-    from sam2_ros.errors import TrackerError
-    from sam2_ros.tracker import StreamingTracker
+    from sam2_ros.engine.errors import TrackerError
+    from sam2_ros.engine.tracker import StreamingTracker
 
     t0 = time.perf_counter()
     try:

@@ -20,10 +20,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import cv2
 import numpy as np
 
-from sam2_ros.errors import FrameError, PromptError
+from sam2_ros.engine.errors import FrameError, PromptError
 from sam2_ros.ros import cv_bridge_compat
 from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
-from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, Prompt
+from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult, Prompt
 
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
 # Prompt.msg action constants (mirrored so this module works without generated messages).

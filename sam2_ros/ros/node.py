@@ -42,7 +42,7 @@ FLUSH_TIMEOUT_S = 1.0
 
 
 class TrackerNode(LifecycleNode):
-    """Lifecycle node wrapping :class:`sam2_ros.tracker.StreamingTracker`."""
+    """Lifecycle node wrapping :class:`sam2_ros.engine.tracker.StreamingTracker`."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
@@ -68,7 +68,7 @@ class TrackerNode(LifecycleNode):
         try:
             self.cfg, self.opts = params.read(self)
             conv.interfaces()  # fail now, not at the first frame, if messages are missing
-            from sam2_ros.tracker import StreamingTracker
+            from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
             self.tracker = StreamingTracker(self.cfg)

@@ -1,8 +1,8 @@
 """ROS parameters of the tracker node: ONE table mapping each parameter onto a
-:class:`~sam2_ros.config.TrackerConfig` field or a :class:`NodeOptions` field.
+:class:`~sam2_ros.engine.config.TrackerConfig` field or a :class:`NodeOptions` field.
 
 Defaults are read from the two dataclasses, never restated here, so a default changes in
-exactly one place (``sam2_ros/config.py`` for the core, :class:`NodeOptions` for the node).
+exactly one place (``sam2_ros/engine/config.py`` for the core, :class:`NodeOptions` for the node).
 ROS parameters cannot be ``None`` or an untyped empty list, hence the few conversions below:
 an empty ``checkpoint`` string means ``None``; unset array parameters mean ``None`` / ``[]``.
 """
@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Tuple
 
-from sam2_ros.config import TrackerConfig
+from sam2_ros.engine.config import TrackerConfig
 
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')

@@ -28,8 +28,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from sam2_ros.errors import FrameError, StepError, TrackerError
-from sam2_ros.types import FrameResult, Prompt
+from sam2_ros.engine.errors import FrameError, StepError, TrackerError
+from sam2_ros.engine.types import FrameResult, Prompt
 
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
 # Errors kept for the next TrackingState when no frame succeeds for a while (all are logged).

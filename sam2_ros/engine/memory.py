@@ -23,8 +23,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from sam2_ros.step import Memory
-from sam2_ros.upload import Uploader
+from sam2_ros.engine.step import Memory
+from sam2_ros.engine.staging import IndexStager
 
 EMPTY = -1
 
@@ -62,7 +62,7 @@ class MemoryBank:
     scores: torch.Tensor     # [O] latest object score logit of each object (fp32)
     num_maskmem: int
     max_ptrs: int
-    upload: Uploader
+    stage: IndexStager
     _counter: int = 0
 
     @classmethod
@@ -85,7 +85,7 @@ class MemoryBank:
             ring_frame=np.full((capacity, ring), EMPTY, np.int64),
             ptr_frame=np.full((capacity, pring), EMPTY, np.int64),
             scores=torch.zeros(capacity, device=dev),
-            num_maskmem=num_maskmem, max_ptrs=max_ptrs, upload=Uploader(dev))
+            num_maskmem=num_maskmem, max_ptrs=max_ptrs, stage=IndexStager(dev))
 
     # ---- geometry --------------------------------------------------------------------
     @property
@@ -157,7 +157,7 @@ class MemoryBank:
         f_idx = [s.feat_rows[i] for i in range(n_s) for s in sels]
         p_idx = [s.ptr_rows[i] for i in range(n_p) for s in sels]
         dist = [s.ptr_dist[i] for i in range(n_p) for s in sels]
-        host = self.upload(f_idx + p_idx + dist + sels[0].tpos_idx)
+        host = self.stage(f_idx + p_idx + dist + sels[0].tpos_idx)
         f_i, p_i = host[:n_s * batch], host[n_s * batch:(n_s + n_p) * batch]
         d_i = host[(n_s + n_p) * batch:(n_s + 2 * n_p) * batch]
         t_i = host[(n_s + 2 * n_p) * batch:]
@@ -208,7 +208,7 @@ class MemoryBank:
         n = len(slots)
         rows = [self._feat_row(s, k + frame % ring) for s in slots]
         rows += [self._ptr_row(s, k + frame % pring) for s in slots] + list(slots)
-        idx = self.upload(rows)
+        idx = self.stage(rows)
         self.feats.view(-1, *self.feats.shape[2:]).index_copy_(0, idx[:n], feats)
         self.ptrs.view(-1, *self.ptrs.shape[2:]).index_copy_(0, idx[n:2 * n], ptrs)
         self.logits.index_copy_(0, idx[2 * n:], logits)

@@ -1,6 +1,6 @@
 # Source on the GPU machine (repo root, .whl carried): installs the carried pure-Python wheels
 # once into /tmp/site and sets the environment of every benchmark/test command there.
-#   source scripts/gpu_env.sh
+#   source scripts/gpu/gpu_env.sh
 if [ ! -e /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&
     touch /tmp/site/.installed

@@ -4,9 +4,9 @@
 # ROW picks another long-compiling row, e.g. ROW=tiny@512:1:ours_graph_autotuned; THEN is a
 # command run after it in the same background job, with the same inductor cache, e.g.
 # THEN='python3 -m pytest -m gpu test/test_autotune_gpu.py' (its records go to $D).
-#   GPU=1 bash scripts/gpu_vos_bg.sh start     # after `source scripts/gpu_env.sh`
-#   bash scripts/gpu_vos_bg.sh status [OUT]    # progress line; copies log + JSON to OUT
-#   bash scripts/gpu_vos_bg.sh stop
+#   GPU=1 bash scripts/gpu/gpu_vos_bg.sh start     # after `source scripts/gpu/gpu_env.sh`
+#   bash scripts/gpu/gpu_vos_bg.sh status [OUT]    # progress line; copies log + JSON to OUT
+#   bash scripts/gpu/gpu_vos_bg.sh stop
 set -euo pipefail
 D=${VOS_DIR:-/tmp/vos}
 case ${1:-status} in

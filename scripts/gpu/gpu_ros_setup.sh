@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # On the offline GPU machine, from the repo root: a venv $V that sees the host's torch, numpy...,
-# with the carried wheels ($WHL/ros/*.whl from scripts/gpu_ros_wheels.sh, and $WHL/*.whl: sam2,
+# with the carried wheels ($WHL/ros/*.whl from scripts/gpu/gpu_ros_wheels.sh, and $WHL/*.whl: sam2,
 # hydra, ...) and our messages built into it, as setup.sh's ros() and msgs() steps do.
-# usage: [V=/tmp/rosv] [PYTHON=python3] [WHL=.whl] bash scripts/gpu_ros_setup.sh
+# usage: [V=/tmp/rosv] [PYTHON=python3] [WHL=.whl] bash scripts/gpu/gpu_ros_setup.sh
 # then:  PYTHONPATH=$PWD:/tmp/site /tmp/rosv/bin/python -m sam2_ros.bench.node_latency ...
-# (after `source scripts/gpu_env.sh`, pip sees sam2 & co. in /tmp/site and skips them here,
+# (after `source scripts/gpu/gpu_env.sh`, pip sees sam2 & co. in /tmp/site and skips them here,
 #  so /tmp/site must stay on PYTHONPATH)
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 V=$(realpath -m "${V:-/tmp/rosv}"); PYTHON=${PYTHON:-python3}; WHL=${WHL:-$ROOT/.whl}
 T0=$SECONDS; T=$SECONDS
 step() { echo "[gpu_ros_setup] $1: $((SECONDS - T))s"; T=$SECONDS; }
@@ -26,7 +26,8 @@ d and print(f'import site; list(map(site.addsitedir, {d!r}))')" >"$SP/_host_site
   { echo "[gpu_ros_setup] the host python lacks a package named above" >&2; exit 1; }
 step venv
 
-# not a sam2_ros wheel (scripts/gpu_wheels.sh makes one): our source tree is used, on PYTHONPATH
+# not a sam2_ros wheel (scripts/gpu/gpu_wheels.sh makes one): our source tree is used, on
+# PYTHONPATH
 shopt -s nullglob; W=()
 for w in "$WHL"/ros/*.whl "$WHL"/*.whl; do [[ $w == */sam2_ros-* ]] || W+=("$w"); done
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile "${W[@]}"

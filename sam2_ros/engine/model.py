@@ -15,8 +15,8 @@ from typing import Dict, List
 
 import torch
 
-from sam2_ros.config import MODEL_CONFIGS, TrackerConfig
-from sam2_ros.errors import CheckpointError
+from sam2_ros.engine.config import MODEL_CONFIGS, TrackerConfig
+from sam2_ros.engine.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 

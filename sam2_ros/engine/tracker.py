@@ -8,8 +8,9 @@ front). It keeps sam2's semantics, driven frame by frame:
     tracked id is a correction (points plus the previous logits, with memory);
   * ``queue_prompt(p)`` applies to the next frame, before it is tracked (as prompting a frame
     the predictor has not reached yet: an initial conditioning frame);
-  * object ids, frame numbers and eviction stay here and in ``bank.py``; the per-frame
-    computation is ``step.py``, run eagerly or as CUDA graphs by the runner (``runner.py``).
+  * object ids, frame numbers and eviction stay here and in ``memory.py``; the per-frame
+    computation is ``encoder.py`` and ``step.py``, run eagerly (``eager.py``) or as CUDA
+    graphs (``graphs.py``) by the runner ``make_runner`` picks.
 Imports no ROS.
 """
 
@@ -20,18 +21,19 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
-from sam2_ros import postprocess, preprocess, step
-from sam2_ros.bank import MemoryBank
-from sam2_ros.config import TrackerConfig
-from sam2_ros.errors import (CapacityError, FrameError, PromptError, StepError,
-                             UnknownObjectError)
-from sam2_ros.model import autocast, build_model, precast
-from sam2_ros.runner import make_runner
-from sam2_ros.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
+from sam2_ros.engine import encoder, frame_in, masks_out, step
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.eager import EagerRunner
+from sam2_ros.engine.errors import (CapacityError, FrameError, PromptError, StepError,
+                                    UnknownObjectError)
+from sam2_ros.engine.memory import MemoryBank
+from sam2_ros.engine.model import autocast, build_model, precast
+from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
+from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class StreamingTracker:
         self._queued: Dict[int, Prompt] = {}
         self._frame = -1
         self._hw: Optional[tuple] = None
-        self._features: Optional[step.Features] = None
+        self._features: Optional[encoder.Features] = None
         self._warm_up()
 
     # ---- public API ------------------------------------------------------------------
@@ -81,9 +83,9 @@ class StreamingTracker:
         return self._frame
 
     @torch.inference_mode()
-    def track(self, frame: preprocess.Frame) -> FrameResult:
+    def track(self, frame: frame_in.Frame) -> FrameResult:
         """Track every object on a new frame [H, W, 3] uint8 RGB; returns its results."""
-        hw = preprocess.frame_size(frame)
+        hw = frame_in.frame_size(frame)
         if self._hw is not None and hw != self._hw and self._objects:
             raise FrameError(f'resolution changed from {self._hw[1]}x{self._hw[0]} to '
                              f'{hw[1]}x{hw[0]} while tracking {len(self._objects)} objects; '
@@ -119,7 +121,7 @@ class StreamingTracker:
     def add_prompt(self, prompt: Prompt) -> FrameResult:
         """Apply a prompt to the latest tracked frame; returns that frame's updated results.
         Before the first frame the prompt is queued for it instead."""
-        prompt = dataclasses.replace(prompt, obj_id=preprocess.check_obj_id(prompt.obj_id))
+        prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
         if self._features is None:
             self.queue_prompt(prompt)
             return FrameResult(-1, 0, 0)
@@ -138,7 +140,7 @@ class StreamingTracker:
         """Apply a prompt to the next frame passed to track() (the newest per id wins).
         Before the first frame (or after reset()) a prompt can only be checked against the
         frame size when that frame arrives; see ``track``."""
-        prompt = dataclasses.replace(prompt, obj_id=preprocess.check_obj_id(prompt.obj_id))
+        prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
         if self._hw is not None:
             self._validate(prompt)
         elif prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
@@ -162,19 +164,19 @@ class StreamingTracker:
         self._objects.clear()
         self._queued.clear()
 
-    def segment_image(self, frame: preprocess.Frame, prompts: List[Prompt]) -> FrameResult:
+    def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt]) -> FrameResult:
         """Image mode: one still with prompts, no memory read or written."""
-        h, w = preprocess.frame_size(frame)
+        h, w = frame_in.frame_size(frame)
         with torch.inference_mode(), autocast(self.cfg):
-            feats = step.encode_image(self.model, preprocess.to_model_input(
+            feats = encoder.encode_image(self.model, frame_in.to_model_input(
                 frame, self.size, self.device))
             outs = [self._run_prompt(p, feats, h, w, None, None) for p in prompts]
         logits = torch.cat([o.low_res_logits for o in outs]) if outs else \
             torch.zeros(0, 1, self.size // 4, self.size // 4)
-        masks, stats = postprocess.masks_and_stats(logits, h, w)
+        masks, stats = masks_out.masks_and_stats(logits, h, w)
         res = FrameResult(0, h, w, mode='eager')
         for p, o, m, s in zip(prompts, outs, masks, stats):
-            area, box, cen = postprocess.unpack(s)
+            area, box, cen = masks_out.unpack(s)
             score = float(o.score.float()[0, 0])
             res.objects.append(ObjectResult(p.obj_id, m, score, TRACKING if score > 0 else
                                             OCCLUDED, box, area, cen, 0, o.low_res_logits[0, 0]))
@@ -187,7 +189,7 @@ class StreamingTracker:
         sizes) before any graph capture."""
         with torch.inference_mode(), autocast(self.cfg):
             img = torch.zeros(1, 3, self.size, self.size, device=self.device)
-            feats = step.encode_image(self.model, img)
+            feats = encoder.encode_image(self.model, img)
             points = {'point_coords': torch.tensor([[[self.size / 2, self.size / 2]]],
                                                    device=self.device),
                       'point_labels': torch.ones(1, 1, dtype=torch.int32, device=self.device)}
@@ -237,9 +239,9 @@ class StreamingTracker:
         """Raise PromptError unless the prompt fits the current frame size."""
         h, w = self._hw
         if prompt.mask is not None:
-            preprocess.prompt_mask(prompt, h, w, self.size, torch.device('cpu'))
+            prompt_mask(prompt, h, w, self.size, torch.device('cpu'))
         else:
-            preprocess.prompt_points(prompt, h, w, self.size, torch.device('cpu'))
+            prompt_points(prompt, h, w, self.size, torch.device('cpu'))
 
     def _free_slot(self) -> int:
         used = {o.slot for o in self._objects.values()}
@@ -269,9 +271,9 @@ class StreamingTracker:
 
     def _run_prompt(self, prompt, feats, h, w, mem, prev) -> step.StepOut:
         if prompt.mask is not None:
-            mask = preprocess.prompt_mask(prompt, h, w, self.size, self.device)
+            mask = prompt_mask(prompt, h, w, self.size, self.device)
             return step.mask_step(self.model, feats, mask)
-        points = preprocess.prompt_points(prompt, h, w, self.size, self.device)
+        points = prompt_points(prompt, h, w, self.size, self.device)
         return step.track_step(self.model, feats, mem, self.maskmem_pos, points=points,
                                prev_logits=prev)
 
@@ -297,7 +299,7 @@ class StreamingTracker:
         tracked=True (a new frame) advances each object's occluded/lost run."""
         h, w = self._hw
         objs = sorted(self._objects.values(), key=lambda o: o.obj_id)
-        slots = self.bank.upload([o.slot for o in objs])
+        slots = self.bank.stage([o.slot for o in objs])
         logits = self.bank.logits.index_select(0, slots)
         scores = self.bank.scores.index_select(0, slots)
         ids = [o.obj_id for o in objs]
@@ -308,9 +310,18 @@ class StreamingTracker:
             o.score = float(s[7])
             if tracked or o.score > 0:
                 o.hidden_run = 0 if o.score > 0 else o.hidden_run + 1
-            area, box, cen = postprocess.unpack(s)
+            area, box, cen = masks_out.unpack(s)
             state = TRACKING if o.score > 0 else (
                 LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
             res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
                                             f - o.last_prompt_frame, lg[0]))
         return res
+
+
+def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
+    imported only then)."""
+    if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
+        from sam2_ros.engine.graphs import GraphRunner
+        return GraphRunner(model, cfg, on_fallback)
+    return EagerRunner(model, cfg)

@@ -3,13 +3,13 @@
 # DDS alone (default transports and the large-frames profile), then the node at 720p, 30 Hz,
 # with each, then 3 and 8 objects with the profile. Everything lands in
 # $OUT/node_latency.tgz (the device tool returns few files).
-#   here: bash scripts/gpu_wheels.sh && bash scripts/gpu_ros_wheels.sh   (carry .whl)
-#   there: bash scripts/gpu_node_latency.sh
+#   here: bash scripts/gpu/gpu_wheels.sh && bash scripts/gpu/gpu_ros_wheels.sh   (carry .whl)
+#   there: bash scripts/gpu/gpu_node_latency.sh
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/gpu_env.sh
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source scripts/gpu/gpu_env.sh
 W=$OUT/node_latency; mkdir -p "$W"
-bash scripts/gpu_ros_setup.sh > "$W/ros_setup.log" 2>&1 || { echo "ROS setup failed"; tail "$W/ros_setup.log"; }
+bash scripts/gpu/gpu_ros_setup.sh > "$W/ros_setup.log" 2>&1 || { echo "ROS setup failed"; tail "$W/ros_setup.log"; }
 export PYTHONPATH=$PWD:/tmp/site
 PY=/tmp/rosv/bin/python; XML=$PWD/config/fastdds_large_frames.xml
 for t in default largeframes; do

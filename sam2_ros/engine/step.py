@@ -1,8 +1,9 @@
 """The per-frame SAM 2 computation as functions of tensors, with no ids, dicts or clocks.
 
 Everything here is a pure function of its tensor arguments plus the model's weights, so the
-same code runs eagerly and inside a captured CUDA graph (``sam2_ros/graphs.py``). Object ids,
-frame indices, eviction and which memories to read live in ``bank.py`` / ``tracker.py``.
+same code runs eagerly and inside a captured CUDA graph (``graphs.py``). Object ids, frame
+indices, eviction and which memories to read live in ``memory.py`` / ``tracker.py``; the
+image features come from ``encoder.py``.
 
 The functions reuse sam2's own modules (``memory_attention``, ``_forward_sam_heads``,
 ``_encode_new_memory``, ``_use_mask_as_output``); only the memory assembly that sam2 does
@@ -17,19 +18,12 @@ C = 256 hidden dim, Cm = 64 memory dim, h = w = S/16.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
-
-@dataclass
-class Features:
-    """Backbone output of one frame, flattened as sam2's ``_prepare_backbone_features``."""
-
-    vision_feats: List[torch.Tensor]  # 3 levels, [HW_l, 1, C_l]; the last is [HW, 1, C]
-    vision_pos: List[torch.Tensor]    # same shapes as vision_feats
-    feat_sizes: List[Tuple[int, int]]  # (h_l, w_l) per level
+from sam2_ros.engine.encoder import Features, high_res_features
 
 
 @dataclass
@@ -56,23 +50,6 @@ class StepOut:
     obj_ptr: torch.Tensor          # [B, C]
     score: torch.Tensor            # [B, 1] object score logits
     mem_feats: torch.Tensor        # [B, Cm, h, w] bf16 (new memory of this frame)
-
-
-def encode_image(model, image: torch.Tensor) -> Features:
-    """image: [1, 3, S, S] normalized float. Runs Hiera + FPN (+ the SAM decoder's high-res
-    projections, as ``forward_image`` does)."""
-    backbone_out = model.forward_image(image)
-    _, feats, pos, sizes = model._prepare_backbone_features(backbone_out)
-    return Features(feats, pos, sizes)
-
-
-def expand(features: Features, batch: int) -> Features:
-    """Share one frame's features across B objects (a view, as sam2 does)."""
-    if batch == 1:
-        return features
-    return Features([x.expand(-1, batch, -1) for x in features.vision_feats],
-                    [x.expand(-1, batch, -1) for x in features.vision_pos],
-                    features.feat_sizes)
 
 
 def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor):
@@ -120,12 +97,6 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
                                        memory=memory, memory_pos=memory_pos,
                                        num_obj_ptr_tokens=n_ptr_tokens)
     return fused.permute(1, 2, 0).reshape(batch, hidden, h, w)
-
-
-def high_res_features(features: Features) -> List[torch.Tensor]:
-    """The two finer backbone levels as [B, C_l, h_l, w_l] for the SAM decoder."""
-    return [x.permute(1, 2, 0).reshape(x.shape[1], x.shape[2], *s)
-            for x, s in zip(features.vision_feats[:-1], features.feat_sizes[:-1])]
 
 
 def track_step(model, features: Features, mem: Optional[Memory],

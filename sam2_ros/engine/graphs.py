@@ -1,4 +1,4 @@
-"""All CUDA-graph code: preallocate, warm up, capture, copy in, replay, copy out, fall back.
+"""The CUDA-graph runner: preallocate, warm up, capture, copy in, replay, copy out, fall back.
 
 Per-frame SAM 2 at 512 px is launch-bound (about 1,200 small kernels per frame; the GPU is
 busy for a fifth of the wall time). Replaying captured graphs removes the launch overhead.
@@ -14,7 +14,7 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   graph's static buffers (one index_select per tensor), the graph replays, outputs are
   copied out. 'batched' mode: graphs per (B, c); objects of the same c are stacked on the
   batch axis, padded up to the next captured B.
-* Frame in and masks out are graphs too (``graph_io``), captured on first use per source
+* Frame in and masks out are graphs too (``graph_io.py``), captured on first use per source
   resolution (and per object-count bucket for the masks): the uint8 frame goes through a
   pinned staging buffer into a static device buffer, one replay resizes and normalizes it
   into the encoder's static input; one replay upsamples all objects' logits to source
@@ -40,15 +40,15 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from sam2_ros import postprocess, preprocess, step
-from sam2_ros.bank import MemoryBank, Selection
-from sam2_ros.config import TrackerConfig
-from sam2_ros.model import compiled_copy
-from sam2_ros.runner import EagerRunner
+from sam2_ros.engine import encoder, frame_in, step
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.eager import EagerRunner
+from sam2_ros.engine.graph_io import GraphIO
+from sam2_ros.engine.memory import MemoryBank, Selection
+from sam2_ros.engine.model import compiled_copy
 
 log = logging.getLogger(__name__)
 WARMUP_ITERS = 3
-IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older ones dropped)
 
 
 class _Captured:
@@ -71,14 +71,13 @@ class GraphRunner(EagerRunner):
         self.pool = None
         self.encoder: Optional[_Captured] = None
         self.steps: Dict[Tuple[int, int], _Captured] = {}   # (batch, n_cond) -> graph
-        self.io: Dict[tuple, _Captured] = {}    # ('in', H, W) / ('out', batch, H, W)
-        self.io_failed: set = set()
         self.cuda = torch.device(cfg.device).type == 'cuda'
+        self.graph_io = GraphIO(self)           # frame-in and masks-out graphs
         self.capture_s = 0.0
 
     # ---- capture ---------------------------------------------------------------------
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
-                features: step.Features) -> None:
+                features: encoder.Features) -> None:
         self.bank, self.maskmem_pos = bank, maskmem_pos
         t0 = time.perf_counter()
         try:
@@ -93,21 +92,11 @@ class GraphRunner(EagerRunner):
             self.encoder = None
             self.on_fallback(f'graph capture failed, eager throughout: {exc!r}')
         if self.enabled and self.cfg.io_resolution:
-            self._prepare_io(*self.cfg.io_resolution)
+            self.graph_io.prepare(*self.cfg.io_resolution)
         torch.cuda.synchronize()
         self.capture_s = time.perf_counter() - t0
         log.info('captured %d CUDA graphs in %.2f s', len(self.steps) + 1 + len(self.io),
                  self.capture_s)
-
-    def _prepare_io(self, w: int, h: int) -> None:
-        """The I/O graphs of a known source resolution, now rather than on the first frame:
-        frame in (under the caller's autocast, as ``track`` encodes), masks out for every
-        object bucket (without autocast, as ``track`` builds its results). A failure makes
-        that I/O eager, as on first use."""
-        self._io(('in', h, w))
-        with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
-            for b in self._out_buckets():
-                self._io(('out', b, h, w))
 
     def _bucket_keys(self) -> List[Tuple[int, int]]:
         conds = self.cfg.graph_cond_buckets or tuple(range(1, self.cfg.max_cond_frames + 1))
@@ -130,7 +119,7 @@ class GraphRunner(EagerRunner):
     def _capture_encoder(self) -> None:
         s = self.model.image_size
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
-        self.encoder = self._capture(lambda x: step.encode_image(self.cmodel, x), image)
+        self.encoder = self._capture(lambda x: encoder.encode_image(self.cmodel, x), image)
 
     def _capture_step(self, batch: int, n_cond: int) -> _Captured:
         n_s, n_p = self._steady_key(n_cond)
@@ -142,7 +131,7 @@ class GraphRunner(EagerRunner):
             ptr_dist=torch.ones(n_p, batch, device=b.feats.device))
         feats = self.encoder.outputs
         return self._capture(lambda m: step.track_step(
-            self.cmodel, step.expand(feats, batch), m, self.maskmem_pos), mem)
+            self.cmodel, encoder.expand(feats, batch), m, self.maskmem_pos), mem)
 
     def _steady_key(self, n_cond: int) -> Tuple[int, int]:
         """(n_spatial, n_pointers) of an object with n_cond conditioning frames that has
@@ -150,121 +139,32 @@ class GraphRunner(EagerRunner):
         return (n_cond + self.model.num_maskmem - 1,
                 n_cond + self.model.max_obj_ptrs_in_encoder - 1)
 
-    # ---- frame in, masks out ------------------------------------------------------------
-    def encode_frame(self, frame: preprocess.Frame) -> step.Features:
-        cap = self._io(('in', *preprocess.frame_size(frame)))
-        if cap is None:
+    # ---- frame in, masks out (graph_io.py) ----------------------------------------------
+    @property
+    def io(self) -> Dict[tuple, _Captured]:
+        """The captured I/O graphs: ('in', H, W) / ('out', batch, H, W) -> graph."""
+        return self.graph_io.graphs
+
+    def encode_frame(self, frame: frame_in.Frame) -> encoder.Features:
+        if not self.graph_io.load_frame(frame):
             return super().encode_frame(frame)
-        self._upload(frame, cap)
-        cap.graph.replay()                 # resize + normalize into the encoder's input
         self.encoder.graph.replay()
         return self.encoder.outputs
 
-    def _upload(self, frame: preprocess.Frame, cap: _Captured) -> None:
-        """Frame -> the graph's static [H, W, 3] uint8 buffer via pinned memory, so the copy
-        does not stall the stream."""
-        if isinstance(frame, torch.Tensor) and frame.device.type != 'cpu':
-            cap.inputs.copy_(frame)
-            return
-        if cap.event is not None:
-            cap.event.synchronize()        # the previous frame's copy has read the buffer
-        np.copyto(cap.host.numpy(), np.asarray(frame))
-        cap.inputs.copy_(cap.host, non_blocking=True)
-        cap.event = self._record()
-
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
                 ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = logits.shape[0]
-        batch = next((b for b in self._out_buckets() if b >= n), None) if n else None
-        cap = None if batch is None else self._io(('out', batch, h, w))
-        if cap is None:
-            return super().results(logits, scores, h, w, ids)
-        cap.inputs[0][:n].copy_(logits)
-        cap.inputs[1][:n].copy_(scores)
-        cap.inputs[2][:n].copy_(self.bank.upload(ids))
-        cap.inputs[2][n:].zero_()          # padding rows (stale logits) stay out of the label
-        cap.graph.replay()
-        (masks, stats, label), (host_m, host_s, host_l) = cap.outputs, cap.host
-        host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
-        host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
-        host_l.copy_(label, non_blocking=self.cuda)
-        if self.cuda:
-            torch.cuda.current_stream().synchronize()
-        return host_m[:n].numpy().copy(), host_s[:n].numpy().copy(), host_l.numpy().copy()
-
-    def _out_buckets(self) -> List[int]:
-        """Object-count buckets of the mask graphs: powers of two, and the capacity."""
-        cap = self.bank.capacity
-        return sorted({min(2 ** i, cap) for i in range(cap.bit_length() + 1)})
-
-    def _io(self, key: tuple) -> Optional[_Captured]:
-        """The I/O graph of ``key``, captured on first use; None when I/O graphs are off or
-        its capture failed (that I/O then runs eagerly)."""
-        if not (self.enabled and self.cfg.graph_io and self.encoder is not None):
-            return None
-        cap = self.io.pop(key, None)
-        if cap is not None:
-            self.io[key] = cap                 # most recently used last
-        elif key not in self.io_failed:
-            self._drop_old_resolutions(key[-2:])
-            try:
-                cap = self._capture_in(*key[1:]) if key[0] == 'in' else \
-                    self._capture_out(*key[1:])
-                self.io[key] = cap
-            except Exception as exc:  # noqa: BLE001 - this I/O runs eagerly from now on
-                self.io_failed.add(key)
-                self.on_fallback(f'I/O graph capture failed for {key}, eager: {exc!r}')
-        return cap
-
-    def _drop_old_resolutions(self, hw: tuple) -> None:
-        """Keep the I/O graphs of the IO_RESOLUTIONS most recently used source resolutions."""
-        seen = list(dict.fromkeys(k[-2:] for k in reversed(self.io)))[::-1]   # least recent first
-        if tuple(hw) in seen or len(seen) < IO_RESOLUTIONS:
-            return
-        for k in [k for k in self.io if k[-2:] == seen[0]]:
-            del self.io[k]
-
-    def _capture_in(self, h: int, w: int) -> _Captured:
-        size, target = self.model.image_size, self.encoder.inputs
-        frame = torch.zeros(h, w, 3, dtype=torch.uint8, device=target.device)
-        cap = self._capture(lambda x: target.copy_(preprocess.normalize(x, size)), frame)
-        cap.host = self._host(h, w, 3, dtype=torch.uint8)
-        return cap
-
-    def _capture_out(self, batch: int, h: int, w: int) -> _Captured:
-        b = self.bank
-        inputs = (b.logits.new_zeros(batch, *b.logits.shape[1:]), b.scores.new_zeros(batch),
-                  torch.zeros(batch, dtype=torch.uint8, device=b.logits.device))
-
-        def out(x):
-            masks, stats = postprocess.on_device(x[0], h, w, extra=x[1])
-            return masks, stats, postprocess.label_on_device(masks, x[2])
-        cap = self._capture(out, inputs)
-        cap.host = (self._host(batch, h, w, dtype=torch.bool),
-                    self._host(batch, 8, dtype=torch.float64),
-                    self._host(h, w, dtype=torch.uint8))
-        return cap
-
-    def _host(self, *shape, dtype) -> torch.Tensor:
-        t = torch.empty(*shape, dtype=dtype)
-        return t.pin_memory() if self.cuda else t
-
-    def _record(self) -> Optional[torch.cuda.Event]:
-        if not self.cuda:
-            return None
-        ev = torch.cuda.Event()
-        ev.record()
-        return ev
+        out = self.graph_io.results(logits, scores, h, w, ids)
+        return super().results(logits, scores, h, w, ids) if out is None else out
 
     # ---- replay ----------------------------------------------------------------------
-    def encode(self, image: torch.Tensor) -> step.Features:
+    def encode(self, image: torch.Tensor) -> encoder.Features:
         if self.encoder is None:
             return super().encode(image)
         self.encoder.inputs.copy_(image)
         self.encoder.graph.replay()
         return self.encoder.outputs
 
-    def track(self, features: step.Features, bank: MemoryBank, sels: List[Selection],
+    def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
         """Steps for all objects; outputs (in the order of ``sels``) are copied out of the
         graphs into preallocated buffers, a few kernels per replay, not per object."""
@@ -309,11 +209,11 @@ class GraphRunner(EagerRunner):
             for dst, src in pairs:
                 dst[rows[0]:rows[0] + n].copy_(src[:n])
             return
-        idx = self.bank.upload(rows)
+        idx = self.bank.stage(rows)
         for dst, src in pairs:
             dst.index_copy_(0, idx, src[:n].to(dst.dtype))
 
-    def _graph_cond(self, sel: Selection, features: step.Features) -> Optional[int]:
+    def _graph_cond(self, sel: Selection, features: encoder.Features) -> Optional[int]:
         """The conditioning-frame count of a steady-state object with a captured graph."""
         if not self.enabled or features is not self.encoder.outputs:
             return None

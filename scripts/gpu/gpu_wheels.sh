@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build into .whl/ the pure-Python wheels the GPU machine lacks (it has torch, numpy, pillow, cv2,
 # tqdm, PyYAML, pytest but no sam2 stack and cannot download): carry .whl to it and install there.
-# Needs the venv from scripts/setup.sh (V=.venv).   usage: bash scripts/gpu_wheels.sh
+# Needs the venv from scripts/setup.sh (V=.venv).   usage: bash scripts/gpu/gpu_wheels.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 V=${V:-.venv}; W=.whl
 WHEEL=("$V/bin/python" -m pip wheel -qq --no-deps --progress-bar off -w "$W")
 mkdir -p "$W" && rm -f "$W"/*.whl   # ours only: .whl/ros/ holds the ROS wheels

@@ -1,4 +1,4 @@
-"""Small host-to-device uploads (row indices, distances) that do not stall the GPU.
+"""Small host-to-device copies (row indices, distances) that do not stall the GPU.
 
 A copy from pageable host memory makes CUDA synchronize the stream first, so every index
 tensor built with ``torch.tensor(...).to('cuda')`` would wait for all queued kernels (the
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 
-class Uploader:
-    """upload(values) -> int64 device tensor, without a stream sync on CUDA."""
+class IndexStager:
+    """stage(values) -> int64 device tensor, without a stream sync on CUDA."""
 
     def __init__(self, device: torch.device, slots: int = 64, capacity: int = 8192):
         self.device = torch.device(device)
@@ -35,7 +35,7 @@ class Uploader:
         i = self.i
         self.i = (i + 1) % len(self.events)
         if self.events[i] is not None:
-            self.events[i].synchronize()          # long done: 64 uploads ago
+            self.events[i].synchronize()          # long done: 64 copies ago
         self.host_np[i, :n] = np.asarray(values, dtype=np.int64)
         out = self.host[i, :n].to(self.device, non_blocking=True)
         ev = torch.cuda.Event()

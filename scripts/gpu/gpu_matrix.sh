@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark matrix on the GPU machine, in parts that each fit one device command.
-#   source scripts/gpu_env.sh && bash scripts/gpu_matrix.sh PART
+#   source scripts/gpu/gpu_env.sh && bash scripts/gpu/gpu_matrix.sh PART
 # PART: tiny (tiny at 512 and 1024, plus the extra variants at 512), small, big (base_plus,
 # large). Rows are merged into $OUT/h200.json (seeded from benchmarks/results/h200.json).
 set -euo pipefail

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Download the ROS 2 Kilted wheels the offline GPU machine lacks (the ros() step of setup.sh,
 # cv-bridge and their whole dependency closure) for CPython $PYVER / manylinux x86_64 into $OUT;
-# scripts/gpu_ros_setup.sh installs them there. Left out, as that machine has them: numpy,
+# scripts/gpu/gpu_ros_setup.sh installs them there. Left out, as that machine has them: numpy,
 # PyYAML, setuptools, packaging, typing-extensions (and torch, OpenCV: nothing here needs them).
-# usage: [PYVER=3.12] [OUT=.whl/ros] [PYTHON=python3] bash scripts/gpu_ros_wheels.sh
+# usage: [PYVER=3.12] [OUT=.whl/ros] [PYTHON=python3] bash scripts/gpu/gpu_ros_wheels.sh
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PYVER=${PYVER:-3.12}; OUT=$(realpath -m "${OUT:-$ROOT/.whl/ros}"); PYTHON=${PYTHON:-python3}
 SKIP='numpy pyyaml setuptools packaging typing-extensions'
 ROOTS=(ros-kilted-rclpy ros-kilted-rmw-fastrtps-cpp ros-kilted-std-msgs ros-kilted-sensor-msgs

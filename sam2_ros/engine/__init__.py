@@ -1,0 +1,49 @@
+"""The streaming SAM 2 tracker core: no ROS inside (no rclpy, no generated messages).
+
+Files follow a frame through the engine::
+
+    frame_in -> encoder -> memory -> step -> masks_out
+    (prompts.py turns prompts into model space; staging.py copies indices to the device)
+
+* ``frame_in.py``   validate a [H, W, 3] uint8 frame, copy it to the device, resize, normalize
+* ``encoder.py``    image encoder (Hiera + FPN) -> ``Features``
+* ``memory.py``     ``MemoryBank``: per-object memories, preallocated rings
+* ``step.py``       memory attention, SAM heads, memory encoder for B objects
+* ``masks_out.py``  logits -> masks, box/area/centroid, label mask on the host
+* runners: ``eager.py`` (reference path) and ``graphs.py`` (CUDA graphs; frame-in and
+  masks-out graphs in ``graph_io.py``), side by side with the same interface
+* ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
+
+The public API is re-exported here, imported on first use, so that ``import sam2_ros.engine``
+(or ``sam2_ros.engine.config``) stays light (no torch)::
+
+    from sam2_ros.engine import Prompt, StreamingTracker, TrackerConfig
+"""
+
+import importlib
+
+_EXPORTS = {
+    'StreamingTracker': 'tracker',
+    'TrackerConfig': 'config',
+    'Prompt': 'types',
+    'FrameResult': 'types',
+    'ObjectResult': 'types',
+    'TrackerError': 'errors',
+    'FrameError': 'errors',
+    'PromptError': 'errors',
+    'UnknownObjectError': 'errors',
+    'CapacityError': 'errors',
+    'CheckpointError': 'errors',
+    'StepError': 'errors',
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    return getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,79 @@
+"""Frames into model space, on the model's device, with input validation.
+
+The official video predictor resizes frames with PIL (bicubic, antialiased, rounded to uint8)
+before normalizing; the same is done here with torch on the device, so the host only copies
+the uint8 frame to the device. Prompts are scaled in ``prompts.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sam2_ros.engine.errors import FrameError
+
+IMG_MEAN = (0.485, 0.456, 0.406)
+IMG_STD = (0.229, 0.224, 0.225)
+MAX_SIDE = 8192
+Frame = Union[np.ndarray, torch.Tensor]
+
+
+def frame_size(frame: Frame) -> Tuple[int, int]:
+    """(H, W) of a valid frame [H, W, 3] uint8 (numpy or torch); FrameError otherwise."""
+    if not isinstance(frame, (np.ndarray, torch.Tensor)):
+        raise FrameError(f'frame must be a numpy array or torch tensor, got {type(frame)}')
+    if frame.dtype not in (np.uint8, torch.uint8):
+        raise FrameError(f'frame must be uint8 RGB, got dtype {frame.dtype}')
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise FrameError(f'frame must be [H, W, 3] RGB, got shape {tuple(frame.shape)}')
+    h, w = int(frame.shape[0]), int(frame.shape[1])
+    if not (16 <= h <= MAX_SIDE and 16 <= w <= MAX_SIDE):
+        raise FrameError(f'frame size {w}x{h} outside 16..{MAX_SIDE} pixels per side')
+    return h, w
+
+
+def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tensor:
+    """[H, W, 3] uint8 -> [1, 3, S, S] float32 normalized, computed on ``device``."""
+    return normalize(to_device(frame, device), size)
+
+
+def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
+    """The raw frame [H, W, 3] uint8 on ``device`` (the only host-to-device copy)."""
+    if isinstance(frame, np.ndarray) and any(s < 0 for s in frame.strides):
+        frame = np.ascontiguousarray(frame)     # a view such as bgr[..., ::-1]: torch refuses
+    return torch.as_tensor(frame).to(device, non_blocking=True)
+
+
+def normalize(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x [H, W, 3] uint8 on the device -> [1, 3, S, S] float32 normalized. Device work only
+    (no host sync, no host-to-device copy), so the graph runner can capture it."""
+    x = x.permute(2, 0, 1).unsqueeze(0).float()                 # [1, 3, H, W] in 0..255
+    # PIL resizes in two passes, horizontal then vertical, each rounded and clipped to uint8
+    # (a vertical pass alone if only the height changes, and vice versa).
+    h, w = x.shape[-2:]
+    if w != size:
+        x = _bicubic_u8(x, (h, size))
+    if h != size:
+        x = _bicubic_u8(x, (size, size))
+    mean, std = _mean_std(x.device)
+    return (x / 255.0 - mean) / std
+
+
+_MEAN_STD = {}
+
+
+def _mean_std(device: torch.device):
+    """Normalization constants, uploaded once per device (an upload per frame would make
+    CUDA synchronize the stream)."""
+    if device not in _MEAN_STD:
+        _MEAN_STD[device] = (torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1),
+                             torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1))
+    return _MEAN_STD[device]
+
+
+def _bicubic_u8(x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    x = F.interpolate(x, size=size, mode='bicubic', align_corners=False, antialias=True)
+    return x.round_().clamp_(0, 255)
