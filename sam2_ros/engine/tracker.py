@@ -69,6 +69,9 @@ class StreamingTracker:
         self._queued: Dict[int, Prompt] = {}
         self._frame = -1
         self._hw: Optional[tuple] = None
+        # True after reset(): the next frame may have another size, so prompts queued for it
+        # are checked against that frame (in track), not against the last one's size.
+        self._size_open = False
         self._features: Optional[encoder.Features] = None
         self._warm_up()
 
@@ -100,7 +103,7 @@ class StreamingTracker:
             raise StepError(f'frame failed in the image encoder: {exc!r}; tracker unchanged, '
                             f'pass the next frame') from exc
         self._frame += 1
-        self._hw, self._features = hw, features
+        self._hw, self._features, self._size_open = hw, features, False
         f = self._frame
         queued, self._queued = self._queued, {}
         try:
@@ -141,7 +144,7 @@ class StreamingTracker:
         Before the first frame (or after reset()) a prompt can only be checked against the
         frame size when that frame arrives; see ``track``."""
         prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
-        if self._hw is not None:
+        if self._hw is not None and not self._size_open:
             self._validate(prompt)
         elif prompt.obj_id not in self._objects and prompt.obj_id not in self._queued:
             self._check_capacity()
@@ -163,6 +166,7 @@ class StreamingTracker:
             self.bank.clear(obj.slot)
         self._objects.clear()
         self._queued.clear()
+        self._size_open = True
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt]) -> FrameResult:
         """Image mode: one still with prompts, no memory read or written."""
@@ -213,7 +217,7 @@ class StreamingTracker:
         """Validate prompts queued before the frame size was known against this frame. Bad
         ones are dropped and reported by raising PromptError before anything else changes,
         so the caller can report it and pass the same frame again."""
-        if not self._queued or hw == self._hw:
+        if not self._queued or (hw == self._hw and not self._size_open):
             return
         saved, bad = self._hw, []
         self._hw = hw
