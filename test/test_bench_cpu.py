@@ -5,7 +5,7 @@ import json
 from sam2_ros.bench import cli
 
 KEYS = {'model', 'res', 'objects', 'variant', 'ms_p50', 'ms_p99', 'fps', 'gpu_kernel_ms',
-        'peak_mib', 'compile_s'}
+        'peak_mib', 'compile_s', 'run', 'date', 'commit', 'gpu', 'command'}
 
 
 def test_cli_rows_and_table(tmp_path):
@@ -21,6 +21,8 @@ def test_cli_rows_and_table(tmp_path):
         assert set(r) == KEYS
         assert r['ms_p50'] > 0 and r['fps'] > 0 and r['compile_s'] is None
         assert r['gpu_kernel_ms'] is None and r['peak_mib'] is None      # CPU run
+        assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
+    assert rows[0]['run'] == rows[1]['run'] and rows[0]['run']       # one id per invocation
     text = md.read_text()
     assert text.startswith('# Benchmarks\n\nintro')
     assert cli.BEGIN in text and cli.END in text and '| tiny | 256 | 1 | ours_eager |' in text

@@ -12,6 +12,11 @@ the variant started, model included), compile_s (torch.compile time of compiled 
 the extra wall time of the prompt and warm-up frames over steady ones; for ours_graph* the
 CUDA graph capture seconds; null otherwise). The first ``--warmup`` frames after the
 prompts are not measured (memory fills up over the first 16 frames).
+
+Every row also carries ``run`` (one id per invocation: speed ratios are only meaningful
+between rows of one run, same process, GPU and build) and, where missing, ``date``,
+``commit`` (``git rev-parse --short HEAD``, else $SAM2_ROS_COMMIT, e.g. on a machine that got
+the tree without .git), ``gpu`` and ``command``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import gc
 import json
 import os
 import platform
+import secrets
+import subprocess
 import sys
 import time
 import traceback
@@ -282,8 +289,10 @@ def _fmt(v, nd=2):
 
 
 def table(rows: List[dict], header: Dict[str, str]) -> str:
-    """Markdown: header lines, then one table with speedups vs official_eager (fps ratio)."""
-    base = {(r['model'], r['res'], r['objects']): r['fps'] for r in rows
+    """Markdown: header lines, then one table with speedups vs official_eager (fps ratio),
+    each taken only against the official_eager row of the same run (rows from different
+    runs saw different GPU clocks and neighbours: their ratio would mislead)."""
+    base = {(r['model'], r['res'], r['objects'], r.get('run')): r['fps'] for r in rows
             if r['variant'] == 'official_eager'}
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
     vorder = ['official_eager', 'official_vos', 'official_compile_default',
@@ -298,7 +307,7 @@ def table(rows: List[dict], header: Dict[str, str]) -> str:
                 '| GPU kernel ms | wall / kernel | peak MiB | compile_s |',
             '|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
-        b = base.get((r['model'], r['res'], r['objects']))
+        b = base.get((r['model'], r['res'], r['objects'], r.get('run')))
         ratio = f"{r['fps'] / b:.2f}x" if b else '-'
         wk = f"{r['ms_p50'] / r['gpu_kernel_ms']:.2f}" if r.get('gpu_kernel_ms') else '-'
         out.append(f"| {r['model']} | {r['res']} | {r['objects']} | {r['variant']} | "
@@ -330,12 +339,55 @@ def environment(device: str) -> Dict[str, str]:
             'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
 
 
+def run_id() -> str:
+    """One id per benchmark invocation (UTC time plus a random suffix, so two runs started
+    the same second differ): a ratio between rows is only taken between rows of one run."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime('%Y%m%dT%H%M%SZ') + '-' + secrets.token_hex(3)
+
+
+def git_commit() -> Optional[str]:
+    """Short hash of the checkout this package runs from, else $SAM2_ROS_COMMIT (the GPU
+    machine gets the working tree without .git), else None."""
+    try:
+        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                             text=True, timeout=10,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get('SAM2_ROS_COMMIT') or None
+
+
+def provenance(device: str, prog: str, argv: List[str]) -> Dict[str, Optional[str]]:
+    """The fields every row of one invocation shares: run id, date, commit, GPU, command."""
+    import torch
+    gpu = torch.cuda.get_device_name(torch.device(device)) \
+        if torch.device(device).type == 'cuda' else 'cpu'
+    return {'run': run_id(),
+            'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+            'commit': git_commit(), 'gpu': gpu, 'command': ' '.join([prog, *argv])}
+
+
+def stamp(row: dict, prov: Dict[str, Optional[str]]) -> dict:
+    """Set the row's ``run`` to this invocation's; add the other provenance fields where the
+    row has none (a row that brings its own keeps it)."""
+    row['run'] = prov['run']
+    for k, v in prov.items():
+        row.setdefault(k, v)
+    return row
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     import torch
     env = environment(a.device)
     if argv is not None:
         env['command'] = 'python -m sam2_ros.bench.cli ' + ' '.join(argv)
+    prov = provenance(a.device, 'python -m sam2_ros.bench.cli',
+                      sys.argv[1:] if argv is None else argv)
+    env['run'], env['commit'] = prov['run'], prov['commit']
     print('#', env, flush=True)
     rows, failed = [], []
     side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
@@ -351,7 +403,7 @@ def main(argv=None) -> int:
                            'error': repr(exc)[:500]})
             print(f'FAILED {m}@{r} x{o} {v}: {exc!r}', flush=True)
             continue
-        rows.append(row)
+        rows.append(stamp(row, prov))
         extras['|'.join(map(str, _key(row)))] = extra
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', extra, flush=True)
         if a.out:                            # after every row: a timeout keeps what was done
