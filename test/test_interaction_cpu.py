@@ -78,7 +78,7 @@ def test_step_counts_report_every_steps_key_the_tracker_has():
     assert '| prompt_graph_steps |' in bench.table([row]) and '| 1.50 |' in bench.table([row])
 
 
-def test_cli_ratio_only_within_one_run():
+def test_cli_ratio_only_within_one_run(monkeypatch):
     """x official_eager is taken against the official row of the same run only."""
     base = {'model': 'tiny', 'res': 512, 'objects': 1, 'ms_p99': 1.0, 'gpu_kernel_ms': None,
             'peak_mib': None, 'compile_s': None}
@@ -91,3 +91,5 @@ def test_cli_ratio_only_within_one_run():
     prov = {'run': 'r1', 'date': 'd', 'commit': None, 'gpu': 'cpu', 'command': 'c'}
     assert cli.stamp({'run': 'old', 'gpu': 'H200'}, prov) == {
         'run': 'r1', 'gpu': 'H200', 'date': 'd', 'commit': None, 'command': 'c'}
+    monkeypatch.setenv('SAM2_ROS_COMMIT', 'abc1234')      # wins over a (stale) .git
+    assert cli.provenance('cpu', 'prog', ['--x'])['commit'] == 'abc1234'

@@ -15,8 +15,8 @@ prompts are not measured (memory fills up over the first 16 frames).
 
 Every row also carries ``run`` (one id per invocation: speed ratios are only meaningful
 between rows of one run, same process, GPU and build) and, where missing, ``date``,
-``commit`` (``git rev-parse --short HEAD``, else $SAM2_ROS_COMMIT, e.g. on a machine that got
-the tree without .git), ``gpu`` and ``command``.
+``commit`` ($SAM2_ROS_COMMIT when set, else ``git rev-parse --short HEAD``, '+dirty' when
+sam2_ros/ has uncommitted changes), ``gpu`` and ``command``.
 """
 
 from __future__ import annotations
@@ -347,17 +347,24 @@ def run_id() -> str:
 
 
 def git_commit() -> Optional[str]:
-    """Short hash of the checkout this package runs from, else $SAM2_ROS_COMMIT (the GPU
-    machine gets the working tree without .git), else None."""
+    """$SAM2_ROS_COMMIT when set, else the short hash of the checkout this package runs
+    from (with '+dirty' when sam2_ros/ differs from it), else None. The variable wins: the GPU
+    machine's copy of the tree comes with a stale .git (it answered 80d7076 at dedbfb9), so
+    there only the caller knows what was measured."""
+    env = os.environ.get('SAM2_ROS_COMMIT')
+    if env:
+        return env
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
-                             text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
+                             text=True, timeout=10, cwd=pkg)
+        if out.returncode != 0 or not out.stdout.strip():
+            return None
+        dirty = subprocess.run(['git', 'diff', '--quiet', 'HEAD', '--', '.'], cwd=pkg,
+                               capture_output=True, timeout=10).returncode == 1
+        return out.stdout.strip() + ('+dirty' if dirty else '')
     except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get('SAM2_ROS_COMMIT') or None
+        return None
 
 
 def provenance(device: str, prog: str, argv: List[str]) -> Dict[str, Optional[str]]:
