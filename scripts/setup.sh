@@ -80,6 +80,27 @@ editable() {  # our code, editable: a .pth puts the repo root on sys.path; conso
     --config-settings editable_mode=compat
 }
 
+ros_layout() {  # what colcon installs besides the Python package, so `ros2 launch sam2_ros ...`
+  # and `ros2 run sam2_ros ...` work from this venv: share/sam2_ros/{launch,config} (per-file
+  # symlinks to the repo, like `colcon build --symlink-install`: ros2 launch does not follow a
+  # symlinked folder) and lib/sam2_ros/<executable> wrappers, named as CMakeLists.txt names them.
+  local d f ep
+  for d in launch config; do
+    rm -rf "${V:?}/share/sam2_ros/$d" && mkdir -p "$V/share/sam2_ros/$d"
+    for f in "$ROOT/$d"/*; do [ -f "$f" ] && ln -s "$f" "$V/share/sam2_ros/$d/"; done
+  done
+  rm -rf "$V/lib/sam2_ros" && mkdir -p "$V/lib/sam2_ros"
+  for ep in $(grep -o '"[a-z_]*=sam2_ros\.[a-z_.]*"' "$ROOT/CMakeLists.txt" | tr -d '"'); do
+    printf '#!%s\nimport sys\nfrom %s import main\nsys.exit(main())\n' "$V/bin/python" "${ep#*=}" \
+      >"$V/lib/sam2_ros/${ep%%=*}"
+    chmod +x "$V/lib/sam2_ros/${ep%%=*}"
+  done
+}
+
+ros_cli() {  # optional: ROS 2 launch + the ros2 CLI from the offline bundle beside the repo
+  bash "$ROS_CLI/install.sh" "$V"
+}
+
 tools
 [ -x "$V/bin/python" ] || venv
 run_step torch
@@ -88,6 +109,12 @@ run_step sam2
 run_step ros
 run_step msgs "$ROOT"/msg/*.msg "$ROOT/CMakeLists.txt" "$ROOT/package.xml"
 run_step editable "$ROOT/setup.py"
+run_step ros_layout "$ROOT/CMakeLists.txt" <(ls "$ROOT/launch" "$ROOT/config")
+# ../shared/ros_cli (launch, launch_ros, the ros2 CLI; not on PyPI) when present; without it the
+# tests that run `ros2 launch` / `ros2 ...` skip and say why. Its own stamp makes a re-run ~1 s.
+ROS_CLI=${ROS_CLI:-$ROOT/../shared/ros_cli}
+if [ -f "$ROS_CLI/install.sh" ]; then ros_cli
+else echo "[setup] ros_cli: $ROS_CLI absent, ros2 launch/CLI not installed"; fi
 # Always check the result, from outside the repo so that only the installed paths count.
 (cd / && "$V/bin/python" -c "import sam2_ros.engine.config, sam2_ros.msg, rclpy, torch, sam2, cv2
 from sam2_ros.msg import Prompt, TrackingState

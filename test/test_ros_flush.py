@@ -44,26 +44,30 @@ def fake_node(pubs, events, context_ok=True):
     logger = FakeLogger()
     self = SimpleNamespace(
         context=SimpleNamespace(ok=lambda: context_ok),
-        _subs=['image_sub'], _worker=SimpleNamespace(stop=lambda: events.append(('stop', ''))),
-        _timer='timer', _pubs=pubs, logger=logger, get_logger=lambda: logger,
+        _subs=['image_sub'], _worker=SimpleNamespace(stop=lambda: events.append(('stop', '')),
+                                                     drop_pending=lambda: []),
+        _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0),
+        _pubs=pubs, logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
-        destroy_timer=lambda t: events.append(('destroy_timer', t)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self._flush_publishers = lambda: TrackerNode._flush_publishers(self)
+    self._stop_io = lambda: TrackerNode._stop_io(self)
+    self._live_counts = TrackerNode._live_counts
     return self
 
 
 def test_release_flushes_after_the_worker_and_before_destroying():
     events = []
     pubs = {'mask': FakePub('mask', events), 'overlay': None,
-            'state': FakePub('state', events), 'diag': FakePub('diag', events)}
+            'state': FakePub('state', events)}
     self = fake_node(pubs, events)
     TrackerNode._release_io(self)
     kinds = [k for k, _ in events]
     # no new frames, then the frame in progress finishes (and publishes), then flush, destroy
-    assert kinds == ['destroy_sub', 'stop', 'destroy_timer', 'flush', 'flush', 'flush',
-                     'destroy_pub', 'destroy_pub', 'destroy_pub'], events
-    assert [n for k, n in events if k == 'flush'] == ['mask', 'state', 'diag']
+    # (the diagnostics publisher and timer live as long as the node: not released here)
+    assert kinds == ['destroy_sub', 'stop', 'flush', 'flush', 'destroy_pub', 'destroy_pub'], \
+        events
+    assert [n for k, n in events if k == 'flush'] == ['mask', 'state']
     assert self._pubs == {} and self._subs == [] and self._worker is None
     assert self.logger.warnings == []
 
@@ -92,8 +96,8 @@ def test_after_ctrl_c_publishers_are_destroyed_without_waiting():
     pubs = {'mask': FakePub('mask', events, acked=None), 'state': FakePub('state', events)}
     self = fake_node(pubs, events, context_ok=False)
     TrackerNode._release_io(self)
-    assert [k for k, _ in events] == ['destroy_sub', 'stop', 'destroy_timer', 'destroy_pub',
-                                      'destroy_pub'], events
+    assert [k for k, _ in events] == ['destroy_sub', 'stop', 'destroy_pub', 'destroy_pub'], \
+        events
     assert self.logger.warnings == []
 
 

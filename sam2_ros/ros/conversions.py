@@ -14,6 +14,7 @@ which self-tests each bridge once. Outgoing images are built by hand: that port'
 from __future__ import annotations
 
 import array
+import struct
 from types import SimpleNamespace
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -26,6 +27,8 @@ from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
 from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult, Prompt
 
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+# Default limit of compressed_to_rgb (NodeOptions.max_image_pixels): 8K UHD.
+MAX_IMAGE_PIXELS = 7680 * 4320
 # Prompt.msg action constants (mirrored so this module works without generated messages).
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
 STATE_CODES = {TRACKING: 0, OCCLUDED: 1, LOST: 2}
@@ -93,13 +96,57 @@ def image_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
     return np.array(img, dtype=np.uint8, copy=True, order='C')
 
 
-def compressed_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
-    """sensor_msgs/CompressedImage (jpeg or png) -> [H, W, 3] uint8 RGB."""
+def compressed_header(data: bytes) -> Optional[Tuple[str, int, int, int]]:
+    """(kind, width, height, bits per sample) read from a PNG or JPEG header without
+    decoding it; None when neither header is found."""
+    if data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) >= 26 and data[12:16] == b'IHDR':
+        w, h = struct.unpack('>II', data[16:24])
+        return 'png', w, h, data[24]
+    if data[:2] == b'\xff\xd8':
+        i = 2
+        while i + 9 < len(data):
+            if data[i] != 0xFF:
+                return None
+            marker = data[i + 1]
+            if marker == 0xFF:          # fill byte
+                i += 1
+                continue
+            if 0xD0 <= marker <= 0xD9 or marker == 0x01:   # markers without a length
+                i += 2
+                continue
+            seg = struct.unpack('>H', data[i + 2:i + 4])[0]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):   # SOFn
+                bits = data[i + 4]
+                h, w = struct.unpack('>HH', data[i + 5:i + 9])
+                return 'jpeg', w, h, bits
+            i += 2 + seg
+    return None
+
+
+def compressed_to_rgb(msg: Any, bridge: Any,
+                      max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png, 8 bit) -> [H, W, 3] uint8 RGB.
+
+    The header is checked before decoding: a small PNG can declare 20000x20000 (1.2 GB
+    decoded, and the allocator keeps it), so more than ``max_pixels`` is refused; 16-bit
+    images (depth, HDR) are refused rather than silently cut to 8 bit.
+    """
     fmt = (msg.format or '').lower()
     if not any(f in fmt for f in COMPRESSED_FORMATS) or 'compresseddepth' in fmt:
         raise FrameError(f'unsupported compressed format {msg.format!r}; accepted: jpeg, png')
     if len(msg.data) == 0:
         raise FrameError('compressed image with no data')
+    head = compressed_header(bytes(msg.data[:65536]))
+    if head is None:
+        raise FrameError(f'cannot decode compressed image ({msg.format!r}, '
+                         f'{len(msg.data)} bytes): no PNG or JPEG header')
+    kind, w, h, bits = head
+    if w * h > max_pixels:
+        raise FrameError(f'{kind} declares {w}x{h} = {w * h} pixels, more than '
+                         f'max_image_pixels {max_pixels}: not decoded')
+    if bits != 8:
+        raise FrameError(f'{kind} has {bits} bits per sample; only 8-bit images are tracked '
+                         f'(convert it, e.g. depth, to 8-bit colour first)')
     try:
         img = bridge.compressed_imgmsg_to_cv2(msg)  # passthrough: what cv2.imdecode gives
     except Exception as exc:
@@ -167,10 +214,11 @@ def prompt_from_msg(msg: Any, bridge: Any) -> Tuple[int, Optional[Prompt]]:
     return action, Prompt(obj_id=obj_id, points=points, labels=labels, box=box)
 
 
-def click_to_prompt(msg: Any, obj_id: int) -> Prompt:
-    """geometry_msgs/PointStamped (x, y in source px) -> one positive point for ``obj_id``."""
-    return Prompt(obj_id=int(obj_id), points=np.array([[msg.point.x, msg.point.y]], np.float32),
-                  labels=np.ones(1, np.int64))
+def click_to_prompt(point: Any, obj_id: int, positive: bool = True) -> Prompt:
+    """A click (geometry_msgs/Point, x and y in source px; a PointStamped's ``.point``) ->
+    one point for ``obj_id``, positive (label 1) or negative (label 0)."""
+    return Prompt(obj_id=int(obj_id), points=np.array([[point.x, point.y]], np.float32),
+                  labels=np.full(1, 1 if positive else 0, np.int64))
 
 
 def stamp_ns(stamp: Any) -> int:

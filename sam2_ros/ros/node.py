@@ -13,9 +13,10 @@ the one thread that calls the tracker. Run it as a plain process (no ``ros2`` CL
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import rclpy
 from rclpy.clock import Clock, ClockType
@@ -27,7 +28,9 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sam2_ros.overlay import render_overlay
 from sam2_ros.ros import conversions as conv
 from sam2_ros.ros import params
-from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, Published, TrackingWorker
+from sam2_ros.ros.log_filter import RepeatFilter
+from sam2_ros.ros.worker import (LATEST, FrameItem, Mailbox, PromptItem, Published,
+                                 TrackingWorker)
 
 NODE_NAME = 'sam2_tracker'
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -39,6 +42,17 @@ ERROR_AFTER_FAILURES = 5
 # On deactivate / cleanup / shutdown, wait up to this long in all for subscribers to acknowledge
 # what was already published (the last frame's mask and state), then destroy the publishers.
 FLUSH_TIMEOUT_S = 1.0
+# Counters that TrackingState / diagnostics report "since start": kept over re-activations.
+TOTALS = ('received', 'dropped', 'processed', 'frame_errors', 'prompt_errors')
+USAGE = '''usage: sam2-ros-node [--ros-args -p NAME:=VALUE ... --params-file FILE ...]
+
+The sam2_tracker lifecycle node. With autostart:=true it configures and activates itself;
+otherwise it waits for `ros2 lifecycle set /sam2_tracker configure` (then activate).
+Example (CPU, random weights: the pipeline runs, masks are meaningless):
+  sam2-ros-node --ros-args --params-file config/tracker.yaml -p autostart:=true \\
+      -p device:=cpu -p precision:=fp32 -p random_weights:=true -p image_size:=512
+Parameters (docs/ros.md has the full table):
+'''
 
 
 class TrackerNode(LifecycleNode):
@@ -58,15 +72,36 @@ class TrackerNode(LifecycleNode):
         self._worker: Optional[TrackingWorker] = None
         self._pubs: dict = {}
         self._subs: List[Any] = []
-        self._timer = None
         self._last_publish_ms = 0.0
         self._fallbacks_seen = 0
-        self._last_log = ('', 0.0, 0)  # (text, time, suppressed) for de-duplicating floods
+        self._log_filter = RepeatFilter(2.0)   # identical lines within 2 s are counted
+        self._totals: Dict[str, int] = dict.fromkeys(TOTALS, 0)
+        self._new_ids: set = set()   # ids started by click_mode 'new' (not handed out twice)
+        self._unknown = params.unknown(list(self._parameter_overrides),
+                                       list(self._parameters))
+        for name, close in self._unknown:
+            self.get_logger().warning(
+                f'unknown parameter {name!r} ignored' + (f' (did you mean {close!r}? '
+                                                         f'configure will fail)' if close else ''))
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        # /diagnostics in every lifecycle state (a plain publisher, a steady-clock timer), so a
+        # monitor sees an unconfigured or inactive tracker instead of silence.
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        period = self.get_parameter('diagnostics_period_s').value
+        period = float(period) if isinstance(period, (int, float)) and period > 0 else 1.0
+        self._diag_timer = self.create_timer(period, self._on_diagnostics,
+                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     # ------------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
+            typos = [f'{n!r} (did you mean {c!r}?)' for n, c in self._unknown if c]
+            if typos:
+                raise ValueError(f'unknown parameter {", ".join(typos)}')
             self.cfg, self.opts = params.read(self)
+            check_device(self.cfg.device)
             conv.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.engine.tracker import StreamingTracker
 
@@ -77,26 +112,31 @@ class TrackerNode(LifecycleNode):
             self.tracker = None
             return TransitionCallbackReturn.FAILURE
         c = self.cfg
+        graphs = c.use_cuda_graphs and str(c.device).startswith('cuda')  # CUDA only
         self.get_logger().info(
             f'tracker ready in {time.monotonic() - t0:.1f} s: {c.model_size}@{c.image_size} '
-            f'{c.device} {c.precision} graphs={c.use_cuda_graphs} '
+            f'{c.device} {c.precision} graphs={graphs} '
             f'weights={"RANDOM (masks meaningless)" if c.random_weights else c.checkpoint}')
-        return TransitionCallbackReturn.SUCCESS
+        # Publishers live from configure to cleanup (deactivate only deactivates them): a
+        # reliable writer destroyed at deactivate would need to wait for acknowledgements,
+        # which for small messages come with Fast DDS's periodic heartbeat (up to 3 s).
+        from sensor_msgs.msg import Image
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        from diagnostic_msgs.msg import DiagnosticArray
-        from geometry_msgs.msg import PointStamped
-        from sensor_msgs.msg import CompressedImage, Image
-
-        o = self.opts
-        m = conv.interfaces()
+        m, o = conv.interfaces(), self.opts
         self._pubs = {
             'mask': self.create_lifecycle_publisher(Image, '~/mask', OUTPUT_QOS),
             'overlay': (self.create_lifecycle_publisher(Image, '~/overlay', OUTPUT_QOS)
                         if o.publish_overlay else None),
             'state': self.create_lifecycle_publisher(m.TrackingState, '~/state', OUTPUT_QOS),
-            'diag': self.create_lifecycle_publisher(DiagnosticArray, '/diagnostics', 10),
         }
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        from geometry_msgs.msg import Point, PointStamped
+        from sensor_msgs.msg import CompressedImage, Image
+
+        o = self.opts
+        m = conv.interfaces()
         ret = super().on_activate(state)  # activates the lifecycle publishers
         if ret != TransitionCallbackReturn.SUCCESS:
             return ret
@@ -105,25 +145,27 @@ class TrackerNode(LifecycleNode):
                                       convert=self._convert, publish=self._publish, log=self._log,
                                       thread_init=self._worker_thread_init)
         self._worker.start()
+        topic = input_topic(o.image_topic, o.input_type)
         self._subs = [
             self.create_subscription(Image if o.input_type == 'raw' else CompressedImage,
-                                     o.image_topic, self._on_image, self._image_qos()),
+                                     topic, self._on_image, self._image_qos()),
             self.create_subscription(m.Prompt, '~/prompt', self._on_prompt, PROMPT_QOS),
             self.create_subscription(PointStamped, '~/click', self._on_click, PROMPT_QOS),
-        ]
+        ] + [self.create_subscription(Point, t, self._on_point, PROMPT_QOS)
+             for t in self.point_click_topics()]
         self._fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
-        self._timer = self.create_timer(o.diagnostics_period_s, self._on_diagnostics,
-                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
         mode = (f'FIFO of {o.fifo_size}, never drops' if o.process_every_frame
                 else 'newest frame only')
         self.get_logger().info(
-            f'active: {o.input_type} images on {self.resolve_topic_name(o.image_topic)} '
-            f'({o.qos_reliability}, {mode})')
+            f'active: {o.input_type} images on {self.resolve_topic_name(topic)} '
+            f'({o.qos_reliability}, {mode}); clicks: PointStamped on '
+            f'{self.resolve_topic_name("~/click")}, Point (rqt_image_view) on '
+            f'{", ".join(self.point_click_topics())}')
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release_io()
-        return TransitionCallbackReturn.SUCCESS
+        self._stop_io()
+        return super().on_deactivate(state)   # deactivates (keeps) the publishers
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._release_io()
@@ -141,17 +183,41 @@ class TrackerNode(LifecycleNode):
         self._release_tracker()
         return TransitionCallbackReturn.SUCCESS
 
-    def _release_io(self) -> None:
-        """Subscriptions first (no new work), then the worker, then timer and publishers."""
+    def _stop_io(self) -> None:
+        """Subscriptions first (no new work), then the worker after the frame in progress (its
+        outputs are published). Counters are added to the totals; prompts still held for a
+        frame that never came are reported, not dropped silently."""
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []
-        if self._worker is not None:
-            self._worker.stop()
+        w, mb = self._worker, self._mailbox
+        if w is not None:
+            w.stop()
+            held = w.drop_pending()
+            if held:
+                self.get_logger().warning(
+                    f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
+                    f'{"; ".join(held)[:500]}')
             self._worker = None
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
+            for name, value in self._live_counts(w, mb).items():
+                self._totals[name] += value
+
+    @staticmethod
+    def _live_counts(w: Any, mb: Any) -> Dict[str, int]:
+        """The counters of the current activation (zeros when inactive)."""
+        if w is None or mb is None:
+            return dict.fromkeys(TOTALS, 0)
+        c = w.counters
+        return {'received': mb.received, 'dropped': mb.dropped, 'processed': c.processed,
+                'frame_errors': c.frame_errors, 'prompt_errors': c.prompt_errors}
+
+    def _count(self, name: str) -> int:
+        """A counter since the process started (over all activations)."""
+        return self._totals[name] + self._live_counts(self._worker, self._mailbox)[name]
+
+    def _release_io(self) -> None:
+        """As _stop_io, then the publishers (after subscribers acknowledged what was sent)."""
+        self._stop_io()
         self._flush_publishers()
         for pub in self._pubs.values():
             if pub is not None:
@@ -205,7 +271,35 @@ class TrackerNode(LifecycleNode):
         self._queue_prompt(PromptItem(msg, 'prompt', conv.stamp_ns(msg.header.stamp)))
 
     def _on_click(self, msg: Any) -> None:
-        self._queue_prompt(PromptItem(msg, 'click', conv.stamp_ns(msg.header.stamp)))
+        self._queue_prompt(PromptItem(msg.point, 'click', conv.stamp_ns(msg.header.stamp)))
+
+    def _on_point(self, msg: Any) -> None:
+        """A geometry_msgs/Point from rqt_image_view: no stamp, and the user clicked what is
+        on screen, i.e. the latest processed frame (the next one before any frame)."""
+        self._queue_prompt(PromptItem(msg, 'click', LATEST))
+
+    def point_click_topics(self) -> List[str]:
+        """Where rqt_image_view publishes clicks (`<shown image topic>_mouse_left`) for the
+        images a user would click on: our overlay, our mask and the camera image."""
+        base = self.resolve_topic_name(self.opts.image_topic)
+        return [self.resolve_topic_name('~/overlay') + '_mouse_left',
+                self.resolve_topic_name('~/mask') + '_mouse_left', base + '_mouse_left']
+
+    def _on_set_parameters(self, changes: List[Any]) -> Any:
+        """click_mode and click_object_id take effect at once; refuse bad values with the
+        reason (`ros2 param set` prints it). Others are only checked at configure."""
+        from rcl_interfaces.msg import SetParametersResult
+
+        for p in changes:
+            if p.name == 'click_mode' and p.value not in params.CLICK_MODES:
+                return SetParametersResult(successful=False, reason=(
+                    f'click_mode must be one of {params.CLICK_MODES}, got {p.value!r}'))
+            if p.name == 'click_object_id' and not (
+                    isinstance(p.value, int) and not isinstance(p.value, bool)
+                    and 1 <= p.value <= 255):
+                return SetParametersResult(successful=False, reason=(
+                    f'click_object_id must be an integer in 1..255, got {p.value!r}'))
+        return SetParametersResult(successful=True)
 
     def _queue_prompt(self, item: PromptItem) -> None:
         if not self._mailbox.put_prompt(item):
@@ -224,12 +318,30 @@ class TrackerNode(LifecycleNode):
     def _decode(self, msg: Any):
         if self.opts.input_type == 'raw':
             return conv.image_to_rgb(msg, self._bridge)
-        return conv.compressed_to_rgb(msg, self._bridge)
+        return conv.compressed_to_rgb(msg, self._bridge, self.opts.max_image_pixels)
 
     def _convert(self, item: PromptItem):
-        if item.kind == 'click':
-            return conv.ACTION_ADD, conv.click_to_prompt(item.msg, self.opts.click_object_id)
-        return conv.prompt_from_msg(item.msg, self._bridge)
+        """Runs in the worker thread (the only one touching the tracker). A click follows the
+        run-time parameters click_mode and click_object_id."""
+        if item.kind != 'click':
+            return conv.prompt_from_msg(item.msg, self._bridge)
+        mode = self.get_parameter('click_mode').value
+        obj_id = int(self.get_parameter('click_object_id').value)
+        if mode == 'new':
+            used = set(self.tracker.object_ids) | self._new_ids
+            obj_id = next((i for i in range(1, 256) if i not in used), 0)
+            if not obj_id:
+                from sam2_ros.engine.errors import CapacityError
+
+                raise CapacityError('click_mode new: all object ids 1..255 are in use')
+            self._new_ids.add(obj_id)
+            from rclpy.parameter import Parameter
+
+            self.set_parameters([Parameter('click_object_id', value=obj_id)])
+            self._log('info', f'click starts object {obj_id} (click_mode new); it is now '
+                              f'click_object_id, so click_mode positive/negative corrects it')
+        return conv.ACTION_ADD, conv.click_to_prompt(item.msg, obj_id,
+                                                     positive=mode != 'negative')
 
     def _publish(self, p: Published) -> None:
         """Mask, state, then overlay. The state follows its mask (a state means its mask was
@@ -241,7 +353,7 @@ class TrackerNode(LifecycleNode):
         pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
         pubs['state'].publish(conv.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._last_publish_ms,
-            dropped=self._mailbox.dropped, processed=self._worker.counters.processed,
+            dropped=self._count('dropped'), processed=self._count('processed'),
             errors=conv.errors_text(p.errors)))
         overlay = pubs.get('overlay')
         if overlay is not None and overlay.get_subscription_count() > 0:
@@ -250,20 +362,19 @@ class TrackerNode(LifecycleNode):
 
     def _log(self, level: str, text: str) -> None:
         """Log through the node logger; an identical line within 2 s is counted, not repeated."""
-        now = time.monotonic()
-        last, t, suppressed = self._last_log
-        if text == last and now - t < 2.0:
-            self._last_log = (last, t, suppressed + 1)
-            return
-        if suppressed:
-            text = f'{text} (previous message repeated {suppressed} more times)'
-        self._last_log = (text, now, 0)
         logger = self.get_logger()
-        {'info': logger.info, 'warn': logger.warning}.get(level, logger.error)(text)
+        for lvl, line in self._log_filter.filter(level, text):
+            {'info': logger.info, 'warn': logger.warning}.get(lvl, logger.error)(line)
+
+    def _diag_name(self) -> str:
+        """'sam2_tracker: tracker', or 'cam0/sam2_tracker: tracker' in a namespace, so the
+        trackers of several cameras stay apart on /diagnostics."""
+        return f'{self.get_fully_qualified_name().lstrip("/")}: tracker'
 
     def _on_diagnostics(self) -> None:
         w, mb, tr, o = self._worker, self._mailbox, self.tracker, self.opts
         if w is None or mb is None or tr is None:
+            self._inactive_diagnostics()
             return
         now = time.monotonic()
         level, problems = 'OK', []
@@ -291,11 +402,12 @@ class TrackerNode(LifecycleNode):
                             f'last {c.consecutive_failures} frames failed')
         values = dict(w.latency.summary(now, DIAG_WINDOW_S))
         values.update({
-            'objects': c.objects, 'received_frames': mb.received,
-            'processed_frames': c.processed,
-            'dropped_frames': mb.dropped, 'waiting_frames': mb.pending_frames(),
+            'objects': c.objects, 'received_frames': self._count('received'),
+            'processed_frames': self._count('processed'),
+            'dropped_frames': self._count('dropped'), 'waiting_frames': mb.pending_frames(),
             'waiting_prompts': mb.pending_prompts() + w.waiting_prompts,
-            'frame_errors': c.frame_errors, 'prompt_errors': c.prompt_errors,
+            'frame_errors': self._count('frame_errors'),
+            'prompt_errors': self._count('prompt_errors'),
             'graph_steps': int(tr.stats.get('graph_steps', 0)),
             'eager_steps': int(tr.stats.get('eager_steps', 0)),
             'fallbacks': fallbacks,
@@ -303,18 +415,68 @@ class TrackerNode(LifecycleNode):
                      f'{self.cfg.precision}',
             'random_weights': self.cfg.random_weights,
         })
+        values['lifecycle_state'] = 'active'
         msg = '; '.join(problems) if problems else 'tracking'
-        pub = self._pubs.get('diag')
-        if pub is None:  # released by a transition running in another executor thread
-            return
-        pub.publish(conv.diagnostics_msg(
-            self.get_clock().now().to_msg(), f'{NODE_NAME}: tracker', level, msg, values))
+        self._diag_pub.publish(conv.diagnostics_msg(
+            self.get_clock().now().to_msg(), self._diag_name(), level, msg, values))
+
+    def _inactive_diagnostics(self) -> None:
+        """WARN 'not tracking' while unconfigured or inactive (a monitor must not mistake a
+        stopped tracker for a silent one), with the totals so far."""
+        state = 'inactive' if self.tracker is not None else 'unconfigured'
+        values: Dict[str, Any] = {'lifecycle_state': state, 'objects': 0}
+        values.update({f'{k}_frames' if k in ('received', 'dropped', 'processed') else k: v
+                       for k, v in self._totals.items()})
+        if self.cfg is not None:
+            values['model'] = (f'{self.cfg.model_size}@{self.cfg.image_size} {self.cfg.device} '
+                               f'{self.cfg.precision}')
+        self._diag_pub.publish(conv.diagnostics_msg(
+            self.get_clock().now().to_msg(), self._diag_name(), 'WARN',
+            f'{state}: not tracking', values))
+
+
+def check_device(device: str) -> None:
+    """A CUDA device on a machine without one fails later with torch's 'Torch not compiled
+    with CUDA enabled'; say what to set instead."""
+    if not str(device).startswith('cuda'):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        why = ('this PyTorch build has no CUDA' if torch.version.cuda is None
+               else 'no CUDA GPU is visible')
+        raise ValueError(f'device {device!r} but {why}: run on the CPU with -p device:=cpu '
+                         f'-p precision:=fp32 (launch files: device:=cpu)')
+
+
+def input_topic(image_topic: str, input_type: str) -> str:
+    """The topic actually subscribed: image_transport's convention puts the compressed
+    stream of `<topic>` on `<topic>/compressed`; a topic already ending so is kept."""
+    if input_type == 'compressed' and not image_topic.rstrip('/').endswith('/compressed'):
+        return image_topic.rstrip('/') + '/compressed'
+    return image_topic
+
+
+def print_usage() -> None:
+    print(USAGE + '\n'.join(f'  {s.name:<24} {s.description}' for s in params.PARAMS))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Console entry point. With ``autostart: true`` the node configures and activates itself
     and exits with status 1 if that fails; otherwise it waits for lifecycle service calls."""
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    args = list(argv if argv is not None else sys.argv)
+    user = args[1:args.index('--ros-args')] if '--ros-args' in args else args[1:]
+    if any(a in ('-h', '--help') for a in user):
+        print_usage()
+        return 0
+    try:
+        return _run(args)
+    except KeyboardInterrupt:   # a late Ctrl-C (see _run): the node is already released
+        return 0
+
+
+def _run(args: List[str]) -> int:
+    rclpy.init(args=args)
     node = TrackerNode()
     # One executor thread: callbacks only hand messages to the worker, which does the work in
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
@@ -332,11 +494,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not ok:
                 node.get_logger().fatal('autostart failed (see the error above); exiting')
                 rc = 1
+        else:
+            node.get_logger().info(
+                f'waiting unconfigured (autostart is false): `ros2 lifecycle set '
+                f'{node.get_fully_qualified_name()} configure`, then `activate`; or start with '
+                f'-p autostart:=true')
         while rc == 0 and rclpy.ok() and not node.finished:
             executor.spin_once(timeout_sec=0.2)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        # rclpy's SIGINT handler shuts the context down and chains to Python's, whose
+        # KeyboardInterrupt may surface later, e.g. inside the release below (seen under
+        # `ros2 launch`: exit -2 with a traceback). Ctrl-C has been heard: ignore repeats.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         node._release_io()
         node._release_tracker()
         executor.shutdown()

@@ -18,6 +18,11 @@ from sam2_ros.engine.config import TrackerConfig
 
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')
+# What a click (~/click PointStamped, or a Point from rqt_image_view) does; see NodeOptions.
+CLICK_MODES = ('positive', 'negative', 'new')
+# Parameters that take effect at once when set at run time (`ros2 param set`); all others are
+# read at configure.
+RUNTIME_PARAMS = ('click_mode', 'click_object_id')
 
 
 @dataclass
@@ -41,8 +46,16 @@ class NodeOptions:
     # No frame for this long -> diagnostics WARN 'no frames'.
     stale_timeout_s: float = 2.0
     diagnostics_period_s: float = 1.0
-    # Object that a geometry_msgs/PointStamped on ~/click adds a positive point to.
+    # Object that a click (geometry_msgs/PointStamped on ~/click, or Point from rqt_image_view)
+    # is for. Changeable at run time (`ros2 param set`), like click_mode.
     click_object_id: int = 1
+    # 'positive': a positive point on click_object_id (starts it, or corrects it if tracked);
+    # 'negative': a negative point on click_object_id (removes the clicked area from it);
+    # 'new': starts a new object with the next unused id, which becomes click_object_id.
+    click_mode: str = 'positive'
+    # Compressed images declaring more pixels than this are refused BEFORE decoding (a 425 KB
+    # PNG can declare 20000x20000 and take 1.2 GB decoded). Default: 8K UHD.
+    max_image_pixels: int = 7680 * 4320
     # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
     autostart: bool = False
 
@@ -58,6 +71,10 @@ class NodeOptions:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)!r}')
         if not 1 <= int(self.click_object_id) <= 255:
             raise ValueError(f'click_object_id must be in 1..255, got {self.click_object_id!r}')
+        if self.click_mode not in CLICK_MODES:
+            raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
+        if int(self.max_image_pixels) < 1:
+            raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
         if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.image_topic:
@@ -133,7 +150,12 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('diagnostics_period_s', N, 'diagnostics_period_s', 'float',
               'period of /diagnostics (wall clock)'),
     ParamSpec('click_object_id', N, 'click_object_id', 'int',
-              'object id that a PointStamped on ~/click adds a positive point to'),
+              'object a click is for (~/click PointStamped, rqt_image_view Point); run time'),
+    ParamSpec('click_mode', N, 'click_mode', 'str',
+              "what a click does: 'positive' point on click_object_id, 'negative' point on it, "
+              "'new' object (next unused id, then the click target); settable at run time"),
+    ParamSpec('max_image_pixels', N, 'max_image_pixels', 'int',
+              'compressed images declaring more pixels are refused before decoding'),
     ParamSpec('autostart', N, 'autostart', 'bool', 'configure and activate on start-up'),
 )
 
@@ -239,3 +261,18 @@ def read(node: Any) -> Tuple[TrackerConfig, NodeOptions]:
 
 def names() -> List[str]:
     return [s.name for s in PARAMS]
+
+
+def unknown(given: List[str], declared: List[str]) -> List[Tuple[str, str]]:
+    """Parameters given (params file, ``-p``) that the node does not declare, each with the
+    closest declared name ('' if none is close). ROS silently ignores such overrides, so a typo
+    (``image_sise``) would run with the default; the node reports them instead."""
+    import difflib
+
+    out = []
+    for name in sorted(set(given) - set(declared)):
+        if name.startswith('qos_overrides.'):   # declared by rclpy per topic, when used
+            continue
+        close = difflib.get_close_matches(name, declared, n=1, cutoff=0.8)
+        out.append((name, close[0] if close else ''))
+    return out

@@ -32,6 +32,9 @@ from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
 
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
+# PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
+# what is shown, the latest processed frame; before any frame it waits for the next one.
+LATEST = -1
 # Errors kept for the next TrackingState when no frame succeeds for a while (all are logged).
 MAX_HELD_ERRORS = 100
 
@@ -48,7 +51,7 @@ class FrameItem:
 class PromptItem:
     msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
     kind: str           # 'prompt' | 'click'
-    stamp_ns: int       # 0 = next frame
+    stamp_ns: int       # 0 = next frame; LATEST = the latest processed frame
 
 
 @dataclass
@@ -208,6 +211,12 @@ class TrackingWorker:
             self._thread.join(timeout)
             self._thread = None
 
+    def drop_pending(self) -> List[str]:
+        """Forget the prompts held for frames not seen yet (the worker is stopping); their
+        descriptions, for the caller to report."""
+        held, self._pending = self._pending, []
+        return [what for _, _, _, what in held]
+
     @property
     def waiting_prompts(self) -> int:
         """Prompts held for a frame whose stamp has not arrived yet (read from other threads:
@@ -266,6 +275,8 @@ class TrackingWorker:
             self.report_error(f'rejected {what}: {exc}')
             return
         last = self.last_stamp_ns
+        if item.stamp_ns == LATEST:
+            item.stamp_ns = 0 if last is None else last
         if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
             if len(self._pending) >= self.mailbox.prompt_queue_size:
                 self.counters.prompt_errors += 1

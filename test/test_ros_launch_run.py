@@ -1,0 +1,259 @@
+"""The real ROS tools in the loop: `ros2 launch` of our launch files from the venv, and the
+`ros2` CLI (lifecycle, param, topic) against the running node, as a user types them.
+
+The tools come from a ROS 2 install or from the offline bundle ../shared/ros_cli, which
+scripts/setup.sh installs into the venv when it exists. Without either, these tests skip and say
+so; with the bundle present but not installed they fail (run scripts/setup.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from ros_helpers import (ROOT, Client, DomainLease, Proc, frames, image_msg, stamp, wait_until,
+                         write_params)
+
+pytestmark = pytest.mark.slow
+BUNDLE = ROOT.parent / 'shared' / 'ros_cli'
+VENV_BIN = Path(sys.executable).parent
+CPU_ARGS = ['device:=cpu', 'random_weights:=true', 'image_size:=256',
+            'use_cuda_graphs:=false']
+
+
+def ros2() -> str:
+    """The ros2 executable: the venv's (bundle or colcon) or a ROS install's on PATH."""
+    exe = VENV_BIN / 'ros2'
+    if exe.exists():
+        return str(exe)
+    found = shutil.which('ros2')
+    if found:
+        return found
+    if BUNDLE.is_dir():
+        pytest.fail(f'{BUNDLE} exists but {exe} does not: run scripts/setup.sh, which installs '
+                    f'the ROS 2 CLI bundle into the venv', pytrace=False)
+    pytest.skip(f'no ROS 2 CLI: neither a ROS 2 install (ros2 on PATH) nor the offline bundle '
+                f'{BUNDLE} is present')
+
+
+def cli_env(lease: DomainLease, path_without_venv: bool = False) -> Dict[str, str]:
+    env = lease.env()
+    env.pop('PYTHONPATH', None)   # what a user has: the installed package only
+    if path_without_venv:
+        env['PATH'] = os.pathsep.join(p for p in env['PATH'].split(os.pathsep)
+                                      if Path(p).resolve() != VENV_BIN.resolve())
+    return env
+
+
+def run_cli(env: Dict[str, str], *args: str, timeout: float = 60.0) -> str:
+    """One `ros2` command; its output (stdout + stderr); fails the test on a non-zero exit."""
+    p = subprocess.run([ros2(), *args], env=env, cwd='/', capture_output=True, text=True,
+                       timeout=timeout)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f'ros2 {" ".join(args)} -> {p.returncode}:\n{out}'
+    return out
+
+
+def cli_until(env: Dict[str, str], args: List[str], pattern: str, timeout: float) -> str:
+    """Repeat a `ros2` query until its output matches (discovery takes a moment)."""
+    last = ''
+
+    def ok():
+        nonlocal last
+        p = subprocess.run([ros2(), *args], env=env, cwd='/', capture_output=True, text=True,
+                           timeout=60)
+        last = p.stdout + p.stderr
+        return re.search(pattern, last)
+    try:
+        wait_until(ok, timeout, f'ros2 {" ".join(args)} ~ {pattern!r}', poll=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f'{exc}; last output:\n{last}') from None
+    return last
+
+
+def launch(env: Dict[str, str], tmp: Path, tag: str, *args: str) -> Proc:
+    return Proc([ros2(), 'launch', 'sam2_ros', *args], env, tmp / f'{tag}.log')
+
+
+def descendants(pid: int) -> List[int]:
+    out = subprocess.run(['ps', '-e', '-o', 'pid=,ppid='], capture_output=True,
+                         text=True).stdout.split()
+    children: Dict[int, List[int]] = {}
+    for c, p in zip(out[::2], out[1::2]):
+        children.setdefault(int(p), []).append(int(c))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def alive(pids: List[int]) -> List[int]:
+    return [p for p in pids if Path(f'/proc/{p}').exists()
+            and 'zombie' not in Path(f'/proc/{p}/status').read_text().lower()]
+
+
+def node_pids(launch_proc: Proc) -> List[int]:
+    return [p for p in descendants(launch_proc.p.pid)
+            if b'tracker_node' in Path(f'/proc/{p}/cmdline').read_bytes()]
+
+
+def proc_env(pid: int) -> Dict[str, str]:
+    raw = Path(f'/proc/{pid}/environ').read_bytes().split(b'\0')
+    return dict(kv.decode(errors='replace').split('=', 1) for kv in raw if b'=' in kv)
+
+
+def stop_daemon(env: Dict[str, str]) -> None:
+    subprocess.run([ros2(), 'daemon', 'stop'], env=env, cwd='/', capture_output=True,
+                   timeout=30)
+
+
+def sigint_and_check_clean(proc: Proc, pids: List[int]) -> str:
+    """SIGINT to `ros2 launch` (as Ctrl-C): exit 0 and no process of it left."""
+    proc.p.send_signal(signal.SIGINT)
+    rc = proc.p.wait(30)
+    log = proc.log()
+    assert rc == 0, f'ros2 launch exited {rc} after SIGINT:\n{log[-3000:]}'
+    wait_until(lambda: not alive(pids), 10, f'processes {pids} to exit')
+    return log
+
+
+def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
+    """Defects 1 (share/lib installed), 2 (no rviz2: the launch goes on), 3 (dds_profile:=none),
+    5 (no deprecation warnings), 6 (CPU by launch arguments alone), 12 (deactivate flush),
+    plus the CLI round trip a user does."""
+    ros2()
+    lease = DomainLease()
+    env = cli_env(lease)
+    proc = launch(env, tmp_path, 'tracker', 'tracker.launch.py', *CPU_ARGS, 'dds_profile:=none')
+    c = None
+    try:
+        proc.wait_log(r'\]: active:', 180)
+        log = proc.log()
+        assert 'rviz2 is not installed: starting without RViz' in log
+        assert 'deprecated' not in log.lower(), log
+        assert re.search(r'tiny@256 cpu fp32 graphs=False', log), log
+        pids = node_pids(proc)
+        assert len(pids) == 1, descendants(proc.p.pid)
+        assert 'FASTDDS_DEFAULT_PROFILES_FILE' not in proc_env(pids[0])
+
+        assert re.search(r'^active \[3\]', cli_until(env, ['lifecycle', 'get', '/sam2_tracker'],
+                                                     r'active', 60), re.M)
+        assert 'String value is: cpu' in run_cli(env, 'param', 'get', '/sam2_tracker', 'device')
+        # a state comes out for a frame sent while `ros2 topic echo --once` listens
+        echo = subprocess.Popen([ros2(), 'topic', 'echo', '--once', '/sam2_tracker/state'],
+                                env=env, cwd='/', stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        c = Client(lease)
+        c.wait_connected(60)
+        f = frames(1)[0]
+        for i in range(20):
+            c.pub_image.publish(image_msg(f, stamp(i)))
+            try:
+                out, _ = echo.communicate(timeout=3)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            echo.kill()
+            raise AssertionError('ros2 topic echo --once /sam2_tracker/state got nothing')
+        assert 'frame_index:' in out and 'engine_mode:' in out, out
+
+        assert 'Set parameter successful' in run_cli(env, 'param', 'set', '/sam2_tracker',
+                                                     'click_mode', 'new')
+        assert 'String value is: new' in run_cli(env, 'param', 'get', '/sam2_tracker',
+                                                 'click_mode')
+        bad = subprocess.run([ros2(), 'param', 'set', '/sam2_tracker', 'click_mode', 'nope'],
+                             env=env, cwd='/', capture_output=True, text=True, timeout=60)
+        assert 'Setting parameter failed' in bad.stdout + bad.stderr, bad
+
+        assert 'Transitioning successful' in run_cli(env, 'lifecycle', 'set', '/sam2_tracker',
+                                                     'deactivate')
+        assert re.search(r'^inactive', run_cli(env, 'lifecycle', 'get', '/sam2_tracker'), re.M)
+        time.sleep(0.5)
+        assert 'did not acknowledge' not in proc.log()
+        c.close()
+        c = None
+        log = sigint_and_check_clean(proc, pids)
+        assert 'Traceback' not in log, log[-3000:]
+    finally:
+        if c is not None:
+            c.close()
+        proc.stop()
+        stop_daemon(env)
+        lease.release()
+
+
+def test_rviz_true_without_rviz2_starts_nothing(tmp_path):
+    """Defect 2: a required RViz that is missing stops the launch before the tracker starts."""
+    ros2()
+    lease = DomainLease()
+    env = cli_env(lease)
+    proc = launch(env, tmp_path, 'rviz_true', 'tracker.launch.py', *CPU_ARGS, 'rviz:=true')
+    try:
+        rc = proc.p.wait(60)
+        log = proc.log()
+        assert rc != 0, log
+        assert 'rviz2 is not installed' in log and 'tracker_node' not in log, log
+    finally:
+        proc.stop()
+        lease.release()
+
+
+def test_multi_camera_launch_tracks_two_cameras(tmp_path):
+    """One tracker per camera namespace, each on its own topics and device."""
+    ros2()
+    lease = DomainLease()
+    env = cli_env(lease)
+    params = write_params(tmp_path / 'multi.yaml', autostart=False)
+    proc = launch(env, tmp_path, 'multi', 'multi_camera.launch.py', 'cameras:=cam0,cam1',
+                  'devices:=cpu', 'random_weights:=true', 'image_size:=256',
+                  'use_cuda_graphs:=false', f'params_file:={params}')
+    clients = []
+    try:
+        proc.wait_log(r'cam0\.sam2_tracker\]: active:', 240)
+        proc.wait_log(r'cam1\.sam2_tracker\]: active:', 240)
+        pids = node_pids(proc)
+        assert len(pids) == 2
+        for pid in pids:   # the default profile reaches every node
+            assert proc_env(pid)['FASTDDS_DEFAULT_PROFILES_FILE'].endswith(
+                'share/sam2_ros/config/fastdds_large_frames.xml')
+        from sensor_msgs.msg import Image
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        f = frames(2)
+        for k, cam in enumerate(('cam0', 'cam1')):
+            c = Client(lease, node_name=f'{cam}/sam2_tracker')
+            c.pub_image = c.node.create_publisher(
+                Image, f'/{cam}/image_raw', QoSProfile(depth=10,
+                                                       reliability=ReliabilityPolicy.RELIABLE))
+            clients.append(c)
+        for k, c in enumerate(clients):
+            c.wait_connected(60)
+            c.pub_image.publish(image_msg(f[k], stamp(10 + k)))
+        for k, c in enumerate(clients):
+            st = c.wait_state(stamp(10 + k), 120)
+            assert st.header.stamp.sec > 0
+            assert not c.states_for(stamp(10 + 1 - k)), 'a camera got the other one\'s frame'
+        out = run_cli(env, 'param', 'get', '/cam1/sam2_tracker', 'image_topic')
+        assert 'String value is: /cam1/image_raw' in out
+        for c in clients:
+            c.close()
+        clients = []
+        sigint_and_check_clean(proc, pids)
+    finally:
+        for c in clients:
+            c.close()
+        proc.stop()
+        stop_daemon(env)
+        lease.release()
