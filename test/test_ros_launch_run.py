@@ -257,3 +257,31 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
         proc.stop()
         stop_daemon(env)
         lease.release()
+
+
+def test_replay_launch_default_player_without_venv_on_path(tmp_path):
+    """Defect 4: the default player needed `ros2 bag` (absent here) and `ros2` on PATH; now
+    player:=auto takes our player when rosbag2 is missing, and every path is absolute."""
+    from test_ros_replay import N, write_bag
+
+    ros2()
+    bag = write_bag(tmp_path / 'bag', 'mcap')
+    lease = DomainLease()
+    env = cli_env(lease, path_without_venv=True)
+    proc = launch(env, tmp_path, 'replay', 'replay.launch.py', f'bag:={bag}', 'rate:=2.0',
+                  *CPU_ARGS, 'max_objects:=2')
+    c = Client(lease)
+    try:
+        st = c.wait_state(stamp(N - 1), 240)
+        assert [o.object_id for o in st.objects] == [1, 2]
+        log = proc.log()
+        assert 'sam2_bag_replay' in log and 'deprecated' not in log.lower(), log
+        c.close()
+        c = None
+        pids = node_pids(proc)
+        sigint_and_check_clean(proc, pids)
+    finally:
+        if c is not None:
+            c.close()
+        proc.stop()
+        lease.release()
