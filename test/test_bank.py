@@ -50,7 +50,7 @@ def read(b, slot, frame):
     mem = b.gather([sel])
     feats = [int(mem.feats[i, 0, 0, 0, 0]) for i in range(mem.feats.shape[0])]
     ptrs = [int(mem.ptrs[i, 0, 0] - 0.5) for i in range(mem.ptrs.shape[0])]
-    assert mem.tpos_idx.tolist() == sel.tpos_idx
+    assert mem.tpos_idx[:, 0].tolist() == sel.tpos_idx
     assert mem.ptr_dist[:, 0].tolist() == sel.ptr_dist
     return feats, sel.tpos_idx, ptrs, sel.ptr_dist
 

@@ -52,13 +52,13 @@ def fake_capture_same_outputs(self, fn, inputs):
     return graphs._Captured(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
 
 
-def graph_tracker(mode, monkeypatch):
+def graph_tracker(mode, monkeypatch, padded=True):
     monkeypatch.setattr(graphs.GraphRunner, '_capture', fake_capture_same_outputs)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
-                        batch_buckets=(1, 2), max_cond_frames=2)
+                        batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded)
     tr = StreamingTracker(cfg)
     reasons = []
     tr.runner = graphs.GraphRunner(tr.model, cfg, reasons.append)
@@ -68,9 +68,9 @@ def graph_tracker(mode, monkeypatch):
     return tr, cfg
 
 
-@pytest.mark.parametrize('mode', ['swap', 'batched'])
-def test_graph_runner_logic_equals_eager(mode, monkeypatch):
-    tr, cfg = graph_tracker(mode, monkeypatch)
+@pytest.mark.parametrize('mode,padded', [('swap', True), ('batched', True), ('swap', False)])
+def test_graph_runner_logic_equals_eager(mode, padded, monkeypatch):
+    tr, cfg = graph_tracker(mode, monkeypatch, padded)
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
     frames = synthetic_frames(40, h=48, w=64)
     events = schedule(48, 64, add2=3, add3=5, fix=22, remove=30)
@@ -91,8 +91,10 @@ def test_graph_runner_logic_equals_eager(mode, monkeypatch):
             for t in (tr, ref):
                 t.remove_object(p) if kind == 'remove' else t.add_prompt(p)
     assert worst <= 1e-4, worst
-    # steady frames replayed graphs; the first 15 after each prompt ran eagerly
-    assert tr.stats['graph_steps'] >= 30 and tr.stats['eager_steps'] > 15, dict(tr.stats)
+    if padded:   # every tracking step replayed a graph, the 15 after each prompt included
+        assert tr.stats['graph_steps'] >= 60 and tr.stats['eager_steps'] == 0, dict(tr.stats)
+    else:        # steady frames replayed graphs; the first 15 after each prompt ran eagerly
+        assert tr.stats['graph_steps'] >= 30 and tr.stats['eager_steps'] > 15, dict(tr.stats)
     assert a.mode in ('graph', 'mixed')
     replays = {k: c.graph.replays for k, c in tr.runner.steps.items()}
     if mode == 'batched':

@@ -58,6 +58,12 @@ class TrackerConfig:
     graph_mode: str = 'swap'
     # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket).
     batch_buckets: tuple = (1, 2, 4, 8)
+    # Track-step graphs take memories padded to their bucket, flagged valid or not, and
+    # attend only to the valid ones (FlashAttention's variable-length kernel): every tracking
+    # frame replays a graph, the 15 after each prompt included. Outputs equal the eager
+    # path's within rounding (another attention kernel; docs/design.md). False: graphs for the
+    # steady state only, with sam2's own attention call; frames after a prompt run eagerly.
+    padded_graphs: bool = True
     # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
     graph_cond_buckets: Optional[tuple] = None
     # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,

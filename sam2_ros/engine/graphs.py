@@ -9,7 +9,11 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   encoding) is captured per shape bucket. A bucket is the steady state of an object with c
   conditioning frames: c + 6 spatial memories and c + 15 pointers. Pointer distances are a
   device buffer written before each replay, so temporal distances stay true (no frozen
-  frame index). Frames of another shape (the first 15 after a prompt) run eagerly.
+  frame index). With ``padded_graphs`` (the default) an object with fewer memories (the 15
+  frames after a prompt, a correction) runs in the smallest bucket that holds it: its
+  memories are padded to the bucket and flagged, and the memory attention attends only to
+  the flagged ones (``attention.py``), so every tracking frame replays a graph. Without it
+  such frames run eagerly.
 * 'swap' mode: one graph per c with batch 1; each object's memories are gathered into the
   graph's static buffers (one index_select per tensor), the graph replays, outputs are
   copied out. 'batched' mode: graphs per (B, c); objects of the same c are stacked on the
@@ -124,11 +128,16 @@ class GraphRunner(EagerRunner):
     def _capture_step(self, batch: int, n_cond: int) -> _Captured:
         n_s, n_p = self._steady_key(n_cond)
         b = self.bank
+        dev = b.feats.device
+        # padded buckets flag which slots hold a memory (all do during capture)
+        valid = (lambda n: torch.ones(n, batch, dtype=torch.bool, device=dev)) \
+            if self.cfg.padded_graphs else (lambda n: None)
         mem = step.Memory(
             feats=b.feats.new_zeros(n_s, batch, *b.feats.shape[2:]),
-            tpos_idx=torch.zeros(n_s, dtype=torch.long, device=b.feats.device),
+            tpos_idx=torch.zeros(n_s, batch, dtype=torch.long, device=dev),
             ptrs=b.ptrs.new_zeros(n_p, batch, *b.ptrs.shape[2:]),
-            ptr_dist=torch.ones(n_p, batch, device=b.feats.device))
+            ptr_dist=torch.ones(n_p, batch, device=dev),
+            feat_valid=valid(n_s), ptr_valid=valid(n_p))
         feats = self.encoder.outputs
         return self._capture(lambda m: step.track_step(
             self.cmodel, encoder.expand(feats, batch), m, self.maskmem_pos), mem)
@@ -214,9 +223,15 @@ class GraphRunner(EagerRunner):
             dst.index_copy_(0, idx, src[:n].to(dst.dtype))
 
     def _graph_cond(self, sel: Selection, features: encoder.Features) -> Optional[int]:
-        """The conditioning-frame count of a steady-state object with a captured graph."""
+        """The bucket (conditioning-frame count c) whose graph runs this object: padded
+        graphs take any object whose memories fit c's steady shape (the smallest such c);
+        unpadded graphs only an object in exactly that steady state."""
         if not self.enabled or features is not self.encoder.outputs:
             return None
+        if self.cfg.padded_graphs:
+            fits = [c for _, c in self.steps
+                    if all(n <= m for n, m in zip(sel.key, self._steady_key(c)))]
+            return min(fits) if fits else None   # None: more memories than any bucket
         n_cond = sum(1 for t in sel.tpos_idx if t == self.model.num_maskmem - 1)
         if sel.key != self._steady_key(n_cond):
             return None                      # warming up after a prompt: eager

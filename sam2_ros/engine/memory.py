@@ -148,29 +148,45 @@ class MemoryBank:
         return Selection(feat_rows, tpos, ptr_rows, dist)
 
     def gather(self, sels: List[Selection], out: Optional[Memory] = None) -> Memory:
-        """Stack the selected memories of B objects (all with the same bucket key) into a
-        step's Memory: feats [n_s, B, ...], ptrs [n_p, B, C], ptr_dist [n_p, B]. With
-        ``out`` (a graph's static buffers) everything is written in place."""
-        n_s, n_p = sels[0].key
+        """Stack the selected memories of B objects into a step's Memory: feats
+        [n_s, B, ...], tpos_idx [n_s, B], ptrs [n_p, B, C], ptr_dist [n_p, B].
+
+        Without ``out`` all selections have the same key and the Memory is exactly theirs.
+        With ``out`` (a graph's static buffers) everything is written in place; buffers with
+        validity flags may be larger than an object's memories (a padded bucket): the extra
+        slots read row 0 and are flagged invalid, so the attention skips them.
+        """
+        padded = out is not None and out.feat_valid is not None
+        n_s, n_p = (out.feats.shape[0], out.ptrs.shape[0]) if padded else sels[0].key
+        assert all(s.key[0] <= n_s and s.key[1] <= n_p for s in sels), 'bucket too small'
+        assert padded or all(s.key == (n_s, n_p) for s in sels), 'mixed shapes need padding'
         batch = len(sels)
-        # row index tensors ordered (memory, object) so a view gives [n, B, ...]
-        f_idx = [s.feat_rows[i] for i in range(n_s) for s in sels]
-        p_idx = [s.ptr_rows[i] for i in range(n_p) for s in sels]
-        dist = [s.ptr_dist[i] for i in range(n_p) for s in sels]
-        host = self.stage(f_idx + p_idx + dist + sels[0].tpos_idx)
-        f_i, p_i = host[:n_s * batch], host[n_s * batch:(n_s + n_p) * batch]
-        d_i = host[(n_s + n_p) * batch:(n_s + 2 * n_p) * batch]
-        t_i = host[(n_s + 2 * n_p) * batch:]
+
+        def slots(n, pick):       # ordered (memory, object) so a view gives [n, B, ...]
+            return [pick(s, i) for i in range(n) for s in sels]
+        fill = lambda rows, i, pad: rows[i] if i < len(rows) else pad   # noqa: E731
+        host = self.stage(
+            slots(n_s, lambda s, i: fill(s.feat_rows, i, 0))
+            + slots(n_p, lambda s, i: fill(s.ptr_rows, i, 0))
+            + slots(n_p, lambda s, i: fill(s.ptr_dist, i, 1))
+            + slots(n_s, lambda s, i: fill(s.tpos_idx, i, 0))
+            + slots(n_s, lambda s, i: int(i < len(s.feat_rows)))
+            + slots(n_p, lambda s, i: int(i < len(s.ptr_rows))))
+        f_i, p_i, d_i, t_i, fv, pv = host.split(
+            [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch])
         flat_f = self.feats.flatten(0, 1)
         flat_p = self.ptrs.flatten(0, 1)
         if out is None:
             feats = flat_f.index_select(0, f_i).view(n_s, batch, *flat_f.shape[1:])
             ptrs = flat_p.index_select(0, p_i).view(n_p, batch, *flat_p.shape[1:])
-            return Memory(feats, t_i, ptrs, d_i.view(n_p, batch).float())
+            return Memory(feats, t_i.view(n_s, batch), ptrs, d_i.view(n_p, batch).float())
         torch.index_select(flat_f, 0, f_i, out=out.feats.view(n_s * batch, *flat_f.shape[1:]))
         torch.index_select(flat_p, 0, p_i, out=out.ptrs.view(n_p * batch, *flat_p.shape[1:]))
         out.ptr_dist.copy_(d_i.view(n_p, batch))
-        out.tpos_idx.copy_(t_i)
+        out.tpos_idx.copy_(t_i.view(n_s, batch))
+        if padded:
+            out.feat_valid.copy_(fv.view(n_s, batch))
+            out.ptr_valid.copy_(pv.view(n_p, batch))
         return out
 
     def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,

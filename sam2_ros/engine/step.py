@@ -17,12 +17,14 @@ C = 256 hidden dim, Cm = 64 memory dim, h = w = S/16.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
+from sam2_ros.engine import attention
 from sam2_ros.engine.encoder import Features, high_res_features
 
 
@@ -30,16 +32,21 @@ from sam2_ros.engine.encoder import Features, high_res_features
 class Memory:
     """Memories one step attends to; fixed shapes within a graph bucket.
 
-    feats:    [n_s, B, Cm, h, w] spatial memories (bf16, as sam2 stores them)
-    tpos_idx: [n_s] long, index into ``model.maskmem_tpos_enc`` of each spatial memory
-    ptrs:     [n_p, B, C] object pointers
-    ptr_dist: [n_p, B] float signed temporal distance (current frame - pointer's frame)
+    feats:      [n_s, B, Cm, h, w] spatial memories (bf16, as sam2 stores them)
+    tpos_idx:   [n_s, B] long, index into ``model.maskmem_tpos_enc`` of each spatial memory
+    ptrs:       [n_p, B, C] object pointers
+    ptr_dist:   [n_p, B] float signed temporal distance (current frame - pointer's frame)
+    feat_valid: [n_s, B] bool, ptr_valid: [n_p, B] bool: which slots hold a memory, for a
+                graph bucket padded beyond an object's memories (``attention.py``); None
+                when every slot is a memory (sam2's own attention call is used then)
     """
 
     feats: torch.Tensor
     tpos_idx: torch.Tensor
     ptrs: torch.Tensor
     ptr_dist: torch.Tensor
+    feat_valid: Optional[torch.Tensor] = None
+    ptr_valid: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -61,9 +68,9 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor):
     n_s, batch = mem.feats.shape[:2]
     # [n_s, B, Cm, h, w] -> n_s x [HW, B, Cm]; stays bf16 until the cat promotes it.
     spatial = mem.feats.flatten(3).permute(0, 3, 1, 2)
-    tpos = model.maskmem_tpos_enc.index_select(0, mem.tpos_idx)       # [n_s, 1, 1, Cm]
-    spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos
-    spatial_pos = spatial_pos.expand(-1, -1, batch, -1)
+    tpos = model.maskmem_tpos_enc.flatten(1)[mem.tpos_idx]           # [n_s, B, Cm]
+    # [1, HW, 1, Cm] + [n_s, 1, B, Cm] -> [n_s, HW, B, Cm]
+    spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos.unsqueeze(1)
     mem_dim = model.mem_dim
     hidden = model.hidden_dim
     # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected.
@@ -93,9 +100,13 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
         fused = curr + model.no_mem_embed
     else:
         memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos)
-        fused = model.memory_attention(curr=[curr], curr_pos=[features.vision_pos[-1]],
-                                       memory=memory, memory_pos=memory_pos,
-                                       num_obj_ptr_tokens=n_ptr_tokens)
+        padded = contextlib.nullcontext() if mem.feat_valid is None else \
+            attention.masked_memory(model, attention.token_mask(
+                mem.feat_valid, mem.ptr_valid, h * w, model.hidden_dim // model.mem_dim))
+        with padded:
+            fused = model.memory_attention(curr=[curr], curr_pos=[features.vision_pos[-1]],
+                                           memory=memory, memory_pos=memory_pos,
+                                           num_obj_ptr_tokens=n_ptr_tokens)
     return fused.permute(1, 2, 0).reshape(batch, hidden, h, w)
 
 

@@ -118,6 +118,8 @@ PARAMS: Tuple[ParamSpec, ...] = (
               "object batch sizes captured for graph_mode 'batched'"),
     ParamSpec('graph_cond_buckets', T, 'graph_cond_buckets', 'int_array',
               'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
+    ParamSpec('padded_graphs', T, 'padded_graphs', 'bool',
+              'graphs also run the frames after a prompt (padded memory, masked attention)'),
     ParamSpec('graph_io', T, 'graph_io', 'bool',
               'frame preprocessing and mask postprocessing as CUDA graphs too'),
     ParamSpec('io_resolution', T, 'io_resolution', 'int_array',

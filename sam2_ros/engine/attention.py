@@ -1,0 +1,113 @@
+"""Memory cross-attention over padded memories: one graph shape for every frame of a stream.
+
+Why: sam2's memory attention reads n_s spatial memories (HW tokens each) and n_p object
+pointers (4 tokens each), and both counts grow for 15 frames after every prompt. SDPA's fast
+kernels take no key mask, so a graph captured at one shape could not run those frames. Here
+a graph's memory is padded to its bucket's capacity; a validity flag per memory says which
+slots hold something. The keys and values of the valid slots are packed, in sam2's order, into
+a variable-length batch (``cu_seqlens``), and FlashAttention's variable-length kernel attends
+over exactly those keys: the same softmax over the same keys as sam2's one SDPA call, so no
+padding token contributes. Flash is also 1.6x faster than cuDNN's kernel at one object and
+512 px (docs/performance.md). fp32 uses the memory-efficient kernel's variable-length mode;
+on the CPU (tests only) each object is attended separately.
+
+Everything here is a fixed-shape function of device tensors (the packing order is an argsort
+of the validity mask on the device), so it is captured in the step graphs. Only the inner
+attention of sam2's ``RoPEAttention`` is replaced, for the duration of one call; projections,
+RoPE, the layers and their norms and MLPs are sam2's own modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from sam2.modeling.position_encoding import apply_rotary_enc
+from sam2.modeling.sam.transformer import RoPEAttention
+
+def token_mask(feat_valid: torch.Tensor, ptr_valid: torch.Tensor, hw: int,
+               ptr_tokens: int) -> torch.Tensor:
+    """feat_valid [n_s, B], ptr_valid [n_p, B] bool -> [B, n_s*hw + ptr_tokens*n_p] bool in
+    the memory sequence's order (spatial memories, then pointer tokens)."""
+    spatial = feat_valid.t().repeat_interleave(hw, dim=1)
+    ptrs = ptr_valid.t().repeat_interleave(ptr_tokens, dim=1)
+    return torch.cat([spatial, ptrs], dim=1)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     valid: torch.Tensor) -> torch.Tensor:
+    """Attention of each batch row over its valid keys only.
+
+    q [B, H, Lq, D], k/v [B, H, Lk, D], valid [B, Lk] bool -> [B, H, Lq, D].
+    """
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    if not q.is_cuda:
+        return _per_row(q, k, v, valid)
+    flat = valid.reshape(-1)
+    # valid keys first, each row's in order: packed row i is keys [cu_k[i], cu_k[i+1])
+    order = torch.argsort((~flat).to(torch.uint8), stable=True)
+    kp = k.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    vp = v.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    cu_k = F.pad(valid.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
+    cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device=q.device)
+    qp = q.transpose(1, 2).reshape(b * lq, h, d)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        out = torch.ops.aten._flash_attention_forward(
+            qp, kp, vp, cu_q, cu_k, lq, lk, 0.0, False, False)[0]
+    else:
+        out = torch.ops.aten._efficient_attention_forward(
+            qp[None], kp[None], vp[None], None, cu_q, cu_k, lq, lk, 0.0, 0)[0][0]
+    return out.view(b, lq, h, d).transpose(1, 2)
+
+
+def _per_row(q, k, v, valid):
+    """Reference on the CPU: each row attends over its own valid keys (host-synchronizing)."""
+    rows = [F.scaled_dot_product_attention(q[i:i + 1], k[i:i + 1, :, m], v[i:i + 1, :, m])
+            for i, m in enumerate(valid)]
+    return torch.cat(rows)
+
+
+class _MaskedRoPEAttention(RoPEAttention):
+    """sam2's RoPEAttention with its attention call restricted to valid memory tokens.
+
+    Built around an existing module (its projections and RoPE tables), not initialised as a
+    new one; an instance of RoPEAttention so sam2's layers pass it the pointer-token count.
+    """
+
+    def __init__(self, inner: RoPEAttention, valid: torch.Tensor):
+        torch.nn.Module.__init__(self)
+        self.inner, self.valid = inner, valid
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                num_k_exclude_rope: int = 0) -> torch.Tensor:
+        a = self.inner
+        q = a._separate_heads(a.q_proj(q), a.num_heads)       # [B, H, Lq, D]
+        k = a._separate_heads(a.k_proj(k), a.num_heads)       # [B, H, Lk, D]
+        v = a._separate_heads(a.v_proj(v), a.num_heads)
+        if a.freqs_cis.shape[0] != q.shape[-2]:     # as sam2: tables for this feature size
+            side = q.shape[-2] ** 0.5
+            a.freqs_cis = a.compute_cis(end_x=side, end_y=side)
+        a.freqs_cis = a.freqs_cis.to(q.device)
+        n_rope = k.shape[-2] - num_k_exclude_rope
+        q, k[:, :, :n_rope] = apply_rotary_enc(q, k[:, :, :n_rope], freqs_cis=a.freqs_cis,
+                                               repeat_freqs_k=a.rope_k_repeat)
+        out = varlen_attention(q, k, v, self.valid)
+        return a.out_proj(a._recombine_heads(out))
+
+
+@contextlib.contextmanager
+def masked_memory(model, valid: torch.Tensor) -> Iterator[None]:
+    """Within the block, every memory-attention layer of ``model`` attends only to the memory
+    tokens where valid [B, Lk] is True."""
+    layers = model.memory_attention.layers
+    inner = [layer.cross_attn_image for layer in layers]
+    try:
+        for layer in layers:
+            layer.cross_attn_image = _MaskedRoPEAttention(layer.cross_attn_image, valid)
+        yield
+    finally:
+        for layer, mod in zip(layers, inner):
+            layer.cross_attn_image = mod
