@@ -91,8 +91,10 @@ def test_graph_runner_logic_equals_eager(mode, padded, monkeypatch):
             for t in (tr, ref):
                 t.remove_object(p) if kind == 'remove' else t.add_prompt(p)
     assert worst <= 1e-4, worst
-    if padded:   # every tracking step replayed a graph, the 15 after each prompt included
+    if padded:   # every tracking step and prompt replayed a graph, after prompts included
         assert tr.stats['graph_steps'] >= 60 and tr.stats['eager_steps'] == 0, dict(tr.stats)
+        assert tr.stats['prompt_graph_steps'] == tr.stats['prompt_steps'] > 0, dict(tr.stats)
+        assert sum(c.graph.replays for c in tr.runner.padded_steps.values()) > 15
     else:        # steady frames replayed graphs; the first 15 after each prompt ran eagerly
         assert tr.stats['graph_steps'] >= 30 and tr.stats['eager_steps'] > 15, dict(tr.stats)
     assert a.mode in ('graph', 'mixed')

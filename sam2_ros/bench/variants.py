@@ -136,6 +136,16 @@ def ours_graph_batched(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched')
 
 
+def ours_graph_unpadded(spec: Spec) -> Run:
+    """Graphs for the steady state only, sam2's attention call, prompts eager (the off
+    switches of padded and prompt graphs)."""
+    return _ours(spec, graphs=True, mode='swap', padded_graphs=False, prompt_graphs=False)
+
+
+def ours_graph_batched_unpadded(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='batched', padded_graphs=False, prompt_graphs=False)
+
+
 def ours_graph_noio(spec: Spec) -> Run:
     """ours_graph with frame preprocessing and mask postprocessing eager (graph_io off)."""
     return _ours(spec, graphs=True, mode='swap', graph_io=False)
@@ -253,6 +263,8 @@ VARIANTS = {
     'ours_eager': ours_eager,
     'ours_graph': ours_graph,
     'ours_graph_batched': ours_graph_batched,
+    'ours_graph_unpadded': ours_graph_unpadded,
+    'ours_graph_batched_unpadded': ours_graph_batched_unpadded,
     'ours_graph_noio': ours_graph_noio,
     'ours_graph_noprecast': ours_graph_noprecast,
     'ours_eager_noprecast': ours_eager_noprecast,

@@ -62,8 +62,14 @@ class TrackerConfig:
     # attend only to the valid ones (FlashAttention's variable-length kernel): every tracking
     # frame replays a graph, the 15 after each prompt included. Outputs equal the eager
     # path's within rounding (another attention kernel; docs/design.md). False: graphs for the
-    # steady state only, with sam2's own attention call; frames after a prompt run eagerly.
+    # steady state only, with sam2's own attention call; frames after a prompt run eagerly
+    # (also the case with compile_mode set).
     padded_graphs: bool = True
+    # Prompted steps as CUDA graphs too (a new object, a correction click, a mask), one per
+    # kind and point count in prompt_point_buckets (a click is 1 point, a box 2, a box and a
+    # click 3); other counts run eagerly. False: every prompt runs eagerly.
+    prompt_graphs: bool = True
+    prompt_point_buckets: tuple = (1, 2, 3)
     # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
     graph_cond_buckets: Optional[tuple] = None
     # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,
@@ -100,6 +106,9 @@ class TrackerConfig:
             raise ValueError(f'max_objects must be in 1..256, got {self.max_objects!r}')
         if not 1 <= int(self.max_cond_frames) <= 64:
             raise ValueError(f'max_cond_frames must be in 1..64, got {self.max_cond_frames!r}')
+        if not all(isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
+            raise ValueError(f'prompt_point_buckets must be point counts in 1..64, got '
+                             f'{self.prompt_point_buckets!r}')
         if int(self.lost_after_frames) < 1:
             raise ValueError(f'lost_after_frames must be >= 1, got {self.lost_after_frames!r}')
         if self.io_resolution is not None and not (

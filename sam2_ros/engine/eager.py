@@ -4,7 +4,8 @@
 Both runners have the same interface, so the tracker never knows which one it has:
 ``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),
 ``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
-'graph' or 'eager' per object) and ``results`` (logits -> masks, stats and the label mask on
+'graph' or 'eager' per object), ``prompt`` / ``mask_prompt`` (one object's prompted step,
+plus 'graph' or 'eager') and ``results`` (logits -> masks, stats and the label mask on
 the host).
 The eager runner is the reference path and the off switch of the graph path
 (``TrackerConfig.use_cuda_graphs=False``).
@@ -12,7 +13,7 @@ The eager runner is the reference path and the off switch of the graph path
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -52,6 +53,22 @@ class EagerRunner:
         outs = [step.track_step(self.model, features, bank.gather([s]), maskmem_pos)
                 for s in sels]
         return cat_outputs(outs), ['eager'] * len(outs)
+
+
+    def prompt(self, features: encoder.Features, bank: MemoryBank, sel: Optional[Selection],
+               points: dict, prev: Optional[torch.Tensor],
+               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, str]:
+        """A point/box prompt for one object: sel=None is an initial conditioning frame (no
+        memory read), else a correction reading sel's memories; prev [1, 1, s, s] are the
+        frame's previous logits (a click on a frame the object already has output on)."""
+        mem = None if sel is None else bank.gather([sel])
+        return step.track_step(self.model, features, mem, maskmem_pos, points=points,
+                               prev_logits=prev), 'eager'
+
+    def mask_prompt(self, features: encoder.Features,
+                    mask: torch.Tensor) -> Tuple[step.StepOut, str]:
+        """A mask prompt [1, 1, S, S] for one object."""
+        return step.mask_step(self.model, features, mask), 'eager'
 
 
 def cat_outputs(outs: List[step.StepOut]) -> step.StepOut:

@@ -9,11 +9,16 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   encoding) is captured per shape bucket. A bucket is the steady state of an object with c
   conditioning frames: c + 6 spatial memories and c + 15 pointers. Pointer distances are a
   device buffer written before each replay, so temporal distances stay true (no frozen
-  frame index). With ``padded_graphs`` (the default) an object with fewer memories (the 15
-  frames after a prompt, a correction) runs in the smallest bucket that holds it: its
-  memories are padded to the bucket and flagged, and the memory attention attends only to
-  the flagged ones (``attention.py``), so every tracking frame replays a graph. Without it
-  such frames run eagerly.
+  frame index). An object in that steady state replays its exact bucket (sam2's own
+  attention call). With ``padded_graphs`` (the default) each bucket also has a padded graph:
+  an object with fewer memories (the 15 frames after a prompt or a correction) runs in the
+  smallest one that holds it, its memories padded and flagged, and the memory attention
+  attends only to the flagged ones (``attention.py``), so every tracking frame replays a
+  graph. (Padded graphs for every frame would cost 4-9% more at steady state: FlashAttention's
+  variable-length kernel is slower than cuDNN's at head dim 256.) Without it such frames run
+  eagerly.
+* Prompted steps (a new object's box or clicks, a correction, a mask) replay graphs too, one
+  per kind and point count (``graph_prompts.py``).
 * 'swap' mode: one graph per c with batch 1; each object's memories are gathered into the
   graph's static buffers (one index_select per tensor), the graph replays, outputs are
   copied out. 'batched' mode: graphs per (B, c); objects of the same c are stacked on the
@@ -48,6 +53,7 @@ from sam2_ros.engine import encoder, frame_in, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.graph_io import GraphIO
+from sam2_ros.engine.graph_prompts import PromptGraphs
 from sam2_ros.engine.memory import MemoryBank, Selection
 from sam2_ros.engine.model import compiled_copy
 
@@ -74,9 +80,19 @@ class GraphRunner(EagerRunner):
         self.enabled = True
         self.pool = None
         self.encoder: Optional[_Captured] = None
-        self.steps: Dict[Tuple[int, int], _Captured] = {}   # (batch, n_cond) -> graph
+        # (batch, n_cond) -> graph: exact steady-state buckets, and padded ones (any object
+        # whose memories fit; the frames after a prompt)
+        self.steps: Dict[Tuple[int, int], _Captured] = {}
+        self.padded_steps: Dict[Tuple[int, int], _Captured] = {}
         self.cuda = torch.device(cfg.device).type == 'cuda'
         self.graph_io = GraphIO(self)           # frame-in and masks-out graphs
+        self.prompts = PromptGraphs(self)       # prompted steps
+        # inductor would re-trace the swapped attention module on every call: compiled
+        # graphs keep sam2's attention and exact steady-state buckets
+        self.padded = cfg.padded_graphs and cfg.compile_mode is None
+        if cfg.padded_graphs and not self.padded:
+            log.warning('compile_mode=%s: padded_graphs off (frames after a prompt run '
+                        'eagerly)', cfg.compile_mode)
         self.capture_s = 0.0
 
     # ---- capture ---------------------------------------------------------------------
@@ -89,17 +105,23 @@ class GraphRunner(EagerRunner):
             self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
             self._capture_encoder()
             for key in self._bucket_keys():
-                self.steps[key] = self._capture_step(*key)
+                self.steps[key] = self._capture_step(*key, padded=False)
+                if self.padded:
+                    self.padded_steps[key] = self._capture_step(*key, padded=True)
+            if self.cfg.prompt_graphs:
+                self.prompts.capture()
         except Exception as exc:  # noqa: BLE001 - any capture failure means eager
             self.enabled = False
             self.steps.clear()
+            self.padded_steps.clear()
+            self.prompts.graphs.clear()
             self.encoder = None
             self.on_fallback(f'graph capture failed, eager throughout: {exc!r}')
         if self.enabled and self.cfg.io_resolution:
             self.graph_io.prepare(*self.cfg.io_resolution)
         torch.cuda.synchronize()
         self.capture_s = time.perf_counter() - t0
-        log.info('captured %d CUDA graphs in %.2f s', len(self.steps) + 1 + len(self.io),
+        log.info('captured %d CUDA graphs in %.2f s', self.n_graphs(),
                  self.capture_s)
 
     def _bucket_keys(self) -> List[Tuple[int, int]]:
@@ -125,22 +147,28 @@ class GraphRunner(EagerRunner):
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
         self.encoder = self._capture(lambda x: encoder.encode_image(self.cmodel, x), image)
 
-    def _capture_step(self, batch: int, n_cond: int) -> _Captured:
+    def _capture_step(self, batch: int, n_cond: int, padded: bool) -> _Captured:
+        mem = self.step_memory(batch, n_cond, padded)
+        feats = self.encoder.outputs
+        return self._capture(lambda m: step.track_step(
+            self.cmodel, encoder.expand(feats, batch), m, self.maskmem_pos), mem)
+
+    def step_memory(self, batch: int, n_cond: int, padded: bool) -> step.Memory:
+        """Static memory buffers of bucket n_cond for ``batch`` objects; padded buffers carry
+        validity flags."""
         n_s, n_p = self._steady_key(n_cond)
         b = self.bank
         dev = b.feats.device
         # padded buckets flag which slots hold a memory (all do during capture)
         valid = (lambda n: torch.ones(n, batch, dtype=torch.bool, device=dev)) \
-            if self.cfg.padded_graphs else (lambda n: None)
+            if padded else (lambda n: None)
         mem = step.Memory(
             feats=b.feats.new_zeros(n_s, batch, *b.feats.shape[2:]),
             tpos_idx=torch.zeros(n_s, batch, dtype=torch.long, device=dev),
             ptrs=b.ptrs.new_zeros(n_p, batch, *b.ptrs.shape[2:]),
             ptr_dist=torch.ones(n_p, batch, device=dev),
             feat_valid=valid(n_s), ptr_valid=valid(n_p))
-        feats = self.encoder.outputs
-        return self._capture(lambda m: step.track_step(
-            self.cmodel, encoder.expand(feats, batch), m, self.maskmem_pos), mem)
+        return mem
 
     def _steady_key(self, n_cond: int) -> Tuple[int, int]:
         """(n_spatial, n_pointers) of an object with n_cond conditioning frames that has
@@ -179,9 +207,9 @@ class GraphRunner(EagerRunner):
         graphs into preallocated buffers, a few kernels per replay, not per object."""
         out = self._out_buffers(len(sels))
         modes = ['eager'] * len(sels)
-        groups: Dict[int, List[int]] = {}
+        groups: Dict[Tuple[bool, int], List[int]] = {}
         for i, sel in enumerate(sels):
-            c = self._graph_cond(sel, features)
+            c = self.bucket_of(sel, features)
             if c is None:
                 self._put(out, [i], self._eager([sel], features, bank, maskmem_pos))
             else:
@@ -222,32 +250,37 @@ class GraphRunner(EagerRunner):
         for dst, src in pairs:
             dst.index_copy_(0, idx, src[:n].to(dst.dtype))
 
-    def _graph_cond(self, sel: Selection, features: encoder.Features) -> Optional[int]:
-        """The bucket (conditioning-frame count c) whose graph runs this object: padded
-        graphs take any object whose memories fit c's steady shape (the smallest such c);
-        unpadded graphs only an object in exactly that steady state."""
+    def bucket_of(self, sel: Selection,
+                  features: encoder.Features) -> Optional[Tuple[bool, int]]:
+        """(padded, n_cond) of the graph that runs this object: the exact steady-state
+        bucket of its conditioning-frame count when it is in that state (sam2's attention
+        call, bitwise the eager step), else the smallest padded bucket its memories fit
+        (the frames after a prompt); None: eager."""
         if not self.enabled or features is not self.encoder.outputs:
             return None
-        if self.cfg.padded_graphs:
-            fits = [c for _, c in self.steps
-                    if all(n <= m for n, m in zip(sel.key, self._steady_key(c)))]
-            return min(fits) if fits else None   # None: more memories than any bucket
         n_cond = sum(1 for t in sel.tpos_idx if t == self.model.num_maskmem - 1)
-        if sel.key != self._steady_key(n_cond):
-            return None                      # warming up after a prompt: eager
-        if not any(c == n_cond for _, c in self.steps):
-            return None                      # more conditioning frames than captured
-        return n_cond
+        if sel.key == self._steady_key(n_cond) and any(c == n_cond for _, c in self.steps):
+            return False, n_cond
+        c = self.padded_bucket(sel)
+        return None if c is None else (True, c)
 
-    def _replay(self, n_cond: int, sels: List[Selection], features, bank, maskmem_pos):
+    def padded_bucket(self, sel: Selection) -> Optional[int]:
+        """The smallest padded bucket whose steady shape holds sel's memories."""
+        fits = [c for _, c in self.padded_steps
+                if all(n <= m for n, m in zip(sel.key, self._steady_key(c)))]
+        return min(fits) if fits else None
+
+    def _replay(self, bucket: Tuple[bool, int], sels: List[Selection], features, bank,
+                maskmem_pos):
         """Replay the smallest graph of this bucket that holds ``sels`` (padded by repeating
         the last object; padding rows are ignored). Returns (outputs, mode)."""
-        batch = next((b for b, c in sorted(self.steps) if c == n_cond and b >= len(sels)),
-                     None)
+        padded, n_cond = bucket
+        graphs = self.padded_steps if padded else self.steps
+        batch = next((b for b, c in sorted(graphs) if c == n_cond and b >= len(sels)), None)
         if batch is None:
             self.on_fallback(f'no graph for {len(sels)} objects with {n_cond} cond frames')
             return self._eager(sels, features, bank, maskmem_pos), 'eager'
-        cap = self.steps[(batch, n_cond)]
+        cap = graphs[(batch, n_cond)]
         try:
             bank.gather(sels + [sels[-1]] * (batch - len(sels)), out=cap.inputs)
             cap.graph.replay()
@@ -255,6 +288,30 @@ class GraphRunner(EagerRunner):
             self.on_fallback(f'graph replay failed: {exc!r}')
             return self._eager(sels, features, bank, maskmem_pos), 'eager'
         return cap.outputs, 'graph'
+
+    def n_graphs(self) -> int:
+        return (len(self.steps) + len(self.padded_steps) + len(self.prompts.graphs) + 1
+                + len(self.io))
+
+    def prompt(self, features: encoder.Features, bank: MemoryBank, sel: Optional[Selection],
+               points: dict, prev: Optional[torch.Tensor],
+               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, str]:
+        cap = self.prompts.find(sel, points, prev, features) if self.enabled else None
+        if cap is not None:
+            try:
+                return self.prompts.run(cap, bank, sel, points, prev), 'graph'
+            except Exception as exc:  # noqa: BLE001 - the prompt is redone eagerly
+                self.on_fallback(f'prompt graph replay failed: {exc!r}')
+        return super().prompt(features, bank, sel, points, prev, maskmem_pos)
+
+    def mask_prompt(self, features: encoder.Features,
+                    mask: torch.Tensor) -> Tuple[step.StepOut, str]:
+        cap = self.prompts.graphs.get(('mask',))
+        if cap is not None and self.enabled and features is self.encoder.outputs:
+            cap.inputs.copy_(mask)
+            cap.graph.replay()
+            return cap.outputs, 'graph'
+        return super().mask_prompt(features, mask)
 
     def _eager(self, sels, features, bank, maskmem_pos) -> step.StepOut:
         """The reference path (the eager runner's step) for objects a graph cannot take."""

@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -136,8 +136,8 @@ class StreamingTracker:
         init = obj is None or obj.created_frame == f
         t0 = time.perf_counter()
         with autocast(self.cfg):
-            self._prompt_step(prompt, f, init=init)
-        return self._result(f, 'eager', t0)
+            mode = self._prompt_step(prompt, f, init=init)
+        return self._result(f, mode, t0)
 
     def queue_prompt(self, prompt: Prompt) -> None:
         """Apply a prompt to the next frame passed to track() (the newest per id wins).
@@ -174,7 +174,7 @@ class StreamingTracker:
         with torch.inference_mode(), autocast(self.cfg):
             feats = encoder.encode_image(self.model, frame_in.to_model_input(
                 frame, self.size, self.device))
-            outs = [self._run_prompt(p, feats, h, w, None, None) for p in prompts]
+            outs = [self._run_prompt(p, feats, h, w, None, None)[0] for p in prompts]
         logits = torch.cat([o.low_res_logits for o in outs]) if outs else \
             torch.zeros(0, 1, self.size // 4, self.size // 4)
         masks, stats = masks_out.masks_and_stats(logits, h, w)
@@ -251,7 +251,7 @@ class StreamingTracker:
         used = {o.slot for o in self._objects.values()}
         return next(s for s in range(self.cfg.max_objects) if s not in used)
 
-    def _prompt_step(self, prompt: Prompt, f: int, init: bool) -> None:
+    def _prompt_step(self, prompt: Prompt, f: int, init: bool) -> str:
         """Run a prompted step for one object on frame f and store it as memory.
 
         As sam2, a click on a frame where the object already has an output feeds that
@@ -264,22 +264,24 @@ class StreamingTracker:
         if obj is None:
             obj = ObjectInfo(prompt.obj_id, self._free_slot(), f, f)
             self.bank.clear(obj.slot)
-        mem = None if init else self.bank.gather([self.bank.select(obj.slot, f)])
-        out = self._run_prompt(prompt, self._features, h, w, mem, prev)
+        sel = None if init else self.bank.select(obj.slot, f)
+        out, mode = self._run_prompt(prompt, self._features, h, w, sel, prev)
         self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
                         out.low_res_logits[0], out.score,
                         as_cond=init or self.cfg.corrections_as_cond)
         obj.last_prompt_frame = f
         self._objects[prompt.obj_id] = obj
         self.stats['prompt_steps'] += 1
+        self.stats[f'prompt_{mode}_steps'] += 1
+        return mode
 
-    def _run_prompt(self, prompt, feats, h, w, mem, prev) -> step.StepOut:
+    def _run_prompt(self, prompt, feats, h, w, sel, prev) -> Tuple[step.StepOut, str]:
+        """The prompted step through the runner (a graph where one fits): (outputs, mode)."""
         if prompt.mask is not None:
             mask = prompt_mask(prompt, h, w, self.size, self.device)
-            return step.mask_step(self.model, feats, mask)
+            return self.runner.mask_prompt(feats, mask)
         points = prompt_points(prompt, h, w, self.size, self.device)
-        return step.track_step(self.model, feats, mem, self.maskmem_pos, points=points,
-                               prev_logits=prev)
+        return self.runner.prompt(feats, self.bank, sel, points, prev, self.maskmem_pos)
 
     def _track_objects(self, objs: List[ObjectInfo], f: int) -> str:
         """One tracking step for every object on frame f (graph or eager per the runner)."""
