@@ -99,7 +99,8 @@ def test_graph_equals_eager(precision):
 
 def test_io_resolution_captured_at_start_equals_eager():
     """io_resolution: frame-in and mask-out graphs captured in prepare (not on first use)
-    give the same masks and logits as I/O graphs captured on first use, exactly; no I/O graph is captured later."""
+    give the same masks and logits as I/O graphs captured on first use, exactly; no I/O
+    graph is captured later."""
     frames = synthetic_frames(40, h=360, w=640)
     events = schedule(360, 640, add2=5, add3=10, fix=20, remove=30)
     tr = StreamingTracker(_cfg(precision='bf16', io_resolution=(640, 360)))
