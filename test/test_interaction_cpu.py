@@ -40,7 +40,8 @@ def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, caps
     assert new[0]['run'] == new[1]['run'] != 'old'                 # one id per invocation
     corrections = FRAMES // EVERY
     for r in new:
-        assert set(r) == ROW_KEYS, set(r) ^ ROW_KEYS
+        assert set(r) == ROW_KEYS | {'prompt_eager_steps'}, set(r) ^ ROW_KEYS
+        assert r['prompt_eager_steps'] == r['prompt_steps']      # the CPU runs no graphs
         assert r['frames'] == FRAMES and r['src'] == '96x64' and r['weights'] == 'random'
         assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
         assert 0 < r['ms_p50'] <= r['ms_p99'] <= r['ms_max']
