@@ -2,7 +2,7 @@
 
     python -m sam2_ros.bench.cli --models tiny --res 512 --objects 1,3,10 \
         --variants official_eager,ours_eager,ours_graph,ours_graph_batched \
-        --frames 60 --warmup 16 --out benchmarks/results/h200.json --table docs/benchmarks.md
+        --frames 60 --warmup 16 --out benchmarks/results/h200.json --table out/table.md
 
 Per row (model, res, objects, variant): wall ms per frame p50/p99 over the measured frames
 (the frame's masks of every object delivered to the host at source resolution), fps (from

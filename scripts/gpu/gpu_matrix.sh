@@ -6,7 +6,6 @@
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 [ -e "$OUT/h200.json" ] || cp benchmarks/results/h200.json "$OUT/h200.json"
-[ -e "$OUT/benchmarks.md" ] || cp docs/benchmarks.md "$OUT/benchmarks.md"
 V4=official_eager,ours_eager,ours_graph,ours_graph_batched
 rows() {  # rows MODELS RESES OBJECTS VARIANTS -> model@res:objects:variant;...
   local m r o v
@@ -23,4 +22,4 @@ case $1 in
 esac
 python3 -m sam2_ros.bench.cli --only "${ONLY%;}" --frames ${FRAMES:-30} \
   --slow-frames ${SLOW:-20} --warmup 16 --profile-frames ${PROF:-3} \
-  --out "$OUT/h200.json" --table "$OUT/benchmarks.md" | grep -v '^{' | tail -n 60
+  --out "$OUT/h200.json" --table "$OUT/table.md" | grep -v '^{' | tail -n 60

@@ -1,0 +1,236 @@
+"""Render the tables of docs/performance.md from benchmarks/results/*.json.
+
+    python -m sam2_ros.bench.report            # rewrite the marked sections in place
+    python -m sam2_ros.bench.report --check    # exit 1 if the doc is not what the files give
+
+Every number in the performance doc's tables comes from a results file through this module, so
+a table can not drift from the data it claims to show: each section sits between
+``<!-- report:NAME:begin -->`` and ``<!-- report:NAME:end -->`` and is rewritten whole. The
+prose around the sections is the doc's own. Each table states the date, commit, GPU and
+command of its rows (from the rows' provenance fields; '-' where a source recorded none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Callable, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
+DOC = os.path.join(ROOT, 'docs', 'performance.md')
+MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
+
+
+def _load(name: str, results: str):
+    with open(os.path.join(results, name)) as f:
+        return json.load(f)
+
+
+def _f(v, nd: int = 2) -> str:
+    return '-' if v is None else f'{v:.{nd}f}' if isinstance(v, float) else str(v)
+
+
+def _g(v) -> str:
+    """Three significant digits: differences span 0 to 1e-2 and IoUs sit near 1."""
+    return '-' if v is None else '0' if v == 0 else f'{v:.3g}'
+
+
+def _table(head: List[str], rows: List[List]) -> List[str]:
+    return (['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+            + ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
+
+
+def _prov(rows: List[dict]) -> List[str]:
+    """One line per distinct (date, commit, gpu, command) of ``rows``, newest first."""
+    seen: Dict[tuple, None] = {}
+    for r in rows:
+        seen[(r.get('date'), r.get('commit'), r.get('gpu'), r.get('command'))] = None
+    out = []
+    for date, commit, gpu, cmd in sorted(seen, key=lambda k: str(k[0]), reverse=True):
+        out.append(f'- {_f(date)}, commit {_f(commit)}, {_f(gpu)}: `{_short(cmd)}`')
+    return out
+
+
+def _short(cmd: Optional[str]) -> str:
+    """A bench command with its ``--only`` row list counted rather than spelled out (the
+    full command stays in the results file): the matrix's lists run to 30 rows."""
+    if cmd is None:
+        return '-'
+    return re.sub(r'--only (\S+)', lambda m: f"--only <{len(m.group(1).split(';'))} rows>"
+                  if m.group(1).count(';') > 5 else m.group(0), cmd)
+
+
+def engine_current(results: str) -> List[str]:
+    """The newest engine run (one `run` id): ratios are only taken within one run."""
+    rows = [r for r in _load('h200.json', results) if r.get('run')]
+    run = max(rows, key=lambda r: (r['date'], r['run']))['run']
+    rows = [r for r in rows if r['run'] == run]
+    base = {(r['model'], r['res'], r['objects']): r['ms_p50'] for r in rows
+            if r['variant'] == 'official_eager'}
+    body = []
+    for r in rows:
+        b = base.get((r['model'], r['res'], r['objects']))
+        body.append([f"{r['model']}@{r['res']}", r['objects'], r['variant'], _f(r['ms_p50']),
+                     _f(r['ms_p99']), _f(r['gpu_kernel_ms']),
+                     f"{b / r['ms_p50']:.2f}x" if b else '-', _f(r['compile_s'])])
+    return _prov(rows[:1]) + [''] + _table(
+        ['model', 'objects', 'variant', 'ms p50', 'ms p99', 'GPU kernel ms',
+         'x official_eager (same run)', 'capture s'], body)
+
+
+def engine_matrix(results: str) -> List[str]:
+    """Every model, resolution and object count: ms p50 per frame, newest row per key."""
+    rows = _load('h200.json', results)
+    cols = ['official_eager', 'ours_eager', 'ours_graph', 'ours_graph_batched']
+    by: Dict[tuple, Dict[str, dict]] = {}
+    for r in rows:
+        if r['variant'] in cols:
+            by.setdefault((MODELS.get(r['model'], 9), r['model'], r['res'], r['objects']),
+                          {})[r['variant']] = r
+    body = []
+    for k in sorted(by):
+        cells = by[k]
+        commits = sorted({str(c.get('commit')) for c in cells.values()})
+        body.append([f'{k[1]}@{k[2]}', k[3]] + [_f(cells[c]['ms_p50']) if c in cells else '-'
+                                               for c in cols] + [', '.join(commits)])
+    used = [r for r in rows if r['variant'] in cols]
+    return _prov(used) + [''] + _table(['model', 'objects'] + [f'{c} ms' for c in cols]
+                                       + ['commit'], body)
+
+
+def interaction(results: str) -> List[str]:
+    rows = _load('h200_interaction.json', results)
+    body = [[f"{r['model']}@{r['res']}", r['objects'], r['variant'], _f(r['ms_p50']),
+             _f(r['ms_p99']), f"{r['ms_p99'] / r['ms_p50']:.2f}", _f(r['ms_max']),
+             r['eager_steps'], f"{r.get('prompt_graph_steps')} / {r.get('prompt_steps')}",
+             r['fallbacks']] for r in rows]
+    return _prov(rows) + [''] + _table(
+        ['model', 'objects', 'graph_mode', 'ms p50', 'ms p99', 'p99 / p50', 'ms max',
+         'eager steps', 'prompt graphs / prompts', 'fallbacks'], body)
+
+
+def node_latency(results: str) -> List[str]:
+    d = _load('h200_node_latency.json', results)
+    body = []
+    for r in d['rows']:
+        s = r['summary']
+        body.append([r['name'], f"{_f(s['e2e_mask_ms']['p50'], 1)} / "
+                     f"{_f(s['e2e_mask_ms']['p99'], 1)}",
+                     f"{_f(s['e2e_state_ms']['p50'], 1)} / {_f(s['e2e_state_ms']['p99'], 1)}",
+                     _f(s['engine_ms']['p50'], 1), _f(s['publish_ms']['p50'], 1),
+                     f"{_f(s['transport_ms']['p50'], 1)} / {_f(s['transport_ms']['p99'], 1)}",
+                     f"{s.get('queued_frames', '-')} / {s['e2e_mask_ms']['n']}",
+                     _f(r['commit'])])
+    out = _prov(d['rows']) + [''] + _table(
+        ['run', 'image -> mask p50 / p99 ms', 'image -> state p50 / p99 ms', 'engine p50 ms',
+         'publish p50 ms', 'DDS + hand-off p50 / p99 ms', 'queued', 'commit'], body)
+    probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
+              f"{p['received']} / {p['sent']}"] for p in d['dds_probe']]
+    return out + ['', 'One 720p rgb8 image between two processes, 30 Hz (`dds_probe`, same '
+                  'machine):', ''] + _prov(d['dds_probe']) + [''] + _table(
+        ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
+
+
+def soak(results: str) -> List[str]:
+    d = _load('h200_soak.json', results)
+    body = []
+    for r in d['runs']:
+        c, w = r['config'], r['windows']
+        body.append([f"{c['model']}@{c['image_size']} {c['graph_mode']}", c['frames'],
+                     f"{c['objects']} (churn {c['churn']}, correction every {c['correct_every']})",
+                     f"{min(x['p50_ms'] for x in w)}-{max(x['p50_ms'] for x in w)}",
+                     f"{w[-1]['p99_ms']}", r['stats'].get('eager_steps'),
+                     r['summary']['cuda_allocated_change_mib'],
+                     r['summary']['host_rss_change_mib'],
+                     sum(x['failed_frames'] for x in w), sum(x['fallbacks'] for x in w),
+                     f"{_f(r['date'])}, {_f(r['commit'])}"])
+    return _prov(d['runs']) + [''] + _table(
+        ['run', 'frames', 'objects', 'p50 ms (windows)', 'p99 ms (last window)', 'eager steps',
+         'CUDA allocated change MiB', 'host RSS change MiB', 'failed', 'fallbacks',
+         'date, commit'], body)
+
+
+def equivalence(results: str) -> List[str]:
+    d = _load('h200_equivalence.json', results)
+    body = []
+    for k, v in d.items():
+        if k.startswith('_') or not isinstance(v, dict):
+            continue
+        worst = v.get('worst', {}).get('logits', v.get('worst_logits'))
+        px = v.get('mask_px_differ')
+        if k == 'memory_flat':
+            body.append([k, '-', '-', f"allocated at frame 100 = at frame 1000: "
+                         f"{v['allocated_100'] == v['allocated_1000']}"])
+            continue
+        if k == 'graph_pools':
+            body.append([k, '-', '-', f"recapture {v.get('private_pool_recapture')}, modes "
+                         f"{v.get('two_models_resident_modes')}"])
+            continue
+        st = v.get('stats') or v.get('graph_stats') or {}
+        note = ', '.join(f'{s} {st[s]}' for s in ('frames', 'eager_steps', 'prompt_graph_steps')
+                         if s in st)
+        body.append([k, _g(worst),
+                     '-' if px is None else f'{px:.2e}', note or '-'])
+    return [f"- {d.get('_note', '-')}", ''] + _table(
+        ['comparison', 'max abs logit diff', 'mask pixels differing (fraction)', 'notes'], body)
+
+
+def drift(results: str) -> List[str]:
+    d = _load('h200_drift.json', results)
+    body = [[r['precision'], f"{r['model']}@{r['res']}", r['frames'], r['frozen_distance'],
+             _g(r['max_abs_logit_diff']), f"{r['min_mask_iou']:.5f}",
+             f"{r['mean_mask_iou']:.5f}", _g(r['max_score_diff'])] for r in d['results']]
+    return [f"- {d.get('date', '-')}, commit {d.get('commit', '-')}, {d['gpu']}, torch "
+            f"{d['torch']}: `{d['command']}`", ''] + _table(
+        ['precision', 'model', 'frames', 'frozen distance', 'max abs logit diff',
+         'min mask IoU', 'mean mask IoU', 'max score diff'], body)
+
+
+SECTIONS: Dict[str, Callable[[str], List[str]]] = {
+    'engine-current': engine_current, 'engine-matrix': engine_matrix,
+    'interaction': interaction, 'node-latency': node_latency, 'soak': soak,
+    'equivalence': equivalence, 'drift': drift}
+
+
+def render(doc: str, results: str = RESULTS) -> str:
+    """``doc`` with every marked section replaced by its table; a marker without its
+    section name in SECTIONS, or an unterminated one, is an error (a typo would otherwise
+    leave a stale table in place silently)."""
+    for name, fn in SECTIONS.items():
+        begin, end = f'<!-- report:{name}:begin -->', f'<!-- report:{name}:end -->'
+        if begin not in doc:
+            continue
+        if end not in doc:
+            raise ValueError(f'{begin} without {end}')
+        i, j = doc.index(begin) + len(begin), doc.index(end)
+        doc = doc[:i] + '\n' + '\n'.join(fn(results)) + '\n' + doc[j:]
+    return doc
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog='python -m sam2_ros.bench.report',
+                                description=__doc__.split('\n')[0])
+    p.add_argument('--doc', default=DOC)
+    p.add_argument('--results', default=RESULTS)
+    p.add_argument('--check', action='store_true', help='exit 1 if the doc is out of date')
+    a = p.parse_args(argv)
+    with open(a.doc) as f:
+        doc = f.read()
+    new = render(doc, a.results)
+    if a.check:
+        if new != doc:
+            print(f'{a.doc} is out of date: run python -m sam2_ros.bench.report', file=sys.stderr)
+            return 1
+        return 0
+    if new != doc:
+        with open(a.doc, 'w') as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
