@@ -51,7 +51,9 @@ def _prov(rows: List[dict]) -> List[str]:
         seen[(r.get('date'), r.get('commit'), r.get('gpu'), r.get('command'))] = None
     out = []
     for date, commit, gpu, cmd in sorted(seen, key=lambda k: str(k[0]), reverse=True):
-        out.append(f'- {_f(date)}, commit {_f(commit)}, {_f(gpu)}: `{_short(cmd)}`')
+        # the date only: a doc is read for what was measured, the minute is in the file
+        out.append(f'- {_f(date and date[:10])}, commit {_f(commit)}, {_f(gpu)}: '
+                   f'`{_short(cmd)}`')
     return out
 
 
