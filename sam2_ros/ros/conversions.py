@@ -313,3 +313,72 @@ def errors_text(errors: List[str], limit: int = 20) -> List[str]:
     if len(errors) <= limit:
         return list(errors)
     return list(errors[:limit]) + [f'... and {len(errors) - limit} more errors']
+
+
+# ----------------------------------------------------------------------------- vision_msgs
+
+def vision_interfaces() -> SimpleNamespace:
+    """``vision_msgs`` Detection2DArray & co., or an ImportError that says how to get them
+    (a ROS install: the distribution's vision_msgs; a venv: ../shared/ros_cli/install.sh)."""
+    try:
+        from vision_msgs.msg import (BoundingBox2D, Detection2D, Detection2DArray,
+                                     ObjectHypothesisWithPose)
+    except ImportError as exc:
+        raise ImportError(
+            f'vision_msgs is not importable ({exc}); install ros-<distro>-vision-msgs, or in '
+            f'the venv run `bash ../shared/ros_cli/install.sh .venv`') from exc
+    return SimpleNamespace(Detection2DArray=Detection2DArray, Detection2D=Detection2D,
+                           BoundingBox2D=BoundingBox2D,
+                           ObjectHypothesisWithPose=ObjectHypothesisWithPose)
+
+
+def detections_from_msg(msg: Any) -> List[Any]:
+    """vision_msgs/Detection2DArray -> [detections.RawDetection] (not validated: that needs the
+    frame size, see detections.to_detection). Class and score come from the best hypothesis
+    (highest score); a detection without hypotheses has class '' (none) and score 1.0."""
+    from sam2_ros.ros.detections import RawDetection
+
+    out = []
+    for d in msg.detections:
+        best = max(d.results, key=lambda r: r.hypothesis.score, default=None)
+        c = d.bbox.center
+        out.append(RawDetection(
+            cx=float(c.position.x), cy=float(c.position.y), size_x=float(d.bbox.size_x),
+            size_y=float(d.bbox.size_y), theta=float(c.theta),
+            class_id='' if best is None else str(best.hypothesis.class_id),
+            score=1.0 if best is None else float(best.hypothesis.score)))
+    return out
+
+
+def objects_msg(res: FrameResult, header: Any, class_of: Any) -> Any:
+    """FrameResult -> vision_msgs/Detection2DArray (header of the input image, unchanged): one
+    Detection2D per object with a non-empty mask, in id order: ``id`` = the object id, ``bbox``
+    = the mask's box (centre and full size in px, as ~/state's box), ``results[0]`` = the class
+    it was prompted with (``class_of(obj_id)``, '' = none) and the score sigmoid(object score
+    logit) in (0, 1) (> 0.5 means visible)."""
+    from sam2_ros.ros.detections import sigmoid
+
+    v = vision_interfaces()
+    arr = v.Detection2DArray()
+    arr.header = header
+    dets = []
+    for o in sorted(res.objects, key=lambda o: o.obj_id):
+        if o.box is None:
+            continue
+        x0, y0, x1, y1 = (int(b) for b in o.box)
+        d = v.Detection2D()
+        d.header = header
+        d.id = str(int(o.obj_id))
+        d.bbox.center.position.x = (x0 + x1 + 1) / 2.0
+        d.bbox.center.position.y = (y0 + y1 + 1) / 2.0
+        d.bbox.size_x = float(x1 - x0 + 1)
+        d.bbox.size_y = float(y1 - y0 + 1)
+        h = v.ObjectHypothesisWithPose()
+        h.hypothesis.class_id = str(class_of(int(o.obj_id)) or '')
+        h.hypothesis.score = sigmoid(float(o.score))
+        h.pose.pose.position.x = d.bbox.center.position.x
+        h.pose.pose.position.y = d.bbox.center.position.y
+        d.results = [h]
+        dets.append(d)
+    arr.detections = dets
+    return arr

@@ -27,6 +27,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.overlay import render_overlay
 from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import detections as det
 from sam2_ros.ros import params
 from sam2_ros.ros.log_filter import RepeatFilter
 from sam2_ros.ros.worker import (LATEST, FrameItem, Mailbox, PromptItem, Published,
@@ -77,6 +78,10 @@ class TrackerNode(LifecycleNode):
         self._log_filter = RepeatFilter(2.0)   # identical lines within 2 s are counted
         self._totals: Dict[str, int] = dict.fromkeys(TOTALS, 0)
         self._new_ids: set = set()   # ids started by click_mode 'new' (not handed out twice)
+        # ~/detections in, ~/objects out: None while vision_msgs is importable, else why not
+        self._vision_off: Optional[str] = None
+        self._association = det.Association()   # kept over deactivate, like the tracker
+        self._detection_totals: Dict[str, int] = {}
         self._unknown = params.unknown(list(self._parameter_overrides),
                                        list(self._parameters))
         for name, close in self._unknown:
@@ -123,11 +128,20 @@ class TrackerNode(LifecycleNode):
         from sensor_msgs.msg import Image
 
         m, o = conv.interfaces(), self.opts
+        try:
+            vision = conv.vision_interfaces()
+            self._vision_off = None
+        except ImportError as exc:   # the node works without it: those two topics are off
+            vision, self._vision_off = None, str(exc)
+            self.get_logger().warning(f'~/detections and ~/objects are off: {exc}')
+        self._association = det.Association()
         self._pubs = {
             'mask': self.create_lifecycle_publisher(Image, '~/mask', OUTPUT_QOS),
             'overlay': (self.create_lifecycle_publisher(Image, '~/overlay', OUTPUT_QOS)
                         if o.publish_overlay else None),
             'state': self.create_lifecycle_publisher(m.TrackingState, '~/state', OUTPUT_QOS),
+            'objects': (self.create_lifecycle_publisher(vision.Detection2DArray, '~/objects',
+                                                        OUTPUT_QOS) if vision else None),
         }
         return TransitionCallbackReturn.SUCCESS
 
@@ -143,7 +157,10 @@ class TrackerNode(LifecycleNode):
         self._mailbox = Mailbox(o.process_every_frame, o.fifo_size, o.prompt_queue_size)
         self._worker = TrackingWorker(self.tracker, self._mailbox, decode=self._decode,
                                       convert=self._convert, publish=self._publish, log=self._log,
-                                      thread_init=self._worker_thread_init)
+                                      thread_init=self._worker_thread_init,
+                                      convert_detections=conv.detections_from_msg,
+                                      detection_rules=self._detection_rules,
+                                      association=self._association)
         self._worker.start()
         topic = input_topic(o.image_topic, o.input_type)
         self._subs = [
@@ -153,6 +170,10 @@ class TrackerNode(LifecycleNode):
             self.create_subscription(PointStamped, '~/click', self._on_click, PROMPT_QOS),
         ] + [self.create_subscription(Point, t, self._on_point, PROMPT_QOS)
              for t in self.point_click_topics()]
+        if self._vision_off is None:
+            self._subs.append(self.create_subscription(
+                conv.vision_interfaces().Detection2DArray, '~/detections', self._on_detections,
+                PROMPT_QOS))
         self._fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
         mode = (f'FIFO of {o.fifo_size}, never drops' if o.process_every_frame
                 else 'newest frame only')
@@ -160,7 +181,10 @@ class TrackerNode(LifecycleNode):
             f'active: {o.input_type} images on {self.resolve_topic_name(topic)} '
             f'({o.qos_reliability}, {mode}); clicks: PointStamped on '
             f'{self.resolve_topic_name("~/click")}, Point (rqt_image_view) on '
-            f'{", ".join(self.point_click_topics())}')
+            f'{", ".join(self.point_click_topics())}; '
+            + (f'detections: Detection2DArray on {self.resolve_topic_name("~/detections")}, '
+               f'objects on {self.resolve_topic_name("~/objects")}'
+               if self._vision_off is None else 'detections/objects: off (no vision_msgs)'))
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -199,6 +223,8 @@ class TrackerNode(LifecycleNode):
                     f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
                     f'{"; ".join(held)[:500]}')
             self._worker = None
+            for name, value in w.detection_counts.items():
+                self._detection_totals[name] = self._detection_totals.get(name, 0) + value
             for name, value in self._live_counts(w, mb).items():
                 self._totals[name] += value
 
@@ -273,6 +299,19 @@ class TrackerNode(LifecycleNode):
     def _on_click(self, msg: Any) -> None:
         self._queue_prompt(PromptItem(msg.point, 'click', conv.stamp_ns(msg.header.stamp)))
 
+    def _on_detections(self, msg: Any) -> None:
+        self._queue_prompt(PromptItem(msg, 'detections', conv.stamp_ns(msg.header.stamp)))
+
+    def _detection_rules(self) -> det.Rules:
+        """The association rules from the run-time parameters (read per message)."""
+        get = lambda name: self.get_parameter(name).value  # noqa: E731
+        return det.Rules(min_score=float(get('detection_min_score')),
+                         class_ids=tuple(get('detection_class_ids') or ()),
+                         match_iou=float(get('detection_match_iou')),
+                         drift_iou=float(get('detection_drift_iou')),
+                         max_objects=int(self.cfg.max_objects),
+                         max_age_frames=int(get('detection_max_age_frames')))
+
     def _on_point(self, msg: Any) -> None:
         """A geometry_msgs/Point from rqt_image_view: no stamp, and the user clicked what is
         on screen, i.e. the latest processed frame (the next one before any frame)."""
@@ -299,7 +338,33 @@ class TrackerNode(LifecycleNode):
                     and 1 <= p.value <= 255):
                 return SetParametersResult(successful=False, reason=(
                     f'click_object_id must be an integer in 1..255, got {p.value!r}'))
+        reason = self._check_detection_params(changes)
+        if reason:
+            return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
+
+    def _check_detection_params(self, changes: List[Any]) -> str:
+        """Why the detection_* values (these changes over the current ones) are bad, or ''."""
+        names = ('detection_min_score', 'detection_match_iou', 'detection_drift_iou')
+        new = {p.name: p.value for p in changes}
+        if not any(n.startswith('detection_') for n in new):
+            return ''
+        vals = {n: new.get(n, self.get_parameter(n).value) for n in names}
+        for n, v in vals.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return f'{n} must be a number in [0, 1], got {v!r}'
+        try:
+            det.check_rules(*(float(vals[n]) for n in names))
+        except ValueError as exc:
+            return str(exc)
+        age = new.get('detection_max_age_frames', 0)
+        if isinstance(age, bool) or not isinstance(age, int) or age < 0:
+            return f'detection_max_age_frames must be an integer >= 0, got {age!r}'
+        classes = new.get('detection_class_ids', [])
+        if classes is not None and not (isinstance(classes, (list, tuple)) and
+                                        all(isinstance(c, str) for c in classes)):
+            return f'detection_class_ids must be a list of strings, got {classes!r}'
+        return ''
 
     def _queue_prompt(self, item: PromptItem) -> None:
         if not self._mailbox.put_prompt(item):
@@ -355,6 +420,9 @@ class TrackerNode(LifecycleNode):
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._last_publish_ms,
             dropped=self._count('dropped'), processed=self._count('processed'),
             errors=conv.errors_text(p.errors)))
+        if pubs.get('objects') is not None:
+            pubs['objects'].publish(conv.objects_msg(p.result, p.header,
+                                                     self._association.class_of))
         overlay = pubs.get('overlay')
         if overlay is not None and overlay.get_subscription_count() > 0:
             overlay.publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8', p.header))
@@ -415,6 +483,15 @@ class TrackerNode(LifecycleNode):
                      f'{self.cfg.precision}',
             'random_weights': self.cfg.random_weights,
         })
+        if self._vision_off is None:
+            counts = dict(self._detection_totals)
+            for k, v in w.detection_counts.items():
+                counts[k] = counts.get(k, 0) + v
+            for k in ('messages', det.NEW, det.CORRECT, det.IGNORE, det.FILTERED, det.SKIPPED,
+                      'rejected'):
+                values[f'detections_{k}'] = counts.get(k, 0)
+        else:
+            values['detections'] = 'off (no vision_msgs)'
         values['lifecycle_state'] = 'active'
         msg = '; '.join(problems) if problems else 'tracking'
         self._diag_pub.publish(conv.diagnostics_msg(

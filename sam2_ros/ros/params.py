@@ -22,7 +22,8 @@ RELIABILITIES = ('reliable', 'best_effort')
 CLICK_MODES = ('positive', 'negative', 'new')
 # Parameters that take effect at once when set at run time (`ros2 param set`); all others are
 # read at configure.
-RUNTIME_PARAMS = ('click_mode', 'click_object_id')
+RUNTIME_PARAMS = ('click_mode', 'click_object_id', 'detection_min_score', 'detection_class_ids',
+                  'detection_match_iou', 'detection_drift_iou', 'detection_max_age_frames')
 
 
 @dataclass
@@ -58,6 +59,13 @@ class NodeOptions:
     max_image_pixels: int = 7680 * 4320
     # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
     autostart: bool = False
+    # Detections (vision_msgs/Detection2DArray on ~/detections) as box prompts; all settable at
+    # run time. See sam2_ros/ros/detections.py and docs/ros.md "Detector in, objects out".
+    detection_min_score: float = 0.5          # lower-scored detections are ignored
+    detection_class_ids: List[str] = dataclasses.field(default_factory=list)  # [] = all
+    detection_match_iou: float = 0.3          # IoU with an object's box to be that object's
+    detection_drift_iou: float = 0.5          # matched below this: the object is re-prompted
+    detection_max_age_frames: int = 15        # detections of older frames are rejected
 
     def validate(self) -> 'NodeOptions':
         """Raise ValueError naming the first bad option; return self for chaining."""
@@ -79,6 +87,13 @@ class NodeOptions:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.image_topic:
             raise ValueError('image_topic must not be empty')
+        from sam2_ros.ros.detections import check_rules
+
+        check_rules(self.detection_min_score, self.detection_match_iou,
+                    self.detection_drift_iou)
+        if int(self.detection_max_age_frames) < 0:
+            raise ValueError(f'detection_max_age_frames must be >= 0, got '
+                             f'{self.detection_max_age_frames!r}')
         return self
 
 
@@ -120,6 +135,8 @@ PARAMS: Tuple[ParamSpec, ...] = (
               'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
     ParamSpec('padded_graphs', T, 'padded_graphs', 'bool',
               'graphs also run the frames after a prompt (padded memory, masked attention)'),
+    ParamSpec('steady_attention', T, 'steady_attention', 'str',
+              "steady-state attention kernel: 'auto' (timed at configure), 'sam2', 'flash'"),
     ParamSpec('prompt_graphs', T, 'prompt_graphs', 'bool',
               'prompted steps (new object, correction, mask) as CUDA graphs too'),
     ParamSpec('prompt_point_buckets', T, 'prompt_point_buckets', 'int_array',
@@ -163,6 +180,18 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('max_image_pixels', N, 'max_image_pixels', 'int',
               'compressed images declaring more pixels are refused before decoding'),
     ParamSpec('autostart', N, 'autostart', 'bool', 'configure and activate on start-up'),
+    ParamSpec('detection_min_score', N, 'detection_min_score', 'float',
+              '~/detections with a lower score are ignored; run time'),
+    ParamSpec('detection_class_ids', N, 'detection_class_ids', 'str_array',
+              '~/detections of these classes only; unset = all; run time'),
+    ParamSpec('detection_match_iou', N, 'detection_match_iou', 'float',
+              'box IoU with an object (same class) for a detection to be that object; '
+              'unmatched detections start objects; run time'),
+    ParamSpec('detection_drift_iou', N, 'detection_drift_iou', 'float',
+              'a matched object with a lower IoU (or occluded/lost) is re-prompted with the '
+              'detection; run time'),
+    ParamSpec('detection_max_age_frames', N, 'detection_max_age_frames', 'int',
+              'detections stamped more frames back than this are rejected; run time'),
 )
 
 

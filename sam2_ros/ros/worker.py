@@ -30,6 +30,7 @@ import numpy as np
 
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
+from sam2_ros.ros import detections as det
 
 ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
 # PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
@@ -50,7 +51,7 @@ class FrameItem:
 @dataclass
 class PromptItem:
     msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
-    kind: str           # 'prompt' | 'click'
+    kind: str           # 'prompt' | 'click' | 'detections' (vision_msgs Detection2DArray)
     stamp_ns: int       # 0 = next frame; LATEST = the latest processed frame
 
 
@@ -181,8 +182,21 @@ class TrackingWorker:
                  convert: Callable[[PromptItem], Tuple[int, Optional[Prompt]]],
                  publish: Callable[[Published], None],
                  log: Callable[[str, str], None],
-                 thread_init: Optional[Callable[[], None]] = None) -> None:
+                 thread_init: Optional[Callable[[], None]] = None,
+                 convert_detections: Optional[Callable[[Any], List[det.RawDetection]]] = None,
+                 detection_rules: Optional[Callable[[], det.Rules]] = None,
+                 association: Optional[det.Association] = None) -> None:
         self.tracker = tracker
+        # detections (PromptItem kind 'detections'): message -> RawDetections, the run-time
+        # rules, and the association memory (owned by the node: it outlives an activation)
+        self._convert_detections = convert_detections
+        self._detection_rules = detection_rules or det.Rules
+        self.association = association if association is not None else det.Association()
+        self._held_detections: List[PromptItem] = []   # stamped for frames not processed yet
+        # processed frames by stamp: (processed count, width, height, objects) for detections
+        self._seen: 'collections.OrderedDict[int, Tuple[int, int, int, List[det.Tracked]]]' = \
+            collections.OrderedDict()
+        self.detection_counts: Dict[str, int] = collections.Counter()
         self._thread_init = thread_init
         self.mailbox = mailbox
         self._decode, self._convert, self._publish, self._log = decode, convert, publish, log
@@ -215,13 +229,15 @@ class TrackingWorker:
         """Forget the prompts held for frames not seen yet (the worker is stopping); their
         descriptions, for the caller to report."""
         held, self._pending = self._pending, []
-        return [what for _, _, _, what in held]
+        dets, self._held_detections = self._held_detections, []
+        return [what for _, _, _, what in held] + [
+            f'detections (stamp {d.stamp_ns} ns)' for d in dets]
 
     @property
     def waiting_prompts(self) -> int:
         """Prompts held for a frame whose stamp has not arrived yet (read from other threads:
         a length, no lock needed)."""
-        return len(self._pending)
+        return len(self._pending) + len(self._held_detections)
 
     @property
     def alive(self) -> bool:
@@ -267,6 +283,9 @@ class TrackingWorker:
                 self.report_error(f'internal error: {exc!r}\n{traceback.format_exc()}')
 
     def _on_prompt(self, item: PromptItem) -> None:
+        if item.kind == 'detections':
+            self._on_detections(item)
+            return
         what = f'{item.kind} (stamp {item.stamp_ns} ns)'
         try:
             action, prompt = self._convert(item)
@@ -353,13 +372,114 @@ class TrackingWorker:
         self.counters.objects = len(res.objects)
         self.last_stamp_ns = item.stamp_ns
         self._last = (rgb, item.header)
+        self._remember(item.stamp_ns, res)
         self._publish(Published(res, rgb, item.header, decode_ms, item.recv_t,
                                 self._drain_errors()))
         done = time.monotonic()
         self.latency.add(done, (done - item.recv_t) * 1e3)
+        if self._held_detections:
+            self._detections_due(item.stamp_ns)
 
     def _frame_failed(self, item: FrameItem, text: Optional[str]) -> None:
         self.counters.frame_errors += 1
         self.counters.consecutive_failures += 1
         if text:
             self.report_error(text)
+
+    # ------------------------------------------------------------------ detections
+    def _remember(self, stamp_ns: int, res: FrameResult) -> None:
+        """A processed frame's objects, for detections stamped like it (kept 256 frames; the
+        age limit is the run-time rule max_age_frames)."""
+        tracked = [det.Tracked(o.obj_id, det.mask_box(o.box), o.state) for o in res.objects]
+        self._seen[stamp_ns] = (self.counters.processed, res.width, res.height, tracked)
+        self._seen.move_to_end(stamp_ns)
+        while len(self._seen) > 256:
+            self._seen.popitem(last=False)
+        self.association.observe(tracked)
+
+    def _reject_detections(self, item: PromptItem, why: str) -> None:
+        self.counters.prompt_errors += 1
+        self.detection_counts['rejected'] += 1
+        self.report_error(f'rejected detections (stamp {item.stamp_ns} ns): {why}')
+
+    def _on_detections(self, item: PromptItem) -> None:
+        """A Detection2DArray: associated now when its frame was processed, held until its
+        frame when it is newer than the latest one (the detector was faster than us)."""
+        self.detection_counts['messages'] += 1
+        if item.stamp_ns <= 0:
+            self._reject_detections(item, 'no stamp: stamp detections like the image they '
+                                          'were computed on')
+            return
+        last = self.last_stamp_ns
+        if last is None or item.stamp_ns > last:
+            if len(self._held_detections) >= self.mailbox.prompt_queue_size:
+                self._reject_detections(item, f'{len(self._held_detections)} detection '
+                                              f'messages already wait for their frames')
+                return
+            self._held_detections.append(item)
+            return
+        self._associate(item)
+
+    def _detections_due(self, stamp_ns: int) -> None:
+        """After the frame ``stamp_ns``: associate the detections held for it; those held for
+        an earlier stamp will never see their frame (dropped, failed or never sent)."""
+        due = [d for d in self._held_detections if d.stamp_ns <= stamp_ns]
+        self._held_detections = [d for d in self._held_detections if d.stamp_ns > stamp_ns]
+        for d in due:
+            if d.stamp_ns == stamp_ns:
+                self._associate(d)
+            else:
+                self._reject_detections(d, f'no frame with this stamp was processed (the next '
+                                           f'one was {stamp_ns} ns): dropped, failed or never '
+                                           f'received')
+
+    def _associate(self, item: PromptItem) -> None:
+        """Detections of an already processed frame -> box prompts on the latest frame."""
+        seen = self._seen.get(item.stamp_ns)
+        rules = self._detection_rules()
+        if seen is None:
+            self._reject_detections(item, 'no processed frame has this stamp (never received, '
+                                          'dropped, failed, or long ago)')
+            return
+        index, width, height, tracked = seen
+        age = self.counters.processed - index
+        if age > rules.max_age_frames:
+            self._reject_detections(item, f'its frame is {age} frames old (more than '
+                                          f'detection_max_age_frames {rules.max_age_frames})')
+            return
+        try:
+            raws = self._convert_detections(item.msg)
+        except Exception as exc:  # a malformed message: say so, keep tracking
+            self._reject_detections(item, f'cannot read the message: {exc!r}')
+            return
+        dets, errors = det.validate_all(raws, width, height)
+        for e in errors:
+            self.counters.prompt_errors += 1
+            self.detection_counts['rejected'] += 1
+            self.report_error(f'rejected {e} (stamp {item.stamp_ns} ns)')
+        late = f', applied {age} frames later' if age else ''
+        res = None
+        for d in self.association.plan(dets, tracked, rules, self.tracker.object_ids):
+            self.detection_counts[d.kind] += 1
+            box = ', '.join(f'{v:.0f}' for v in d.detection.box)
+            label = f'detection {d.detection.index} ({d.detection.class_id or "no class"} ' \
+                    f'{d.detection.score:.2f}, box {box})'
+            if d.kind in (det.NEW, det.CORRECT):
+                try:
+                    res = self.tracker.add_prompt(Prompt(obj_id=d.obj_id, box=d.detection.box))
+                except TrackerError as exc:
+                    self.counters.prompt_errors += 1
+                    self.report_error(f'{label}: {type(exc).__name__}: {exc}')
+                    continue
+                self.association.prompted(d)
+                self._log('info', f'{label} ' + (f'starts object {d.obj_id}' if d.kind == det.NEW
+                                                 else f're-prompts object {d.obj_id}: {d.reason}')
+                          + late)
+            elif d.kind == det.IGNORE:
+                self.association.matched(d)
+            elif d.kind == det.SKIPPED:
+                self.report_error(f'{label} not started: {d.reason}', level='warn')
+        if res is not None and self._last is not None:
+            rgb, header = self._last
+            self._remember(self.last_stamp_ns, res)
+            self._publish(Published(res, rgb, header, 0.0, None, self._drain_errors()))

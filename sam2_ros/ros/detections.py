@@ -1,0 +1,281 @@
+"""Detections -> box prompts: validation and association with the tracked objects (no ROS).
+
+A detector publishes boxes for a frame (``vision_msgs/Detection2DArray`` on ``~/detections``,
+stamped like the image); :mod:`sam2_ros.ros.conversions` turns the message into
+:class:`RawDetection` values and this module decides, per detection, what the tracker does:
+
+* filtered: score below ``min_score`` or class not in ``class_ids`` (when that list is set);
+* rejected: NaN/inf values, zero or negative size, a rotated box, a box entirely outside the
+  frame (a box partly outside is clipped to the frame);
+* matched to an object: same class (an object or detection without a class matches any) and
+  box IoU >= ``match_iou`` with the object's reference box (its box on the detection's frame
+  when its mask is non-empty, else its last known box), greedily by highest IoU, one detection
+  per object. A matched object is left alone while it tracks well (state TRACKING and IoU >=
+  ``drift_iou``) and re-prompted with the detection's box otherwise ('drifted', or 'occluded' /
+  'lost' / 'empty');
+* unmatched: starts a new object with the lowest free id, unless a new detection of the same
+  class already planned overlaps it (IoU >= ``match_iou``: a duplicate) or ``max_objects`` is
+  reached (skipped, reported).
+
+Everything is a pure function of its inputs except :class:`Association`, which remembers per
+object the class and score of the detection that prompted it and its last known box.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+Box = Tuple[float, float, float, float]   # x0, y0, x1, y1 in continuous pixel coordinates
+
+NEW, CORRECT, IGNORE, FILTERED, SKIPPED = 'new', 'correct', 'ignore', 'filtered', 'skipped'
+
+
+class DetectionError(ValueError):
+    """A detection that cannot be a prompt; the text says why."""
+
+
+@dataclass(frozen=True)
+class RawDetection:
+    """A detection as the message has it (vision_msgs BoundingBox2D: centre, full size)."""
+
+    cx: float
+    cy: float
+    size_x: float
+    size_y: float
+    theta: float = 0.0
+    class_id: str = ''
+    score: float = 1.0
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A valid detection: its box in the frame, class ('' = none) and score."""
+
+    box: Box
+    class_id: str = ''
+    score: float = 1.0
+    index: int = 0                    # position in the message, for reports
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The association parameters (NodeOptions.detection_*; settable at run time)."""
+
+    min_score: float = 0.5
+    class_ids: Tuple[str, ...] = ()   # empty: every class
+    match_iou: float = 0.3
+    drift_iou: float = 0.5
+    max_objects: int = 8
+    max_age_frames: int = 15          # detections of older frames are rejected
+
+    def validate(self) -> 'Rules':
+        check_rules(self.min_score, self.match_iou, self.drift_iou)
+        return self
+
+
+def check_rules(min_score: float, match_iou: float, drift_iou: float) -> None:
+    """ValueError naming the parameter that is out of range (used by the node's run-time
+    parameter callback and by NodeOptions.validate)."""
+    for name, v in (('detection_min_score', min_score), ('detection_match_iou', match_iou),
+                    ('detection_drift_iou', drift_iou)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise ValueError(f'{name} must be in [0, 1], got {v!r}')
+    if match_iou > drift_iou:
+        raise ValueError(f'detection_match_iou ({match_iou}) must be <= detection_drift_iou '
+                         f'({drift_iou}): a matched object below drift_iou is re-prompted')
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """One object on the detection's frame, as the association needs it."""
+
+    obj_id: int
+    box: Optional[Box]                # None: empty mask on that frame
+    state: str                        # 'tracking' | 'occluded' | 'lost'
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str                         # NEW | CORRECT | IGNORE | FILTERED | SKIPPED
+    detection: Detection
+    obj_id: int = 0                   # the object started, corrected or left alone
+    iou: float = 0.0
+    reason: str = ''
+
+
+def iou(a: Box, b: Box) -> float:
+    """Intersection over union of two (x0, y0, x1, y1) boxes; 0 for empty ones."""
+    iw = min(a[2], b[2]) - max(a[0], b[0])
+    ih = min(a[3], b[3]) - max(a[1], b[1])
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    inter = iw * ih
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def mask_box(box: Optional[Sequence[int]]) -> Optional[Box]:
+    """An ObjectResult box (inclusive pixel indices) -> continuous coordinates."""
+    if box is None:
+        return None
+    x0, y0, x1, y1 = box
+    return float(x0), float(y0), float(x1) + 1.0, float(y1) + 1.0
+
+
+def to_detection(raw: RawDetection, width: int, height: int, index: int = 0) -> Detection:
+    """Validate one detection against the frame size; DetectionError says what is wrong."""
+    values = (raw.cx, raw.cy, raw.size_x, raw.size_y, raw.theta, raw.score)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        raise DetectionError(f'detection {index} has a non-finite value (centre '
+                             f'{raw.cx}, {raw.cy}, size {raw.size_x} x {raw.size_y}, theta '
+                             f'{raw.theta}, score {raw.score})')
+    if raw.size_x <= 0 or raw.size_y <= 0:
+        raise DetectionError(f'detection {index} has size {raw.size_x} x {raw.size_y}: '
+                             f'width and height must be > 0')
+    if raw.theta != 0.0:
+        raise DetectionError(f'detection {index} is rotated (theta {raw.theta}): only '
+                             f'axis-aligned boxes are prompts')
+    x0, x1 = raw.cx - raw.size_x / 2, raw.cx + raw.size_x / 2
+    y0, y1 = raw.cy - raw.size_y / 2, raw.cy + raw.size_y / 2
+    if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
+        raise DetectionError(f'detection {index} box ({x0:.1f}, {y0:.1f}, {x1:.1f}, '
+                             f'{y1:.1f}) is outside the {width}x{height} frame')
+    box = (max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1))
+    return Detection(box, str(raw.class_id), float(raw.score), index)
+
+
+def validate_all(raws: Iterable[RawDetection], width: int,
+                 height: int) -> Tuple[List[Detection], List[str]]:
+    """The valid detections and one error text per rejected one."""
+    ok, errors = [], []
+    for i, raw in enumerate(raws):
+        try:
+            ok.append(to_detection(raw, width, height, i))
+        except DetectionError as exc:
+            errors.append(str(exc))
+    return ok, errors
+
+
+def _classes_match(det_class: str, obj_class: str) -> bool:
+    return not det_class or not obj_class or det_class == obj_class
+
+
+@dataclass
+class ObjectMemory:
+    class_id: str = ''
+    score: float = 0.0                # score of the detection that last prompted it
+    last_box: Optional[Box] = None    # last non-empty box (or the prompted box)
+
+
+@dataclass
+class Association:
+    """What the association remembers per object between detection messages."""
+
+    objects: Dict[int, ObjectMemory] = field(default_factory=dict)
+
+    def observe(self, tracked: Iterable[Tracked]) -> None:
+        """A frame's results: remember the last non-empty box; forget removed objects."""
+        seen = set()
+        for t in tracked:
+            seen.add(t.obj_id)
+            mem = self.objects.setdefault(t.obj_id, ObjectMemory())
+            if t.box is not None:
+                mem.last_box = t.box
+        for obj_id in set(self.objects) - seen:
+            del self.objects[obj_id]
+
+    def class_of(self, obj_id: int) -> str:
+        mem = self.objects.get(obj_id)
+        return mem.class_id if mem is not None else ''
+
+    def plan(self, detections: Sequence[Detection], tracked: Sequence[Tracked],
+             rules: Rules, used_ids: Iterable[int] = ()) -> List[Decision]:
+        """One decision per detection (in message order). ``tracked``: the objects on the
+        detection's frame; ``used_ids``: ids taken besides them (e.g. queued prompts)."""
+        decisions: Dict[int, Decision] = {}
+        candidates: List[Detection] = []
+        for d in detections:
+            if d.score < rules.min_score:
+                decisions[d.index] = Decision(FILTERED, d, reason=f'score {d.score:.2f} < '
+                                              f'detection_min_score {rules.min_score}')
+            elif rules.class_ids and d.class_id not in rules.class_ids:
+                decisions[d.index] = Decision(FILTERED, d, reason=f'class {d.class_id!r} not '
+                                              f'in detection_class_ids')
+            else:
+                candidates.append(d)
+        refs = {}
+        for t in tracked:
+            mem = self.objects.get(t.obj_id, ObjectMemory())
+            ref = t.box if t.box is not None else mem.last_box
+            if ref is not None:
+                refs[t.obj_id] = (ref, t, mem.class_id)
+        pairs = []
+        for d in candidates:
+            for obj_id, (ref, t, cls) in refs.items():
+                if _classes_match(d.class_id, cls):
+                    v = iou(d.box, ref)
+                    if v >= rules.match_iou:
+                        pairs.append((-v, d.index, obj_id, d, t))
+        pairs.sort(key=lambda p: (p[0], p[1], p[2]))
+        taken = set()
+        for negv, _, obj_id, d, t in pairs:
+            if d.index in decisions or obj_id in taken:
+                continue
+            taken.add(obj_id)
+            v = -negv
+            if t.box is None:
+                decisions[d.index] = Decision(CORRECT, d, obj_id, v, 'empty mask')
+            elif t.state != 'tracking':
+                decisions[d.index] = Decision(CORRECT, d, obj_id, v, t.state)
+            elif v < rules.drift_iou:
+                decisions[d.index] = Decision(CORRECT, d, obj_id, v, f'drifted (IoU {v:.2f} < '
+                                              f'detection_drift_iou {rules.drift_iou})')
+            else:
+                decisions[d.index] = Decision(IGNORE, d, obj_id, v, 'tracks well')
+        used = set(used_ids) | {t.obj_id for t in tracked} | set(self.objects)
+        count = len({t.obj_id for t in tracked} | set(self.objects))
+        new: List[Detection] = []
+        for d in sorted(candidates, key=lambda d: (-d.score, d.index)):
+            if d.index in decisions:
+                continue
+            dup = next((n for n in new if _classes_match(d.class_id, n.class_id)
+                        and iou(d.box, n.box) >= max(rules.match_iou, 1e-9)), None)
+            if dup is not None:
+                decisions[d.index] = Decision(FILTERED, d, reason=f'duplicate of detection '
+                                              f'{dup.index}')
+                continue
+            obj_id = next((i for i in range(1, 256) if i not in used), 0)
+            if count >= rules.max_objects or not obj_id:
+                decisions[d.index] = Decision(SKIPPED, d, reason=f'max_objects '
+                                              f'{rules.max_objects} reached')
+                continue
+            used.add(obj_id)
+            count += 1
+            new.append(d)
+            decisions[d.index] = Decision(NEW, d, obj_id, 0.0, 'unmatched')
+        return [decisions[d.index] for d in sorted(detections, key=lambda d: d.index)]
+
+    def prompted(self, decision: Decision) -> None:
+        """The tracker accepted the box prompt of ``decision``: its class and score now travel
+        with the object, and the box is its last known box."""
+        mem = self.objects.setdefault(decision.obj_id, ObjectMemory())
+        if decision.detection.class_id:
+            mem.class_id = decision.detection.class_id
+        mem.score = decision.detection.score
+        mem.last_box = decision.detection.box
+
+    def matched(self, decision: Decision) -> None:
+        """A matched detection left alone: its score is the object's latest detection score."""
+        mem = self.objects.get(decision.obj_id)
+        if mem is not None:
+            mem.score = decision.detection.score
+
+
+def sigmoid(logit: float) -> float:
+    """Object score logit -> probability-like score in (0, 1) (what ~/objects reports)."""
+    if logit >= 0:
+        return 1.0 / (1.0 + math.exp(-logit))
+    e = math.exp(logit)
+    return e / (1.0 + e)
