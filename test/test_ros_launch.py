@@ -19,6 +19,8 @@ LAUNCH = {
     'tracker.launch.py': COMMON | {'image_topic', 'rviz', 'namespace'},
     'replay.launch.py': COMMON | {'bag', 'rate', 'player', 'rviz'},
     'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices'},
+    'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
+                                    'objects_topic'},
 }
 # the arguments, executables and config files the launch files share live here
 COMMON_PY = ROOT / 'sam2_ros' / 'ros' / 'launch_common.py'

@@ -432,7 +432,14 @@ class TrackerNode(LifecycleNode):
         """Log through the node logger; an identical line within 2 s is counted, not repeated."""
         logger = self.get_logger()
         for lvl, line in self._log_filter.filter(level, text):
-            {'info': logger.info, 'warn': logger.warning}.get(lvl, logger.error)(line)
+            # one call site per severity: rclpy keys its logging cache on the caller's line
+            # and raises 'Logger severity cannot be changed between calls' otherwise
+            if lvl == 'info':
+                logger.info(line)
+            elif lvl == 'warn':
+                logger.warning(line)
+            else:
+                logger.error(line)
 
     def _diag_name(self) -> str:
         """'sam2_tracker: tracker', or 'cam0/sam2_tracker: tracker' in a namespace, so the

@@ -404,8 +404,14 @@ class TrackingWorker:
 
     def _on_detections(self, item: PromptItem) -> None:
         """A Detection2DArray: associated now when its frame was processed, held until its
-        frame when it is newer than the latest one (the detector was faster than us)."""
-        self.detection_counts['messages'] += 1
+        frame when it is newer than the latest one (the detector was faster than us). Counted
+        in 'messages' once handled (held, associated or rejected)."""
+        try:
+            self._handle_detections(item)
+        finally:
+            self.detection_counts['messages'] += 1
+
+    def _handle_detections(self, item: PromptItem) -> None:
         if item.stamp_ns <= 0:
             self._reject_detections(item, 'no stamp: stamp detections like the image they '
                                           'were computed on')
