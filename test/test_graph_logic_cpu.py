@@ -52,13 +52,14 @@ def fake_capture_same_outputs(self, fn, inputs):
     return graphs._Captured(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
 
 
-def graph_tracker(mode, monkeypatch, padded=True):
+def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
     monkeypatch.setattr(graphs.GraphRunner, '_capture', fake_capture_same_outputs)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
-                        batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded)
+                        batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
+                        steady_attention=steady)
     tr = StreamingTracker(cfg)
     reasons = []
     tr.runner = graphs.GraphRunner(tr.model, cfg, reasons.append)
@@ -68,9 +69,16 @@ def graph_tracker(mode, monkeypatch, padded=True):
     return tr, cfg
 
 
-@pytest.mark.parametrize('mode,padded', [('swap', True), ('batched', True), ('swap', False)])
-def test_graph_runner_logic_equals_eager(mode, padded, monkeypatch):
-    tr, cfg = graph_tracker(mode, monkeypatch, padded)
+@pytest.mark.parametrize('mode,padded,steady', [('swap', True, 'flash'),
+                                                ('batched', True, 'sam2'),
+                                                ('swap', False, 'sam2')])
+def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch):
+    tr, cfg = graph_tracker(mode, monkeypatch, padded, steady)
+    # steady_attention='flash': steady-state buckets replay the padded graphs
+    assert set(tr.runner.steady_choice.values()) == ({'flash'} if steady == 'flash' else set())
+    assert not padded or all(
+        (tr.runner.steps[k] is tr.runner.padded_steps[k]) == (steady == 'flash')
+        for k in tr.runner.steps)
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
     frames = synthetic_frames(40, h=48, w=64)
     events = schedule(48, 64, add2=3, add3=5, fix=22, remove=30)

@@ -13,6 +13,7 @@ from typing import Optional
 MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
 PRECISIONS = ('bf16', 'fp32')
 GRAPH_MODES = ('swap', 'batched')
+STEADY_ATTENTION = ('auto', 'sam2', 'flash')
 COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
@@ -65,6 +66,11 @@ class TrackerConfig:
     # steady state only, with sam2's own attention call; frames after a prompt run eagerly
     # (also the case with compile_mode set).
     padded_graphs: bool = True
+    # Attention kernel of steady-state objects (padded_graphs only): 'sam2' (sam2's own call,
+    # cuDNN on recent torch; bitwise the eager step), 'flash' (the padded graph's variable-length
+    # FlashAttention), 'auto' (both timed at capture, flash kept per bucket only when >= 5%
+    # faster).
+    steady_attention: str = 'auto'
     # Prompted steps as CUDA graphs too (a new object, a correction click, a mask), one per
     # kind and point count in prompt_point_buckets (a click is 1 point, a box 2, a box and a
     # click 3); other counts run eagerly. False: every prompt runs eagerly.
@@ -106,6 +112,9 @@ class TrackerConfig:
             raise ValueError(f'max_objects must be in 1..256, got {self.max_objects!r}')
         if not 1 <= int(self.max_cond_frames) <= 64:
             raise ValueError(f'max_cond_frames must be in 1..64, got {self.max_cond_frames!r}')
+        if self.steady_attention not in STEADY_ATTENTION:
+            raise ValueError(f'steady_attention must be one of {STEADY_ATTENTION}, got '
+                             f'{self.steady_attention!r}')
         if not all(isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
             raise ValueError(f'prompt_point_buckets must be point counts in 1..64, got '
                              f'{self.prompt_point_buckets!r}')

@@ -14,9 +14,10 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   an object with fewer memories (the 15 frames after a prompt or a correction) runs in the
   smallest one that holds it, its memories padded and flagged, and the memory attention
   attends only to the flagged ones (``attention.py``), so every tracking frame replays a
-  graph. (Padded graphs for every frame would cost 4-9% more at steady state: FlashAttention's
-  variable-length kernel is slower than cuDNN's at head dim 256.) Without it such frames run
-  eagerly.
+  graph. Without it such frames run eagerly. At steady state the padded graph (FlashAttention's
+  variable-length kernel) and the exact one (cuDNN by default) differ in speed with model,
+  resolution and batch (tiny@512: padded 4-9% slower); ``steady_attention='auto'`` times both
+  at capture and keeps the faster per bucket.
 * Prompted steps (a new object's box or clicks, a correction, a mask) replay graphs too, one
   per kind and point count (``graph_prompts.py``).
 * 'swap' mode: one graph per c with batch 1; each object's memories are gathered into the
@@ -59,6 +60,7 @@ from sam2_ros.engine.model import compiled_copy
 
 log = logging.getLogger(__name__)
 WARMUP_ITERS = 3
+AUTO_MARGIN = 0.05      # steady_attention='auto' takes flash only when this much faster
 
 
 class _Captured:
@@ -94,6 +96,7 @@ class GraphRunner(EagerRunner):
             log.warning('compile_mode=%s: padded_graphs off (frames after a prompt run '
                         'eagerly)', cfg.compile_mode)
         self.capture_s = 0.0
+        self.steady_choice: Dict[Tuple[int, int], str] = {}   # buckets replaying flash
 
     # ---- capture ---------------------------------------------------------------------
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
@@ -110,6 +113,8 @@ class GraphRunner(EagerRunner):
                     self.padded_steps[key] = self._capture_step(*key, padded=True)
             if self.cfg.prompt_graphs:
                 self.prompts.capture()
+            if self.padded and self.cfg.steady_attention != 'sam2':
+                self._choose_steady_graphs()
         except Exception as exc:  # noqa: BLE001 - any capture failure means eager
             self.enabled = False
             self.steps.clear()
@@ -123,6 +128,30 @@ class GraphRunner(EagerRunner):
         self.capture_s = time.perf_counter() - t0
         log.info('captured %d CUDA graphs in %.2f s', self.n_graphs(),
                  self.capture_s)
+
+    def _choose_steady_graphs(self) -> None:
+        """Steady-state objects replay the exact bucket (sam2's attention call, cuDNN by
+        default) or the padded one with every slot valid (FlashAttention's variable-length
+        kernel): 'flash' forces the latter, 'auto' times both graphs of each bucket now and
+        takes the padded one only when it is at least AUTO_MARGIN faster (kernel speed
+        depends on model, resolution and batch; a near tie keeps sam2's kernel)."""
+        for key in list(self.steps):
+            if self.cfg.steady_attention == 'flash' or \
+                    self._replay_s(self.padded_steps[key]) < \
+                    (1 - AUTO_MARGIN) * self._replay_s(self.steps[key]):
+                self.steps[key] = self.padded_steps[key]
+                self.steady_choice[key] = 'flash'
+        log.info('steady-state attention per (batch, cond) bucket: %s', self.steady_choice)
+
+    @staticmethod
+    def _replay_s(cap: _Captured, n: int = 5) -> float:
+        cap.graph.replay()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            cap.graph.replay()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
 
     def _bucket_keys(self) -> List[Tuple[int, int]]:
         conds = self.cfg.graph_cond_buckets or tuple(range(1, self.cfg.max_cond_frames + 1))
