@@ -293,3 +293,50 @@ def test_detection2darray_in_and_out():
     # round trip: our output box read as a detection is the mask's box
     back = det.to_detection(conv.detections_from_msg(out)[0], W, H)
     assert back.box == det.mask_box((4, 6, 13, 9))
+
+
+def test_node_without_vision_msgs_runs_with_those_topics_off(tmp_path):
+    """Where vision_msgs is absent (hidden here) the node configures and activates, says why
+    ~/detections and ~/objects are off, and reports it in its diagnostics."""
+    import subprocess
+
+    from ros_helpers import PYTHON, ROOT, DomainLease
+
+    code = '''
+import sys
+sys.modules['vision_msgs'] = None          # import vision_msgs -> ImportError
+sys.modules['vision_msgs.msg'] = None
+import rclpy
+from rclpy.parameter import Parameter
+from sam2_ros.ros.node import TrackerNode
+rclpy.init()
+over = [Parameter(k, value=v) for k, v in dict(
+    model_size='tiny', image_size=64, random_weights=True, device='cpu', precision='fp32',
+    use_cuda_graphs=False, max_objects=2).items()]
+node = TrackerNode(parameter_overrides=over)
+from rclpy.lifecycle import TransitionCallbackReturn as R
+assert node.trigger_configure() == R.SUCCESS and node.trigger_activate() == R.SUCCESS
+print('OFF', node._vision_off)
+print('PUB', node._pubs['objects'])
+print('SUBS', sorted(s.topic_name for s in node._subs))
+sent = []
+node._diag_pub.publish = sent.append
+node._on_diagnostics()
+print('DIAG', {kv.key: kv.value for kv in sent[0].status[0].values}.get('detections'))
+node._release_io()
+node.destroy_node()
+rclpy.shutdown()
+'''
+    lease = DomainLease()
+    try:
+        p = subprocess.run([PYTHON, '-c', code], env=lease.env(), cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    finally:
+        lease.release()
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert 'OFF vision_msgs is not importable' in out and 'PUB None' in out, out[-3000:]
+    assert '~/detections and ~/objects are off: vision_msgs is not importable' in out
+    assert 'detections' not in out.split('SUBS', 1)[1].splitlines()[0]
+    assert 'DIAG off (no vision_msgs)' in out
+    assert 'detections/objects: off (no vision_msgs)' in out
