@@ -107,7 +107,9 @@ def test_detector_drives_tracker(tmp_path):
         def set_param(name, value):
             req = SetParameters.Request()
             req.parameters = [Parameter(name=name, value=ParameterValue(
-                type=ParameterType.PARAMETER_DOUBLE, double_value=value))]
+                type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+                if isinstance(value, float) else ParameterValue(
+                    type=ParameterType.PARAMETER_STRING_ARRAY, string_array_value=value))]
             fut = setp.call_async(req)
             wait_until(fut.done, 30, f'set {name}')
             return fut.result().results[0]
@@ -116,6 +118,8 @@ def test_detector_drives_tracker(tmp_path):
         sent = 0
         reprompts_before_drift = None
         for i in range(N):
+            if i == FALSE_POSITIVE:
+                assert set_param('detection_class_ids', ['a', 'b']).successful
             if i == DRIFT_AT:
                 bad = set_param('detection_match_iou', 1.5)
                 assert not bad.successful and 'must be in [0, 1]' in bad.reason
@@ -124,8 +128,9 @@ def test_detector_drives_tracker(tmp_path):
             c.pub_image.publish(image_msg(imgs[i], stamp(i)))
             c.wait_state(stamp(i), 120)
             if i != MISSED:
-                boxes = truth(i) + ([(100, 90, 120, 110, 'a', 0.2)] if i == FALSE_POSITIVE
-                                    else [])
+                boxes = truth(i) + ([(100, 90, 120, 110, 'a', 0.2),    # low score
+                                     (60, 5, 80, 25, 'c', 0.95)]         # class not wanted
+                                    if i == FALSE_POSITIVE else [])
                 pub.publish(det_array(stamp(i), boxes))
                 sent += 1
             if i == BAD:
@@ -142,7 +147,7 @@ def test_detector_drives_tracker(tmp_path):
 
         # objects created once each, ids and classes stable; the false positive was filtered
         assert re.findall(r'starts object (\d+)', log) == ['1', '2'], log[-3000:]
-        assert diag('detections_new') == 2 and diag('detections_filtered') >= 1
+        assert diag('detections_new') == 2 and diag('detections_filtered') == 2
         # the drift threshold set at run time re-prompts both objects on every later frame
         after = len(re.findall(r're-prompts object', log)) - reprompts_before_drift
         assert after == 2 * (N - DRIFT_AT), log[-3000:]

@@ -492,7 +492,7 @@ class TrackerNode(LifecycleNode):
         })
         if self._vision_off is None:
             counts = dict(self._detection_totals)
-            for k, v in w.detection_counts.items():
+            for k, v in dict(w.detection_counts).items():
                 counts[k] = counts.get(k, 0) + v
             for k in ('messages', det.NEW, det.CORRECT, det.IGNORE, det.FILTERED, det.SKIPPED,
                       'rejected'):

@@ -196,7 +196,10 @@ class TrackingWorker:
         # processed frames by stamp: (processed count, width, height, objects) for detections
         self._seen: 'collections.OrderedDict[int, Tuple[int, int, int, List[det.Tracked]]]' = \
             collections.OrderedDict()
-        self.detection_counts: Dict[str, int] = collections.Counter()
+        # every key present from the start: diagnostics read it from the executor thread
+        self.detection_counts: Dict[str, int] = dict.fromkeys(
+            ('messages', det.NEW, det.CORRECT, det.IGNORE, det.FILTERED, det.SKIPPED,
+             'rejected'), 0)
         self._thread_init = thread_init
         self.mailbox = mailbox
         self._decode, self._convert, self._publish, self._log = decode, convert, publish, log
