@@ -16,7 +16,8 @@ P runs over ``TrackerConfig.prompt_point_buckets``; a prompt of another point co
 eagerly and is counted as a fallback with its reason. Without padded graphs (``compile_mode``
 set) corrections run eagerly. ``PromptGraphs`` belongs to a ``GraphRunner`` (``graphs.py``):
 it captures with the runner's ``_capture`` (same memory pool) on the runner's encoder-graph
-features.
+features, always with sam2's plain modules: with ``compile_mode`` each prompt shape would
+otherwise add a compile to start-up, for steps that run a few times a minute.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class PromptGraphs:
         dev, feats = b.feats.device, r.encoder.outputs
         if key[0] == 'mask':
             s = r.model.image_size
-            return r._capture(lambda m: step.mask_step(r.cmodel, feats, m),
+            return r._capture(lambda m: step.mask_step(r.model, feats, m),
                               torch.zeros(1, 1, s, s, device=dev))
         if key[0] == 'init':
             _, n_pts, has_prev = key
@@ -83,7 +84,7 @@ class PromptGraphs:
             labels=torch.ones(1, n_pts, dtype=torch.int32, device=dev),
             prev=b.logits.new_zeros(1, *b.logits.shape[1:]) if has_prev else None, mem=mem)
         return r._capture(lambda x: step.track_step(
-            r.cmodel, feats, x.mem, r.maskmem_pos,
+            r.model, feats, x.mem, r.maskmem_pos,
             points={'point_coords': x.coords, 'point_labels': x.labels},
             prev_logits=x.prev), inputs)
 
