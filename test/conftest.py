@@ -24,6 +24,35 @@ _MODELS = {}
 # Examples run per hypothesis test, filled by test_properties and written at session end.
 HYPOTHESIS_COUNTS: dict = {}
 
+# Hypothesis example budgets. Each property test states the examples it was designed with;
+# the 'ci' profile (default) runs a quarter of them, sized for CI's 2 cores, where the ROS and
+# core boundary tests together ran 2,290 examples; HYPOTHESIS_PROFILE=thorough runs them all
+# (before a release, or after changing a boundary). No deadline in either: the machine is shared.
+HYPOTHESIS_PROFILE = os.environ.get('HYPOTHESIS_PROFILE', 'ci')
+_EXAMPLE_SCALE = {'ci': 0.25, 'thorough': 1.0}
+if HYPOTHESIS_PROFILE not in _EXAMPLE_SCALE:
+    raise ValueError(f'HYPOTHESIS_PROFILE={HYPOTHESIS_PROFILE!r}: use one of '
+                     f'{sorted(_EXAMPLE_SCALE)}')
+
+
+def examples(designed: int) -> int:
+    """max_examples for a property test designed for ``designed`` examples, under the
+    active profile (at least 20, so every strategy branch still gets drawn)."""
+    return max(20, round(designed * _EXAMPLE_SCALE[HYPOTHESIS_PROFILE]))
+
+
+def _register_hypothesis_profiles():
+    try:
+        from hypothesis import settings
+    except ImportError:       # the ROS-only environments of some tests lack it
+        return
+    for name in _EXAMPLE_SCALE:
+        settings.register_profile(name, deadline=None)
+    settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+_register_hypothesis_profiles()
+
 
 def small_cfg(**changes):
     from sam2_ros.engine.config import TrackerConfig

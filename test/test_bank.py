@@ -20,7 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HYPOTHESIS_COUNTS, make_tracker
+from conftest import HYPOTHESIS_COUNTS, examples, make_tracker
 from sam2_ros.engine.memory import EMPTY, MemoryBank
 from sam2_ros.engine.types import Prompt
 
@@ -168,7 +168,7 @@ class DictModel:
         return feats, tpos, ptrs, dist
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(max_cond=st.integers(2, 5),
        events=st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(1, 3)),
                        min_size=1, max_size=80))

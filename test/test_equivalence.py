@@ -16,6 +16,7 @@ from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.tracker import StreamingTracker
 
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny ops: see conftest
 TOL = 1e-4
 
 

@@ -10,11 +10,16 @@ warm-up frames. Results must equal the eager runner's.
 import pytest
 import torch
 
+from conftest import shared_model
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine import graph_io, graphs
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.tracker import StreamingTracker
 from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
+
+# one intra-op thread (conftest.one_thread): at image size 128 the ops are tiny, and two OpenMP
+# threads on a loaded 2-core machine spin against other processes
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 class ReplayOnCpu:
@@ -60,7 +65,7 @@ def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
                         batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
                         steady_attention=steady)
-    tr = StreamingTracker(cfg)
+    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size))  # read only: one per session
     reasons = []
     tr.runner = graphs.GraphRunner(tr.model, cfg, reasons.append)
     with torch.inference_mode():
@@ -172,9 +177,9 @@ def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
 def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
     """compile_mode: the graphs capture a twin whose heavy modules are compiled; the eager
     fallback keeps the plain modules, and both read the same weights."""
-    from sam2_ros.engine.model import COMPILED_MODULES, build_model, compiled_copy
+    from sam2_ros.engine.model import COMPILED_MODULES, compiled_copy
     cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', random_weights=True)
-    model = build_model(cfg)
+    model = shared_model(cfg.image_size)     # compiled_copy must leave it alone: asserted below
     assert compiled_copy(model, None) is model
     twin = compiled_copy(model, 'default')
     for name in COMPILED_MODULES:
@@ -195,7 +200,7 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
                         max_objects=3, io_resolution=(64, 48))
-    tr = StreamingTracker(cfg)
+    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size))  # read only: one per session
     tr.runner = graphs.GraphRunner(tr.model, cfg, print)
     with torch.inference_mode():
         tr.runner.prepare(tr.bank, tr.maskmem_pos, None)

@@ -3,7 +3,8 @@ a prompt or a frame, the core either accepts it or raises a TrackerError subclas
 other exception; a rejected call changes nothing, and an accepted one never touches another
 object's bank rows.
 
-Examples per test (max_examples; the counts actually run are written to
+Examples per test as designed (HYPOTHESIS_PROFILE=thorough; the default 'ci' profile runs a
+quarter, at least 20: conftest.examples; the counts actually run are written to
 out/hypothesis_counts.json at the end of the session, with accepted/rejected splits):
   test_prompt_validation            400  (preprocess only, no model)
   test_frame_validation             300  (preprocess only, no model)
@@ -18,7 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import HYPOTHESIS_COUNTS, assert_unchanged, make_tracker, snapshot, textured_frame
+from conftest import (HYPOTHESIS_COUNTS, assert_unchanged, examples, make_tracker, snapshot,
+                      textured_frame)
 from sam2_ros.engine import frame_in
 from sam2_ros.engine.prompts import prompt_mask, prompt_points
 from sam2_ros.engine.errors import FrameError, PromptError, TrackerError
@@ -158,7 +160,7 @@ def has_points(p):
 
 
 # ---- preprocess (no model) ----------------------------------------------------------------
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=prompts)
 def test_prompt_validation(p):
     """prompt_points / prompt_mask: accepted with sane outputs, or PromptError."""
@@ -212,7 +214,7 @@ def frame_ok(fr):
         and 16 <= fr.shape[1] <= 8192
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fr=frames())
 def test_frame_validation(fr):
     """frame_size accepts exactly the uint8 [H, W, 3] frames of 16..8192 pixels a side
@@ -251,7 +253,7 @@ def not_one(i):
     return not (valid_id(i) and int(i) == 1)
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=examples(80), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(p=st.one_of(wild_prompts.filter(lambda p: not_one(p.obj_id)), near_valid_prompts()))
 def test_tracker_prompt_boundary(p):
@@ -285,7 +287,7 @@ def test_tracker_prompt_boundary(p):
     assert tr.object_ids == [1, 2]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fr=frames())
 def test_tracker_frame_boundary(fr):
     """track(): a frame of the stream's size is tracked (objects 1 and 2 present, counter +1);

@@ -3,7 +3,8 @@ camera driver, a prompt publisher or a params file sends, the conversions either
 value or raise the documented error type, never another exception, and a rejected prompt leaves
 every tracked object as it was.
 
-Invariants, one test each (max_examples in brackets; the counts actually run, with accepted /
+Invariants, one test each (examples as designed in brackets, run by HYPOTHESIS_PROFILE=thorough;
+the default 'ci' profile runs a quarter, at least 20; the counts actually run, with accepted /
 rejected splits, are printed and written to out/hypothesis_ros_counts.json):
   test_image_decode            [400] sensor_msgs/Image -> [h, w, 3] uint8 RGB, pixel-exact
                                      against an independent reference, or FrameError
@@ -27,7 +28,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_unchanged, make_tracker, snapshot, textured_frame, write_out
+from conftest import (assert_unchanged, examples, make_tracker, snapshot, textured_frame,
+                      write_out)
 from ros_helpers import require_messages
 from sam2_ros.engine.errors import FrameError, PromptError, TrackerError
 from sam2_ros.ros import conversions as conv
@@ -97,7 +99,7 @@ def reference_rgb(m):
             'mono8': lambda a: np.repeat(a, 3, axis=2)}[m.encoding](px)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw_images())
 def test_image_decode(bridge, m):
     try:
@@ -141,7 +143,7 @@ def compressed_images(draw):
     return m
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(compressed_images())
 def test_compressed_decode(bridge, m):
     try:
@@ -190,7 +192,7 @@ def prompt_msgs(draw, ids=IDS, actions=ACTIONS):
     return m
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(prompt_msgs())
 def test_prompt_conversion(bridge, m):
     try:
@@ -261,7 +263,7 @@ def plausible(values):
         for k, v in values.items()})
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.dictionaries(NAMES, ros_values, min_size=1, max_size=3).flatmap(plausible))
 # regressions found by this test (params.to_field_value), kept as fixed examples
 @example({'image_size': float('inf')})          # OverflowError, not ValueError
@@ -350,7 +352,7 @@ def tracker_prompts(draw):
     return m
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck))
 @given(tracker_prompts())
 def test_rejected_prompt_changes_nothing(bridge, tracker, m):
     from sam2_ros.engine.types import Prompt

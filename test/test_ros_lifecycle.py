@@ -3,8 +3,6 @@ calls; the CLI itself is not installable from PyPI): a failing configure is a fa
 transition with the reason logged; activate/deactivate/cleanup/shutdown create and release the
 subscriptions; autostart with a bad checkpoint exits with status 1."""
 
-import time
-
 import pytest
 
 from ros_helpers import Client, Lifecycle, frames, image_msg, stamp, start_node, wait_until
@@ -43,7 +41,7 @@ def test_autostart_failure_exits_nonzero(tmp_path, lease):
 def test_activate_deactivate_cleanup_shutdown(tmp_path, lease):
     from lifecycle_msgs.msg import Transition
 
-    proc = start_node(lease, tmp_path, 'lifecycle', autostart=False)
+    proc = start_node(lease, tmp_path, 'lifecycle', autostart=False, diagnostics_period_s=0.2)
     c = Client(lease)
     fr = frames(3)
     try:
@@ -59,8 +57,14 @@ def test_activate_deactivate_cleanup_shutdown(tmp_path, lease):
         assert lc.transition(Transition.TRANSITION_DEACTIVATE) and lc.state() == 'inactive'
         wait_until(lambda: c.pub_image.get_subscription_count() == 0, 10,
                    'the image subscription to go')
+        # inactive: the frame is not received; two diagnostics after it (not a fixed sleep)
+        # the node, not tracking, still counts the one frame of the first activation
+        n_diags = len(c.snapshot(c.diags))
         c.pub_image.publish(image_msg(fr[1], stamp(1)))
-        time.sleep(1.0)
+        wait_until(lambda: len(c.snapshot(c.diags)) >= n_diags + 2, 10, 'two diagnostics')
+        status = c.snapshot(c.diags)[-1].status[0]
+        values = {kv.key: kv.value for kv in status.values}
+        assert 'not tracking' in status.message and values['received_frames'] == '1', values
         assert c.states_for(stamp(1)) == []
 
         assert lc.transition(Transition.TRANSITION_ACTIVATE)

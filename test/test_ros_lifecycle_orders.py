@@ -45,6 +45,13 @@ def outputs(c: Client) -> tuple:
             len(tracking))
 
 
+def not_tracking(diags: list):
+    """The values of the last of ``diags`` if it says the node is not tracking, else None."""
+    if not diags or 'not tracking' not in diags[-1].status[0].message:
+        return None
+    return {kv.key: kv.value for kv in diags[-1].status[0].values}
+
+
 def test_random_transition_orders(tmp_path, lease):
     require_messages()
     t_start = time.monotonic()
@@ -84,10 +91,19 @@ def test_random_transition_orders(tmp_path, lease):
         """Not active: no subscription; a published frame produces nothing."""
         wait_until(lambda: c.pub_image.get_subscription_count() == 0, 10,
                    'the image subscription to go')
-        time.sleep(0.3)  # anything sent before the transition returned has arrived by now
+        # instead of a fixed sleep, the node's diagnostics say when everything sent before the
+        # transition has arrived: not tracking, and a state received for every frame processed
+        wait_until(lambda: (not_tracking(c.snapshot(c.diags)[-1:]) or {}).get(
+            'processed_frames') == str(len(c.snapshot(c.states))), 10,
+            'diagnostics: not tracking, every processed frame\'s state received')
         before = outputs(c)
+        received = not_tracking(c.snapshot(c.diags)[-1:])['received_frames']
+        n_diags = len(c.snapshot(c.diags))
         silent_stamps.append(send_frame())
-        time.sleep(0.5)
+        # two diagnostics periods after the frame, the node still reports it never received it
+        wait_until(lambda: len(c.snapshot(c.diags)) >= n_diags + 2, 10, 'two diagnostics')
+        last = not_tracking(c.snapshot(c.diags)[-1:])
+        assert last is not None and last['received_frames'] == received, (log, last)
         assert outputs(c) == before, (log, before, outputs(c))
         counts['silent_frames'] += 1
 

@@ -48,7 +48,9 @@ def fifo(tmp_path_factory):
 
 def settle():
     # prompts published before a frame arrive first (separate topics, no ordering between
-    # them); 0.1 s was not always enough on a loaded 2-core CI machine
+    # them); 0.1 s was not always enough on a loaded 2-core CI machine. Only for prompts the
+    # node rejects on receipt, which Client.send_prompts (a wait on the node's diagnostics)
+    # would wait for in vain.
     time.sleep(0.5)
 
 
@@ -151,8 +153,7 @@ def test_bad_messages_are_reported_and_tracking_goes_on(fifo):
     proc, c = fifo
     fr = frames(3, seed=5)
     base = 50
-    c.pub_prompt.publish(prompt_msg(0, action=RESET))
-    settle()
+    c.send_prompts(prompt_msg(0, action=RESET))     # held: diagnostics, not a sleep
     c.pub_image.publish(image_msg(fr[0], stamp(base)))
     c.wait_state(stamp(base), 60)
 
@@ -206,8 +207,7 @@ def test_fifo_processes_every_frame(fifo):
     # With stamp(base) it would be applied to frame base after tracking it and republish that
     # frame's state, a second state with the same stamp (worker._apply_now), which is right
     # for a paused camera but not what this test counts.
-    c.pub_prompt.publish(prompt_msg(1, 0, box=(10, 20, 50, 60)))
-    settle()
+    c.send_prompts(prompt_msg(1, 0, box=(10, 20, 50, 60)))
     before = c.snapshot(c.states)[-1] if c.snapshot(c.states) else None
     for i, f in enumerate(fr):
         c.pub_image.publish(image_msg(f, stamp(base + i)))  # a burst: the FIFO must block
@@ -255,8 +255,7 @@ def test_latest_frame_policy_drops_stale_frames(tmp_path, lease):
                       input_type='compressed', image_topic=COMPRESSED_TOPIC)
     fr = frames(12, seed=3)
     try:
-        c.pub_prompt.publish(prompt_msg(1, box=(10, 20, 50, 60)))
-        settle()
+        c.send_prompts(prompt_msg(1, box=(10, 20, 50, 60)))
         for i, f in enumerate(fr):
             c.pub_compressed.publish(compressed_msg(f, stamp(i), 'png'))
         c.wait_state(stamp(11), 60)
