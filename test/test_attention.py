@@ -92,4 +92,7 @@ def test_padded_step_equals_eager_step(frames_after_prompt):
     out = step.track_step(tr.model, feats, mem, tr.maskmem_pos)
     for name in ('low_res_logits', 'obj_ptr', 'score', 'mem_feats'):
         a, r = getattr(out, name).float(), getattr(ref, name).float()
-        assert float((a - r).abs().max()) <= 1e-4, name
+        # memory features are stored in bf16 (as sam2 stores them): a rounding difference of
+        # the fp32 value before the cast moves them by one bf16 step (2^-8 relative)
+        rtol = 2 ** -8 if name == 'mem_feats' else 0.0
+        torch.testing.assert_close(a, r, rtol=rtol, atol=1e-4, msg=name)
