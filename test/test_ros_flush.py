@@ -45,8 +45,9 @@ def fake_node(pubs, events, context_ok=True):
     self = SimpleNamespace(
         context=SimpleNamespace(ok=lambda: context_ok),
         _subs=['image_sub'], _worker=SimpleNamespace(stop=lambda: events.append(('stop', '')),
-                                                     drop_pending=lambda: []),
-        _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0),
+                                                     drop_pending=lambda: [],
+                                                     detection_counts={}),
+        _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0), _detection_totals={},
         _pubs=pubs, logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))

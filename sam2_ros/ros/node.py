@@ -566,7 +566,7 @@ def _run(args: List[str]) -> int:
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
     # hand-off of 720p frames by up to seconds through GIL contention with the worker
     # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
-    # 17 / 38 ms; docs/benchmarks.md). In FIFO mode a full FIFO now also holds back prompts
+    # 17 / 38 ms; docs/performance.md). In FIFO mode a full FIFO now also holds back prompts
     # and diagnostics for up to one frame time.
     executor = SingleThreadedExecutor()
     executor.add_node(node)
