@@ -36,23 +36,43 @@ def token_mask(feat_valid: torch.Tensor, ptr_valid: torch.Tensor, hw: int,
     return torch.cat([spatial, ptrs], dim=1)
 
 
+class KeyPacking:
+    """Which keys each batch row attends to, and how the valid ones are packed into a
+    variable-length batch. Every memory-attention layer of a step reads the same memory, so
+    the packing (an argsort and two prefix sums) is computed once, by the first layer."""
+
+    def __init__(self, valid: torch.Tensor):
+        self.valid = valid                          # [B, Lk] bool
+        self._packed = None
+
+    def packed(self, lq: int):
+        """(order [B*Lk], cu_q [B+1], cu_k [B+1]): packed key i is key order[i]; row r's
+        queries are [cu_q[r], cu_q[r+1]), its keys [cu_k[r], cu_k[r+1])."""
+        if self._packed is None:
+            b = self.valid.shape[0]
+            # valid keys first, each row's in order
+            order = torch.argsort((~self.valid.reshape(-1)).to(torch.uint8), stable=True)
+            cu_k = F.pad(self.valid.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32),
+                         (1, 0))
+            cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32,
+                                device=self.valid.device)
+            self._packed = order, cu_q, cu_k
+        return self._packed
+
+
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     valid: torch.Tensor) -> torch.Tensor:
+                     keys: KeyPacking) -> torch.Tensor:
     """Attention of each batch row over its valid keys only.
 
-    q [B, H, Lq, D], k/v [B, H, Lk, D], valid [B, Lk] bool -> [B, H, Lq, D].
+    q [B, H, Lq, D], k/v [B, H, Lk, D], keys.valid [B, Lk] bool -> [B, H, Lq, D].
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
     if not q.is_cuda:
-        return _per_row(q, k, v, valid)
-    flat = valid.reshape(-1)
-    # valid keys first, each row's in order: packed row i is keys [cu_k[i], cu_k[i+1])
-    order = torch.argsort((~flat).to(torch.uint8), stable=True)
+        return _per_row(q, k, v, keys.valid)
+    order, cu_q, cu_k = keys.packed(lq)
     kp = k.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
     vp = v.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
-    cu_k = F.pad(valid.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
-    cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device=q.device)
     qp = q.transpose(1, 2).reshape(b * lq, h, d)
     if q.dtype in (torch.float16, torch.bfloat16):
         out = torch.ops.aten._flash_attention_forward(
@@ -77,9 +97,9 @@ class _MaskedRoPEAttention(RoPEAttention):
     new one; an instance of RoPEAttention so sam2's layers pass it the pointer-token count.
     """
 
-    def __init__(self, inner: RoPEAttention, valid: torch.Tensor):
+    def __init__(self, inner: RoPEAttention, keys: KeyPacking):
         torch.nn.Module.__init__(self)
-        self.inner, self.valid = inner, valid
+        self.inner, self.keys = inner, keys
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 num_k_exclude_rope: int = 0) -> torch.Tensor:
@@ -94,7 +114,7 @@ class _MaskedRoPEAttention(RoPEAttention):
         n_rope = k.shape[-2] - num_k_exclude_rope
         q, k[:, :, :n_rope] = apply_rotary_enc(q, k[:, :, :n_rope], freqs_cis=a.freqs_cis,
                                                repeat_freqs_k=a.rope_k_repeat)
-        out = varlen_attention(q, k, v, self.valid)
+        out = varlen_attention(q, k, v, self.keys)
         return a.out_proj(a._recombine_heads(out))
 
 
@@ -104,9 +124,10 @@ def masked_memory(model, valid: torch.Tensor) -> Iterator[None]:
     tokens where valid [B, Lk] is True."""
     layers = model.memory_attention.layers
     inner = [layer.cross_attn_image for layer in layers]
+    keys = KeyPacking(valid)                      # shared: packed once for all layers
     try:
         for layer in layers:
-            layer.cross_attn_image = _MaskedRoPEAttention(layer.cross_attn_image, valid)
+            layer.cross_attn_image = _MaskedRoPEAttention(layer.cross_attn_image, keys)
         yield
     finally:
         for layer, mod in zip(layers, inner):
