@@ -48,7 +48,7 @@ def fake_node(pubs, events, context_ok=True):
                                                      drop_pending=lambda: [],
                                                      detection_counts={}),
         _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0), _detection_totals={},
-        _pubs=pubs, logger=logger, get_logger=lambda: logger,
+        _pubs=pubs, _unacked=set(pubs), logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self._flush_publishers = lambda: TrackerNode._flush_publishers(self)
@@ -110,3 +110,46 @@ def test_a_publisher_that_refuses_the_wait_is_still_destroyed():
     assert [n for k, n in events if k == 'destroy_pub'] == ['mask', 'state']
     assert [n for k, n in events if k == 'flush'] == ['state']
     assert len(self.logger.warnings) == 1 and 'cannot wait' in self.logger.warnings[0]
+
+
+def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for():
+    """Issue 14 item 12: no wait for the overlay (eyes only, the largest) nor for publishers
+    that sent nothing since the last wait; a second release waits for nothing."""
+    events = []
+    pubs = {'mask': FakePub('mask', events, acked=False, delay=10.0),
+            'overlay': FakePub('overlay', events, acked=False, delay=10.0),
+            'state': FakePub('state', events), 'objects': FakePub('objects', events)}
+    self = fake_node(pubs, events)
+    self._unacked = {'state', 'overlay'}
+    t0 = time.monotonic()
+    TrackerNode._flush_publishers(self)
+    assert time.monotonic() - t0 < 0.5
+    assert [n for k, n in events if k == 'flush'] == ['state'] and self._unacked == set()
+    TrackerNode._flush_publishers(self)
+    assert [n for k, n in events if k == 'flush'] == ['state']
+    assert self.logger.warnings == []
+
+
+def test_publishing_marks_the_result_publishers_unacknowledged():
+    """A published frame makes mask, state (and objects) waited for at the next release;
+    the overlay never is."""
+    import numpy as np
+    from ros_helpers import require_messages
+
+    from sam2_ros.engine.types import FrameResult
+    from sam2_ros.ros.mailbox import Published
+
+    require_messages()
+    sent = []
+    pub = lambda name: SimpleNamespace(publish=lambda m: sent.append(name))  # noqa: E731
+    self = SimpleNamespace(_pubs={'mask': pub('mask'), 'state': pub('state'), 'objects': None,
+                                  'overlay': pub('overlay')},
+                           _totals=dict.fromkeys(node_mod.TOTALS, 0), _unacked=set(),
+                           opts=SimpleNamespace(pipeline=True), _last_publish_ms=0.0,
+                           _last_overlay_ms=0.0)
+    self._publish_ms = lambda: TrackerNode._publish_ms(self)
+    from std_msgs.msg import Header
+    p = Published(FrameResult(0, 4, 4), np.zeros((4, 4, 3), np.uint8), Header(), 0.0, 0.0, [])
+    TrackerNode._publish(self, p)
+    assert sent == ['mask', 'state']
+    assert self._unacked == {'mask', 'state', 'objects'}

@@ -44,6 +44,10 @@ class NodeOptions:
     # Prompts waiting for the worker; when full the NEWEST prompt is rejected with an error.
     prompt_queue_size: int = 16
     publish_overlay: bool = True
+    # True: mask and state are published by their own thread while the worker tracks the next
+    # frame, the overlay by a third one (newest only: it never delays a mask). False: the
+    # worker publishes everything before the next frame (the serial reference).
+    pipeline: bool = False
     # No frame for this long -> diagnostics WARN 'no frames'.
     stale_timeout_s: float = 2.0
     diagnostics_period_s: float = 1.0
@@ -169,6 +173,8 @@ PARAMS: Tuple[ParamSpec, ...] = (
               'pending prompts; when full the newest is rejected with an error'),
     ParamSpec('publish_overlay', N, 'publish_overlay', 'bool', 'publish ~/overlay (rgb8)'),
     ParamSpec('stale_timeout_s', N, 'stale_timeout_s', 'float',
+    ParamSpec('pipeline', N, 'pipeline', 'bool',
+              'publish on threads of their own while the next frame is tracked (false: serial)'),
               'no frame for this long -> diagnostics WARN'),
     ParamSpec('diagnostics_period_s', N, 'diagnostics_period_s', 'float',
               'period of /diagnostics (wall clock)'),

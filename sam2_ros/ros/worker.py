@@ -5,16 +5,11 @@ decodes, runs the tracker and publishes, so the executor never waits on the mode
 tracker is only ever touched by one thread. Nothing here imports ROS: decoding and publishing
 are callables handed in by the node, so the policy is testable with a fake tracker.
 
-Frames: by default a one-slot mailbox keeps only the newest frame (a live camera wants the
-freshest result; every replaced frame counts as dropped). ``every_frame=True`` is a FIFO of
-``fifo_size`` frames whose ``put`` blocks while full (bag replay: nothing is dropped; the
-subscription then keeps all history, so DDS holds the backlog instead of losing it).
-
-Prompts: a FIFO of ``prompt_queue_size``; when full the NEWEST prompt is rejected with an error
-(the user sees it and can resend; silently dropping an older accepted prompt would be worse).
-A prompt's header stamp picks its frame: zero -> the next frame; equal to the last processed
-frame -> applied to that frame now; older -> applied to the latest frame with a warning;
-newer -> held until the first frame whose stamp is >= it, and applied before tracking it.
+What waits and what is dropped is the :class:`~sam2_ros.ros.mailbox.Mailbox`'s policy;
+detections are handled in :mod:`sam2_ros.ros.worker_detections`. A prompt's header stamp
+picks its frame: zero -> the next frame; equal to the last processed frame -> applied to that
+frame now; older -> applied to the latest frame with a warning; newer -> held until the first
+frame whose stamp is >= it, and applied before tracking it.
 """
 
 from __future__ import annotations
@@ -31,130 +26,14 @@ import numpy as np
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
 from sam2_ros.ros import detections as det
+from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
+    ACTION_ADD, ACTION_REMOVE, ACTION_RESET, LATEST, FrameItem, LatencyWindow, Mailbox,
+    PromptItem, Published)
+from sam2_ros.ros.pipeline import OutputStage
+from sam2_ros.ros.worker_detections import DetectionsMixin
 
-ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
-# PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
-# what is shown, the latest processed frame; before any frame it waits for the next one.
-LATEST = -1
 # Errors kept for the next TrackingState when no frame succeeds for a while (all are logged).
 MAX_HELD_ERRORS = 100
-
-
-@dataclass
-class FrameItem:
-    msg: Any            # the raw ROS image message; decoded by the worker, not the callback
-    stamp_ns: int
-    header: Any
-    recv_t: float       # time.monotonic() at receipt
-
-
-@dataclass
-class PromptItem:
-    msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
-    kind: str           # 'prompt' | 'click' | 'detections' (vision_msgs Detection2DArray)
-    stamp_ns: int       # 0 = next frame; LATEST = the latest processed frame
-
-
-@dataclass
-class Published:
-    """What the node publishes for one frame (all ROS-free; the node builds the messages)."""
-
-    result: FrameResult
-    rgb: np.ndarray
-    header: Any
-    decode_ms: float
-    recv_t: Optional[float]   # None when re-published after a prompt on an old frame
-    errors: List[str]
-
-
-class Mailbox:
-    """Frames and prompts waiting for the worker, behind one condition variable."""
-
-    def __init__(self, every_frame: bool, fifo_size: int, prompt_queue_size: int) -> None:
-        self.every_frame = every_frame
-        self.fifo_size = max(1, int(fifo_size)) if every_frame else 1
-        self.prompt_queue_size = max(1, int(prompt_queue_size))
-        self._frames: Deque[FrameItem] = collections.deque()
-        self._prompts: Deque[PromptItem] = collections.deque()
-        self._cond = threading.Condition()
-        self._closed = False
-        self.received = 0
-        self.dropped = 0
-        self.last_recv_t: Optional[float] = None
-
-    def put_frame(self, item: FrameItem) -> None:
-        """Latest mode: replace the waiting frame (counted dropped). FIFO: block while full."""
-        with self._cond:
-            self.received += 1
-            self.last_recv_t = item.recv_t
-            if not self.every_frame:
-                if self._frames:
-                    self._frames.clear()
-                    self.dropped += 1
-            else:
-                while len(self._frames) >= self.fifo_size and not self._closed:
-                    self._cond.wait(0.1)
-                if self._closed:
-                    return
-            self._frames.append(item)
-            self._cond.notify_all()
-
-    def put_prompt(self, item: PromptItem) -> bool:
-        """Queue a prompt; False (newest rejected) when the queue is full."""
-        with self._cond:
-            if len(self._prompts) >= self.prompt_queue_size:
-                return False
-            self._prompts.append(item)
-            self._cond.notify_all()
-            return True
-
-    def take(self, timeout: float) -> Tuple[Optional[FrameItem], List[PromptItem]]:
-        """Wait up to ``timeout`` s; return (oldest frame or None, all waiting prompts)."""
-        with self._cond:
-            if not self._frames and not self._prompts and not self._closed:
-                self._cond.wait(timeout)
-            prompts = list(self._prompts)
-            self._prompts.clear()
-            frame = self._frames.popleft() if self._frames else None
-            self._cond.notify_all()  # a blocked FIFO put may go on
-            return frame, prompts
-
-    def pending_frames(self) -> int:
-        with self._cond:
-            return len(self._frames)
-
-    def pending_prompts(self) -> int:
-        with self._cond:
-            return len(self._prompts)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._frames.clear()
-            self._prompts.clear()
-            self._cond.notify_all()
-
-
-class LatencyWindow:
-    """Receive-to-published latencies of recent frames, for rate and p50/p99."""
-
-    def __init__(self, keep: int = 2000) -> None:
-        self._items: Deque[Tuple[float, float]] = collections.deque(maxlen=keep)
-        self._lock = threading.Lock()
-
-    def add(self, t_done: float, latency_ms: float) -> None:
-        with self._lock:
-            self._items.append((t_done, latency_ms))
-
-    def summary(self, now: float, window_s: float) -> Dict[str, float]:
-        with self._lock:
-            recent = [lat for t, lat in self._items if now - t <= window_s]
-        if not recent:
-            return {'rate_hz': 0.0, 'latency_p50_ms': float('nan'),
-                    'latency_p99_ms': float('nan')}
-        return {'rate_hz': len(recent) / window_s,
-                'latency_p50_ms': float(np.percentile(recent, 50)),
-                'latency_p99_ms': float(np.percentile(recent, 99))}
 
 
 @dataclass
@@ -168,7 +47,7 @@ class WorkerCounters:
     recent_errors: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=5))
 
 
-class TrackingWorker:
+class TrackingWorker(DetectionsMixin):
     """The one thread that owns the tracker: prompts between frames, then decode/track/publish.
 
     ``decode(msg) -> rgb`` and ``convert(PromptItem) -> (action, Prompt|None)`` raise
@@ -185,7 +64,10 @@ class TrackingWorker:
                  thread_init: Optional[Callable[[], None]] = None,
                  convert_detections: Optional[Callable[[Any], List[det.RawDetection]]] = None,
                  detection_rules: Optional[Callable[[], det.Rules]] = None,
-                 association: Optional[det.Association] = None) -> None:
+                 association: Optional[det.Association] = None,
+                 publish_overlay: Optional[Callable[[Published], None]] = None,
+                 wants_overlay: Callable[[], bool] = lambda: True,
+                 pipeline: bool = False) -> None:
         self.tracker = tracker
         # detections (PromptItem kind 'detections'): message -> RawDetections, the run-time
         # rules, and the association memory (owned by the node: it outlives an activation)
@@ -202,7 +84,13 @@ class TrackingWorker:
              'rejected'), 0)
         self._thread_init = thread_init
         self.mailbox = mailbox
-        self._decode, self._convert, self._publish, self._log = decode, convert, publish, log
+        self._decode, self._convert, self._log = decode, convert, log
+        # the outputs: published from this thread (serial) or handed to the publisher
+        # thread (pipeline); see sam2_ros/ros/pipeline.py
+        self.output = OutputStage(publish, publish_overlay=publish_overlay,
+                                  wants_overlay=wants_overlay, done=self._published,
+                                  report_error=self.report_error, threaded=pipeline,
+                                  thread_init=thread_init)
         # prompts waiting for a future frame: (stamp, action, prompt, description)
         self._pending: List[Tuple[int, int, Optional[Prompt], str]] = []
         self._errors: List[str] = []
@@ -217,16 +105,20 @@ class TrackingWorker:
     # ------------------------------------------------------------------ thread control
     def start(self) -> None:
         self._stop.clear()
+        self.output.start()
         self._thread = threading.Thread(target=self._run, name='sam2_tracker_worker', daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop after the frame in progress (a model step cannot be interrupted)."""
+        """Stop after the frame in progress (a model step cannot be interrupted), then
+        publish what that and earlier frames handed to the output stage: when stop()
+        returns, no thread of the worker runs and nothing more is published."""
         self._stop.set()
         self.mailbox.close()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self.output.stop(timeout)
 
     def drop_pending(self) -> List[str]:
         """Forget the prompts held for frames not seen yet (the worker is stopping); their
@@ -244,7 +136,21 @@ class TrackingWorker:
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive() and self.output.alive
+
+    def _emit(self, res: FrameResult, rgb: np.ndarray, header: Any, decode_ms: float,
+              recv_t: Optional[float]) -> None:
+        """Hand one result to the output stage with the errors since the last one and the
+        counters as they are now (a pipelined publisher must not report later counts)."""
+        self.output.put(Published(res, rgb, header, decode_ms, recv_t, self._drain_errors(),
+                                  processed=self.counters.processed,
+                                  dropped=self.mailbox.dropped))
+
+    def _published(self, p: Published) -> None:
+        """After a frame's mask and state were sent: its receive -> published latency."""
+        if p.recv_t is not None:
+            done = time.monotonic()
+            self.latency.add(done, (done - p.recv_t) * 1e3)
 
     # ------------------------------------------------------------------ errors
     def report_error(self, text: str, level: str = 'error') -> None:
@@ -324,7 +230,7 @@ class TrackingWorker:
                 if self._last is not None:
                     # the camera may be paused: show the corrected frame now (same stamp)
                     rgb, header = self._last
-                    self._publish(Published(res, rgb, header, 0.0, None, self._drain_errors()))
+                    self._emit(res, rgb, header, 0.0, None)
         except TrackerError as exc:
             self.counters.prompt_errors += 1
             self.report_error(f'{what}: {type(exc).__name__}: {exc}')
@@ -376,10 +282,7 @@ class TrackingWorker:
         self.last_stamp_ns = item.stamp_ns
         self._last = (rgb, item.header)
         self._remember(item.stamp_ns, res)
-        self._publish(Published(res, rgb, item.header, decode_ms, item.recv_t,
-                                self._drain_errors()))
-        done = time.monotonic()
-        self.latency.add(done, (done - item.recv_t) * 1e3)
+        self._emit(res, rgb, item.header, decode_ms, item.recv_t)
         if self._held_detections:
             self._detections_due(item.stamp_ns)
 
@@ -388,107 +291,3 @@ class TrackingWorker:
         self.counters.consecutive_failures += 1
         if text:
             self.report_error(text)
-
-    # ------------------------------------------------------------------ detections
-    def _remember(self, stamp_ns: int, res: FrameResult) -> None:
-        """A processed frame's objects, for detections stamped like it (kept 256 frames; the
-        age limit is the run-time rule max_age_frames)."""
-        tracked = [det.Tracked(o.obj_id, det.mask_box(o.box), o.state) for o in res.objects]
-        self._seen[stamp_ns] = (self.counters.processed, res.width, res.height, tracked)
-        self._seen.move_to_end(stamp_ns)
-        while len(self._seen) > 256:
-            self._seen.popitem(last=False)
-        self.association.observe(tracked)
-
-    def _reject_detections(self, item: PromptItem, why: str) -> None:
-        self.counters.prompt_errors += 1
-        self.detection_counts['rejected'] += 1
-        self.report_error(f'rejected detections (stamp {item.stamp_ns} ns): {why}')
-
-    def _on_detections(self, item: PromptItem) -> None:
-        """A Detection2DArray: associated now when its frame was processed, held until its
-        frame when it is newer than the latest one (the detector was faster than us). Counted
-        in 'messages' once handled (held, associated or rejected)."""
-        try:
-            self._handle_detections(item)
-        finally:
-            self.detection_counts['messages'] += 1
-
-    def _handle_detections(self, item: PromptItem) -> None:
-        if item.stamp_ns <= 0:
-            self._reject_detections(item, 'no stamp: stamp detections like the image they '
-                                          'were computed on')
-            return
-        last = self.last_stamp_ns
-        if last is None or item.stamp_ns > last:
-            if len(self._held_detections) >= self.mailbox.prompt_queue_size:
-                self._reject_detections(item, f'{len(self._held_detections)} detection '
-                                              f'messages already wait for their frames')
-                return
-            self._held_detections.append(item)
-            return
-        self._associate(item)
-
-    def _detections_due(self, stamp_ns: int) -> None:
-        """After the frame ``stamp_ns``: associate the detections held for it; those held for
-        an earlier stamp will never see their frame (dropped, failed or never sent)."""
-        due = [d for d in self._held_detections if d.stamp_ns <= stamp_ns]
-        self._held_detections = [d for d in self._held_detections if d.stamp_ns > stamp_ns]
-        for d in due:
-            if d.stamp_ns == stamp_ns:
-                self._associate(d)
-            else:
-                self._reject_detections(d, f'no frame with this stamp was processed (the next '
-                                           f'one was {stamp_ns} ns): dropped, failed or never '
-                                           f'received')
-
-    def _associate(self, item: PromptItem) -> None:
-        """Detections of an already processed frame -> box prompts on the latest frame."""
-        seen = self._seen.get(item.stamp_ns)
-        rules = self._detection_rules()
-        if seen is None:
-            self._reject_detections(item, 'no processed frame has this stamp (never received, '
-                                          'dropped, failed, or long ago)')
-            return
-        index, width, height, tracked = seen
-        age = self.counters.processed - index
-        if age > rules.max_age_frames:
-            self._reject_detections(item, f'its frame is {age} frames old (more than '
-                                          f'detection_max_age_frames {rules.max_age_frames})')
-            return
-        try:
-            raws = self._convert_detections(item.msg)
-        except Exception as exc:  # a malformed message: say so, keep tracking
-            self._reject_detections(item, f'cannot read the message: {exc!r}')
-            return
-        dets, errors = det.validate_all(raws, width, height)
-        for e in errors:
-            self.counters.prompt_errors += 1
-            self.detection_counts['rejected'] += 1
-            self.report_error(f'rejected {e} (stamp {item.stamp_ns} ns)')
-        late = f', applied {age} frames later' if age else ''
-        res = None
-        for d in self.association.plan(dets, tracked, rules, self.tracker.object_ids):
-            self.detection_counts[d.kind] += 1
-            box = ', '.join(f'{v:.0f}' for v in d.detection.box)
-            label = f'detection {d.detection.index} ({d.detection.class_id or "no class"} ' \
-                    f'{d.detection.score:.2f}, box {box})'
-            if d.kind in (det.NEW, det.CORRECT):
-                try:
-                    res = self.tracker.add_prompt(Prompt(obj_id=d.obj_id, box=d.detection.box))
-                except TrackerError as exc:
-                    self.counters.prompt_errors += 1
-                    self.report_error(f'{label}: {type(exc).__name__}: {exc}')
-                    continue
-                self.association.prompted(d)
-                self._log('info', f'{label} ' + (f'starts object {d.obj_id}' if d.kind == det.NEW
-                                                 else f're-prompts object {d.obj_id}: {d.reason}')
-                          + late)
-            elif d.kind == det.IGNORE:
-                self.association.matched(d)
-            elif d.kind == det.SKIPPED:
-                self.report_error(f'{label} not started: {d.reason}', level='warn')
-        if res is not None and self._last is not None:
-            rgb, header = self._last
-            self._remember(self.last_stamp_ns, res)
-            self._publish(Published(res, rgb, header, 0.0, None, self._drain_errors()))

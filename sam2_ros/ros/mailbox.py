@@ -1,0 +1,146 @@
+"""Hand-offs between the ROS callbacks and the worker: what waits, and what is dropped.
+
+Frames: by default a one-slot mailbox keeps only the newest frame (a live camera wants the
+freshest result; every replaced frame counts as dropped). ``every_frame=True`` is a FIFO of
+``fifo_size`` frames whose ``put`` blocks while full (bag replay: nothing is dropped; the
+subscription then keeps all history, so DDS holds the backlog instead of losing it).
+
+Prompts: a FIFO of ``prompt_queue_size``; when full the NEWEST prompt is rejected with an error
+(the user sees it and can resend; silently dropping an older accepted prompt would be worse).
+Nothing here imports ROS: items carry the raw messages, converted by the worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from sam2_ros.engine.types import FrameResult
+
+ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
+# PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
+# what is shown, the latest processed frame; before any frame it waits for the next one.
+LATEST = -1
+
+
+@dataclass
+class FrameItem:
+    msg: Any            # the raw ROS image message; decoded by the worker, not the callback
+    stamp_ns: int
+    header: Any
+    recv_t: float       # time.monotonic() at receipt
+
+
+@dataclass
+class PromptItem:
+    msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
+    kind: str           # 'prompt' | 'click' | 'detections' (vision_msgs Detection2DArray)
+    stamp_ns: int       # 0 = next frame; LATEST = the latest processed frame
+
+
+@dataclass
+class Published:
+    """What the node publishes for one frame (all ROS-free; the node builds the messages)."""
+
+    result: FrameResult
+    rgb: np.ndarray
+    header: Any
+    decode_ms: float
+    recv_t: Optional[float]   # None when re-published after a prompt on an old frame
+    errors: List[str]
+    processed: int = 0        # frames processed in this activation when it was handed over
+    dropped: int = 0          # frames dropped in this activation (newest-frame policy)
+
+
+class Mailbox:
+    """Frames and prompts waiting for the worker, behind one condition variable."""
+
+    def __init__(self, every_frame: bool, fifo_size: int, prompt_queue_size: int) -> None:
+        self.every_frame = every_frame
+        self.fifo_size = max(1, int(fifo_size)) if every_frame else 1
+        self.prompt_queue_size = max(1, int(prompt_queue_size))
+        self._frames: Deque[FrameItem] = collections.deque()
+        self._prompts: Deque[PromptItem] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.received = 0
+        self.dropped = 0
+        self.last_recv_t: Optional[float] = None
+
+    def put_frame(self, item: FrameItem) -> None:
+        """Latest mode: replace the waiting frame (counted dropped). FIFO: block while full."""
+        with self._cond:
+            self.received += 1
+            self.last_recv_t = item.recv_t
+            if not self.every_frame:
+                if self._frames:
+                    self._frames.clear()
+                    self.dropped += 1
+            else:
+                while len(self._frames) >= self.fifo_size and not self._closed:
+                    self._cond.wait(0.1)
+                if self._closed:
+                    return
+            self._frames.append(item)
+            self._cond.notify_all()
+
+    def put_prompt(self, item: PromptItem) -> bool:
+        """Queue a prompt; False (newest rejected) when the queue is full."""
+        with self._cond:
+            if len(self._prompts) >= self.prompt_queue_size:
+                return False
+            self._prompts.append(item)
+            self._cond.notify_all()
+            return True
+
+    def take(self, timeout: float) -> Tuple[Optional[FrameItem], List[PromptItem]]:
+        """Wait up to ``timeout`` s; return (oldest frame or None, all waiting prompts)."""
+        with self._cond:
+            if not self._frames and not self._prompts and not self._closed:
+                self._cond.wait(timeout)
+            prompts = list(self._prompts)
+            self._prompts.clear()
+            frame = self._frames.popleft() if self._frames else None
+            self._cond.notify_all()  # a blocked FIFO put may go on
+            return frame, prompts
+
+    def pending_frames(self) -> int:
+        with self._cond:
+            return len(self._frames)
+
+    def pending_prompts(self) -> int:
+        with self._cond:
+            return len(self._prompts)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._frames.clear()
+            self._prompts.clear()
+            self._cond.notify_all()
+
+
+class LatencyWindow:
+    """Receive-to-published latencies of recent frames, for rate and p50/p99."""
+
+    def __init__(self, keep: int = 2000) -> None:
+        self._items: Deque[Tuple[float, float]] = collections.deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, t_done: float, latency_ms: float) -> None:
+        with self._lock:
+            self._items.append((t_done, latency_ms))
+
+    def summary(self, now: float, window_s: float) -> Dict[str, float]:
+        with self._lock:
+            recent = [lat for t, lat in self._items if now - t <= window_s]
+        if not recent:
+            return {'rate_hz': 0.0, 'latency_p50_ms': float('nan'),
+                    'latency_p99_ms': float('nan')}
+        return {'rate_hz': len(recent) / window_s,
+                'latency_p50_ms': float(np.percentile(recent, 50)),
+                'latency_p99_ms': float(np.percentile(recent, 99))}

@@ -1,0 +1,108 @@
+"""The ``sam2-ros-node`` entry point: argument handling, autostart, the executor loop and a
+clean exit on Ctrl-C; plus the checks made before the node exists (device, input topic).
+Kept apart from :mod:`sam2_ros.ros.node` (the lifecycle node itself) so each file holds one
+concern; ``sam2_ros.ros.node.main`` calls :func:`main` with the node class.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, Callable, List, Optional
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
+
+from sam2_ros.ros import params
+
+USAGE = '''usage: sam2-ros-node [--ros-args -p NAME:=VALUE ... --params-file FILE ...]
+
+The sam2_tracker lifecycle node. With autostart:=true it configures and activates itself;
+otherwise it waits for `ros2 lifecycle set /sam2_tracker configure` (then activate).
+Example (CPU, random weights: the pipeline runs, masks are meaningless):
+  sam2-ros-node --ros-args --params-file config/tracker.yaml -p autostart:=true \\
+      -p device:=cpu -p precision:=fp32 -p random_weights:=true -p image_size:=512
+Parameters (docs/ros.md has the full table):
+'''
+
+
+def check_device(device: str) -> None:
+    """A CUDA device on a machine without one fails later with torch's 'Torch not compiled
+    with CUDA enabled'; say what to set instead."""
+    if not str(device).startswith('cuda'):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        why = ('this PyTorch build has no CUDA' if torch.version.cuda is None
+               else 'no CUDA GPU is visible')
+        raise ValueError(f'device {device!r} but {why}: run on the CPU with -p device:=cpu '
+                         f'-p precision:=fp32 (launch files: device:=cpu)')
+
+
+def input_topic(image_topic: str, input_type: str) -> str:
+    """The topic actually subscribed: image_transport's convention puts the compressed
+    stream of `<topic>` on `<topic>/compressed`; a topic already ending so is kept."""
+    if input_type == 'compressed' and not image_topic.rstrip('/').endswith('/compressed'):
+        return image_topic.rstrip('/') + '/compressed'
+    return image_topic
+
+
+def print_usage() -> None:
+    print(USAGE + '\n'.join(f'  {s.name:<24} {s.description}' for s in params.PARAMS))
+
+
+def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:
+    """Console entry point. With ``autostart: true`` the node configures and activates itself
+    and exits with status 1 if that fails; otherwise it waits for lifecycle service calls."""
+    args = list(argv if argv is not None else sys.argv)
+    user = args[1:args.index('--ros-args')] if '--ros-args' in args else args[1:]
+    if any(a in ('-h', '--help') for a in user):
+        print_usage()
+        return 0
+    try:
+        return _run(args, node_cls)
+    except KeyboardInterrupt:   # a late Ctrl-C (see _run): the node is already released
+        return 0
+
+
+def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
+    rclpy.init(args=args)
+    node = node_cls()
+    # One executor thread: callbacks only hand messages to the worker, which does the work in
+    # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
+    # hand-off of 720p frames by up to seconds through GIL contention with the worker
+    # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
+    # 17 / 38 ms; docs/performance.md). In FIFO mode a full FIFO now also holds back prompts
+    # and diagnostics for up to one frame time.
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    rc = 0
+    try:
+        if node.get_parameter('autostart').value is True:
+            ok = node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+            ok = ok and node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+            if not ok:
+                node.get_logger().fatal('autostart failed (see the error above); exiting')
+                rc = 1
+        else:
+            node.get_logger().info(
+                f'waiting unconfigured (autostart is false): `ros2 lifecycle set '
+                f'{node.get_fully_qualified_name()} configure`, then `activate`; or start with '
+                f'-p autostart:=true')
+        while rc == 0 and rclpy.ok() and not node.finished:
+            executor.spin_once(timeout_sec=0.2)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        # rclpy's SIGINT handler shuts the context down and chains to Python's, whose
+        # KeyboardInterrupt may surface later, e.g. inside the release below (seen under
+        # `ros2 launch`: exit -2 with a traceback). Ctrl-C has been heard: ignore repeats.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        node._release_io()
+        node._release_tracker()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return rc

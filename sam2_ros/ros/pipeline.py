@@ -1,0 +1,174 @@
+"""The output stage of the node: how a tracked frame's results leave the worker thread.
+
+Serial (``pipeline: false``, the reference): the worker publishes mask, state and, while
+someone subscribes, the overlay itself, then takes the next frame; its throughput is bounded
+by decode + engine + publish.
+
+Pipelined (``pipeline: true``): the worker hands each :class:`Published` to this stage and
+goes on with the next frame while a publisher thread sends mask and state (in frame order,
+every frame: a bounded FIFO of ``depth`` items; a full FIFO blocks the worker, so a slow
+subscriber slows tracking down instead of losing masks). The overlay is for eyes only and the
+costliest output (render + 2.7 MB at 720p), so it gets a third thread behind a newest-only
+slot: an overlay that cannot keep up is replaced by the next frame's and counted in
+``overlays_dropped``; it never delays a mask. Throughput is then set by the slowest stage.
+
+Nothing here imports ROS: the node hands in the callables that build and send the messages,
+so the policy is testable with fakes (test/test_ros_pipeline.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import traceback
+from typing import Callable, Deque, Optional
+
+from sam2_ros.ros.mailbox import Published
+
+# Items (frames' results) waiting for the publisher thread before the worker blocks: two lets
+# the engine run one frame ahead of publishing without letting latency pile up.
+DEFAULT_DEPTH = 2
+
+
+class OutputStage:
+    """Publishes :class:`Published` items, serially or on threads (see the module docstring).
+
+    ``publish(p)`` sends mask, state (and objects); ``publish_overlay(p)`` renders and sends
+    the overlay; ``wants_overlay()`` says whether anyone subscribes to it now; ``done(p)``
+    runs after ``publish(p)`` (latency bookkeeping); ``report_error(text)`` is called for an
+    exception in any of them (the stage keeps going); ``thread_init()`` runs first in each
+    thread of the stage (e.g. the CUDA device).
+    """
+
+    def __init__(self, publish: Callable[[Published], None], *,
+                 publish_overlay: Optional[Callable[[Published], None]] = None,
+                 wants_overlay: Callable[[], bool] = lambda: True,
+                 done: Callable[[Published], None] = lambda p: None,
+                 report_error: Callable[[str], None] = lambda text: None,
+                 threaded: bool = False, depth: int = DEFAULT_DEPTH,
+                 thread_init: Optional[Callable[[], None]] = None) -> None:
+        self._publish, self._overlay, self._wants = publish, publish_overlay, wants_overlay
+        self._done, self._report, self._init = done, report_error, thread_init
+        self.threaded = threaded
+        self.depth = max(1, int(depth))
+        self._items: Deque[Published] = collections.deque()
+        self._overlay_item: Optional[Published] = None
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads: list = []
+        self.published = 0          # frames whose mask and state were sent
+        self.overlays = 0           # overlays sent
+        self.overlays_dropped = 0   # overlays replaced by a newer frame's before they were sent
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> None:
+        """Start the publisher and overlay threads (pipelined only)."""
+        if not self.threaded:
+            return
+        self._closed = False
+        self._threads = [threading.Thread(target=self._run_publisher, daemon=True,
+                                          name='sam2_tracker_publisher')]
+        if self._overlay is not None:
+            self._threads.append(threading.Thread(target=self._run_overlay, daemon=True,
+                                                  name='sam2_tracker_overlay'))
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Publish what was handed over (every mask and state, and the last overlay), then
+        end the threads: after stop() returns nothing is published any more."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+
+    @property
+    def alive(self) -> bool:
+        """Serial: always; pipelined: every thread of the stage still runs."""
+        return not self.threaded or (bool(self._threads)
+                                     and all(t.is_alive() for t in self._threads))
+
+    def pending(self) -> int:
+        """Frames handed over and not published yet."""
+        with self._cond:
+            return len(self._items)
+
+    # ------------------------------------------------------------------ hand-off
+    def put(self, p: Published) -> None:
+        """Called by the worker for each result, in order. Serial: publish now. Pipelined:
+        queue it (blocks while ``depth`` items wait, until the publisher takes one)."""
+        if not self.threaded:
+            self._send(p)
+            if self._overlay is not None and self._guard(self._wants, False):
+                self._guard(lambda: self._send_overlay(p))
+            return
+        with self._cond:
+            while len(self._items) >= self.depth and not self._closed:
+                self._cond.wait(0.1)
+            if self._closed:
+                return
+            self._items.append(p)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ threads
+    def _run_publisher(self) -> None:
+        if self._init is not None:
+            self._init()
+        while True:
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait(0.1)
+                if not self._items:          # closed and drained
+                    self._cond.notify_all()  # the overlay thread may finish too
+                    return
+                p = self._items.popleft()
+                self._cond.notify_all()      # a blocked put may go on
+            self._send(p)
+            if self._overlay is not None and self._guard(self._wants, False):
+                with self._cond:
+                    if self._overlay_item is not None:
+                        self.overlays_dropped += 1
+                    self._overlay_item = p
+                    self._cond.notify_all()
+
+    def _run_overlay(self) -> None:
+        if self._init is not None:
+            self._init()
+        while True:
+            with self._cond:
+                while self._overlay_item is None and not (
+                        self._closed and not self._items and not self._publisher_alive()):
+                    self._cond.wait(0.1)
+                p, self._overlay_item = self._overlay_item, None
+            if p is None:
+                return
+            self._guard(lambda: self._send_overlay(p))
+
+    def _publisher_alive(self) -> bool:
+        return bool(self._threads) and self._threads[0].is_alive()
+
+    # ------------------------------------------------------------------ sending
+    def _send(self, p: Published) -> None:
+        if self._guard(lambda: self._publish(p), None) is not _FAILED:
+            with self._cond:
+                self.published += 1
+            self._guard(lambda: self._done(p))
+
+    def _send_overlay(self, p: Published) -> None:
+        self._overlay(p)
+        with self._cond:
+            self.overlays += 1
+
+    def _guard(self, fn: Callable[[], object], default: object = None) -> object:
+        """``fn()``; an exception is reported (with its traceback) and ``_FAILED`` returned
+        (``default`` for a failed query), so one bad message never stops the stage."""
+        try:
+            return fn()
+        except Exception as exc:  # a message that cannot be built, a destroyed publisher...
+            self._report(f'publishing failed: {exc!r}\n{traceback.format_exc()}')
+            return default if default is not None else _FAILED
+
+
+_FAILED = object()
