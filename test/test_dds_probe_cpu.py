@@ -1,7 +1,9 @@
 """``python -m sam2_ros.ros.dds_probe``: camera-sized frames between two processes, with the
 default transports and with the shipped Fast DDS profile for large frames
 (``config/fastdds_large_frames.xml``, which must parse: a broken profile makes Fast DDS fall
-back or fail, and then no frame arrives)."""
+back or fail, and then no frame arrives). 720p rgb8 frames: with the profile they go through
+shared memory (the subscriber maps the publisher's 32 MiB segment), without it through UDP
+(Fast DDS's default 512 KiB segments cannot hold a 2.7 MB frame)."""
 
 import json
 import subprocess
@@ -10,15 +12,15 @@ import pytest
 
 from ros_helpers import PYTHON, ROOT, require_messages
 
-FRAMES = 20
+FRAMES = 12
 
 
 @pytest.mark.parametrize('profile', [None, 'config/fastdds_large_frames.xml'])
 def test_dds_probe_delivers_every_frame(tmp_path, profile):
     require_messages()
     out = tmp_path / 'probe.json'
-    argv = [PYTHON, '-m', 'sam2_ros.ros.dds_probe', '--width', '640', '--height', '360',
-            '--frames', str(FRAMES), '--rate', '20', '--out', str(out)]
+    argv = [PYTHON, '-m', 'sam2_ros.ros.dds_probe', '--width', '1280', '--height', '720',
+            '--frames', str(FRAMES), '--rate', '10', '--out', str(out)]
     if profile:
         argv += ['--profile', profile]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -29,5 +31,7 @@ def test_dds_probe_delivers_every_frame(tmp_path, profile):
     assert r['p50_ms'] <= r['p99_ms'] <= r['max_ms']
     assert (r['FASTDDS_DEFAULT_PROFILES_FILE'] or '').endswith(profile or '') and \
         (r['FASTDDS_DEFAULT_PROFILES_FILE'] is None) == (profile is None)
+    # frame-sized segments mapped by the subscriber: its own and the publisher's (SHM used)
+    assert r['shm_frame_segments'] == (2 if profile else 0), r['shm_segments_mapped']
     if profile:
         assert 'Error' not in p.stderr and 'error' not in p.stderr.lower(), p.stderr

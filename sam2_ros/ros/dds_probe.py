@@ -51,9 +51,30 @@ def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
     deadline = time.monotonic() + timeout
     while len(lat) < frames and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.05)
+    shm = shm_segments()   # before shutdown: the publisher's segment is still mapped
     node.destroy_node()
     rclpy.try_shutdown()
-    return {'received': len(lat), 'latency_ms': [round(x, 3) for x in lat]}
+    return {'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
+            'shm_segments': shm}
+
+
+def shm_segments() -> List[Dict[str, Any]]:
+    """Fast DDS shared-memory segments mapped by this process (Linux): its own, and those of
+    the writers whose samples it read through shared memory. Each is {name, bytes}; a
+    subscriber that lists a segment of the profile's size besides its own received frames
+    through SHM (with Fast DDS's default 512 KiB segments a 720p frame goes through UDP)."""
+    sizes: Dict[str, int] = {}
+    try:
+        with open('/proc/self/maps') as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and '/dev/shm/fastdds_' in parts[5] \
+                        and not parts[5].endswith('_el'):
+                    lo, hi = (int(x, 16) for x in parts[0].split('-'))
+                    sizes[parts[5]] = sizes.get(parts[5], 0) + hi - lo
+    except OSError:
+        return []
+    return [{'name': os.path.basename(k), 'bytes': v} for k, v in sorted(sizes.items())]
 
 
 def publish(args: argparse.Namespace) -> int:
@@ -125,6 +146,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             sub.kill()
         lock.close()
     summary = summarize(result.get('latency_ms', []), sent)
+    segs = result.get('shm_segments', [])
+    # segments that can hold one frame: the subscriber's own and each SHM writer's
+    summary['shm_segments_mapped'] = segs
+    summary['shm_frame_segments'] = sum(1 for g in segs
+                                        if g['bytes'] >= args.width * args.height * 3)
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
                     **{k: os.environ.get(k) for k in (
                         'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',
