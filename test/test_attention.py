@@ -10,6 +10,7 @@ module swap is undone.
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import make_tracker, shared_model
 from scenarios import synthetic_frames
@@ -96,3 +97,56 @@ def test_padded_step_equals_eager_step(frames_after_prompt):
         # the fp32 value before the cast moves them by one bf16 step (2^-8 relative)
         rtol = 2 ** -8 if name == 'mem_feats' else 0.0
         torch.testing.assert_close(a, r, rtol=rtol, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize('b,h,lq,lk,splits', [(1, 1, 64, 512, 4), (2, 2, 50, 96, 2),
+                                              (3, 1, 16, 1024, 8)])
+def test_split_attention_equals_one_call(b, h, lq, lk, splits):
+    """Split-KV merged by log-sum-exp is the same softmax over the same keys as one call."""
+    g = torch.Generator().manual_seed(lk)
+    q, k, v = (torch.randn(b, h, n, 32, generator=g) * 3 for n in (lq, lk, lk))
+    out = attention.split_attention(q, k, v, splits)
+    assert out.shape == (b, h, lq, 32)
+    assert (out - F.scaled_dot_product_attention(q, k, v)).abs().max() <= 1e-5
+
+
+def test_kv_splits_fill_the_gpu_and_divide_the_keys():
+    # one 1,024-query head over tiny@512's 7,232 memory tokens: 8 chunks of 904
+    assert attention.kv_splits(1, 1, 1024, 7232) == 8
+    assert attention.kv_splits(10, 1, 1024, 7232) == 2      # ten objects fill it nearly
+    assert attention.kv_splits(16, 1, 1024, 7232) == 1
+    assert attention.kv_splits(1, 1, 1024, 7233) == 1       # odd key count: one call
+    assert attention.kv_splits(1, 1, 64, 256) == 2          # chunks keep >= 128 keys
+    for args in [(1, 1, 1024, 7232), (2, 1, 256, 28736), (1, 2, 64, 384)]:
+        s = attention.kv_splits(*args)
+        assert args[3] % s == 0 and (s == 1 or args[3] // s >= 128)
+
+
+@torch.inference_mode()
+def test_split_kv_memory_attention_equals_sam2():
+    """The memory attention with split_kv equals sam2's own (every layer's self- and
+    cross-attention swapped, the cross-attention calls actually split), and the swap is
+    undone afterwards."""
+    model = shared_model(128)
+    n_s, n_p, batch = 9, 16, 2                     # 9 * 64 + 16 * 4 = 640 keys: 4 chunks
+    curr, cpos = _rand(HW, batch, 256, seed=1), _rand(HW, batch, 256, seed=2)
+    mem, pos = _rand(n_s * HW + 4 * n_p, batch, 64, seed=3), _rand(n_s * HW + 4 * n_p, batch, 64,
+                                                                   seed=4)
+
+    def run():
+        return model.memory_attention(curr=curr, curr_pos=cpos, memory=mem, memory_pos=pos,
+                                      num_obj_ptr_tokens=4 * n_p)
+    ref = run()
+    calls, real = [], attention.split_attention
+    inner = [(layer.self_attn, layer.cross_attn_image) for layer in model.memory_attention.layers]
+    try:
+        attention.split_attention = lambda *a: calls.append(a[3]) or real(*a)
+        with attention.split_kv(model):
+            out = run()
+    finally:
+        attention.split_attention = real
+    assert calls == [4] * len(inner), calls       # cross-attention split, self-attention not
+    assert [(layer.self_attn, layer.cross_attn_image)
+            for layer in model.memory_attention.layers] == inner
+    diff = float((out - ref).abs().max())
+    assert diff <= 1e-5, diff

@@ -76,11 +76,13 @@ def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
 
 @pytest.mark.parametrize('mode,padded,steady', [('swap', True, 'flash'),
                                                 ('batched', True, 'sam2'),
+                                                ('batched', True, 'split'),
                                                 ('swap', False, 'sam2')])
 def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch):
     tr, cfg = graph_tracker(mode, monkeypatch, padded, steady)
-    # steady_attention='flash': steady-state buckets replay the padded graphs
-    assert set(tr.runner.steady_choice.values()) == ({'flash'} if steady == 'flash' else set())
+    # steady_attention='flash' / 'split': every steady-state bucket replays that graph
+    assert set(tr.runner.steady_choice.values()) == (set() if steady == 'sam2' else {steady})
+    assert len(tr.runner.steady_choice) == (0 if steady == 'sam2' else len(tr.runner.steps))
     assert not padded or all(
         (tr.runner.steps[k] is tr.runner.padded_steps[k]) == (steady == 'flash')
         for k in tr.runner.steps)

@@ -66,13 +66,17 @@ def test_graph_equals_official_300_frames(precision, graph_mode):
     assert stats.get('fallbacks', 0) == 0, tracker.fallback_reasons
 
 
+@pytest.mark.parametrize('steady', ['auto', 'split'])
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
-def test_graph_equals_eager(precision):
-    """Same stream through the graph runner and the eager runner: outputs equal."""
+def test_graph_equals_eager(precision, steady):
+    """Same stream through the graph runner and the eager runner: outputs equal. 'split'
+    forces split-KV memory attention at steady state (another summation order: within the
+    same tolerance as the other kernels)."""
     frames = synthetic_frames(120, h=360, w=640)
     events = schedule(360, 640, add2=20, add3=30, fix=60, remove=90)
     labels = ([], [])
-    runs = [_run(_cfg(precision=precision, use_cuda_graphs=g), frames, events, labels=lab)
+    runs = [_run(_cfg(precision=precision, use_cuda_graphs=g, steady_attention=steady),
+                 frames, events, labels=lab)
             for g, lab in zip((True, False), labels)]
     worst = _worst(runs[0][0], runs[1][0])
     # masks, stats and label masks came through the I/O graphs (frame in, masks out): same
@@ -80,9 +84,11 @@ def test_graph_equals_eager(precision):
     bad_px = max(float((a[k][1] != b[k][1]).mean()) for a, b in zip(runs[0][0], runs[1][0])
                  for k in a)
     bad_label = max(float((a != b).mean()) for a, b in zip(*labels))
-    _record(f'graph_vs_eager_{precision}', {'worst_logits': worst, 'mask_px_differ': bad_px,
-                                            'label_px_differ': bad_label,
-                                            'graph_stats': runs[0][1]})
+    name = f'graph_vs_eager_{precision}' + ('' if steady == 'auto' else f'_{steady}')
+    _record(name, {'worst_logits': worst, 'mask_px_differ': bad_px,
+                   'label_px_differ': bad_label, 'graph_stats': runs[0][1]})
+    if steady == 'split':       # every steady-state bucket replayed its split-KV graph
+        assert set(runs[0][1]['steady_choice'].values()) == {'split'}, runs[0][1]
     assert runs[0][1].get('graph_steps', 0) > 150
     assert runs[1][1].get('graph_steps', 0) == 0
     # padded graphs: every tracking step and every prompt replayed a graph
@@ -152,6 +158,8 @@ def _run(cfg, frames, events, keep=False, tracker=None, labels=None):
             tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
     stats = dict(tr.stats)
     stats['capture_s'] = round(getattr(tr.runner, 'capture_s', 0.0), 2)
+    stats['steady_choice'] = {str(k): v for k, v in
+                              getattr(tr.runner, 'steady_choice', {}).items()}
     return (out, stats, tr) if keep else (out, stats)
 
 

@@ -146,6 +146,20 @@ def ours_graph_batched_unpadded(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched', padded_graphs=False, prompt_graphs=False)
 
 
+def ours_graph_sam2attn(spec: Spec) -> Run:
+    """ours_graph with sam2's own attention call at steady state (steady_attention off)."""
+    return _ours(spec, graphs=True, mode='swap', steady_attention='sam2')
+
+
+def ours_graph_split(spec: Spec) -> Run:
+    """ours_graph with split-KV memory attention forced at steady state."""
+    return _ours(spec, graphs=True, mode='swap', steady_attention='split')
+
+
+def ours_graph_batched_split(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='batched', steady_attention='split')
+
+
 def ours_graph_noio(spec: Spec) -> Run:
     """ours_graph with frame preprocessing and mask postprocessing eager (graph_io off)."""
     return _ours(spec, graphs=True, mode='swap', graph_io=False)
@@ -265,6 +279,9 @@ VARIANTS = {
     'ours_graph_batched': ours_graph_batched,
     'ours_graph_unpadded': ours_graph_unpadded,
     'ours_graph_batched_unpadded': ours_graph_batched_unpadded,
+    'ours_graph_sam2attn': ours_graph_sam2attn,
+    'ours_graph_split': ours_graph_split,
+    'ours_graph_batched_split': ours_graph_batched_split,
     'ours_graph_noio': ours_graph_noio,
     'ours_graph_noprecast': ours_graph_noprecast,
     'ours_eager_noprecast': ours_eager_noprecast,

@@ -90,16 +90,60 @@ def _per_row(q, k, v, valid):
     return torch.cat(rows)
 
 
-class _MaskedRoPEAttention(RoPEAttention):
-    """sam2's RoPEAttention with its attention call restricted to valid memory tokens.
+def kv_splits(batch: int, heads: int, lq: int, lk: int, max_splits: int = 8,
+              min_chunk: int = 128) -> int:
+    """How many key chunks one attention call is split into: enough for the batch, heads and
+    query tiles together to fill the GPU's multiprocessors (one 1,024-query head fills 16 of
+    132 on the H200), each chunk at least ``min_chunk`` keys; a power of two dividing lk."""
+    tiles = batch * heads * -(-lq // 128)
+    s = 1
+    while s * 2 <= max_splits and tiles * s < 128 and lk % (s * 2) == 0 \
+            and lk // (s * 2) >= min_chunk:
+        s *= 2
+    return s
+
+
+def split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    splits: int) -> torch.Tensor:
+    """Split-KV attention: ``splits`` chunks of the keys attended in parallel, as extra heads
+    of one kernel call, merged by their log-sum-exp. The same softmax over the same keys as
+    one call (only the summation order differs), for calls whose few heads and queries leave
+    most of the GPU idle.
+
+    q [B, H, Lq, D], k/v [B, H, Lk, D] with Lk % splits == 0 -> [B, H, Lq, D] in q's dtype.
+    """
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    qs = q.unsqueeze(2).expand(b, h, splits, lq, d).reshape(b, h * splits, lq, d)
+    ks = k.reshape(b, h * splits, lk // splits, d)      # chunk j of head i: keys [j*Lk/S, ...)
+    vs = v.reshape(b, h * splits, lk // splits, d)
+    out, lse = _attention_with_lse(qs, ks, vs)          # [B, H*S, Lq, D], [B, H*S, Lq] fp32
+    lse = lse[..., :lq].reshape(b, h, splits, lq, 1)
+    w = torch.softmax(lse, dim=2)                       # each chunk's share of the softmax
+    merged = (out.reshape(b, h, splits, lq, d).float() * w).sum(2)
+    return merged.to(q.dtype)
+
+
+def _attention_with_lse(q, k, v):
+    """One attention call that also returns the log-sum-exp of each query's scores."""
+    if not q.is_cuda:
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[:2]
+    if q.dtype in (torch.float16, torch.bfloat16):
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)[:2]
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True)[:2]
+
+
+class _SwappedRoPEAttention(RoPEAttention):
+    """sam2's RoPEAttention with only its inner attention call replaced by ``attend``
+    (q, k, v [B, H, L, D] -> [B, H, Lq, D]): restricted to valid memory tokens, or split-KV.
 
     Built around an existing module (its projections and RoPE tables), not initialised as a
     new one; an instance of RoPEAttention so sam2's layers pass it the pointer-token count.
     """
 
-    def __init__(self, inner: RoPEAttention, keys: KeyPacking):
+    def __init__(self, inner: RoPEAttention, attend):
         torch.nn.Module.__init__(self)
-        self.inner, self.keys = inner, keys
+        self.inner, self.attend = inner, attend
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 num_k_exclude_rope: int = 0) -> torch.Tensor:
@@ -114,21 +158,43 @@ class _MaskedRoPEAttention(RoPEAttention):
         n_rope = k.shape[-2] - num_k_exclude_rope
         q, k[:, :, :n_rope] = apply_rotary_enc(q, k[:, :, :n_rope], freqs_cis=a.freqs_cis,
                                                repeat_freqs_k=a.rope_k_repeat)
-        out = varlen_attention(q, k, v, self.keys)
+        out = self.attend(q, k, v)
         return a.out_proj(a._recombine_heads(out))
+
+
+@contextlib.contextmanager
+def _swapped(layers, name: str, attend) -> Iterator[None]:
+    """Within the block, attribute ``name`` of every layer attends with ``attend``."""
+    inner = [getattr(layer, name) for layer in layers]
+    try:
+        for layer, mod in zip(layers, inner):
+            setattr(layer, name, _SwappedRoPEAttention(mod, attend))
+        yield
+    finally:
+        for layer, mod in zip(layers, inner):
+            setattr(layer, name, mod)
 
 
 @contextlib.contextmanager
 def masked_memory(model, valid: torch.Tensor) -> Iterator[None]:
     """Within the block, every memory-attention layer of ``model`` attends only to the memory
     tokens where valid [B, Lk] is True."""
-    layers = model.memory_attention.layers
-    inner = [layer.cross_attn_image for layer in layers]
     keys = KeyPacking(valid)                      # shared: packed once for all layers
-    try:
-        for layer in layers:
-            layer.cross_attn_image = _MaskedRoPEAttention(layer.cross_attn_image, keys)
+    with _swapped(model.memory_attention.layers, 'cross_attn_image',
+                  lambda q, k, v: varlen_attention(q, k, v, keys)):
         yield
-    finally:
-        for layer, mod in zip(layers, inner):
-            layer.cross_attn_image = mod
+
+
+def _split_attend(q, k, v):
+    s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return F.scaled_dot_product_attention(q, k, v) if s == 1 else split_attention(q, k, v, s)
+
+
+@contextlib.contextmanager
+def split_kv(model) -> Iterator[None]:
+    """Within the block, the memory attention's self- and cross-attention calls run split-KV
+    (``split_attention``) wherever ``kv_splits`` finds the call too small for the GPU."""
+    layers = model.memory_attention.layers
+    with _swapped(layers, 'self_attn', _split_attend), \
+            _swapped(layers, 'cross_attn_image', _split_attend):
+        yield

@@ -13,7 +13,7 @@ from typing import Optional
 MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
 PRECISIONS = ('bf16', 'fp32')
 GRAPH_MODES = ('swap', 'batched')
-STEADY_ATTENTION = ('auto', 'sam2', 'flash')
+STEADY_ATTENTION = ('auto', 'sam2', 'flash', 'split')
 COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
@@ -69,10 +69,12 @@ class TrackerConfig:
     # steady state only, with sam2's own attention call; frames after a prompt run eagerly
     # (also the case with compile_mode set).
     padded_graphs: bool = True
-    # Attention kernel of steady-state objects (padded_graphs only): 'sam2' (sam2's own call,
-    # cuDNN on recent torch; bitwise the eager step), 'flash' (the padded graph's variable-length
-    # FlashAttention), 'auto' (both timed at capture, flash kept per bucket only when >= 5%
-    # faster).
+    # Attention kernel of steady-state objects: 'sam2' (sam2's own call, cuDNN on recent torch;
+    # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
+    # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in
+    # parallel and merged by log-sum-exp, for calls too small to fill the GPU), 'auto' (all
+    # timed at capture per bucket; sam2's call is left only for one >= 5% faster). Not with
+    # compile_mode.
     steady_attention: str = 'auto'
     # Prompted steps as CUDA graphs too (a new object, a correction click, a mask), one per
     # kind and point count in prompt_point_buckets (a click is 1 point, a box 2, a box and a

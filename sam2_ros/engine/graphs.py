@@ -43,6 +43,7 @@ share memory, while each graph's static outputs stay alive and are never reused.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -50,7 +51,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from sam2_ros.engine import encoder, frame_in, step
+from sam2_ros.engine import attention, encoder, frame_in, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.graph_io import GraphIO
@@ -96,7 +97,7 @@ class GraphRunner(EagerRunner):
             log.warning('compile_mode=%s: padded_graphs off (frames after a prompt run '
                         'eagerly)', cfg.compile_mode)
         self.capture_s = 0.0
-        self.steady_choice: Dict[Tuple[int, int], str] = {}   # buckets replaying flash
+        self.steady_choice: Dict[Tuple[int, int], str] = {}   # buckets not on sam2's call
 
     # ---- capture ---------------------------------------------------------------------
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
@@ -113,7 +114,7 @@ class GraphRunner(EagerRunner):
                     self.padded_steps[key] = self._capture_step(*key, padded=True)
             if self.cfg.prompt_graphs:
                 self.prompts.capture()
-            if self.padded and self.cfg.steady_attention != 'sam2':
+            if self.cfg.steady_attention != 'sam2' and self.cfg.compile_mode is None:
                 self._choose_steady_graphs()
         except Exception as exc:  # noqa: BLE001 - any capture failure means eager
             self.enabled = False
@@ -130,17 +131,31 @@ class GraphRunner(EagerRunner):
                  self.capture_s)
 
     def _choose_steady_graphs(self) -> None:
-        """Steady-state objects replay the exact bucket (sam2's attention call, cuDNN by
-        default) or the padded one with every slot valid (FlashAttention's variable-length
-        kernel): 'flash' forces the latter, 'auto' times both graphs of each bucket now and
-        takes the padded one only when it is at least AUTO_MARGIN faster (kernel speed
-        depends on model, resolution and batch; a near tie keeps sam2's kernel)."""
+        """Steady-state objects replay the exact bucket with sam2's attention call (cuDNN by
+        default), the padded one with every slot valid (FlashAttention's variable-length
+        kernel), or the exact bucket captured with split-KV memory attention
+        (``attention.split_kv``). 'flash' / 'split' force one; 'auto' times the candidates of
+        each bucket now and leaves sam2's call only for one at least AUTO_MARGIN faster
+        (kernel speed depends on model, resolution and batch; a near tie keeps sam2's)."""
+        mode = self.cfg.steady_attention
         for key in list(self.steps):
-            if self.cfg.steady_attention == 'flash' or \
-                    self._replay_s(self.padded_steps[key]) < \
-                    (1 - AUTO_MARGIN) * self._replay_s(self.steps[key]):
-                self.steps[key] = self.padded_steps[key]
-                self.steady_choice[key] = 'flash'
+            options = {'sam2': self.steps[key]}
+            if mode in ('auto', 'flash') and self.padded:
+                options['flash'] = self.padded_steps[key]
+            if mode in ('auto', 'split'):
+                try:
+                    options['split'] = self._capture_step(*key, padded=False, split=True)
+                except Exception as exc:  # noqa: BLE001 - sam2's call stays
+                    log.warning('split-KV capture of bucket %s failed: %r', key, exc)
+            if mode == 'auto':
+                times = {name: self._replay_s(cap) for name, cap in options.items()}
+                best = min(times, key=times.get)
+                choice = best if times[best] < (1 - AUTO_MARGIN) * times['sam2'] else 'sam2'
+            else:
+                choice = mode if mode in options else 'sam2'
+            self.steps[key] = options[choice]
+            if choice != 'sam2':
+                self.steady_choice[key] = choice
         log.info('steady-state attention per (batch, cond) bucket: %s', self.steady_choice)
 
     @staticmethod
@@ -176,11 +191,17 @@ class GraphRunner(EagerRunner):
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
         self.encoder = self._capture(lambda x: encoder.encode_image(self.cmodel, x), image)
 
-    def _capture_step(self, batch: int, n_cond: int, padded: bool) -> _Captured:
+    def _capture_step(self, batch: int, n_cond: int, padded: bool,
+                      split: bool = False) -> _Captured:
         mem = self.step_memory(batch, n_cond, padded)
         feats = self.encoder.outputs
-        return self._capture(lambda m: step.track_step(
-            self.cmodel, encoder.expand(feats, batch), m, self.maskmem_pos), mem)
+
+        def fn(m: step.Memory) -> step.StepOut:
+            split_kv = attention.split_kv(self.cmodel) if split else contextlib.nullcontext()
+            with split_kv:
+                return step.track_step(self.cmodel, encoder.expand(feats, batch), m,
+                                       self.maskmem_pos)
+        return self._capture(fn, mem)
 
     def step_memory(self, batch: int, n_cond: int, padded: bool) -> step.Memory:
         """Static memory buffers of bucket n_cond for ``batch`` objects; padded buffers carry

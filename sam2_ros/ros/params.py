@@ -140,7 +140,8 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('padded_graphs', T, 'padded_graphs', 'bool',
               'graphs also run the frames after a prompt (padded memory, masked attention)'),
     ParamSpec('steady_attention', T, 'steady_attention', 'str',
-              "steady-state attention kernel: 'auto' (timed at configure), 'sam2', 'flash'"),
+              "steady-state attention kernel: 'auto' (timed at configure), 'sam2', 'flash', "
+              "'split'"),
     ParamSpec('prompt_graphs', T, 'prompt_graphs', 'bool',
               'prompted steps (new object, correction, mask) as CUDA graphs too'),
     ParamSpec('prompt_point_buckets', T, 'prompt_point_buckets', 'int_array',
