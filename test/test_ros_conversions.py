@@ -300,3 +300,23 @@ def test_label_image():
     assert (mask.encoding, mask.step, mask.header.frame_id) == ('mono8', 5, 'cam')
     arr = np.frombuffer(bytes(mask.data), np.uint8).reshape(4, 5)
     assert set(np.unique(arr)) == {0, 1, 2} and arr[2, 3] == 2  # overlap: higher id wins
+
+
+def test_image_msg_keeps_one_copy_of_the_pixels():
+    """The message's data is the array.array built from the image (rclpy's setter keeps an
+    array.array('B') as is); its bytes are the image's, row-major; a strided view is packed."""
+    import array
+
+    from std_msgs.msg import Header
+
+    from sam2_ros.ros.conversions import image_data, image_msg
+
+    img = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
+    data = image_data(img)
+    assert isinstance(data, array.array) and data.typecode == 'B'
+    assert bytes(data) == img.tobytes()
+    msg = image_msg(img[:, ::2], 'rgb8', Header())      # not contiguous: packed first
+    assert msg.step == 9 and bytes(msg.data) == np.ascontiguousarray(img[:, ::2]).tobytes()
+    m = image_msg(img, 'rgb8', Header())
+    d = m.data
+    assert m.data is d and isinstance(d, array.array)   # no conversion on later reads
