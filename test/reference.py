@@ -3,6 +3,11 @@
 The predictor wants the whole video up front: frames are written to a JPEG folder only to
 satisfy ``init_state``; its image tensor is then replaced by our preprocessed frames so both
 sides see identical model inputs (preprocessing is compared in its own test).
+
+Hole filling: the official predictor fills holes only where sam2's CUDA extension is built;
+``official_fill_area`` says what the installed sam2 does, and ``emulate_sam2_C`` gives an
+install without it a CPU stand-in for the extension's labelling (scipy), so that the official
+predictor fills holes on the CPU too.
 """
 
 from __future__ import annotations
@@ -16,6 +21,61 @@ import torch
 from PIL import Image
 
 from sam2_ros.engine import frame_in
+
+
+def sam2_has_C() -> bool:
+    """Whether sam2's CUDA extension (connected components, used by its hole filling) is
+    built in this install."""
+    try:
+        from sam2 import _C  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def official_fill_area(model) -> int:
+    """The fill_hole_area the official predictor on ``model`` really applies: its setting
+    where sam2._C is built, else 0 (sam2 warns and leaves masks unfilled)."""
+    return int(model.fill_hole_area) if sam2_has_C() else 0
+
+
+def connected_components_like_C(mask: torch.Tensor) -> List[torch.Tensor]:
+    """What ``sam2._C.get_connected_componnets`` returns for mask [N, 1, H, W] uint8, computed
+    with scipy: labels [N, 1, H, W] int32 (0 off the mask; on it, 1 + the smallest flat index
+    of a 2x2 block's top-left pixel in the 8-connected component, the union-find root of the
+    kernel's block labelling) and counts [N, 1, H, W] int32 (the component's area on the mask,
+    0 off it). Only labels > 0 and the counts matter to sam2's hole filling."""
+    from scipy import ndimage
+    m = mask.detach().cpu().numpy().astype(bool)
+    n, _, h, w = m.shape
+    rr, cc = np.mgrid[0:h, 0:w]
+    block = (rr // 2 * 2) * w + cc // 2 * 2
+    labels = np.zeros(m.shape, np.int32)
+    counts = np.zeros(m.shape, np.int32)
+    for i in range(n):
+        lab, k = ndimage.label(m[i, 0], structure=np.ones((3, 3), int))
+        if k == 0:
+            continue
+        root = ndimage.minimum(block, lab, index=np.arange(1, k + 1)).astype(np.int64)
+        area = np.bincount(lab.ravel(), minlength=k + 1)
+        on = lab > 0
+        labels[i, 0][on] = root[lab[on] - 1] + 1
+        counts[i, 0][on] = area[lab[on]]
+    return [torch.from_numpy(labels).to(mask.device), torch.from_numpy(counts).to(mask.device)]
+
+
+def emulate_sam2_C(monkeypatch, calls: list = None) -> None:
+    """Make sam2's hole filling run without its extension: ``get_connected_components`` is
+    replaced by ``connected_components_like_C``. ``calls`` gets the number of pixels each
+    call labels as holes (a component of at most 8 pixels), to prove holes were filled."""
+    import sam2.utils.misc as misc
+
+    def fake(mask):
+        out = connected_components_like_C(mask.to(torch.uint8).contiguous())
+        if calls is not None:
+            calls.append(int(((out[0] > 0) & (out[1] <= 8)).sum()))
+        return out
+    monkeypatch.setattr(misc, 'get_connected_components', fake)
 
 
 def init_reference(predictor, frames: List[np.ndarray]):

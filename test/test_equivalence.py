@@ -6,12 +6,17 @@ numerically on every frame and object. fp32 on the CPU: max abs diff <= 1e-4.
 Scenario: 32 frames; object 1 by a click on frame 0, object 2 by a box on frame 8 (while 1 is
 tracked), object 3 by a mask on frame 12, a correction click on object 1 on frame 20, object 2
 removed after frame 25.
+
+Hole filling: the official predictor fills holes (fill_hole_area=8) only where sam2's CUDA
+extension is built. With ``emulate_sam2_C`` it fills on the CPU too, with a scipy labelling
+that returns what the extension returns, and our tracker (fill_hole_area=8, the default) must
+match it; fill_hole_area=0 must match an install without the extension.
 """
 
 import pytest
 import torch
 
-from reference import drive
+from reference import drive, emulate_sam2_C
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.tracker import StreamingTracker
@@ -20,18 +25,25 @@ pytestmark = pytest.mark.usefixtures('one_thread')   # tiny ops: see conftest
 TOL = 1e-4
 
 
-@pytest.mark.parametrize('corrections_as_cond', [True, False])
-def test_stream_equals_official_predictor(corrections_as_cond):
+@pytest.mark.filterwarnings("ignore:cannot import name '_C':UserWarning")   # sam2 without _C
+@pytest.mark.parametrize('corrections_as_cond,fill', [(True, 8), (False, 8), (True, 0)])
+def test_stream_equals_official_predictor(corrections_as_cond, fill, monkeypatch):
     cfg = TrackerConfig(model_size='tiny', image_size=256, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False,
-                        corrections_as_cond=corrections_as_cond)
+                        corrections_as_cond=corrections_as_cond, fill_hole_area=fill)
     tracker = StreamingTracker(cfg)
+    assert tracker.model.fill_hole_area == 8          # build_sam2_video_predictor's setting
+    holes = []
+    if fill:
+        emulate_sam2_C(monkeypatch, holes)
     frames = synthetic_frames(32)
     events = schedule(96, 128, add2=8, add3=12, fix=20, remove=25)
     with torch.inference_mode():
         worst, last = drive(tracker, tracker.model, frames, events, TOL)
-    print('worst abs diffs:', worst)
+    print('worst abs diffs:', worst, 'hole pixels filled per call:', holes)
     assert tracker.object_ids == [1, 3]
     assert set(worst) >= {'logits', 'score', 'obj_ptr', 'mem_feats', 'prompt_logits'}
     # the random model must not be degenerate, or the comparison would prove little
     assert any(0 < o.area < 96 * 128 for o in last.objects)
+    if fill:   # sam2 filled holes on tracked and on prompted frames (4 prompts, 3 objects)
+        assert len(holes) > 60 and sum(h > 0 for h in holes) > 10, holes

@@ -52,6 +52,11 @@ class TrackerConfig:
     # An object whose score stays <= 0 this many frames is reported 'lost' (not just
     # 'occluded'); it keeps tracking and can re-appear.
     lost_after_frames: int = 30
+    # sam2's hole filling: background components (logit <= 0, 8-connected) of at most this
+    # many low-resolution pixels become foreground (logit 0.1) before a mask is stored, as the
+    # official SAM2VideoPredictor does where sam2's CUDA extension is built. 8 is the value
+    # build_sam2_video_predictor sets; 0 turns it off (as an install without the extension).
+    fill_hole_area: int = 8
     # CUDA graphs for the image encoder and the steady-state track step (CUDA only).
     use_cuda_graphs: bool = True
     # 'swap': one graph, each object's memory copied in before its replay.
@@ -123,6 +128,10 @@ class TrackerConfig:
         if not all(isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
             raise ValueError(f'prompt_point_buckets must be point counts in 1..64, got '
                              f'{self.prompt_point_buckets!r}')
+        if isinstance(self.fill_hole_area, bool) or not isinstance(self.fill_hole_area, int) \
+                or not 0 <= self.fill_hole_area <= 1024:
+            raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '
+                             f'{self.fill_hole_area!r}')
         if int(self.lost_after_frames) < 1:
             raise ValueError(f'lost_after_frames must be >= 1, got {self.lost_after_frames!r}')
         if self.io_resolution is not None and not (

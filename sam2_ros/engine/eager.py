@@ -8,7 +8,8 @@ Both runners have the same interface, so the tracker never knows which one it ha
 plus 'graph' or 'eager') and ``results`` (logits -> masks, stats and the label mask on
 the host).
 The eager runner is the reference path and the off switch of the graph path
-(``TrackerConfig.use_cuda_graphs=False``).
+(``TrackerConfig.use_cuda_graphs=False``). Both fill holes of the logits as sam2 does
+(``TrackerConfig.fill_hole_area``, inside the steps, so inside the captured graphs too).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ class EagerRunner:
 
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
-        outs = [step.track_step(self.model, features, bank.gather([s]), maskmem_pos)
-                for s in sels]
+        outs = [step.track_step(self.model, features, bank.gather([s]), maskmem_pos,
+                                fill_hole_area=self.cfg.fill_hole_area) for s in sels]
         return cat_outputs(outs), ['eager'] * len(outs)
 
 
@@ -63,12 +64,14 @@ class EagerRunner:
         frame's previous logits (a click on a frame the object already has output on)."""
         mem = None if sel is None else bank.gather([sel])
         return step.track_step(self.model, features, mem, maskmem_pos, points=points,
-                               prev_logits=prev), 'eager'
+                               prev_logits=prev,
+                               fill_hole_area=self.cfg.fill_hole_area), 'eager'
 
     def mask_prompt(self, features: encoder.Features,
                     mask: torch.Tensor) -> Tuple[step.StepOut, str]:
         """A mask prompt [1, 1, S, S] for one object."""
-        return step.mask_step(self.model, features, mask), 'eager'
+        return step.mask_step(self.model, features, mask,
+                              fill_hole_area=self.cfg.fill_hole_area), 'eager'
 
 
 def cat_outputs(outs: List[step.StepOut]) -> step.StepOut:

@@ -71,7 +71,8 @@ class PromptGraphs:
         dev, feats = b.feats.device, r.encoder.outputs
         if key[0] == 'mask':
             s = r.model.image_size
-            return r._capture(lambda m: step.mask_step(r.model, feats, m),
+            return r._capture(lambda m: step.mask_step(r.model, feats, m,
+                                                       fill_hole_area=r.cfg.fill_hole_area),
                               torch.zeros(1, 1, s, s, device=dev))
         if key[0] == 'init':
             _, n_pts, has_prev = key
@@ -86,7 +87,7 @@ class PromptGraphs:
         return r._capture(lambda x: step.track_step(
             r.model, feats, x.mem, r.maskmem_pos,
             points={'point_coords': x.coords, 'point_labels': x.labels},
-            prev_logits=x.prev), inputs)
+            prev_logits=x.prev, fill_hole_area=r.cfg.fill_hole_area), inputs)
 
     def find(self, sel: Optional[Selection], points: dict, prev: Optional[torch.Tensor],
              features) -> Optional[_Captured]:

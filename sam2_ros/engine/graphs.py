@@ -200,7 +200,8 @@ class GraphRunner(EagerRunner):
             split_kv = attention.split_kv(self.cmodel) if split else contextlib.nullcontext()
             with split_kv:
                 return step.track_step(self.cmodel, encoder.expand(feats, batch), m,
-                                       self.maskmem_pos)
+                                       self.maskmem_pos,
+                                       fill_hole_area=self.cfg.fill_hole_area)
         return self._capture(fn, mem)
 
     def step_memory(self, batch: int, n_cond: int, padded: bool) -> step.Memory:

@@ -26,6 +26,7 @@ from sam2.modeling.sam2_utils import get_1d_sine_pe
 
 from sam2_ros.engine import attention
 from sam2_ros.engine.encoder import Features, high_res_features
+from sam2_ros.engine.holes import fill_holes
 
 
 @dataclass
@@ -113,12 +114,18 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
 def track_step(model, features: Features, mem: Optional[Memory],
                maskmem_pos: Optional[torch.Tensor],
                points: Optional[dict] = None,
-               prev_logits: Optional[torch.Tensor] = None) -> StepOut:
+               prev_logits: Optional[torch.Tensor] = None,
+               fill_hole_area: int = 0) -> StepOut:
     """One frame for B objects: memory attention, SAM heads, memory encoder.
 
     points: sam2 point_inputs ({'point_coords': [B, P, 2] in model pixels,
     'point_labels': [B, P] int32}) on prompted frames, else None (plain tracking).
     prev_logits: [B, 1, S/4, S/4] previous logits fed with a correction click.
+    fill_hole_area: background components of at most this many low-res pixels become 0.1
+    (``holes.py``), where sam2 fills them: in the returned logits (what is stored, shown and
+    fed to a later correction) and, on prompted frames, before their memory is encoded from
+    them; a tracking frame's memory comes from the decoder's unfilled high-res mask, as sam2
+    encodes it inside ``track_step``, before its fill.
     """
     pix_feat = condition_on_memory(model, features, mem, maskmem_pos)
     hires = high_res_features(features)
@@ -127,19 +134,23 @@ def track_step(model, features: Features, mem: Optional[Memory],
     _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
         backbone_features=pix_feat, point_inputs=points, mask_inputs=mask_in,
         high_res_features=hires, multimask_output=multimask)
+    low_res = fill_holes(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res if points is not None else None,
                               high_res, score, from_points=points is not None)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
 
-def mask_step(model, features: Features, mask: torch.Tensor) -> StepOut:
+def mask_step(model, features: Features, mask: torch.Tensor,
+              fill_hole_area: int = 0) -> StepOut:
     """A mask prompt [B, 1, S, S] in {0, 1}: sam2 uses it as the output directly
-    (use_mask_input_as_output_without_sam) and derives the object pointer from it."""
+    (use_mask_input_as_output_without_sam) and derives the object pointer from it; holes of
+    the resulting logits are filled before the memory is encoded, as in ``track_step``."""
     pix_feat = features.vision_feats[-1]
     h, w = features.feat_sizes[-1]
     pix_feat = pix_feat.permute(1, 2, 0).reshape(-1, model.hidden_dim, h, w)
     _, _, _, low_res, high_res, obj_ptr, score = model._use_mask_as_output(
         pix_feat, high_res_features(features), mask)
+    low_res = fill_holes(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res, high_res, score, from_points=True)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
