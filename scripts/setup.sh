@@ -37,7 +37,7 @@ torch() {  # cpu: CPU build lying on local disk (~0.9 GB); cuda: CUDA build (~5.
 
 python_deps() {
   "${PIP[@]}" 'setuptools>=70' wheel numpy pyyaml hydra-core 'omegaconf<2.4' iopath tqdm pillow \
-    'opencv-python-headless<5' cv-bridge==1.13.0.post0 rosbags pytest hypothesis
+    'opencv-python-headless<5' cv-bridge==1.13.0.post0 rosbags pytest hypothesis scipy
 }
 
 sam2() {  # no build isolation: it would pull a multi-GB torch (and torchvision would replace ours)

@@ -272,3 +272,16 @@ def test_overlay_colors_and_rendering():
     assert (render_overlay(rgb, res) == out).all()
     res.set_label(np.full((H, W), 5, np.uint8), [5])
     assert (render_overlay(rgb, res, contours=False, labels=False)[80, 120] != 100).any()
+
+
+def test_fill_hole_area_option_maps_onto_config(data, tmp_path):
+    """--fill-hole-area reaches TrackerConfig (default sam2's 8, 0 off); a negative value is
+    a one-line CliError, not a traceback from inside the tracker."""
+    base = [str(data / 'frames'), '--prompts', str(data / 'p.json'), '--out', str(tmp_path),
+            '--random-weights', '--device', 'cpu']
+    parse = track_offline.build_parser().parse_args
+    assert track_offline.config_from_args(parse(base)).fill_hole_area == 8
+    assert track_offline.config_from_args(parse(base + ['--fill-hole-area', '0'])) \
+        .fill_hole_area == 0
+    with pytest.raises(track_offline.CliError, match='fill_hole_area'):
+        track_offline.config_from_args(parse(base + ['--fill-hole-area', '-1']))

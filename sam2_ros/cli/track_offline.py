@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--no-cuda-graphs', action='store_true', help='run every step eagerly')
     p.add_argument('--max-objects', type=_positive_int, default=TrackerConfig.max_objects,
                    help='objects alive at once (default %(default)s)')
+    p.add_argument('--fill-hole-area', type=int, default=TrackerConfig.fill_hole_area,
+                   help="sam2's hole filling: background specks of at most this many "
+                   'low-resolution pixels become mask; 0: off (default %(default)s)')
     p.add_argument('--max-frames', type=_positive_int, default=None,
                    help='stop after this many frames')
     p.add_argument('--no-video', action='store_true', help='do not write overlay.mp4')
@@ -103,7 +106,8 @@ def config_from_args(args: argparse.Namespace) -> TrackerConfig:
         model_size=args.model, image_size=args.image_size, checkpoint=args.checkpoint or None,
         random_weights=bool(args.random_weights), device=device,
         precision=args.precision or ('bf16' if kind == 'cuda' else 'fp32'),
-        use_cuda_graphs=not args.no_cuda_graphs, max_objects=args.max_objects)
+        use_cuda_graphs=not args.no_cuda_graphs, max_objects=args.max_objects,
+        fill_hole_area=args.fill_hole_area)
     try:
         return cfg.validate()
     except ValueError as exc:

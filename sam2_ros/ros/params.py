@@ -130,6 +130,9 @@ PARAMS: Tuple[ParamSpec, ...] = (
               'a correction on a tracked frame becomes a conditioning frame'),
     ParamSpec('lost_after_frames', T, 'lost_after_frames', 'int',
               'frames with score <= 0 before an object is reported LOST (not OCCLUDED)'),
+    ParamSpec('fill_hole_area', T, 'fill_hole_area', 'int',
+              "sam2's hole filling: background specks of at most this many low-res pixels "
+              'become mask (0: off)'),
     ParamSpec('use_cuda_graphs', T, 'use_cuda_graphs', 'bool',
               'capture CUDA graphs of the per-frame step (CUDA only)'),
     ParamSpec('graph_mode', T, 'graph_mode', 'str', "'swap' or 'batched' multi-object graphs"),
