@@ -47,7 +47,7 @@ class NodeOptions:
     # True: mask and state are published by their own thread while the worker tracks the next
     # frame, the overlay by a third one (newest only: it never delays a mask). False: the
     # worker publishes everything before the next frame (the serial reference).
-    pipeline: bool = False
+    pipeline: bool = True
     # No frame for this long -> diagnostics WARN 'no frames'.
     stale_timeout_s: float = 2.0
     diagnostics_period_s: float = 1.0

@@ -1,0 +1,69 @@
+"""The real node (CPU, random weights) with ``pipeline: true`` publishes the same masks and
+states as the serial reference (``pipeline: false``) for the same frames and prompts; every
+frame gets its mask and state, in order, and deactivate leaves no publisher thread behind."""
+
+import time
+
+import numpy as np
+import pytest
+
+from ros_helpers import (Client, Lifecycle, click_msg, frames, image_msg, mask_array,
+                         prompt_msg, require_messages, stamp, stamp_of, start_node, wait_until)
+
+pytestmark = pytest.mark.slow
+N = 8
+DEACTIVATE = 4
+
+
+def run(tmp_path, lease, pipeline):
+    """One node; prompts held for frames 0 and 3, a click on frame 5, 8 frames sent back to
+    back (the FIFO keeps them all), overlay subscribed. Returns the outputs and the log."""
+    require_messages()
+    proc = start_node(lease, tmp_path, f'pipeline_{pipeline}', pipeline=pipeline,
+                      max_objects=3, diagnostics_period_s=0.2)
+    c = None
+    try:
+        proc.wait_log(r'\]: active:', 90)
+        c = Client(lease)
+        c.wait_connected(30)
+        wait_until(lambda: c.subs['overlay'].get_publisher_count() > 0, 30, 'overlay')
+        c.send_prompts(prompt_msg(1, stamp(0), box=(10, 20, 50, 60)),
+                       prompt_msg(2, stamp(3), points=[(120, 60)], labels=[1]))
+        c.pub_click.publish(click_msg(30, 40, stamp(5)))
+        fr = frames(N)
+        for i in range(N):
+            c.pub_image.publish(image_msg(fr[i], stamp(i)))
+        c.wait_state(stamp(N - 1), 120)
+        time.sleep(0.3)
+        out = (c.snapshot(c.states), c.snapshot(c.masks), c.snapshot(c.overlays))
+        assert Lifecycle(c).transition(DEACTIVATE)
+        return out, proc.log()
+    finally:
+        if c is not None:
+            c.close()
+        proc.stop()
+
+
+def test_pipelined_node_publishes_what_the_serial_node_does(tmp_path, lease):
+    (s_states, s_masks, s_ov), _ = run(tmp_path, lease, False)
+    (p_states, p_masks, p_ov), log = run(tmp_path, lease, True)
+    assert 'pipeline' not in log or 'Traceback' not in log, log[-3000:]
+
+    def key(st):
+        return (stamp_of(st.header), st.frame_index, st.processed_frames, st.dropped_frames,
+                list(st.errors), [(o.object_id, o.state, o.area, o.frames_since_prompt,
+                                   o.box.x_offset, o.box.y_offset, o.box.width, o.box.height)
+                                  for o in st.objects])
+
+    assert [stamp_of(s.header) for s in s_states] == [stamp(i) for i in range(N)]
+    assert [key(s) for s in p_states] == [key(s) for s in s_states]
+    for a, b in zip(p_states, s_states):
+        assert [o.score for o in a.objects] == pytest.approx([o.score for o in b.objects],
+                                                             abs=1e-6)
+    assert [o.object_id for o in s_states[-1].objects] == [1, 2]
+    assert len(p_masks) == len(s_masks) == N
+    for a, b in zip(p_masks, s_masks):
+        assert stamp_of(a.header) == stamp_of(b.header)
+        np.testing.assert_array_equal(mask_array(a), mask_array(b))
+    assert len(s_ov) == N and 1 <= len(p_ov) <= N     # pipelined overlays: newest only
+    assert stamp_of(p_ov[-1].header) == stamp(N - 1)
