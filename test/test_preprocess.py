@@ -1,16 +1,13 @@
-"""Preprocessing equals the official SAM2VideoPredictor's path.
+"""Preprocessing equals the official SAM2VideoPredictor's path, bit for bit.
 
-Frames: sam2 loads each frame with PIL, ``Image.resize((S, S))`` (bicubic, antialiased, uint8),
-divides by 255 and normalizes with mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225).
-Ours resizes with torch on the device in the same two rounded passes (horizontal, then
-vertical). Measured on this machine (Pillow 13, torch 2.13), differences in uint8 levels:
-  * upscaling, landscape/square downscaling (every usual camera frame), random and smooth
-    images: max 1 level (2 seen once on noise), under 1 % of values differ at all; a level is
-    1/255/std ~= 0.0175 after normalization;
-  * portrait frames downscaled (taller than wide, taller than S): Pillow 13 sometimes runs the
-    vertical pass first (older Pillow never does); smooth images stay within 2 levels, pure
-    noise (PIL clips the overshoot of the first pass) up to 24 levels at single pixels.
-The bounds asserted below are those plus a little headroom.
+Frames: sam2 loads each frame with PIL (``_load_img_as_tensor``: ``Image.resize((S, S))``,
+bicubic on 8-bit RGB, Pillow's fixed-point arithmetic), divides by 255 and normalizes with
+mean (0.485, 0.456, 0.406) / std (0.229, 0.224, 0.225). Ours runs the same integer arithmetic
+in torch (``pil_resize.py``); the resized uint8 image and the normalized float32 input are
+compared for exact equality with PIL and with sam2's own loader function, on many source
+sizes (up- and down-scaling, odd sizes, camera frames, portrait and very tall or wide images,
+the Pillow-13 pass order in both directions). ``test_graphs_gpu.py`` checks the captured
+frame-in graph on the GPU against the same function.
 
 Prompts: point/box coordinates and mask resizing are compared with the exact arithmetic of
 ``add_new_points_or_box`` / ``add_new_mask`` (sam2 1.1.0).
@@ -23,54 +20,132 @@ import torch.nn.functional as F
 from PIL import Image
 
 from conftest import smooth_image
-from sam2_ros.engine import frame_in, prompts
+from sam2_ros.engine import frame_in, pil_resize, prompts
 from sam2_ros.engine.errors import FrameError, PromptError
 from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 CPU = torch.device('cpu')
-MEAN = np.array([0.485, 0.456, 0.406])
-STD = np.array([0.229, 0.224, 0.225])
-LEVEL = 1 / 255 / STD.min()          # one uint8 level after normalization (largest channel)
+
+# (h, w): camera frames, up, down, mixed, odd, square, portrait, very tall and very wide
+SHAPES = [(720, 1280), (1080, 1920), (480, 640), (640, 480), (1080, 1080), (96, 128),
+          (37, 91), (401, 177), (250, 260), (300, 200), (1200, 500), (2000, 300), (17, 3000),
+          (513, 511), (1023, 1025)]
 
 
-def official_frame(img: np.ndarray, size: int) -> np.ndarray:
-    """sam2.utils.misc._load_img_as_tensor + the normalization of load_video_frames."""
-    x = np.array(Image.fromarray(img).convert('RGB').resize((size, size))) / 255.0
-    return ((x - MEAN) / STD).transpose(2, 0, 1)
+def pil_resized(img: np.ndarray, size: int) -> np.ndarray:
+    """[H, W, 3] uint8 -> [S, S, 3] uint8 as sam2's loader resizes (PIL's default filter)."""
+    return np.array(Image.fromarray(img).convert('RGB').resize((size, size)))
 
 
-def levels(img, size):
-    ours = frame_in.to_model_input(img, size, CPU)[0].double().numpy()
-    return np.abs(ours - official_frame(img, size)) * STD[:, None, None] * 255
+def ours_resized(img: np.ndarray, size: int, device=CPU) -> np.ndarray:
+    x = torch.from_numpy(img).to(device).permute(2, 0, 1)
+    return pil_resize.resize_u8(x, size).permute(1, 2, 0).cpu().numpy()
 
 
-# (h, w, S): up, down, mixed, landscape camera shapes, odd sizes, unchanged
-LANDSCAPE = [(96, 128, 256), (48, 64, 128), (480, 640, 256), (720, 1280, 256), (1024, 1024, 128),
-             (100, 100, 256), (37, 91, 64), (200, 333, 128), (250, 260, 256), (128, 128, 128),
-             (128, 300, 128), (300, 128, 128)]
-PORTRAIT_DOWN = [(300, 200, 128), (640, 480, 256), (401, 177, 64)]
+def random_image(h: int, w: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize('h, w, size', LANDSCAPE)
-@pytest.mark.parametrize('content', ['random', 'smooth'])
-def test_frame_matches_pil(h, w, size, content):
-    img = np.random.default_rng(h * w).integers(0, 256, (h, w, 3), dtype=np.uint8) \
-        if content == 'random' else smooth_image(h, w, seed=h)
-    lv = levels(img, size)
-    assert lv.max() <= 2 + 1e-6, lv.max()
-    assert (lv > 0.5).mean() <= 0.02, (lv > 0.5).mean()
-    if (h, w) == (size, size):
-        assert lv.max() < 1e-4                               # no resize: only normalization
+@pytest.mark.parametrize('size', [512, 1024])
+@pytest.mark.parametrize('h, w', SHAPES)
+def test_resize_bitwise_equals_pil(h, w, size):
+    img = random_image(h, w, h * 7 + w)
+    got, ref = ours_resized(img, size), pil_resized(img, size)
+    assert got.dtype == np.int32 and got.shape == ref.shape == (size, size, 3)
+    assert np.array_equal(got, ref), int((got != ref).sum())
 
 
-@pytest.mark.parametrize('h, w, size', PORTRAIT_DOWN)
-def test_portrait_downscale_within_bound(h, w, size):
-    smooth = levels(smooth_image(h, w, seed=3), size)
-    assert smooth.max() <= 2 + 1e-6
-    noise = levels(np.random.default_rng(0).integers(0, 256, (h, w, 3), dtype=np.uint8), size)
-    assert noise.max() <= 32 and noise.mean() <= 0.5
+def test_resize_bitwise_equals_pil_random_shapes():
+    """60 random (h, w, S), S from 32 to 320 in steps of 32 (the sizes above cover 512 and
+    1024), sides from 16 to 3 S, both pass orders covered."""
+    rng = np.random.default_rng(15)
+    orders = set()
+    for i in range(60):
+        size = int(rng.integers(1, 11)) * 32
+        h, w = (int(v) for v in rng.integers(16, max(3 * size, 64), 2))
+        img = random_image(h, w, i) if i % 2 else smooth_image(h, w, seed=i)
+        assert np.array_equal(ours_resized(img, size), pil_resized(img, size)), (h, w, size)
+        orders.add(pil_resize._vertical_first(h, w, size))
+    assert orders == {True, False}
+
+
+@pytest.mark.parametrize('h, w, size', [(64, 40, 32), (33, 20, 32), (100, 60, 32),
+                                        (60, 46, 32), (62, 47, 32), (90, 61, 32)])
+def test_pass_order_boundary(h, w, size):
+    """Shapes on both sides of Pillow 13's vertical-first rule (h - S > 2 (w - S)): the two
+    orders give different images there, and ours picks the installed Pillow's."""
+    img = random_image(h, w, h + w)
+    x = torch.from_numpy(img).permute(2, 0, 1).int()
+    hv = pil_resize._resize(x, size, vertical_first=False).permute(1, 2, 0).numpy()
+    vh = pil_resize._resize(x, size, vertical_first=True).permute(1, 2, 0).numpy()
+    ref = pil_resized(img, size)
+    assert not np.array_equal(hv, vh)
+    vertical = pil_resize.pillow_reorders() and pil_resize._vertical_first(h, w, size)
+    assert np.array_equal(vh if vertical else hv, ref)
+
+
+def test_coefficient_tables():
+    """Every output's fixed-point weights sum to one unit within rounding, indices stay in
+    the source, and down-scaling widens the window with the scale (antialiasing)."""
+    unit = 1 << pil_resize.PRECISION_BITS
+    for n_in, n_out in [(1920, 512), (720, 1024), (37, 64), (1024, 1024)]:
+        idx, w = pil_resize.coefficients(n_in, n_out)
+        assert idx.shape == w.shape and w.dtype == np.int32
+        assert idx.min() >= 0 and idx.max() < n_in
+        assert np.abs(w.astype(np.int64).sum(1) - unit).max() <= w.shape[1]
+    assert pil_resize.coefficients(1920, 512)[0].shape[1] == 17          # support 2 * 3.75
+    assert pil_resize.coefficients(512, 1024)[0].shape[1] == 5           # up: support 2
+
+
+def official_frame(img: np.ndarray, size: int, tmp_path) -> torch.Tensor:
+    """sam2's own loader function on a lossless file of the frame, then the normalization of
+    load_video_frames_from_jpg_images (float32 tensor, -= mean, /= std)."""
+    from sam2.utils.misc import _load_img_as_tensor
+    path = str(tmp_path / 'frame.png')
+    Image.fromarray(img).save(path)
+    images = torch.zeros(1, 3, size, size, dtype=torch.float32)
+    images[0], h, w = _load_img_as_tensor(path, size)
+    assert (h, w) == img.shape[:2]
+    images -= torch.tensor(frame_in.IMG_MEAN, dtype=torch.float32)[:, None, None]
+    images /= torch.tensor(frame_in.IMG_STD, dtype=torch.float32)[:, None, None]
+    return images
+
+
+@pytest.mark.parametrize('h, w, size', [(720, 1280, 512), (480, 640, 1024), (37, 91, 64),
+                                        (300, 200, 128), (128, 128, 128)])
+def test_model_input_bitwise_equals_official_loader(h, w, size, tmp_path):
+    img = random_image(h, w, size)
+    ours = frame_in.to_model_input(img, size, CPU)
+    assert ours.dtype == torch.float32
+    assert torch.equal(ours, official_frame(img, size, tmp_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('h, w, size', [(720, 1280, 512), (1080, 1920, 1024), (640, 480, 512)])
+def test_resize_on_gpu_bitwise_equals_pil(h, w, size):
+    img = random_image(h, w, 3)
+    dev = torch.device('cuda')
+    assert np.array_equal(ours_resized(img, size, dev), pil_resized(img, size))
+    cpu = frame_in.to_model_input(img, size, CPU)
+    assert torch.equal(frame_in.to_model_input(img, size, dev).cpu(), cpu)
+
+
+@pytest.mark.gpu
+def test_frame_in_graph_bitwise_equals_official_loader(tmp_path):
+    """The captured frame-in graph (graph_io.py) writes the official loader's input into the
+    encoder graph's static input, for two source sizes (one of each pass order)."""
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    tr = StreamingTracker(TrackerConfig(model_size='tiny', image_size=512, device='cuda',
+                                        random_weights=True, max_objects=2))
+    for h, w in [(720, 1280), (1600, 700)]:
+        img = random_image(h, w, 9)
+        assert tr.runner.graph_io.load_frame(img)
+        assert ('in', h, w) in tr.runner.io
+        got = tr.runner.encoder.inputs.cpu()
+        assert torch.equal(got, official_frame(img, 512, tmp_path)), (h, w)
 
 
 def test_frame_forms_are_equivalent():

@@ -6,6 +6,7 @@ Files follow a frame through the engine::
     (prompts.py turns prompts into model space; staging.py copies indices to the device)
 
 * ``frame_in.py``   validate a [H, W, 3] uint8 frame, copy it to the device, resize, normalize
+  (the resize is PIL's, bit for bit, in integer arithmetic: ``pil_resize.py``)
 * ``encoder.py``    image encoder (Hiera + FPN) -> ``Features``
 * ``memory.py``     ``MemoryBank``: per-object memories, preallocated rings
 * ``step.py``       memory attention, SAM heads, memory encoder for B objects

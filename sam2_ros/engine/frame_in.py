@@ -1,8 +1,10 @@
 """Frames into model space, on the model's device, with input validation.
 
-The official video predictor resizes frames with PIL (bicubic, antialiased, rounded to uint8)
-before normalizing; the same is done here with torch on the device, so the host only copies
-the uint8 frame to the device. Prompts are scaled in ``prompts.py``.
+The official video predictor resizes frames with PIL (``Image.resize((S, S))``: bicubic,
+8-bit fixed point) before dividing by 255 and normalizing. The same resize runs here on the
+device in the same integer arithmetic (``pil_resize.py``), so the model input is bitwise the
+official loader's and the host only copies the uint8 frame to the device. Prompts are scaled
+in ``prompts.py``.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from typing import Tuple, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from sam2_ros.engine import pil_resize
 from sam2_ros.engine.errors import FrameError
 
 IMG_MEAN = (0.485, 0.456, 0.406)
@@ -49,15 +51,10 @@ def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
 
 def normalize(x: torch.Tensor, size: int) -> torch.Tensor:
     """x [H, W, 3] uint8 on the device -> [1, 3, S, S] float32 normalized. Device work only
-    (no host sync, no host-to-device copy), so the graph runner can capture it."""
-    x = x.permute(2, 0, 1).unsqueeze(0).float()                 # [1, 3, H, W] in 0..255
-    # PIL resizes in two passes, horizontal then vertical, each rounded and clipped to uint8
-    # (a vertical pass alone if only the height changes, and vice versa).
-    h, w = x.shape[-2:]
-    if w != size:
-        x = _bicubic_u8(x, (h, size))
-    if h != size:
-        x = _bicubic_u8(x, (size, size))
+    (no host sync, no host-to-device copy once this source size was seen), so the graph
+    runner can capture it. Same operations as the official loader after PIL: /255, then
+    subtract the mean and divide by the std, in float32."""
+    x = pil_resize.resize_u8(x.permute(2, 0, 1), size).unsqueeze(0).float()   # [1, 3, S, S]
     mean, std = _mean_std(x.device)
     return (x / 255.0 - mean) / std
 
@@ -73,7 +70,3 @@ def _mean_std(device: torch.device):
                              torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1))
     return _MEAN_STD[device]
 
-
-def _bicubic_u8(x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
-    x = F.interpolate(x, size=size, mode='bicubic', align_corners=False, antialias=True)
-    return x.round_().clamp_(0, 255)
