@@ -35,3 +35,24 @@ def test_render_rewrites_a_stale_section(tmp_path):
     assert report.render(new, str(res)) == new
     with pytest.raises(ValueError):
         report.render('<!-- report:soak:begin -->\n', str(res))
+
+
+def test_node_latency_rows_and_targets(tmp_path):
+    """Node latency rows (a list merged by save_json) reach the doc, with issue 13's targets
+    judged per camera: p99 within the object count's target AND zero deadline misses."""
+    res = tmp_path / 'results'
+    shutil.copytree(report.RESULTS, res)
+    rows = json.loads((res / 'h200_node_latency.json').read_text())
+    base = dict(rows[0], camera_hz=60, width=1280, height=720, deadline_misses=0,
+                date='2099-01-01', run='r1', commit='abc1234')
+    new = [dict(base, objects=1, e2e_mask_p99=7.9, variant='a'),
+           dict(base, objects=8, e2e_mask_p99=11.0, deadline_misses=2, variant='b'),
+           dict(base, objects=3, e2e_mask_p99=9.0, variant='c')]
+    (res / 'h200_node_latency.json').write_text(json.dumps(rows + new))
+    lines = report.node_latency(str(res))
+    body = [line for line in lines if '2099-01-01' in line and line.startswith('|')]
+    assert len(body) == 3                                   # newest first
+    assert 'met (p99 <= 8' in body[0] and '/ 7.9 |' in body[0]
+    assert 'missed (p99 <= 12' in body[1]                   # misses fail it
+    assert '| - |' in body[2]                               # no target for 3 objects
+    assert [report._node_target(r) for r in rows] == ['-'] * len(rows)   # 30 Hz rows

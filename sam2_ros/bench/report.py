@@ -115,25 +115,61 @@ def interaction(results: str) -> List[str]:
          'eager steps', 'prompt graphs / prompts', 'fallbacks'], body)
 
 
+# issue 13's targets at 720p60 on the H200: image -> mask p99 by object count (ms), with no
+# deadline miss (a mask after the camera's next image); two cameras: the same per camera
+NODE_TARGET_P99_MS = {1: 8.0, 8: 12.0}
+
+
+def _node_target(r: dict) -> str:
+    """'met' / 'missed' against the targets, '-' where none applies (other rates, sizes,
+    object counts, or a row from before deadline misses were counted)."""
+    target = NODE_TARGET_P99_MS.get(r['objects'])
+    if target is None or r.get('camera_hz') != 60 or (r['width'], r['height']) != (1280, 720) \
+            or r.get('deadline_misses') is None or r.get('e2e_mask_p99') is None:
+        return '-'
+    ok = r['e2e_mask_p99'] <= target and r['deadline_misses'] == 0
+    return f"{'met' if ok else 'missed'} (p99 <= {target:g}, 0 misses)"
+
+
+def _node_prov(rows: List[dict]) -> List[str]:
+    """One line per run of the matrix script (each row's command is in the file), one per
+    command for rows from before runs had ids."""
+    runs: Dict[str, List[dict]] = {}
+    for r in rows:
+        if r.get('run'):
+            runs.setdefault(r['run'], []).append(r)
+    out = [f"- {_f(g[0].get('date'))}, commit {_f(g[0].get('commit'))}, {_f(g[0].get('gpu'))}, "
+           f"run {run}: {len(g)} rows of `scripts/gpu/gpu_node_latency.sh` (each row's "
+           f"`python -m sam2_ros.bench.node_latency ...` command is in the file)"
+           for run, g in runs.items()]
+    return out + _prov([r for r in rows if not r.get('run')])
+
+
 def node_latency(results: str) -> List[str]:
-    d = _load('h200_node_latency.json', results)
+    rows = _load('h200_node_latency.json', results)
+    rows = sorted(rows, key=lambda r: (str(r.get('date')), r.get('run') or ''), reverse=True)
     body = []
-    for r in d['rows']:
-        s = r['summary']
-        body.append([r['name'], f"{_f(s['e2e_mask_ms']['p50'], 1)} / "
-                     f"{_f(s['e2e_mask_ms']['p99'], 1)}",
-                     f"{_f(s['e2e_state_ms']['p50'], 1)} / {_f(s['e2e_state_ms']['p99'], 1)}",
-                     _f(s['engine_ms']['p50'], 1), _f(s['publish_ms']['p50'], 1),
-                     f"{_f(s['transport_ms']['p50'], 1)} / {_f(s['transport_ms']['p99'], 1)}",
-                     f"{s.get('queued_frames', '-')} / {s['e2e_mask_ms']['n']}",
-                     _f(r['commit'])])
-    out = _prov(d['rows']) + [''] + _table(
-        ['run', 'image -> mask p50 / p99 ms', 'image -> state p50 / p99 ms', 'engine p50 ms',
-         'publish p50 ms', 'DDS + hand-off p50 / p99 ms', 'queued', 'commit'], body)
+    for r in rows:
+        misses = r.get('deadline_misses')
+        body.append([
+            f"{_f(r['camera_hz'], 0)} Hz {r['width']}x{r['height']}",
+            f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
+            _f(r.get('graph_mode')), _f(r.get('transport')), 'yes' if r.get('overlay') else 'no',
+            {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'), r.get('corrections', 0),
+            f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
+            _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
+            '-' if misses is None else f"{misses} / {r['frames']}", _node_target(r),
+            f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
+    out = _node_prov(rows) + [''] + _table(
+        ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport',
+         'overlay subscribed', 'pipeline', 'corrections', 'image -> mask p50 / p99 ms',
+         'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
+         'target', 'date, commit'], body)
+    d = _load('h200_dds_probe.json', results)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
-              f"{p['received']} / {p['sent']}"] for p in d['dds_probe']]
+              f"{p['received']} / {p['sent']}"] for p in d['rows']]
     return out + ['', 'One 720p rgb8 image between two processes, 30 Hz (`dds_probe`, same '
-                  'machine):', ''] + _prov(d['dds_probe']) + [''] + _table(
+                  'machine; `h200_dds_probe.json`):', ''] + _prov(d['rows']) + [''] + _table(
         ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
 
 
