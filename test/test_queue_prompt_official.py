@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import make_tracker, shared_model
-from reference import bf16_excess, compare, init_reference, ours, outputs, propagate
+from reference import (bf16_excess, compare, emulate_sam2_C, init_reference, ours, outputs,
+                       propagate)
 from scenarios import synthetic_frames
 from sam2_ros.engine.types import Prompt
 
@@ -27,13 +28,15 @@ def check_against_official(tr, state, res, obj_id, obj_idx, f, worst, tol):
         assert v <= tol, f'frame {f} object {obj_id}: {k} differs by {v:.3g}'
 
 
-def test_queue_prompt_equals_official_predictor():
+def test_queue_prompt_equals_official_predictor(monkeypatch):
     """12 frames at image size 128: object 1 by a click on frame 0; object 2 queued (a box)
     for frame 5 and a click for object 1 queued for frame 8 = add_new_points_or_box on frames
     5 and 8 before propagate_in_video reaches them (initial conditioning frames, no memory).
     Logits, scores, object pointers and memory features of both objects on every frame agree
-    to 1e-4 (fp32, CPU; memory features within one bf16 ulp as in test_equivalence)."""
+    to 1e-4 (fp32, CPU; memory features within one bf16 ulp as in test_equivalence). Both
+    fill holes (fill_hole_area=8): the official predictor through a CPU stand-in of sam2._C."""
     tol = 1e-4
+    emulate_sam2_C(monkeypatch)
     tr = make_tracker(image_size=128, max_objects=3)
     predictor = shared_model(128)
     frames = synthetic_frames(12)
