@@ -3,7 +3,9 @@ default transports and with the shipped Fast DDS profile for large frames
 (``config/fastdds_large_frames.xml``, which must parse: a broken profile makes Fast DDS fall
 back or fail, and then no frame arrives). 720p rgb8 frames: with the profile they go through
 shared memory (the subscriber maps the publisher's 32 MiB segment), without it through UDP
-(Fast DDS's default 512 KiB segments cannot hold a 2.7 MB frame)."""
+(Fast DDS's default 512 KiB segments cannot hold a 2.7 MB frame); a small message is
+acknowledged within 1 s only with the profile (its 100 ms writer heartbeat), else at Fast
+DDS's 3 s heartbeat."""
 
 import json
 import subprocess
@@ -35,3 +37,21 @@ def test_dds_probe_delivers_every_frame(tmp_path, profile):
     assert r['shm_frame_segments'] == (2 if profile else 0), r['shm_segments_mapped']
     if profile:
         assert 'Error' not in p.stderr and 'error' not in p.stderr.lower(), p.stderr
+
+
+@pytest.mark.parametrize('profile', [None, 'config/fastdds_large_frames.xml'])
+def test_a_lone_small_message_is_acknowledged_at_the_next_heartbeat(tmp_path, profile):
+    """What a node waits at cleanup for its last state to be acknowledged: a reader answers
+    only a writer's heartbeat, every 3 s by Fast DDS's default, every 0.1 s with the profile.
+    ``--frames 0``: no frames, only one small image from a new writer, timed until acked."""
+    require_messages()
+    out = tmp_path / 'ack.json'
+    argv = [PYTHON, '-m', 'sam2_ros.ros.dds_probe', '--frames', '0', '--width', '64',
+            '--height', '48', '--out', str(out)] + (['--profile', profile] if profile else [])
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = json.loads(out.read_text())
+    assert r['small_ack_ms'] is not None, f'{p.stdout}\n{p.stderr}'
+    if profile:
+        assert r['small_ack_ms'] < 1000, r
+    else:
+        assert r['small_ack_ms'] > 1000, r

@@ -48,7 +48,7 @@ def fake_node(pubs, events, context_ok=True):
                                                      drop_pending=lambda: [],
                                                      detection_counts={}),
         _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0), _detection_totals={},
-        _pubs=pubs, _unacked=set(pubs), logger=logger, get_logger=lambda: logger,
+        _pubs=pubs, _unacked=dict.fromkeys(pubs, time.monotonic()), logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self._flush_publishers = lambda: TrackerNode._flush_publishers(self)
@@ -113,18 +113,21 @@ def test_a_publisher_that_refuses_the_wait_is_still_destroyed():
 
 
 def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for():
-    """Issue 14 item 12: no wait for the overlay (eyes only, the largest) nor for publishers
-    that sent nothing since the last wait; a second release waits for nothing."""
+    """Issue 14 item 12: no wait for the overlay (eyes only, the largest), for publishers
+    that sent nothing since the last wait, nor for those whose last message is older than a
+    heartbeat period (acknowledged by then); a second release waits for nothing."""
     events = []
     pubs = {'mask': FakePub('mask', events, acked=False, delay=10.0),
             'overlay': FakePub('overlay', events, acked=False, delay=10.0),
             'state': FakePub('state', events), 'objects': FakePub('objects', events)}
     self = fake_node(pubs, events)
-    self._unacked = {'state', 'overlay'}
+    now = time.monotonic()
+    # state and overlay sent just now, objects 5 s ago (acknowledged by now), mask not at all
+    self._unacked = {'state': now, 'overlay': now, 'objects': now - 5.0}
     t0 = time.monotonic()
     TrackerNode._flush_publishers(self)
     assert time.monotonic() - t0 < 0.5
-    assert [n for k, n in events if k == 'flush'] == ['state'] and self._unacked == set()
+    assert [n for k, n in events if k == 'flush'] == ['state'] and self._unacked == {}
     TrackerNode._flush_publishers(self)
     assert [n for k, n in events if k == 'flush'] == ['state']
     assert self.logger.warnings == []
@@ -144,7 +147,7 @@ def test_publishing_marks_the_result_publishers_unacknowledged():
     pub = lambda name: SimpleNamespace(publish=lambda m: sent.append(name))  # noqa: E731
     self = SimpleNamespace(_pubs={'mask': pub('mask'), 'state': pub('state'), 'objects': None,
                                   'overlay': pub('overlay')},
-                           _totals=dict.fromkeys(node_mod.TOTALS, 0), _unacked=set(),
+                           _totals=dict.fromkeys(node_mod.TOTALS, 0), _unacked={},
                            opts=SimpleNamespace(pipeline=True), _last_publish_ms=0.0,
                            _last_overlay_ms=0.0)
     self._publish_ms = lambda: TrackerNode._publish_ms(self)
@@ -152,4 +155,4 @@ def test_publishing_marks_the_result_publishers_unacknowledged():
     p = Published(FrameResult(0, 4, 4), np.zeros((4, 4, 3), np.uint8), Header(), 0.0, 0.0, [])
     TrackerNode._publish(self, p)
     assert sent == ['mask', 'state']
-    assert self._unacked == {'mask', 'state', 'objects'}
+    assert set(self._unacked) == {'mask', 'state', 'objects'}

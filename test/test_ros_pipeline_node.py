@@ -2,17 +2,19 @@
 states as the serial reference (``pipeline: false``) for the same frames and prompts; every
 frame gets its mask and state, in order, and deactivate leaves no publisher thread behind."""
 
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from ros_helpers import (Client, Lifecycle, click_msg, frames, image_msg, mask_array,
-                         prompt_msg, require_messages, stamp, stamp_of, start_node, wait_until)
+from ros_helpers import (PYTHON, ROOT, Client, Lifecycle, Proc, click_msg, frames, image_msg,
+                         mask_array, prompt_msg, require_messages, stamp, stamp_of, start_node,
+                         wait_until, write_params)
 
 pytestmark = pytest.mark.slow
 N = 8
-DEACTIVATE = 4
+CLEANUP, DEACTIVATE = 2, 4
 
 
 def run(tmp_path, lease, pipeline):
@@ -67,3 +69,59 @@ def test_pipelined_node_publishes_what_the_serial_node_does(tmp_path, lease):
         np.testing.assert_array_equal(mask_array(a), mask_array(b))
     assert len(s_ov) == N and 1 <= len(p_ov) <= N     # pipelined overlays: newest only
     assert stamp_of(p_ov[-1].header) == stamp(N - 1)
+
+
+def test_deactivate_and_cleanup_under_load_wait_only_for_what_is_needed(tmp_path, lease):
+    """Issue 14 item 12: frames streaming at 10 Hz, overlay subscribed, the node with the
+    shipped Fast DDS profile (as the launch files start it). Deactivate drains the publisher
+    threads and nothing is published after it; cleanup waits for the last mask and state to
+    be acknowledged, which the profile's 0.1 s writer heartbeat makes quick: no transition
+    takes the 1 s bound and no acknowledgement warning is logged."""
+    require_messages()
+    params = write_params(tmp_path / 'load.yaml', process_every_frame=False,
+                          diagnostics_period_s=0.2)
+    env = dict(lease.env(), FASTDDS_DEFAULT_PROFILES_FILE=str(
+        ROOT / 'config' / 'fastdds_large_frames.xml'))
+    proc = Proc([PYTHON, '-m', 'sam2_ros.ros.node', '--ros-args', '--params-file', str(params)],
+                env, tmp_path / 'load.log')
+    c, stop = None, threading.Event()
+    try:
+        proc.wait_log(r'\]: active:', 90)
+        c = Client(lease)
+        c.wait_connected(30)
+        wait_until(lambda: c.subs['overlay'].get_publisher_count() > 0, 30, 'overlay')
+        c.send_prompts(prompt_msg(1, stamp(0), box=(10, 20, 50, 60)))
+        fr = frames(4)
+
+        def stream():
+            i = 0
+            while not stop.is_set():
+                c.pub_image.publish(image_msg(fr[i % 4], stamp(i)))
+                i += 1
+                stop.wait(0.1)
+
+        threading.Thread(target=stream, daemon=True).start()
+        wait_until(lambda: len(c.snapshot(c.states)) >= 3, 120, 'three states while streaming')
+        lc = Lifecycle(c)
+        t0 = time.monotonic()
+        assert lc.transition(DEACTIVATE)
+        took_deactivate = time.monotonic() - t0
+        time.sleep(0.5)                               # what was sent before has arrived
+        n = (len(c.snapshot(c.masks)), len(c.snapshot(c.states)), len(c.snapshot(c.overlays)))
+        time.sleep(1.0)
+        assert (len(c.snapshot(c.masks)), len(c.snapshot(c.states)),
+                len(c.snapshot(c.overlays))) == n       # nothing after deactivate
+        masks, states = c.snapshot(c.masks), c.snapshot(c.states)
+        assert [stamp_of(m.header) for m in masks] == [stamp_of(s.header) for s in states]
+        t0 = time.monotonic()
+        assert lc.transition(CLEANUP)
+        took_cleanup = time.monotonic() - t0
+        log = proc.log()
+    finally:
+        stop.set()
+        if c is not None:
+            c.close()
+        proc.stop()
+    assert 'did not acknowledge' not in log and 'cannot wait' not in log, log[-2000:]
+    assert took_cleanup < 0.9, took_cleanup                # not the 1 s bound
+    assert took_deactivate < 30, took_deactivate           # one CPU frame at most, then drain

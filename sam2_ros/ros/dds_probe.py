@@ -3,6 +3,9 @@
     python -m sam2_ros.ros.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
         [--profile config/fastdds_large_frames.xml] [--out out/dds_probe.json]
 
+Last, a new writer sends one small image and times its acknowledgement (``small_ack_ms``:
+what the node waits at cleanup for its last state; ``--frames 0`` measures only that).
+
 Why: when the node's end-to-end latency is high, this separates the middleware from the node.
 It publishes rgb8 frames (reliable, depth 10, as the node subscribes) at ``--rate`` from this
 process to a subscriber subprocess, both on an exclusive ``ROS_DOMAIN_ID``, and reports the
@@ -28,28 +31,39 @@ import numpy as np
 from sam2_ros.ros.domain import lease_domain
 
 
+ACK_TOPIC = '/sam2_dds_probe_ack'
+
+
 def _qos():
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
-    """Receive ``frames`` images (or until ``timeout``); latency of each in ms."""
+    """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
+    latency of each frame in ms."""
     import rclpy
     from sensor_msgs.msg import Image
 
     rclpy.init()
     node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
     lat: List[float] = []
+    small: List[int] = []   # the 4x4 images of small_ack_ms, not frames
 
     def on_image(m: Any) -> None:
+        if m.width <= 4:
+            small.append(1)
+            return
         sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
         lat.append((time.time_ns() - sent) / 1e6)
 
     node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos())
+    node.create_subscription(Image, ACK_TOPIC, on_image, _qos())
     print('ready', flush=True)
     deadline = time.monotonic() + timeout
-    while len(lat) < frames and time.monotonic() < deadline:
+    # the second small image says the publisher is done: a reader that left earlier would
+    # end its wait for acknowledgements at once
+    while (len(lat) < frames or len(small) < 2) and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.05)
     shm = shm_segments()   # before shutdown: the publisher's segment is still mapped
     node.destroy_node()
@@ -100,9 +114,38 @@ def publish(args: argparse.Namespace) -> int:
         m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
         pub.publish(m)
     time.sleep(1.0)                       # asynchronous writers: let the last frames go out
+    args.small_ack_ms = small_ack_ms(node)
     node.destroy_node()
     rclpy.try_shutdown()
     return args.frames
+
+
+def small_ack_ms(node: Any) -> Optional[float]:
+    """Milliseconds until the subscriber acknowledged one small (4x4) image sent by a new
+    writer, None if not within 5 s. A reader acknowledges only when a heartbeat asks: a
+    large image's last fragment carries one, a lone small message waits for the writer's
+    periodic heartbeat (3 s by default, 0.1 s with the shipped profile). This is how long a
+    node waits at cleanup for its last state to be acknowledged."""
+    from rclpy.duration import Duration
+    from sensor_msgs.msg import Image
+
+    pub = node.create_publisher(Image, ACK_TOPIC, _qos())
+    deadline = time.monotonic() + 10.0
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)                       # let discovery settle on both sides
+
+    m = Image()
+    m.height, m.width, m.encoding, m.step = 4, 4, 'rgb8', 12
+    m.data = bytes(48)
+    m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+    pub.publish(m)
+    t0 = time.monotonic()
+    ok = pub.wait_for_all_acked(Duration(seconds=5))
+    took = round((time.monotonic() - t0) * 1e3, 1)
+    pub.publish(m)                        # done: the subscriber may leave
+    pub.wait_for_all_acked(Duration(seconds=5))
+    return took if ok else None
 
 
 def summarize(lat: List[float], sent: int) -> Dict[str, Any]:
@@ -146,6 +189,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             sub.kill()
         lock.close()
     summary = summarize(result.get('latency_ms', []), sent)
+    summary['small_ack_ms'] = getattr(args, 'small_ack_ms', None)
     segs = result.get('shm_segments', [])
     # segments that can hold one frame: the subscriber's own and each SHM writer's
     summary['shm_segments_mapped'] = segs

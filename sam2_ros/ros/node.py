@@ -63,7 +63,8 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
         self._subs: List[Any] = []
         self._last_publish_ms = 0.0
         self._last_overlay_ms = 0.0
-        self._unacked: set = set()   # result publishers that sent since the last ack wait
+        # result publisher -> time.monotonic() of its last message since the last ack wait
+        self._unacked: Dict[str, float] = {}
         self._fallbacks_seen = 0
         self._log_filter = RepeatFilter(2.0)   # identical lines within 2 s are counted
         self._totals: Dict[str, int] = dict.fromkeys(TOTALS, 0)

@@ -22,6 +22,10 @@ from sam2_ros.ros.mailbox import Published
 FLUSH_TIMEOUT_S = 1.0
 # The publishers whose messages a subscriber must not lose when the node lets them go.
 RESULT_TOPICS = ('mask', 'state', 'objects')
+# A reader acknowledges when a writer's heartbeat asks (Fast DDS: every 3 s by default, 0.1 s
+# with config/fastdds_large_frames.xml); a sample published longer ago than this has been
+# acknowledged (or re-sent and then acknowledged) by every reader still alive.
+ACKED_AFTER_S = 3.5
 
 
 class OutputsMixin:
@@ -41,7 +45,8 @@ class OutputsMixin:
         if pubs.get('objects') is not None:
             pubs['objects'].publish(conv.objects_msg(p.result, p.header,
                                                      self._association.class_of))
-        self._unacked.update(RESULT_TOPICS)
+        now = time.monotonic()
+        self._unacked.update({name: now for name in RESULT_TOPICS})
         self._last_publish_ms = (time.perf_counter() - t0) * 1e3
 
     def _publish_ms(self) -> float:
@@ -67,17 +72,20 @@ class OutputsMixin:
         the frame in progress at deactivate was tracked (its frame index used) but its state
         could be lost. Wait (bounded) for the acknowledgements first, and only where it is
         needed: deactivate keeps the publishers (no wait at all), and at cleanup / shutdown
-        only the publishers that sent something since the last wait and whose messages carry
-        results (mask, state, objects; not the overlay, which is for eyes only and the
-        largest) are waited for; one with no subscriber returns at once. After Ctrl-C the
-        context is already shut down: nothing can be delivered any more and the handles
-        refuse use."""
-        unacked, self._unacked = set(self._unacked), set()
+        only the publishers whose messages carry results (mask, state, objects; not the
+        overlay, which is for eyes only and the largest) and that sent something within the
+        last ACKED_AFTER_S (a writer's heartbeat period: older samples are acknowledged) are
+        waited for; one with no subscriber returns at once. A small message is acknowledged
+        at the writer's next heartbeat: the shipped Fast DDS profile sets it to 0.1 s (3 s by
+        default, hence the bound). After Ctrl-C the context is already shut down: nothing can
+        be delivered any more and the handles refuse use."""
+        unacked, self._unacked = dict(self._unacked), {}
         if not self.context.ok():
             return
-        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        now = time.monotonic()
+        deadline = now + FLUSH_TIMEOUT_S
         for name, pub in self._pubs.items():
-            if pub is None or name not in unacked or name == 'overlay':
+            if pub is None or name == 'overlay' or now - unacked.get(name, -1e9) > ACKED_AFTER_S:
                 continue
             left = max(0.0, deadline - time.monotonic())
             try:
