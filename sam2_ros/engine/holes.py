@@ -55,13 +55,16 @@ def fill_holes(logits: torch.Tensor, max_area: int) -> torch.Tensor:
     bg = logits <= 0                                                   # [B, 1, H, W]
     big = float(n)                                     # foreground label, one past any index
     idx = torch.arange(n, device=logits.device, dtype=torch.float32).view(1, 1, h, w)
-    labels = torch.where(bg, idx, big)                                 # [B, 1, H, W] float32
+    # negated labels: the 3x3 minimum of labels is one max-pool of them
+    neg = torch.where(bg, -idx, -big)                                  # [B, 1, H, W] float32
     for _ in range(max_area - 1):
-        labels = torch.where(bg, _min3x3(labels), big)
-    # open: a background neighbour with a smaller or a larger label (foreground: BIG / -1)
-    larger = F.max_pool2d(torch.where(bg, labels, -1.0), 3, stride=1, padding=1)
-    open_px = bg & ((_min3x3(labels) < labels) | (larger > labels))
-    flat = labels.long().flatten(1)                                    # [B, HW]; fg -> n
+        neg = torch.where(bg, _max3x3(neg), -big)
+    # open: a background neighbour with a smaller label (foreground: BIG) or a larger one
+    # (foreground counts as -1 then, never larger)
+    smaller = _max3x3(neg) > neg
+    larger = -_max3x3(-torch.where(bg, neg, 1.0)) < neg
+    open_px = bg & (smaller | larger)
+    flat = (-neg).long().flatten(1)                                    # [B, HW]; fg -> n
     area = torch.zeros(batch, n + 1, device=logits.device, dtype=torch.float32)
     area.scatter_add_(1, flat, torch.ones_like(flat, dtype=torch.float32))
     n_open = torch.zeros_like(area).scatter_add_(1, flat, open_px.flatten(1).float())
@@ -70,6 +73,6 @@ def fill_holes(logits: torch.Tensor, max_area: int) -> torch.Tensor:
     return torch.where(is_hole, FILL_VALUE, logits)
 
 
-def _min3x3(x: torch.Tensor) -> torch.Tensor:
-    """Minimum over each pixel's 3x3 neighbourhood [B, 1, H, W] (outside the image ignored)."""
-    return -F.max_pool2d(-x, 3, stride=1, padding=1)
+def _max3x3(x: torch.Tensor) -> torch.Tensor:
+    """Maximum over each pixel's 3x3 neighbourhood [B, 1, H, W] (outside the image ignored)."""
+    return F.max_pool2d(x, 3, stride=1, padding=1)
