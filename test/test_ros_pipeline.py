@@ -168,3 +168,18 @@ def test_worker_stop_publishes_the_frame_in_progress_then_nothing():
     w.mailbox.put_frame(FrameItem(2, 2, SimpleNamespace(stamp=2), time.monotonic()))
     time.sleep(0.1)
     assert published == [1]
+
+
+def test_the_tracker_is_built_on_its_own_cuda_device():
+    """configure runs in the executor thread (current device cuda:0): a tracker for cuda:1 is
+    built inside torch.cuda.device(1), so its CUDA graphs are captured on that device."""
+    import contextlib
+
+    import torch
+
+    from sam2_ros.ros.node import device_context
+
+    assert isinstance(device_context('cpu'), contextlib.nullcontext)
+    assert isinstance(device_context('cuda'), contextlib.nullcontext)
+    ctx = device_context('cuda:1')
+    assert isinstance(ctx, torch.cuda.device) and ctx.idx == 1

@@ -13,6 +13,7 @@ the one thread that calls the tracker. Run it as a plain process (no ``ros2`` CL
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -102,7 +103,8 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
-            self.tracker = StreamingTracker(self.cfg)
+            with device_context(self.cfg.device):
+                self.tracker = StreamingTracker(self.cfg)
         except Exception as exc:  # CheckpointError, ValueError, ImportError, CUDA errors...
             self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
             self.tracker = None
@@ -339,6 +341,18 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
                 logger.warning(line)
             else:
                 logger.error(line)
+
+
+def device_context(device: str) -> Any:
+    """The tracker's CUDA device as the current one while it is built (configure runs in the
+    executor thread, whose current device is cuda:0): CUDA graphs are captured on the current
+    device's streams, so a tracker on cuda:1 (the second camera of a rig) must be built
+    there. A no-op for the CPU and plain 'cuda'."""
+    if not str(device).startswith('cuda:'):
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(torch.device(device))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
