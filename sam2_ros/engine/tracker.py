@@ -51,9 +51,32 @@ class ObjectInfo:
 
 
 class StreamingTracker:
-    """Streaming multi-object SAM 2 tracker. See the module docstring for semantics."""
+    """Streaming multi-object SAM 2 tracker: one frame at a time, bounded memory.
+
+    Guarantees (docs/streaming.md states the tolerances and the tests):
+      * the same masks, scores and memories as ``SAM2VideoPredictor`` given the same frames
+        and prompts, within the tolerances docs/streaming.md states per path and precision;
+      * memory is preallocated for ``cfg.max_objects`` objects at construction; nothing grows
+        with the stream's length;
+      * a call that raises a ``TrackerError`` (bad frame, bad prompt, unknown id, capacity)
+        leaves the tracker exactly as it was; a ``StepError`` (the computation failed) leaves
+        it consistent and the next frame can be passed.
+
+    Not thread safe: call it from one thread (the ROS node has one worker thread for it).
+    """
 
     def __init__(self, cfg: TrackerConfig, model=None):
+        """Build (or take) the model, preallocate the memory bank and warm every code path.
+
+        Args:
+            cfg: the whole configuration; validated here (``ValueError`` if inconsistent).
+            model: an already built ``SAM2Base`` of ``cfg``'s size to share (it holds no
+                tracking state, so several trackers may use one); None builds one from
+                ``cfg.checkpoint`` (or random weights when ``cfg.random_weights``).
+
+        Raises:
+            CheckpointError: missing, unreadable or mismatched checkpoint.
+        """
         self.cfg = cfg.validate()
         self.device = torch.device(cfg.device)
         self.model = model if model is not None else build_model(cfg)
@@ -78,6 +101,7 @@ class StreamingTracker:
     # ---- public API ------------------------------------------------------------------
     @property
     def object_ids(self) -> List[int]:
+        """Ids of the tracked objects, ascending (queued ones not yet started excluded)."""
         return sorted(self._objects)
 
     @property
@@ -87,7 +111,25 @@ class StreamingTracker:
 
     @torch.inference_mode()
     def track(self, frame: frame_in.Frame) -> FrameResult:
-        """Track every object on a new frame [H, W, 3] uint8 RGB; returns its results."""
+        """Track every object on a new frame; returns its results.
+
+        Args:
+            frame: [H, W, 3] uint8 RGB, a numpy array or a torch tensor (any device). The
+                size may differ from the previous frame's only when no object is tracked
+                (after ``reset()`` or before the first prompt).
+
+        Returns:
+            ``FrameResult`` with ``frame_index`` = previous + 1 and one ``ObjectResult`` per
+            tracked object (ascending ids; masks [H, W] bool at the frame's size, on the
+            host). Prompts queued with ``queue_prompt`` are applied to this frame first.
+
+        Raises:
+            FrameError: wrong dtype/shape, or a size change while objects are tracked
+                (nothing changed).
+            PromptError: a queued prompt does not fit this frame (it is dropped, nothing
+                else changed; pass the frame again).
+            StepError: the computation failed; the frame counts as seen, writes no memory.
+        """
         hw = frame_in.frame_size(frame)
         if self._hw is not None and hw != self._hw and self._objects:
             raise FrameError(f'resolution changed from {self._hw[1]}x{self._hw[0]} to '
@@ -123,7 +165,18 @@ class StreamingTracker:
     @torch.inference_mode()
     def add_prompt(self, prompt: Prompt) -> FrameResult:
         """Apply a prompt to the latest tracked frame; returns that frame's updated results.
-        Before the first frame the prompt is queued for it instead."""
+
+        A new ``prompt.obj_id`` starts an object on that frame (an initial conditioning
+        frame); a tracked id is a correction (points are added to the object's previous
+        logits, and the frame becomes a conditioning frame of its memory). Coordinates are
+        source-image pixels of the latest frame. Before the first frame the prompt is queued
+        for it instead and an empty ``FrameResult`` (frame_index -1) is returned.
+
+        Raises:
+            PromptError: NaN/inf, outside the frame, labels not matching points, empty box or
+                mask, mask of another size (nothing changed).
+            CapacityError: a new object beyond ``cfg.max_objects`` (nothing changed).
+        """
         prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
         if self._features is None:
             self.queue_prompt(prompt)
@@ -151,6 +204,8 @@ class StreamingTracker:
         self._queued[prompt.obj_id] = prompt
 
     def remove_object(self, obj_id: int) -> None:
+        """Stop tracking ``obj_id`` (or drop its queued prompt); its memory slot is freed
+        for a new object. Raises ``UnknownObjectError`` if neither exists."""
         obj = self._objects.pop(obj_id, None)
         queued = self._queued.pop(obj_id, None)
         if obj is None and queued is None:
@@ -169,7 +224,17 @@ class StreamingTracker:
         self._size_open = True
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt]) -> FrameResult:
-        """Image mode: one still with prompts, no memory read or written."""
+        """Image mode: segment one still with prompts; no memory read or written.
+
+        Args:
+            frame: [H, W, 3] uint8 RGB of any size (independent of the stream's size).
+            prompts: one per object (ids need not be tracked).
+
+        Returns:
+            ``FrameResult`` with frame_index 0, one ``ObjectResult`` per prompt (in the
+            prompts' order, ``frames_since_prompt`` 0). The tracker's objects, memory and
+            frame counter are unchanged.
+        """
         h, w = frame_in.frame_size(frame)
         with torch.inference_mode(), autocast(self.cfg):
             feats = encoder.encode_image(self.model, frame_in.to_model_input(

@@ -15,9 +15,11 @@ TRACKING, OCCLUDED, LOST = 'tracking', 'occluded', 'lost'
 class Prompt:
     """A prompt for one object, in source-image pixel coordinates.
 
-    points: [N, 2] float (x, y); labels: [N] int (1 positive, 0 negative);
-    box: (x0, y0, x1, y1); mask: [H, W] bool at source resolution.
-    Points and box may be combined; a mask is used alone.
+    obj_id: 1..255; a new id starts an object, a tracked one corrects it.
+    points: [N, 2] float (x, y); labels: [N] int (1 positive, 0 negative; None: all
+    positive); box: (x0, y0, x1, y1), x1 > x0 and y1 > y0; mask: [H, W] bool at source
+    resolution. Points and box may be combined; a mask is used alone. The tracker checks
+    every field against the frame and raises ``PromptError`` before changing anything.
     """
 
     obj_id: int
@@ -29,7 +31,14 @@ class Prompt:
 
 @dataclass
 class ObjectResult:
-    """One object on one frame."""
+    """One object on one frame, at the frame's (source) resolution, on the host.
+
+    ``state`` follows the score: TRACKING while visible (score > 0), OCCLUDED while
+    hidden, LOST once hidden ``TrackerConfig.lost_after_frames`` frames in a row (the object
+    keeps being tracked and is TRACKING again when visible). ``box`` and ``centroid`` are
+    None when the mask is empty. ``low_res_logits`` (the model-space logits the mask was
+    upsampled from) stays on the model's device.
+    """
 
     obj_id: int
     mask: np.ndarray                   # [H, W] bool, source resolution
@@ -43,12 +52,19 @@ class ObjectResult:
 
     @property
     def visible(self) -> bool:
+        """The model sees the object on this frame (object score logit > 0)."""
         return self.score > 0
 
 
 @dataclass
 class FrameResult:
-    """All tracked objects on one frame."""
+    """All tracked objects on one frame.
+
+    frame_index: the tracker's count of frames (0-based; -1 for a prompt queued before any
+    frame); height, width: the frame's size; objects: ascending ids; mode: 'graph' when
+    every object step was a CUDA graph replay, 'eager' or 'mixed' otherwise; engine_ms: wall
+    time of the call inside the tracker.
+    """
 
     frame_index: int
     height: int
@@ -79,6 +95,7 @@ class FrameResult:
         return out
 
     def by_id(self, obj_id: int) -> ObjectResult:
+        """The result of object ``obj_id``; KeyError if it is not in this frame."""
         for o in self.objects:
             if o.obj_id == obj_id:
                 return o
