@@ -95,12 +95,10 @@ def one_thread():
 
 
 def textured_frame(h=96, w=128, seed=0):
-    """Random texture with a bright disc: [h, w, 3] uint8."""
-    rng = np.random.default_rng(seed)
-    fr = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
-    yy, xx = np.mgrid[0:h, 0:w]
-    fr[(xx - w * 0.3) ** 2 + (yy - h * 0.4) ** 2 < (min(h, w) / 6) ** 2] = (250, 40, 40)
-    return fr
+    """A still of the synthetic camera (sam2_ros.synthetic): [h, w, 3] uint8, a textured
+    background and two discs; each seed is another image."""
+    from sam2_ros.synthetic import SyntheticCamera
+    return SyntheticCamera(w, h, objects=2, seed=seed).frame(0)
 
 
 def smooth_image(h, w, seed=0):

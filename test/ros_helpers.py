@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from sam2_ros.ros.domain import lease_domain
+from sam2_ros.synthetic import SyntheticCamera
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -306,19 +307,17 @@ def mask_array(msg: Any) -> np.ndarray:
     return np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.width)
 
 
-def frames(n: int, w: int = W, h: int = H, seed: int = 0) -> List[np.ndarray]:
-    """Deterministic frames: two colored shapes moving over a noisy textured background."""
-    import cv2
+def camera(w: int = W, h: int = H, seed: int = 0) -> SyntheticCamera:
+    """The ROS tests' synthetic camera: two discs that never overlap within 40 frames (object 1
+    moves right along the upper third, object 2 left and down from the middle)."""
+    return SyntheticCamera(w, h, objects=2, seed=seed,
+                           starts=[(w * 0.2, h / 3), (w * 0.75, h / 2)],
+                           velocities=[(3, 0), (-2, 1)])
 
-    rng = np.random.default_rng(seed)
-    bg = (rng.integers(60, 120, (h, w, 3))).astype(np.uint8)
-    out = []
-    for i in range(n):
-        f = bg.copy()
-        cv2.rectangle(f, (10 + 3 * i, 20), (50 + 3 * i, 60), (220, 40, 40), -1)
-        cv2.circle(f, (w - 40 - 2 * i, h // 2 + i), 18, (40, 200, 60), -1)
-        out.append(f)
-    return out
+
+def frames(n: int, w: int = W, h: int = H, seed: int = 0) -> List[np.ndarray]:
+    """Frames 0..n-1 of ``camera(w, h, seed)``: [h, w, 3] uint8 RGB."""
+    return camera(w, h, seed).frames(n)
 
 
 def stamp(i: int) -> int:

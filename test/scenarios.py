@@ -3,23 +3,13 @@
 import numpy as np
 
 from sam2_ros.engine.types import Prompt
+from sam2_ros.synthetic import SyntheticCamera
 
 
 def synthetic_frames(n, h=96, w=128, seed=0):
-    """A textured background with two moving discs, so features change over time."""
-    rng = np.random.default_rng(seed)
-    bg = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
-    yy, xx = np.mgrid[0:h, 0:w]
-    r2 = (min(h, w) // 9) ** 2
-    frames = []
-    for t in range(n):
-        fr = bg.copy()
-        ax = int(w * 0.15 + (t % (w // 2)))
-        bx = int(w * 0.8 - (t % (w // 2)))
-        for cx, cy, col in ((ax, h * 0.4, (250, 30, 30)), (bx, h * 0.3, (30, 30, 250))):
-            fr[(xx - cx) ** 2 + (yy - cy) ** 2 < r2] = col
-        frames.append(fr)
-    return frames
+    """``n`` frames of the synthetic camera (sam2_ros.synthetic): two discs moving over a
+    textured background, so features change over time."""
+    return SyntheticCamera(w, h, objects=2, seed=seed).frames(n)
 
 
 def schedule(h, w, add2, add3, fix, remove):

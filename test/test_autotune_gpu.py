@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from test_graphs_gpu import TOLS, _record, _run, _worst
-from sam2_ros.bench.variants import Stream
+from sam2_ros.bench.variants import SRC_H, SRC_W
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.types import Prompt
+from sam2_ros.synthetic import SyntheticCamera
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
@@ -33,9 +34,9 @@ def _cfg(**kw) -> TrackerConfig:
 
 def test_autotuned_graphs_close_to_eager():
     # the benchmark's stream: one object boxed on frame 0
-    stream = Stream(1, seed=0)
+    stream = SyntheticCamera(SRC_W, SRC_H, objects=2, seed=0)
     frames = [stream.frame(t) for t in range(FRAMES)]
-    events = {0: [('add', Prompt(1, box=stream.boxes(1)[0]))]}
+    events = {0: [('add', Prompt(1, box=stream.boxes(0, 1)[0]))]}
     tuned, stats = _run(_cfg(use_cuda_graphs=True, graph_mode='swap', graph_cond_buckets=(1,),
                              compile_mode='max-autotune-no-cudagraphs'), frames, events)
     ref, _ = _run(_cfg(use_cuda_graphs=False), frames, events)

@@ -2,7 +2,7 @@
 
 import json
 
-from sam2_ros.bench import cli
+from sam2_ros.bench import cli, profiling, results
 
 KEYS = {'model', 'res', 'objects', 'variant', 'ms_p50', 'ms_p99', 'fps', 'gpu_kernel_ms',
         'peak_mib', 'compile_s', 'run', 'date', 'commit', 'gpu', 'command'}
@@ -25,11 +25,11 @@ def test_cli_rows_and_table(tmp_path):
     assert rows[0]['run'] == rows[1]['run'] and rows[0]['run']       # one id per invocation
     text = md.read_text()
     assert text.startswith('# Benchmarks\n\nintro')
-    assert cli.BEGIN in text and cli.END in text and '| tiny | 256 | 1 | ours_eager |' in text
+    assert results.BEGIN in text and results.END in text and '| tiny | 256 | 1 | ours_eager |' in text
     assert '1.00x' in text and 'torch' in text
     # a second run replaces the marked section instead of appending another
-    cli.write_table(str(md), cli.table(rows, {'GPU': 'cpu'}))
-    assert md.read_text().count(cli.BEGIN) == 1
+    results.write_table(str(md), results.table(rows, {'GPU': 'cpu'}))
+    assert md.read_text().count(results.BEGIN) == 1
 
 
 def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
@@ -37,9 +37,9 @@ def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
     frames 500 us apart (the host between frames), one kernel overlapping another."""
     frame = [(0, 10), (12, 22), (24, 34), (30, 40)]            # 3 gaps of 2 us, 1 overlap
     ivs = frame + [(s + 540, e + 540) for s, e in frame]        # 500 us after the first
-    t = cli.gpu_timeline(ivs, frames=2)
+    t = profiling.gpu_timeline(ivs, frames=2)
     assert t['device_ops_per_frame'] == 4.0
     assert t['short_gaps_per_frame'] == 2.0 and t['short_gaps_ms_per_frame'] == 0.004
     assert t['host_gaps_per_frame'] == 0.5 and t['host_gaps_ms_per_frame'] == 0.25
     assert t['busy_ms_per_frame'] == 0.036                      # 0..40 minus 4 us of gaps
-    assert cli.gpu_timeline([], frames=2) == {}
+    assert profiling.gpu_timeline([], frames=2) == {}

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sam2_ros.bench import cli
+from sam2_ros.bench import results
 from sam2_ros.bench import interaction as bench
 
 FRAMES, EVERY, NEW_AT = 20, 10, 15
@@ -86,11 +86,11 @@ def test_cli_ratio_only_within_one_run(monkeypatch):
     rows = [{**base, 'variant': 'official_eager', 'ms_p50': 20.0, 'fps': 50.0, 'run': 'a'},
             {**base, 'variant': 'ours_graph', 'ms_p50': 5.0, 'fps': 200.0, 'run': 'a'},
             {**base, 'variant': 'ours_eager', 'ms_p50': 10.0, 'fps': 100.0, 'run': 'b'}]
-    text = cli.table(rows, {})
+    text = results.table(rows, {})
     assert '| ours_graph | 5.00 | 1.00 | 200.0 | 4.00x |' in text
     assert '| ours_eager | 10.00 | 1.00 | 100.0 | - |' in text
     prov = {'run': 'r1', 'date': 'd', 'commit': None, 'gpu': 'cpu', 'command': 'c'}
-    assert cli.stamp({'run': 'old', 'gpu': 'H200'}, prov) == {
+    assert results.stamp({'run': 'old', 'gpu': 'H200'}, prov) == {
         'run': 'r1', 'gpu': 'H200', 'date': 'd', 'commit': None, 'command': 'c'}
     monkeypatch.setenv('SAM2_ROS_COMMIT', 'abc1234')      # wins over a (stale) .git
-    assert cli.provenance('cpu', 'prog', ['--x'])['commit'] == 'abc1234'
+    assert results.provenance('cpu', 'prog', ['--x'])['commit'] == 'abc1234'

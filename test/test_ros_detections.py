@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from ros_helpers import (Client, DomainLease, Proc, frames, header, image_msg, stamp, wait_until,
-                         write_params)
+from ros_helpers import (Client, DomainLease, Proc, camera, frames, header, image_msg, stamp,
+                         wait_until, write_params)
 
 pytestmark = pytest.mark.slow
 DET_TOPIC = '/detector/detections'
@@ -44,11 +44,10 @@ def det_array(stamp_ns, boxes):
     return arr
 
 
-def truth(i, w=160, h=120):
-    """The boxes of ros_helpers.frames(): the red rectangle ('a') and the green circle ('b')."""
-    cx, cy = w - 40 - 2 * i, h // 2 + i
-    return [(10 + 3 * i, 20, 51 + 3 * i, 61, 'a', 0.9),
-            (cx - 18, cy - 18, cx + 19, cy + 19, 'b', 0.8)]
+def truth(i):
+    """The true boxes of frame i of ros_helpers.frames(): disc 1 as class 'a', disc 2 as 'b'."""
+    (a, b) = camera().boxes(i)
+    return [(*a, 'a', 0.9), (*b, 'b', 0.8)]
 
 
 def start(lease, tmp_path):

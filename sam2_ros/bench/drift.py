@@ -60,10 +60,11 @@ def tpos_cosine(model, true_d: float, frozen_d: float):
 
 def run(precision: str, frames: int, const: int, model_size: str, res: int,
         graphs: bool, checkpoints):
-    from sam2_ros.bench.variants import Stream
+    from sam2_ros.bench.variants import SRC_H, SRC_W
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.tracker import StreamingTracker
     from sam2_ros.engine.types import Prompt
+    from sam2_ros.synthetic import SyntheticCamera
 
     cfg = TrackerConfig(model_size=model_size, image_size=res, random_weights=True,
                         precision=precision, max_objects=1, use_cuda_graphs=graphs)
@@ -71,8 +72,8 @@ def run(precision: str, frames: int, const: int, model_size: str, res: int,
     frozen_tr = StreamingTracker(cfg, model=true_tr.model)       # same weights
     sel = frozen_select(const)
     frozen_tr.bank.select = sel.__get__(frozen_tr.bank)          # this instance only
-    stream = Stream(1)
-    box = stream.boxes(1)[0]
+    stream = SyntheticCamera(SRC_W, SRC_H, objects=2)
+    box = stream.boxes(0, 1)[0]
     logit, iou, score, area = [], [], [], []
     t0 = time.perf_counter()
     for f in range(frames):

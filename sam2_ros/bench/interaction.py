@@ -8,7 +8,7 @@ warm-up, so they never see what a user does while tracking runs: click to correc
 add a new one. Those frames, and the frames after them while the object's memory refills, are
 where a real-time deadline is missed (issue 12); this benchmark times every one of them.
 
-Stream: the synthetic stream of ``sam2_ros.bench.variants`` (``--w`` x ``--h``, default
+Stream: the synthetic camera of ``sam2_ros.synthetic`` (``--w`` x ``--h``, default
 1280x720, one moving disc per object plus one for the object added later). Frame 0 is set-up,
 not timed: it is tracked, then every object gets a box prompt on it (``add_prompt``). Timed
 frames 1..``--frames``:
@@ -40,7 +40,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from sam2_ros.bench.cli import _csv, _fmt, _sync, provenance, save_json, stamp
+from sam2_ros.bench.profiling import sync as _sync
+from sam2_ros.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
 PROG = 'python -m sam2_ros.bench.interaction'
 DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
@@ -125,10 +126,10 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     without the provenance fields (``stamp`` adds those)."""
     import torch
 
-    from sam2_ros.bench.variants import Stream
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.tracker import StreamingTracker
     from sam2_ros.engine.types import Prompt
+    from sam2_ros.synthetic import SyntheticCamera
 
     cfg = TrackerConfig(model_size=a.model, image_size=a.res, checkpoint=a.checkpoint,
                         random_weights=a.random_weights, seed=a.seed, device=a.device,
@@ -138,9 +139,9 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     kinds = {t: k for t in range(1, a.frames + 1)
              if (k := prompts_on(t, a.correct_every, a.new_at))}
     new_id = objects + 1                           # its disc is the stream's last one
-    stream = Stream(new_id, h=a.h, w=a.w, seed=a.seed)
+    stream = SyntheticCamera(a.w, a.h, objects=max(2, new_id), seed=a.seed)
     tr.track(stream.frame(0))
-    for i, box in enumerate(stream.boxes(objects)):
+    for i, box in enumerate(stream.boxes(0, objects)):
         tr.add_prompt(Prompt(i + 1, box=box))
     before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
     ms: List[float] = []
@@ -149,7 +150,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     for t in range(1, a.frames + 1):
         frame = stream.frame(t)                    # drawn before the clock starts
         if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
-            tr.queue_prompt(Prompt(new_id, box=stream.boxes(new_id, t)[new_id - 1]))
+            tr.queue_prompt(Prompt(new_id, box=stream.boxes(t)[new_id - 1]))
         _sync(a.device)
         t0 = time.perf_counter()
         res = tr.track(frame)

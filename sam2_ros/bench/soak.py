@@ -1,6 +1,7 @@
 """Long-stream soak of the streaming tracker: is memory and frame time flat over many frames?
 
-Synthetic frames (default 1280x720: a textured background with moving discs), up to
+Synthetic frames (``sam2_ros.synthetic``, default 1280x720: a textured background with two
+moving discs), up to
 ``--objects`` objects: the object count alternates between all of them and one, every
 ``--churn`` frames (the oldest objects are removed, new ids added, alternately via add_prompt
 and queue_prompt); every ``--correct-every`` frames one object gets a correction (a positive
@@ -36,23 +37,6 @@ def rss_mib() -> float:
         return int(fh.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
 
 
-def make_frames(n: int, h: int, w: int, seed: int = 0) -> List[np.ndarray]:
-    """``n`` frames of a textured background with two discs moving across it."""
-    rng = np.random.default_rng(seed)
-    bg = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
-    yy, xx = np.mgrid[0:h, 0:w]
-    r2 = (min(h, w) // 9) ** 2
-    out = []
-    for t in range(n):
-        fr = bg.copy()
-        ax = w * (0.15 + 0.5 * t / n)
-        bx = w * (0.85 - 0.5 * t / n)
-        for cx, cy, col in ((ax, h * 0.4, (250, 30, 30)), (bx, h * 0.6, (30, 30, 250))):
-            fr[(xx - cx) ** 2 + (yy - cy) ** 2 < r2] = col
-        out.append(fr)
-    return out
-
-
 def click(obj_id: int, h: int, w: int, rng, correction: bool = False):
     from sam2_ros.engine.types import Prompt
 
@@ -67,6 +51,7 @@ def run(args) -> Dict:
 
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.synthetic import SyntheticCamera
 
     cuda = torch.device(args.device).type == 'cuda'
     cfg = TrackerConfig(model_size=args.model, image_size=args.image_size,
@@ -77,7 +62,8 @@ def run(args) -> Dict:
     t0 = time.perf_counter()
     tr = StreamingTracker(cfg)
     build_s = time.perf_counter() - t0
-    frames = make_frames(args.distinct_frames, args.height, args.width)
+    # distinct frames drawn once and cycled: the soak measures the tracker, not the camera
+    frames = SyntheticCamera(args.width, args.height, objects=2).frames(args.distinct_frames)
     rng = np.random.default_rng(0)
     bank_ptrs = {k: v.data_ptr() for k, v in vars(tr.bank).items()
                  if isinstance(v, torch.Tensor)}

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import torch
@@ -37,45 +37,11 @@ class Spec:
     seed: int = 0
 
 
-# ---- synthetic stream -----------------------------------------------------------------
-class Stream:
-    """Deterministic synthetic frames: textured background, one moving disc per object
-    (at least two discs), drawn only inside each disc's bounding box (cheap per frame)."""
-
-    def __init__(self, n_objects: int, h: int = SRC_H, w: int = SRC_W, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.h, self.w = h, w
-        # coarse noise upsampled: texture without 2.7 MB of random numbers per frame
-        small = rng.integers(0, 255, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)
-        self.bg = np.ascontiguousarray(small.repeat(8, 0).repeat(8, 1)[:h, :w])
-        n = max(2, n_objects)
-        self.r = max(12, min(h, w) // (10 if n <= 3 else 16))
-        self.c0 = np.stack([rng.uniform(0.15, 0.85, n) * w, rng.uniform(0.2, 0.8, n) * h], 1)
-        self.v = rng.uniform(-4, 4, (n, 2))
-        self.col = rng.integers(0, 255, (n, 3), dtype=np.uint8)
-        yy, xx = np.mgrid[-self.r:self.r + 1, -self.r:self.r + 1]
-        self.disc = xx ** 2 + yy ** 2 <= self.r ** 2
-
-    def centers(self, t: int) -> np.ndarray:
-        lo = np.array([self.r + 1, self.r + 1])
-        hi = np.array([self.w - self.r - 2, self.h - self.r - 2])
-        span = hi - lo
-        p = self.c0 - lo + self.v * t                       # bounce inside the frame
-        p = np.abs((p + span) % (2 * span) - span)
-        return p + lo
-
-    def frame(self, t: int) -> np.ndarray:
-        fr = self.bg.copy()
-        r = self.r
-        for (cx, cy), col in zip(self.centers(t).astype(int), self.col):
-            win = fr[cy - r:cy + r + 1, cx - r:cx + r + 1]
-            win[self.disc] = col
-        return fr
-
-    def boxes(self, n_objects: int, t: int = 0) -> List[tuple]:
-        r = self.r
-        return [(float(cx - r), float(cy - r), float(cx + r), float(cy + r))
-                for cx, cy in self.centers(t)[:n_objects]]
+def camera(spec: Spec):
+    """The workload's synthetic camera (``sam2_ros.synthetic``): one disc per object, at least
+    two discs, at the source resolution."""
+    from sam2_ros.synthetic import SyntheticCamera
+    return SyntheticCamera(SRC_W, SRC_H, objects=max(2, spec.objects), seed=spec.seed)
 
 
 @dataclass
@@ -103,12 +69,12 @@ def _ours(spec: Spec, graphs: bool, mode: str = 'swap', **cfg_kw) -> Run:
                         max_objects=max(8, spec.objects), use_cuda_graphs=graphs,
                         graph_mode=mode, **cfg_kw)
     tr = StreamingTracker(cfg)
-    stream = Stream(spec.objects, seed=spec.seed)
+    stream = camera(spec)
     # frames made before timing, as the official variants read theirs from init_state
     frames = [stream.frame(t) for t in range(spec.frames)]
     state = {'t': 0}
     res = tr.track(frames[0])
-    for i, box in enumerate(stream.boxes(spec.objects)):
+    for i, box in enumerate(stream.boxes(0, spec.objects)):
         res = tr.add_prompt(Prompt(i + 1, box=box))
     assert len(res.objects) == spec.objects
 
@@ -226,7 +192,7 @@ def _official(spec: Spec, vos: bool, compile_mode: Optional[str] = None) -> Run:
         predictor = build_sam2_video_predictor(
             MODEL_CONFIGS[spec.model], ckpt_path=None, device=spec.device,
             vos_optimized=vos, hydra_overrides_extra=[f'++model.image_size={spec.res}'])
-    stream = Stream(spec.objects, seed=spec.seed)
+    stream = camera(spec)
     tmp = tempfile.mkdtemp(prefix='sam2bench_')
     from PIL import Image
     for t in range(spec.frames):
@@ -237,7 +203,7 @@ def _official(spec: Spec, vos: bool, compile_mode: Optional[str] = None) -> Run:
     # offload_video_to_cpu: each frame is copied to the GPU when it is tracked (as a stream
     # would be) instead of holding the whole clip in GPU memory (would inflate peak_mib).
     state = predictor.init_state(tmp, offload_video_to_cpu=True)
-    for i, box in enumerate(stream.boxes(spec.objects)):
+    for i, box in enumerate(stream.boxes(0, spec.objects)):
         predictor.add_new_points_or_box(state, 0, i + 1, box=np.array(box, np.float32))
     gen = predictor.propagate_in_video(state)
     first = next(gen)                      # frame 0 (the prompt frame), already computed

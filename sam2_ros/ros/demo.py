@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import yaml
 
-from sam2_ros.ros.synthetic_camera import SyntheticCamera, center
+from sam2_ros.synthetic import SyntheticCamera, center
 
 RANDOM_WARNING = """
 ##############################################################################
@@ -233,7 +233,7 @@ def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace)
     from sam2_ros.ros.conversions import image_msg
 
     n = args.frames
-    cam = SyntheticCamera(args.width, args.height, n)
+    cam = SyntheticCamera(args.width, args.height, objects=2, noise=4.0)
     t0 = time.time_ns()
     stamps = [t0 + int(i * 1e9 / args.fps) for i in range(n)]
     add2, click, remove1 = n // 3, n // 2, (5 * n) // 6
@@ -250,7 +250,7 @@ def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace)
             time.sleep(0.002)
 
     for i in range(n):
-        rgb, masks = cam.frame(i)
+        rgb, masks = cam.frame(i), cam.masks(i)
         truth[stamps[i]] = masks
         if i == 0:  # a box around object 1
             ys, xs = np.nonzero(masks[1])

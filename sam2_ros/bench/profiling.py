@@ -1,0 +1,120 @@
+"""Where a benchmarked frame's time goes on the GPU: CUDA kernel time under torch.profiler,
+the GPU timeline's idle gaps, and a per-stage breakdown of our tracker's frame.
+
+Kept apart from the CLI (``cli.py``) and the result files (``results.py``): these functions
+measure, nothing else; each returns None on the CPU, where there is no device timeline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional
+
+TOP_KERNELS = 12   # kernels with the most GPU time per frame, kept in the extra JSON
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (CUDA only), so a host clock brackets GPU time."""
+    import torch
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize()
+
+
+def kernel_ms(run, frames: int, device: str) -> Optional[float]:
+    """GPU kernel busy time per frame: CUDA kernel durations summed over ``frames`` frames
+    under torch.profiler (memcpy/memset excluded); None on the CPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    if torch.device(device).type != 'cuda' or frames <= 0:
+        return None
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(frames):
+            run.step()
+        sync(device)
+    total_us = 0.0
+    per_name: Dict[str, float] = {}
+    intervals = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            tr = getattr(e, 'time_range', None)
+            if tr is not None:
+                intervals.append((tr.start, tr.end))
+            name = e.name.lower()
+            if name.startswith('memcpy') or name.startswith('memset'):
+                continue
+            us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
+            total_us += us
+            per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+    run.info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
+    run.info['gpu_timeline'] = gpu_timeline(intervals, frames)
+    return total_us / 1e3 / frames
+
+
+def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) -> Dict[str, float]:
+    """Where the GPU is idle, per frame, from the device intervals (start, end) in us of all
+    kernels and copies. A gap shorter than ``short_us`` between consecutive device operations
+    is launch latency (inside a CUDA graph, or between eagerly queued kernels); a longer one
+    is the GPU waiting for the host (Python before the first kernel of a frame, after the
+    last, or when the host falls behind). The gap after the last interval is not seen."""
+    if not intervals or frames <= 0:
+        return {}
+    ivs = sorted(intervals)
+    short = long_ = 0.0
+    n_short = n_long = 0
+    end = ivs[0][1]
+    for s, e in ivs[1:]:
+        gap = s - end
+        if gap > 0:
+            if gap < short_us:
+                short, n_short = short + gap, n_short + 1
+            else:
+                long_, n_long = long_ + gap, n_long + 1
+        end = max(end, e)
+    return {'device_ops_per_frame': round(len(ivs) / frames, 1),
+            'busy_ms_per_frame': round((end - ivs[0][0] - short - long_) / 1e3 / frames, 4),
+            'short_gaps_ms_per_frame': round(short / 1e3 / frames, 4),
+            'short_gaps_per_frame': round(n_short / frames, 1),
+            'host_gaps_ms_per_frame': round(long_ / 1e3 / frames, 4),
+            'host_gaps_per_frame': round(n_long / frames, 1)}
+
+
+def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
+    """Where a frame of ours goes (ms per frame, each part bracketed by CUDA syncs, so the
+    parts do not overlap): preprocessing, image encoder, object steps (select, gather,
+    replay or eager step, bank write, score read), results (upsample, masks and stats to
+    host). 'other' is the rest of track() plus the caller."""
+    import torch
+    tr = run.info.get('tracker')
+    if tr is None or torch.device(device).type != 'cuda' or frames <= 0:
+        return None
+    acc: Dict[str, float] = {}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            torch.cuda.synchronize()
+            acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
+            return out
+        return wrapper
+
+    tr.runner.encode_frame = timed('preprocess+encoder', tr.runner.encode_frame)
+    tr._track_objects = timed('objects', tr._track_objects)
+    tr._result = timed('results', tr._result)
+    try:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(frames):
+            run.step()
+        total = time.perf_counter() - t
+    finally:
+        for k in ('_track_objects', '_result'):
+            tr.__dict__.pop(k, None)
+        tr.runner.__dict__.pop('encode_frame', None)
+    out = {k: round(v * 1e3 / frames, 3) for k, v in acc.items()}
+    out['total'] = round(total * 1e3 / frames, 3)
+    out['other'] = round(out['total'] - sum(v for k, v in out.items() if k != 'total'), 3)
+    return out
