@@ -10,6 +10,14 @@ mkdir -p "$W" && rm -f "$W"/*.whl   # ours only: .whl/ros/ holds the ROS wheels
 # sam2 (no CUDA extension: it only does hole filling), built against the venv's torch
 SAM2_BUILD_CUDA=0 "${WHEEL[@]}" --no-build-isolation sam2==1.1.0
 "${WHEEL[@]}" hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10 portalocker
+# sam2's sdist, to build it WITH its CUDA extension there (gpu_fidelity_holes.sh), and a
+# setuptools wheel as its build backend for a host Python without one (not installed by
+# gpu_env.sh: they live in subfolders)
+mkdir -p "$W/sdist" "$W/build"
+[ -e "$W/sdist/sam2-1.1.0.tar.gz" ] || SAM2_BUILD_CUDA=0 "$V/bin/python" -m pip download -qq \
+  --no-deps --no-binary :all: --no-build-isolation -d "$W/sdist" sam2==1.1.0
+ls "$W"/build/setuptools-*.whl >/dev/null 2>&1 || "$V/bin/python" -m pip download -qq --no-deps \
+  --only-binary :all: -d "$W/build" setuptools==79.0.1
 # our package (the GPU machine has no ROS: only the tracker core, benchmarks and CLI are used there)
 src=$(mktemp -d) && cp -r setup.py sam2_ros "$src"   # build outside the tree: no build/ left here
 "${WHEEL[@]}" --no-build-isolation --use-pep517 "$src" && rm -rf "$src"
