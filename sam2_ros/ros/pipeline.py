@@ -55,6 +55,7 @@ class OutputStage:
         self._overlay_item: Optional[Published] = None
         self._cond = threading.Condition()
         self._closed = False
+        self._publisher_done = False
         self._threads: list = []
         self.published = 0          # frames whose mask and state were sent
         self.overlays = 0           # overlays sent
@@ -65,7 +66,7 @@ class OutputStage:
         """Start the publisher and overlay threads (pipelined only)."""
         if not self.threaded:
             return
-        self._closed = False
+        self._closed = self._publisher_done = False
         self._threads = [threading.Thread(target=self._run_publisher, daemon=True,
                                           name='sam2_tracker_publisher')]
         if self._overlay is not None:
@@ -101,7 +102,7 @@ class OutputStage:
         queue it (blocks while ``depth`` items wait, until the publisher takes one)."""
         if not self.threaded:
             self._send(p)
-            if self._overlay is not None and self._guard(self._wants, False):
+            if self._overlay is not None and self._guard(self._wants) is True:
                 self._guard(lambda: self._send_overlay(p))
             return
         with self._cond:
@@ -121,12 +122,13 @@ class OutputStage:
                 while not self._items and not self._closed:
                     self._cond.wait(0.1)
                 if not self._items:          # closed and drained
+                    self._publisher_done = True
                     self._cond.notify_all()  # the overlay thread may finish too
                     return
                 p = self._items.popleft()
                 self._cond.notify_all()      # a blocked put may go on
             self._send(p)
-            if self._overlay is not None and self._guard(self._wants, False):
+            if self._overlay is not None and self._guard(self._wants) is True:
                 with self._cond:
                     if self._overlay_item is not None:
                         self.overlays_dropped += 1
@@ -138,20 +140,16 @@ class OutputStage:
             self._init()
         while True:
             with self._cond:
-                while self._overlay_item is None and not (
-                        self._closed and not self._items and not self._publisher_alive()):
+                while self._overlay_item is None and not self._publisher_done:
                     self._cond.wait(0.1)
                 p, self._overlay_item = self._overlay_item, None
             if p is None:
                 return
             self._guard(lambda: self._send_overlay(p))
 
-    def _publisher_alive(self) -> bool:
-        return bool(self._threads) and self._threads[0].is_alive()
-
     # ------------------------------------------------------------------ sending
     def _send(self, p: Published) -> None:
-        if self._guard(lambda: self._publish(p), None) is not _FAILED:
+        if self._guard(lambda: self._publish(p)) is not _FAILED:
             with self._cond:
                 self.published += 1
             self._guard(lambda: self._done(p))
@@ -161,14 +159,14 @@ class OutputStage:
         with self._cond:
             self.overlays += 1
 
-    def _guard(self, fn: Callable[[], object], default: object = None) -> object:
-        """``fn()``; an exception is reported (with its traceback) and ``_FAILED`` returned
-        (``default`` for a failed query), so one bad message never stops the stage."""
+    def _guard(self, fn: Callable[[], object]) -> object:
+        """``fn()``, or ``_FAILED`` after reporting its exception (with the traceback): one
+        bad message never stops the stage."""
         try:
             return fn()
         except Exception as exc:  # a message that cannot be built, a destroyed publisher...
             self._report(f'publishing failed: {exc!r}\n{traceback.format_exc()}')
-            return default if default is not None else _FAILED
+            return _FAILED
 
 
 _FAILED = object()
