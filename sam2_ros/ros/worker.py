@@ -1,9 +1,11 @@
 """The real-time policy of the node: what happens between a message arriving and a result.
 
 ROS callbacks only drop messages into a :class:`Mailbox`; ONE :class:`TrackingWorker` thread
-decodes, runs the tracker and publishes, so the executor never waits on the model and the
-tracker is only ever touched by one thread. Nothing here imports ROS: decoding and publishing
-are callables handed in by the node, so the policy is testable with a fake tracker.
+decodes and runs the tracker, so the executor never waits on the model and the tracker is only
+ever touched by one thread. Its results go to an :class:`~sam2_ros.ros.pipeline.OutputStage`,
+which publishes them in this thread (serial) or on threads of its own (pipeline). Nothing here
+imports ROS: decoding and publishing are callables handed in by the node, so the policy is
+testable with a fake tracker.
 
 What waits and what is dropped is the :class:`~sam2_ros.ros.mailbox.Mailbox`'s policy;
 detections are handled in :mod:`sam2_ros.ros.worker_detections`. A prompt's header stamp
@@ -48,12 +50,15 @@ class WorkerCounters:
 
 
 class TrackingWorker(DetectionsMixin):
-    """The one thread that owns the tracker: prompts between frames, then decode/track/publish.
+    """The one thread that owns the tracker: prompts between frames, then decode/track, then
+    the result to the output stage.
 
     ``decode(msg) -> rgb`` and ``convert(PromptItem) -> (action, Prompt|None)`` raise
-    TrackerError subclasses for bad input; ``publish(Published)`` sends the messages.
-    ``log(level, text)`` with level 'info' | 'warn' | 'error'. ``thread_init()`` runs first in
-    the worker thread (per-thread settings such as the current CUDA device).
+    TrackerError subclasses for bad input; ``publish(Published)`` sends mask and state,
+    ``publish_overlay(Published)`` the overlay while ``wants_overlay()``; with ``pipeline``
+    both run on threads of the output stage. ``log(level, text)`` with level 'info' | 'warn' |
+    'error'. ``thread_init()`` runs first in every thread (per-thread settings such as the
+    current CUDA device).
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, *,
