@@ -36,8 +36,8 @@ torch() {  # cpu: CPU build lying on local disk (~0.9 GB); cuda: CUDA build (~5.
 }
 
 python_deps() {
-  "${PIP[@]}" 'setuptools>=70' wheel numpy pyyaml hydra-core 'omegaconf<2.4' iopath tqdm pillow \
-    'opencv-python-headless<5' cv-bridge==1.13.0.post0 rosbags pytest hypothesis scipy
+  "${PIP[@]}" 'setuptools>=70,<80' wheel numpy pyyaml hydra-core 'omegaconf<2.4' iopath tqdm pillow \
+    'opencv-python-headless<5' cv-bridge==1.13.0.post0 rosbags pytest pytest-xdist hypothesis scipy
 }
 
 sam2() {  # no build isolation: it would pull a multi-GB torch (and torchvision would replace ours)
@@ -97,6 +97,11 @@ ros_layout() {  # what colcon installs besides the Python package, so `ros2 laun
   done
 }
 
+colcon() {  # colcon-common-extensions: the workspace build a ROS user runs (`colcon build`),
+  # tested from a scratch workspace by test/test_ros_colcon.py (colcon-core needs setuptools<80)
+  "${PIP[@]}" colcon-common-extensions
+}
+
 ros_cli() {  # optional: ROS 2 launch + the ros2 CLI from the offline bundle beside the repo
   bash "$ROS_CLI/install.sh" "$V"
 }
@@ -110,6 +115,7 @@ run_step ros
 run_step msgs "$ROOT"/msg/*.msg "$ROOT/CMakeLists.txt" "$ROOT/package.xml"
 run_step editable "$ROOT/setup.py"
 run_step ros_layout "$ROOT/CMakeLists.txt" <(ls "$ROOT/launch" "$ROOT/config")
+run_step colcon
 # ../shared/ros_cli (launch, launch_ros, the ros2 CLI; not on PyPI) when present; without it the
 # tests that run `ros2 launch` / `ros2 ...` skip and say why. Its own stamp makes a re-run ~1 s.
 ROS_CLI=${ROS_CLI:-$ROOT/../shared/ros_cli}

@@ -8,15 +8,15 @@ so; with the bundle present but not installed they fail (run scripts/setup.sh).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -84,6 +84,68 @@ def launch(env: Dict[str, str], tmp: Path, tag: str, *args: str) -> Proc:
     return Proc([ros2(), 'launch', 'sam2_ros', *args], env, tmp / f'{tag}.log')
 
 
+class Launched:
+    """One `ros2 launch` in a ROS domain of its own, with the test's clients on that domain."""
+
+    def __init__(self, lease: DomainLease, env: Dict[str, str], proc: Proc) -> None:
+        self.lease, self.env, self.proc = lease, env, proc
+        self.clients: List[Client] = []
+
+    def client(self, **kwargs) -> Client:
+        c = Client(self.lease, **kwargs)
+        self.clients.append(c)
+        return c
+
+    def close_clients(self) -> None:
+        while self.clients:
+            self.clients.pop().close()
+
+
+@contextlib.contextmanager
+def launched(tmp: Path, tag: str, *args: str, cmd: Optional[List[str]] = None,
+             path_without_venv: bool = False, daemon: bool = True) -> Iterator[Launched]:
+    """`ros2 launch sam2_ros <args>` (or ``cmd``) in a fresh domain; on the way out, whatever
+    happened: its clients closed, the launch stopped (SIGKILL of its group if SIGINT does not
+    end it), the domain's `ros2` daemon stopped (``daemon``: a CLI call may have started it),
+    the domain released."""
+    lease = DomainLease()
+    env = cli_env(lease, path_without_venv)
+    run = None
+    try:
+        proc = (Proc(cmd, env, tmp / f'{tag}.log') if cmd is not None
+                else launch(env, tmp, tag, *args))
+        run = Launched(lease, env, proc)
+        yield run
+    finally:
+        if run is not None:
+            run.close_clients()
+            run.proc.stop()
+        if daemon:
+            stop_daemon(env)
+        lease.release()
+
+
+def echo_state_once(env: Dict[str, str], c: Client, frame, tries: int = 20) -> str:
+    """`ros2 topic echo --once /sam2_tracker/state` while ``frame`` is published (again every
+    3 s until the echo has its message: the echo's subscription matches after a moment)."""
+    echo = subprocess.Popen([ros2(), 'topic', 'echo', '--once', '/sam2_tracker/state'],
+                            env=env, cwd='/', stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for i in range(tries):
+        c.pub_image.publish(image_msg(frame, stamp(i)))
+        try:
+            out, _ = echo.communicate(timeout=3)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    else:
+        echo.kill()
+        echo.wait(5)
+        raise AssertionError('ros2 topic echo --once /sam2_tracker/state got nothing')
+    assert 'frame_index:' in out and 'engine_mode:' in out, out
+    return out
+
+
 def descendants(pid: int) -> List[int]:
     out = subprocess.run(['ps', '-e', '-o', 'pid=,ppid='], capture_output=True,
                          text=True).stdout.split()
@@ -133,11 +195,9 @@ def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
     5 (no deprecation warnings), 6 (CPU by launch arguments alone), 12 (deactivate flush),
     plus the CLI round trip a user does."""
     ros2()
-    lease = DomainLease()
-    env = cli_env(lease)
-    proc = launch(env, tmp_path, 'tracker', 'tracker.launch.py', *CPU_ARGS, 'dds_profile:=none')
-    c = None
-    try:
+    with launched(tmp_path, 'tracker', 'tracker.launch.py', *CPU_ARGS,
+                  'dds_profile:=none') as run:
+        env, proc = run.env, run.proc
         proc.wait_log(r'\]: active:', 180)
         log = proc.log()
         assert 'rviz2 is not installed: starting without RViz' in log
@@ -150,24 +210,9 @@ def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
         assert re.search(r'^active \[3\]', cli_until(env, ['lifecycle', 'get', '/sam2_tracker'],
                                                      r'active', 60), re.M)
         assert 'String value is: cpu' in run_cli(env, 'param', 'get', '/sam2_tracker', 'device')
-        # a state comes out for a frame sent while `ros2 topic echo --once` listens
-        echo = subprocess.Popen([ros2(), 'topic', 'echo', '--once', '/sam2_tracker/state'],
-                                env=env, cwd='/', stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        c = Client(lease)
+        c = run.client()
         c.wait_connected(60)
-        f = frames(1)[0]
-        for i in range(20):
-            c.pub_image.publish(image_msg(f, stamp(i)))
-            try:
-                out, _ = echo.communicate(timeout=3)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            echo.kill()
-            raise AssertionError('ros2 topic echo --once /sam2_tracker/state got nothing')
-        assert 'frame_index:' in out and 'engine_mode:' in out, out
+        echo_state_once(env, c, frames(1)[0])    # a state comes out while `ros2 topic echo` listens
 
         assert 'Set parameter successful' in run_cli(env, 'param', 'set', '/sam2_tracker',
                                                      'click_mode', 'new')
@@ -180,47 +225,32 @@ def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
         assert 'Transitioning successful' in run_cli(env, 'lifecycle', 'set', '/sam2_tracker',
                                                      'deactivate')
         assert re.search(r'^inactive', run_cli(env, 'lifecycle', 'get', '/sam2_tracker'), re.M)
-        time.sleep(0.5)
         assert 'did not acknowledge' not in proc.log()
-        c.close()
-        c = None
+        run.close_clients()
         log = sigint_and_check_clean(proc, pids)
+        assert 'did not acknowledge' not in log
         assert 'Traceback' not in log, log[-3000:]
-    finally:
-        if c is not None:
-            c.close()
-        proc.stop()
-        stop_daemon(env)
-        lease.release()
 
 
 def test_rviz_true_without_rviz2_starts_nothing(tmp_path):
     """Defect 2: a required RViz that is missing stops the launch before the tracker starts."""
     ros2()
-    lease = DomainLease()
-    env = cli_env(lease)
-    proc = launch(env, tmp_path, 'rviz_true', 'tracker.launch.py', *CPU_ARGS, 'rviz:=true')
-    try:
-        rc = proc.p.wait(60)
-        log = proc.log()
+    with launched(tmp_path, 'rviz_true', 'tracker.launch.py', *CPU_ARGS, 'rviz:=true',
+                  daemon=False) as run:
+        rc = run.proc.p.wait(60)
+        log = run.proc.log()
         assert rc != 0, log
         assert 'rviz2 is not installed' in log and 'tracker_node' not in log, log
-    finally:
-        proc.stop()
-        lease.release()
 
 
 def test_multi_camera_launch_tracks_two_cameras(tmp_path):
     """One tracker per camera namespace, each on its own topics and device."""
     ros2()
-    lease = DomainLease()
-    env = cli_env(lease)
     params = write_params(tmp_path / 'multi.yaml', autostart=False)
-    proc = launch(env, tmp_path, 'multi', 'multi_camera.launch.py', 'cameras:=cam0,cam1',
+    with launched(tmp_path, 'multi', 'multi_camera.launch.py', 'cameras:=cam0,cam1',
                   'devices:=cpu', 'random_weights:=true', 'image_size:=256',
-                  'use_cuda_graphs:=false', f'params_file:={params}')
-    clients = []
-    try:
+                  'use_cuda_graphs:=false', f'params_file:={params}') as run:
+        proc = run.proc
         proc.wait_log(r'cam0\.sam2_tracker\]: active:', 240)
         proc.wait_log(r'cam1\.sam2_tracker\]: active:', 240)
         pids = node_pids(proc)
@@ -228,12 +258,13 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
         for pid in pids:   # the default profile reaches every node
             assert proc_env(pid)['FASTDDS_DEFAULT_PROFILES_FILE'].endswith(
                 'share/sam2_ros/config/fastdds_large_frames.xml')
-        from sensor_msgs.msg import Image
         from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image
 
         f = frames(2)
-        for k, cam in enumerate(('cam0', 'cam1')):
-            c = Client(lease, node_name=f'{cam}/sam2_tracker')
+        clients = []
+        for cam in ('cam0', 'cam1'):
+            c = run.client(node_name=f'{cam}/sam2_tracker')
             c.pub_image = c.node.create_publisher(
                 Image, f'/{cam}/image_raw', QoSProfile(depth=10,
                                                        reliability=ReliabilityPolicy.RELIABLE))
@@ -246,18 +277,10 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
             assert st.header.stamp.sec > 0
             assert not c.states_for(stamp(10 + 1 - k)), 'a camera got the other one\'s frame'
         # the first CLI call starts the daemon, which may not have discovered the node yet
-        cli_until(env, ['param', 'get', '/cam1/sam2_tracker', 'image_topic'],
+        cli_until(run.env, ['param', 'get', '/cam1/sam2_tracker', 'image_topic'],
                   r'String value is: /cam1/image_raw', 60)
-        for c in clients:
-            c.close()
-        clients = []
+        run.close_clients()
         sigint_and_check_clean(proc, pids)
-    finally:
-        for c in clients:
-            c.close()
-        proc.stop()
-        stop_daemon(env)
-        lease.release()
 
 
 def test_replay_launch_default_player_without_venv_on_path(tmp_path):
@@ -267,23 +290,12 @@ def test_replay_launch_default_player_without_venv_on_path(tmp_path):
 
     ros2()
     bag = write_bag(tmp_path / 'bag', 'mcap')
-    lease = DomainLease()
-    env = cli_env(lease, path_without_venv=True)
-    proc = launch(env, tmp_path, 'replay', 'replay.launch.py', f'bag:={bag}', 'rate:=2.0',
-                  *CPU_ARGS, 'max_objects:=2')
-    c = Client(lease)
-    try:
+    with launched(tmp_path, 'replay', 'replay.launch.py', f'bag:={bag}', 'rate:=2.0',
+                  *CPU_ARGS, 'max_objects:=2', path_without_venv=True) as run:
+        c = run.client()
         st = c.wait_state(stamp(N - 1), 240)
         assert [o.object_id for o in st.objects] == [1, 2]
-        proc.wait_log(r'\[bag_replay-\d+\]', 30)   # our player, not `ros2 bag`
-        assert 'deprecated' not in proc.log().lower(), proc.log()
-        c.close()
-        c = None
-        pids = node_pids(proc)
-        sigint_and_check_clean(proc, pids)
-    finally:
-        if c is not None:
-            c.close()
-        proc.stop()
-        stop_daemon(env)
-        lease.release()
+        run.proc.wait_log(r'\[bag_replay-\d+\]', 30)   # our player, not `ros2 bag`
+        assert 'deprecated' not in run.proc.log().lower(), run.proc.log()
+        run.close_clients()
+        sigint_and_check_clean(run.proc, node_pids(run.proc))
