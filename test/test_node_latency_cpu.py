@@ -78,6 +78,9 @@ def test_node_latency_smoke(tmp_path):
             row['transport'], row['pipeline']) == (4.0, 160, 120, 1, 2, 'shm', True)
     assert row['e2e_mask_p99'] == s['e2e_mask_ms']['p99']
     assert row['deadline_misses'] == s['deadline_misses'] and row['frames'] == FRAMES - 1
+    # with the shm profile the client mapped its own 32 MiB segment and the node's
+    assert row['shm_large_segments'] >= 2, r['shm_segments_mapped']
+    assert r['host']['dev_shm_mib'] > 0
 
 
 def test_node_latency_two_cameras(tmp_path):
@@ -93,3 +96,4 @@ def test_node_latency_two_cameras(tmp_path):
     assert sorted((x['camera'], x['cameras'], x['transport']) for x in rows) == \
         [(0, 2, 'default'), (1, 2, 'default')]
     assert rows[0]['variant'] != rows[1]['variant']
+    assert rows[0]['shm_large_segments'] == 0       # default transport: no large segments

@@ -306,6 +306,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             time.sleep(0.1)
         startup_s = time.monotonic() - t0
         run = measure(args, client, nodes)
+        # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
+        # masks/states it read through shared memory (none: they came through UDP)
+        from sam2_ros.ros.dds_probe import shm_segments
+
+        segs = shm_segments()
         try:
             host['loadavg_end'] = list(os.getloadavg())
         except OSError:
@@ -326,6 +331,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'transport', 'corrections_every')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': cameras,
+            'shm_segments_mapped': segs,
+            'shm_large_segments': sum(1 for g in segs if g['bytes'] >= 8 << 20),
             # camera 0 at the top level too (one-camera readers)
             'node_params': cameras[0]['node_params'],
             'node_command': cameras[0]['node_command'],

@@ -114,6 +114,8 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'cameras': len(a['devices']), 'camera': cam['index'], 'device': cam['device'],
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'transport': a['transport'], 'overlay': a['overlay'],
+            # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
+            'shm_large_segments': result.get('shm_large_segments'),
             'overlays_received': cam['overlays_received'],
             'corrections': s['corrections'], 'corrections_every_s': a['corrections_every'],
             'frames': s['measured_frames'],
@@ -165,6 +167,11 @@ def host_info(root: Path) -> Dict[str, Any]:
         info['gpus'] = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # torch is only needed by the node
         info['gpu'] = None
+    try:   # a small /dev/shm (containers) leaves Fast DDS without its shared-memory segments
+        st = os.statvfs('/dev/shm')
+        info['dev_shm_mib'] = round(st.f_blocks * st.f_frsize / 2**20)
+    except OSError:
+        info['dev_shm_mib'] = None
     for k in ('RMW_IMPLEMENTATION', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'OMP_NUM_THREADS'):
         info[k] = os.environ.get(k)
     info['git_commit'] = commit_id(root)
