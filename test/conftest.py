@@ -15,6 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Under pytest-xdist (scripts/test.sh runs two workers on CI's two cores) each worker computes
+# on one intra-op thread: two OpenMP teams of two threads spinning against each other on two
+# cores ran 5-10x slower per frame. Set before any test imports torch; node subprocesses get
+# their own value (ros_helpers.DomainLease.env).
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    os.environ.setdefault('OMP_NUM_THREADS', '1')
+
 # Small and fast on a 2-core CPU; 64 is the smallest image size sam2 builds at (a multiple of
 # 32 with 4x4 memory maps), 128 keeps masks meaningful enough for the API tests.
 SMALL = dict(model_size='tiny', image_size=128, device='cpu', precision='fp32',
