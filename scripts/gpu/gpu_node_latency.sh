@@ -68,10 +68,12 @@ tar czf "$OUT/node_latency.tgz" -C "$W" . && echo "wrote $OUT/node_latency.tgz"
 python3 - "$RESULTS" "$RUN" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r.get('run') == sys.argv[2]]
-print('cams cam objects transport overlay pipeline | mask p50 p99 | state p99 | misses / frames')
+print('cams cam objects transport(shm segs) overlay pipeline | mask p50 p99 | state p99 | '
+      'misses / frames')
 for r in rows:
-    print(f"{r['cameras']} {r['camera']} {r['objects']} {r['transport']} {r['overlay']} "
-          f"{r['pipeline']} | {r['e2e_mask_p50']} {r['e2e_mask_p99']} | {r['e2e_state_p99']} "
+    print(f"{r['cameras']} {r['camera']} {r['objects']} {r['transport']}"
+          f"({r.get('shm_large_segments')}) {r['overlay']} {r['pipeline']} | "
+          f"{r['e2e_mask_p50']} {r['e2e_mask_p99']} | {r['e2e_state_p99']} "
           f"| {r['deadline_misses']} / {r['frames']}")
 EOF
 echo "elapsed $(( $(date +%s) - T0 )) s; rows in $RESULTS (run $RUN)"
