@@ -52,21 +52,25 @@ def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
 def normalize(x: torch.Tensor, size: int) -> torch.Tensor:
     """x [H, W, 3] uint8 on the device -> [1, 3, S, S] float32 normalized. Device work only
     (no host sync, no host-to-device copy once this source size was seen), so the graph
-    runner can capture it. Same operations as the official loader after PIL: /255, then
-    subtract the mean and divide by the std, in float32."""
-    x = pil_resize.resize_u8(x.permute(2, 0, 1), size).unsqueeze(0).float()   # [1, 3, S, S]
-    mean, std = _mean_std(x.device)
-    return (x / 255.0 - mean) / std
+    runner can capture it. Same values as the official loader after PIL: x / 255 in float64
+    rounded to float32 (numpy there; a 256-entry table here, since CUDA divides a tensor by a
+    Python scalar as a multiplication by its reciprocal, which rounds differently), then the
+    mean subtracted and the std divided, tensor by tensor, in float32."""
+    x = pil_resize.resize_u8(x.permute(2, 0, 1), size).unsqueeze(0)   # [1, 3, S, S] int32
+    unit, mean, std = _constants(x.device)
+    return (unit.index_select(0, x.flatten()).view(x.shape) - mean) / std
 
 
-_MEAN_STD = {}
+_CONSTANTS = {}
 
 
-def _mean_std(device: torch.device):
-    """Normalization constants, uploaded once per device (an upload per frame would make
-    CUDA synchronize the stream)."""
-    if device not in _MEAN_STD:
-        _MEAN_STD[device] = (torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1),
-                             torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1))
-    return _MEAN_STD[device]
+def _constants(device: torch.device):
+    """The table of v / 255 for v in 0..255 and the normalization constants, uploaded once per
+    device (an upload per frame would make CUDA synchronize the stream)."""
+    if device not in _CONSTANTS:
+        unit = torch.from_numpy((np.arange(256) / 255.0).astype(np.float32))
+        _CONSTANTS[device] = (unit.to(device),
+                              torch.tensor(IMG_MEAN, device=device).view(1, 3, 1, 1),
+                              torch.tensor(IMG_STD, device=device).view(1, 3, 1, 1))
+    return _CONSTANTS[device]
 
