@@ -228,10 +228,50 @@ def drift(results: str) -> List[str]:
          'min mask IoU', 'mean mask IoU', 'max score diff'], body)
 
 
+def image_mode(results: str) -> List[str]:
+    """Image mode against SAM (``h200_image.json``, ``python -m sam2_ros.bench.image_mode``):
+    the newest run's rows, the ratios the blog's claim is about, and the resize-alone rows.
+    Until that file exists, a one-row table saying so."""
+    from sam2_ros.bench import image_mode as im
+    if not os.path.exists(os.path.join(results, 'h200_image.json')):
+        return _table(['results'], [['not measured yet: `scripts/gpu/gpu_image_mode.sh` '
+                                     'writes `h200_image.json`']])
+    rows = [r for r in _load('h200_image.json', results) if r.get('run')]
+    run = max(rows, key=lambda r: (str(r.get('date')), r['run']))['run']
+    rows = [r for r in rows if r['run'] == run]
+    out = _prov(rows[:1]) + [''] + im.table(rows) + [''] + _image_ratios(rows)
+    pre = [r for r in rows if r['variant'].startswith('preprocess')]
+    if pre:
+        out += ['', 'The frame resize alone (`--preprocess`: [H, W, 3] uint8 on the GPU -> '
+                '[1, 3, S, S]; `exact` is ours, `interpolate` the float approximation it '
+                'replaced), ms per frame over 200 frames:', ''] + im.preprocess_table(pre)
+    return out
+
+
+def _image_ratios(rows: List[dict]) -> List[str]:
+    """Per precision and prompt count: SAM 2.1 (sam2's image predictor, and ours) per-image
+    p50 over SAM's of comparable size (tiny and small vs ViT-B, base_plus vs ViT-L, large
+    vs ViT-H; all against ViT-B as well)."""
+    ms = {(r['variant'], r['model'], r['precision'], r['prompts']): r['ms_p50'] for r in rows
+          if not r.get('error') and r.get('ms_p50') and not r['variant'].startswith('pre')}
+    pairs = [('tiny', 'vit_b'), ('small', 'vit_b'), ('base_plus', 'vit_l'), ('large', 'vit_h')]
+    body = []
+    for prec, n in sorted({(k[2], k[3]) for k in ms}):
+        for fam in ('sam2_predictor', 'ours'):
+            cells = []
+            for m, s in pairs:
+                a, b = ms.get((fam, m, prec, n)), ms.get(('sam', s, prec, n))
+                cells.append(f'{a / b:.2f}' if a and b else '-')
+            body.append([prec, n, fam] + cells)
+    return ['Per-image time (p50) over SAM\'s (below 1: faster than SAM):', ''] + _table(
+        ['precision', 'prompts', 'SAM 2.1 via', 'tiny / ViT-B', 'small / ViT-B',
+         'base_plus / ViT-L', 'large / ViT-H'], body)
+
+
 SECTIONS: Dict[str, Callable[[str], List[str]]] = {
     'engine-current': engine_current, 'engine-matrix': engine_matrix,
     'interaction': interaction, 'node-latency': node_latency, 'soak': soak,
-    'equivalence': equivalence, 'drift': drift}
+    'equivalence': equivalence, 'drift': drift, 'image-mode': image_mode}
 
 
 def render(doc: str, results: str = RESULTS) -> str:

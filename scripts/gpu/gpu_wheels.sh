@@ -10,6 +10,14 @@ mkdir -p "$W" && rm -f "$W"/*.whl   # ours only: .whl/ros/ holds the ROS wheels
 # sam2 (no CUDA extension: it only does hole filling), built against the venv's torch
 SAM2_BUILD_CUDA=0 "${WHEEL[@]}" --no-build-isolation sam2==1.1.0
 "${WHEEL[@]}" hydra-core==1.3.8 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10 portalocker
+# SAM (segment-anything 1.0, pure Python) for the image-mode benchmark; its predictor and sam2's
+# SAM2ImagePredictor import torchvision, which the GPU machine lacks: the binary wheel matching
+# its torch 2.11 (CUDA 13, cp312) goes to .whl/gpu/, installed by scripts/gpu/gpu_image_mode.sh
+"${WHEEL[@]}" segment-anything==1.0
+mkdir -p "$W/gpu" && rm -f "$W"/gpu/*.whl
+"$V/bin/python" -m pip download -qq --no-deps --progress-bar off --only-binary=:all: \
+  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d "$W/gpu" \
+  torchvision==0.26.0
 # sam2's sdist, to build it WITH its CUDA extension there (gpu_fidelity_holes.sh), and a
 # setuptools wheel as its build backend for a host Python without one (not installed by
 # gpu_env.sh: they live in subfolders)
