@@ -212,7 +212,7 @@ def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
         assert 'String value is: cpu' in run_cli(env, 'param', 'get', '/sam2_tracker', 'device')
         c = run.client()
         c.wait_connected(60)
-        echo_state_once(env, c, frames(1)[0])    # a state comes out while `ros2 topic echo` listens
+        echo_state_once(env, c, frames(1)[0])    # a state while `ros2 topic echo` listens
 
         assert 'Set parameter successful' in run_cli(env, 'param', 'set', '/sam2_tracker',
                                                      'click_mode', 'new')
