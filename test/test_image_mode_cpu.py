@@ -66,6 +66,20 @@ def test_ratios_pair_sizes_within_one_run(tmp_path):
     assert sum('| vit_b |' in s for s in lines) == 1                       # newest run only
 
 
+def test_preprocess_rows():
+    """The resize-alone rows (eager only on the CPU): both methods, a time, no kernel time."""
+    rows = []
+    a = image_mode.parse(['--device', 'cpu'])
+    image_mode.preprocess_rows(a, rows.append, sizes=[(80, 60, 64)])
+    assert [r['variant'] for r in rows] == ['preprocess_exact_eager',
+                                            'preprocess_interpolate_eager']
+    for r in rows:
+        assert (r['model'], r['res'], r['prompts']) == ('80x60', 64, 0)
+        assert r['ms_p50'] > 0 and r['gpu_kernel_ms'] is None
+    lines = image_mode.preprocess_table(rows)
+    assert lines[1] == '|---|---|---|---|' and '| 80x60 -> 64 | exact_eager |' in lines[2]
+
+
 def test_inputs():
     imgs = image_mode.images(3, 40, 30, seed=1)
     assert len(imgs) == 3 and imgs[0].shape == (30, 40, 3) and imgs[0].dtype == np.uint8

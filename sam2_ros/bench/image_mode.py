@@ -326,7 +326,10 @@ def _interpolate_resize(x, size: int):
     return x
 
 
-def preprocess_rows(a: argparse.Namespace, save) -> None:
+PREPROCESS_SIZES = ((1280, 720, 512), (1280, 720, 1024), (1920, 1080, 1024))   # (w, h, S)
+
+
+def preprocess_rows(a: argparse.Namespace, save, sizes=PREPROCESS_SIZES) -> None:
     """ms per frame of the resize alone, [H, W, 3] uint8 on the device -> [1, 3, S, S]."""
     import torch
 
@@ -335,7 +338,7 @@ def preprocess_rows(a: argparse.Namespace, save) -> None:
     methods = {'exact': lambda x, s: frame_in.normalize(x, s),
                'interpolate': _interpolate_resize}
     cuda = torch.device(a.device).type == 'cuda'
-    for (w, h, s) in [(1280, 720, 512), (1280, 720, 1024), (1920, 1080, 1024)]:
+    for (w, h, s) in sizes:
         x = torch.from_numpy(images(1, w, h, 0)[0]).to(a.device)
         for name, fn in methods.items():
             for mode in (('eager', 'graph') if cuda else ('eager',)):
