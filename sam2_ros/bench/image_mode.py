@@ -318,11 +318,9 @@ def _interpolate_resize(x, size: int):
     import torch.nn.functional as F
     x = x.permute(2, 0, 1).unsqueeze(0).float()
     h, w = x.shape[-2:]
-    if w != size:
-        x = F.interpolate(x, size=(h, size), mode='bicubic', antialias=True).round_().clamp_(0, 255)
-    if h != size:
-        x = F.interpolate(x, size=(size, size), mode='bicubic', antialias=True).round_().clamp_(
-            0, 255)
+    for side, hw in ((w, (h, size)), (h, (size, size))):     # horizontal, then vertical
+        if side != size:
+            x = F.interpolate(x, size=hw, mode='bicubic', antialias=True).round_().clamp_(0, 255)
     return x
 
 

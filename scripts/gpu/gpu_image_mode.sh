@@ -22,4 +22,5 @@ timeout ${TIME:-360} python3 -m sam2_ros.bench.image_mode --res 1024 --prompts 1
   --profile-images 3 --preprocess --out "$OUT/h200_image.json" | grep -v '^{' | tail -n 70
 rc=${PIPESTATUS[0]}
 rows=$(python3 -c "import json; print(len(json.load(open('$OUT/h200_image.json'))))" 2>/dev/null)
-echo "[gpu_image_mode] benchmark exit $rc (124: cut short by TIME); rows in $OUT/h200_image.json: $rows"
+echo "[gpu_image_mode] benchmark exit $rc (124: cut short by TIME);" \
+  "rows in $OUT/h200_image.json: $rows"
