@@ -95,5 +95,19 @@ def test_node_latency_two_cameras(tmp_path):
         assert all(f['objects'] == 1 for f in c['frames'])
     assert sorted((x['camera'], x['cameras'], x['transport']) for x in rows) == \
         [(0, 2, 'default'), (1, 2, 'default')]
-    assert rows[0]['variant'] != rows[1]['variant']
+    assert rows[0]['variant'] != rows[1]['variant'] and 'devcpu+cpu' in rows[0]['variant']
     assert rows[0]['shm_large_segments'] == 0       # default transport: no large segments
+
+
+def test_row_keys_tell_one_gpu_from_two():
+    """Camera 0 on cuda:0 of a two-GPU run must not replace camera 0 of a one-GPU run (rows
+    are merged by key): the variant holds every camera's device."""
+    from sam2_ros.bench.node_latency_rows import variant
+
+    a = {'rate': 60.0, 'width': 1280, 'height': 720, 'transport': 'shm', 'overlay': True,
+         'corrections_every': 2.0}
+    cam0 = {'index': 0, 'node_params': {'graph_mode': 'batched', 'pipeline': True}}
+    one = variant(dict(a, devices=['cuda:0', 'cuda:0']), cam0)
+    two = variant(dict(a, devices=['cuda:0', 'cuda:1']), cam0)
+    assert one != two and 'cuda:0+cuda:1' in two and 'pipeline' in two and 'corr2' in two
+    assert variant(dict(a, devices=['cuda:0']), cam0) != one

@@ -91,11 +91,12 @@ def _ms(v: Optional[float]) -> str:
 
 def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
     """The row key's 'variant': every setting that tells two rows of one model, resolution and
-    object count apart (a newer row of the same variant replaces the older)."""
+    object count apart (a newer row of the same variant replaces the older). All cameras'
+    devices are in it: camera 0 on cuda:0 of a two-GPU run is not that of a one-GPU run."""
     pipe = cam['node_params'].get('pipeline')
     return '_'.join([
         f"{a['rate']:g}hz", f"{a['width']}x{a['height']}", f"cams{len(a['devices'])}",
-        f"cam{cam['index']}", f"dev{cam['device']}", a['transport'],
+        f"cam{cam['index']}", 'dev' + '+'.join(a['devices']), a['transport'],
         'overlay' if a['overlay'] else 'nooverlay',
         f"corr{a['corrections_every']:g}" if a['corrections_every'] else 'nocorr',
         str(cam['node_params'].get('graph_mode')),
