@@ -48,7 +48,8 @@ def fake_node(pubs, events, context_ok=True):
                                                      drop_pending=lambda: [],
                                                      detection_counts={}),
         _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0), _detection_totals={},
-        _pubs=pubs, _unacked=dict.fromkeys(pubs, time.monotonic()), logger=logger, get_logger=lambda: logger,
+        _pubs=pubs, _unacked=dict.fromkeys(pubs, time.monotonic()), logger=logger,
+        get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self._flush_publishers = lambda: TrackerNode._flush_publishers(self)
