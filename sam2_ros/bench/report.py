@@ -1,9 +1,9 @@
-"""Render the tables of docs/performance.md from benchmarks/results/*.json.
+"""Render the tables of docs/performance.md and docs/reliability.md from benchmarks/results/*.json.
 
     python -m sam2_ros.bench.report            # rewrite the marked sections in place
-    python -m sam2_ros.bench.report --check    # exit 1 if the doc is not what the files give
+    python -m sam2_ros.bench.report --check    # exit 1 if a doc is not what the files give
 
-Every number in the performance doc's tables comes from a results file through this module, so
+Every number in these docs' tables comes from a results file through this module, so
 a table can not drift from the data it claims to show: each section sits between
 ``<!-- report:NAME:begin -->`` and ``<!-- report:NAME:end -->`` and is rewritten whole. The
 prose around the sections is the doc's own. Each table states the date, commit, GPU and
@@ -22,6 +22,8 @@ from typing import Callable, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
 DOC = os.path.join(ROOT, 'docs', 'performance.md')
+# every doc with marked sections (soak, equivalence and drift live in reliability.md)
+DOCS = (DOC, os.path.join(ROOT, 'docs', 'reliability.md'))
 MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
 
 
@@ -292,22 +294,27 @@ def render(doc: str, results: str = RESULTS) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog='python -m sam2_ros.bench.report',
                                 description=__doc__.split('\n')[0])
-    p.add_argument('--doc', default=DOC)
+    p.add_argument('--doc', action='append', default=None,
+                   help='a doc to render (repeatable); default: ' +
+                        ', '.join(os.path.relpath(d, ROOT) for d in DOCS))
     p.add_argument('--results', default=RESULTS)
-    p.add_argument('--check', action='store_true', help='exit 1 if the doc is out of date')
+    p.add_argument('--check', action='store_true', help='exit 1 if a doc is out of date')
     a = p.parse_args(argv)
-    with open(a.doc) as f:
-        doc = f.read()
-    new = render(doc, a.results)
-    if a.check:
-        if new != doc:
-            print(f'{a.doc} is out of date: run python -m sam2_ros.bench.report', file=sys.stderr)
-            return 1
-        return 0
-    if new != doc:
-        with open(a.doc, 'w') as f:
-            f.write(new)
-    return 0
+    stale = []
+    for path in a.doc or DOCS:
+        with open(path) as f:
+            doc = f.read()
+        new = render(doc, a.results)
+        if new == doc:
+            continue
+        if a.check:
+            stale.append(path)
+        else:
+            with open(path, 'w') as f:
+                f.write(new)
+    for path in stale:
+        print(f'{path} is out of date: run python -m sam2_ros.bench.report', file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == '__main__':
