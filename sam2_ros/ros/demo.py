@@ -257,7 +257,10 @@ def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace)
             prompt(client, stamps[i], 1, box=(xs.min(), ys.min(), xs.max(), ys.max()))
         if i == add2:  # object 2 by two positive points and one negative point
             x, y = center(masks[2])
-            prompt(client, stamps[i], 2, points=[(x, y), (x + 6, y + 3), (x, y + 60)],
+            # the negative point off the disc, 3 radii below it or above it, inside the frame
+            below = y + 3 * cam.r
+            neg = (x, below if below < args.height else max(0.0, y - 3 * cam.r))
+            prompt(client, stamps[i], 2, points=[(x, y), (x + 6, y + 3), neg],
                    labels=[1, 1, 0])
         if i == remove1:
             prompt(client, stamps[i], 1, action=1)
