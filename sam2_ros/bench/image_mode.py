@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
 import sys
 import time
 import traceback
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
+
+from sam2_ros.bench.results import fmt as _fmt, save_json
 
 SAM2_MODELS = ('tiny', 'small', 'base_plus', 'large')
 SAM_MODELS = ('vit_b', 'vit_l', 'vit_h')
@@ -382,21 +382,6 @@ def row_key(r: dict) -> tuple:
     return (r['variant'], r['model'], r['res'], r['prompts'], r['precision'])
 
 
-def save_rows(path: str, rows: List[dict]) -> None:
-    """Merge ``rows`` into the JSON list at ``path``: a row replaces an older one of its key
-    (variant, model, res, prompts, precision)."""
-    old = json.load(open(path)) if os.path.exists(path) else []
-    new = {row_key(r): r for r in rows}
-    merged = [r for r in old if row_key(r) not in new] + rows
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'w') as f:
-        json.dump(merged, f, indent=1)
-
-
-def _fmt(v, nd: int = 2) -> str:
-    return '-' if v is None else f'{v:.{nd}f}' if isinstance(v, float) else str(v)
-
-
 ORDER = {m: i for i, m in enumerate(SAM2_MODELS + SAM_MODELS)}
 
 
@@ -441,7 +426,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     def save(row: dict) -> None:
         done.append(stamp(row, prov))
         if a.out:
-            save_rows(a.out, [row])
+            save_json(a.out, [row], key=row_key)
         print(json.dumps({k: row.get(k) for k in ('variant', 'model', 'precision', 'prompts',
                                                    'ms_p50', 'gpu_kernel_ms', 'error')}),
               flush=True)

@@ -29,15 +29,17 @@ def row_key(row: dict) -> tuple:
     return (row['model'], row['res'], row['objects'], row['variant'])
 
 
-def save_json(path: str, rows: List[dict]) -> None:
+def save_json(path: str, rows: List[dict], key=row_key) -> None:
+    """Merge ``rows`` into the JSON list at ``path``: a row replaces an older one of the same
+    ``key(row)`` (another benchmark family passes its own key)."""
     old = []
     if os.path.exists(path):
         try:
             old = json.load(open(path))
         except ValueError:
             old = []
-    new = {row_key(r): r for r in rows}
-    merged = [r for r in old if row_key(r) not in new] + rows
+    new = {key(r): r for r in rows}
+    merged = [r for r in old if key(r) not in new] + rows
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, 'w') as f:
         json.dump(merged, f, indent=1)
