@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import time
 import traceback
