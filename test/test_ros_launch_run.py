@@ -128,7 +128,9 @@ def launched(tmp: Path, tag: str, *args: str, cmd: Optional[List[str]] = None,
 def echo_state_once(env: Dict[str, str], c: Client, frame, tries: int = 20) -> str:
     """`ros2 topic echo --once /sam2_tracker/state` while ``frame`` is published (again every
     3 s until the echo has its message: the echo's subscription matches after a moment)."""
-    echo = subprocess.Popen([ros2(), 'topic', 'echo', '--once', '/sam2_tracker/state'],
+    # the type given: without it the echo exits at once when it runs before the topic is seen
+    echo = subprocess.Popen([ros2(), 'topic', 'echo', '--once', '/sam2_tracker/state',
+                             'sam2_ros/msg/TrackingState'],
                             env=env, cwd='/', stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     for i in range(tries):
