@@ -58,6 +58,8 @@ def run_example(name: str, *args: str, timeout: float = 300) -> str:
         lease.release()
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
+    # the example and the node it starts end cleanly, SIGINT included: no traceback anywhere
+    assert 'Traceback' not in out, out[-4000:]
     return p.stdout
 
 

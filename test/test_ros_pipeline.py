@@ -134,6 +134,30 @@ def run_worker(pipeline, slow_publish=0.0):
             for p in published], tr.calls, overlays
 
 
+def test_failures_after_the_context_is_down_are_not_reported():
+    """Ctrl-C shuts the ROS context down while frames wait in the stage: their publishing
+    fails, as expected then, and is not reported as an error (no traceback at exit)."""
+    up, errors = {'ok': True}, []
+
+    def publish(p):
+        if not up['ok']:
+            raise RuntimeError("publisher's context is invalid")
+
+    for threaded in (False, True):
+        errors.clear()
+        up['ok'] = True
+        s = OutputStage(publish, report_error=errors.append, threaded=threaded,
+                        alive=lambda: up['ok'])
+        s.start()
+        s.put(item(0))
+        while s.published < 1:           # frame 0 went out while the context was up
+            time.sleep(0.001)
+        up['ok'] = False
+        s.put(item(1))
+        s.stop()
+        assert errors == [] and s.published == 1, (threaded, errors, s.published)
+
+
 def test_pipelined_worker_publishes_what_the_serial_one_does():
     serial, calls_s, ov_s = run_worker(False)
     piped, calls_p, ov_p = run_worker(True, slow_publish=0.01)

@@ -152,6 +152,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
                                       convert=self._convert, publish=self._publish, log=self._log,
                                       publish_overlay=self._publish_overlay,
                                       wants_overlay=self._wants_overlay, pipeline=o.pipeline,
+                                      outputs_alive=self.context.ok,
                                       thread_init=self._worker_thread_init,
                                       convert_detections=conv.detections_from_msg,
                                       detection_rules=self._detection_rules,

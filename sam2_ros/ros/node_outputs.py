@@ -34,6 +34,8 @@ class OutputsMixin:
     def _publish(self, p: Published) -> None:
         """Mask, state, objects. The state follows its mask (a state means its mask was
         already sent). Counters are the ones the worker saw when it handed the frame over."""
+        if not self.context.ok():    # Ctrl-C shut the context down: nothing can go out
+            return
         t0 = time.perf_counter()
         pubs = self._pubs
         pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
@@ -58,10 +60,12 @@ class OutputsMixin:
 
     def _wants_overlay(self) -> bool:
         overlay = self._pubs.get('overlay')
-        return overlay is not None and overlay.get_subscription_count() > 0
+        return overlay is not None and self.context.ok() and overlay.get_subscription_count() > 0
 
     def _publish_overlay(self, p: Published) -> None:
         """The overlay: for eyes only and the costliest output (render + 2.7 MB at 720p)."""
+        if not self.context.ok():
+            return
         t0 = time.perf_counter()
         self._pubs['overlay'].publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
                                                      p.header))

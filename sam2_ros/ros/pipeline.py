@@ -37,7 +37,9 @@ class OutputStage:
     the overlay; ``wants_overlay()`` says whether anyone subscribes to it now; ``done(p)``
     runs after ``publish(p)`` (latency bookkeeping); ``report_error(text)`` is called for an
     exception in any of them (the stage keeps going); ``thread_init()`` runs first in each
-    thread of the stage (e.g. the CUDA device).
+    thread of the stage (e.g. the CUDA device); ``alive()`` says whether messages can still go
+    out at all (False once Ctrl-C shut the ROS context down: failures then are expected and
+    not reported).
     """
 
     def __init__(self, publish: Callable[[Published], None], *,
@@ -46,8 +48,10 @@ class OutputStage:
                  done: Callable[[Published], None] = lambda p: None,
                  report_error: Callable[[str], None] = lambda text: None,
                  threaded: bool = False, depth: int = DEFAULT_DEPTH,
-                 thread_init: Optional[Callable[[], None]] = None) -> None:
+                 thread_init: Optional[Callable[[], None]] = None,
+                 alive: Callable[[], bool] = lambda: True) -> None:
         self._publish, self._overlay, self._wants = publish, publish_overlay, wants_overlay
+        self._alive = alive
         self._done, self._report, self._init = done, report_error, thread_init
         self.threaded = threaded
         self.depth = max(1, int(depth))
@@ -165,7 +169,8 @@ class OutputStage:
         try:
             return fn()
         except Exception as exc:  # a message that cannot be built, a destroyed publisher...
-            self._report(f'publishing failed: {exc!r}\n{traceback.format_exc()}')
+            if self._alive():
+                self._report(f'publishing failed: {exc!r}\n{traceback.format_exc()}')
             return _FAILED
 
 

@@ -72,7 +72,8 @@ class TrackingWorker(DetectionsMixin):
                  association: Optional[det.Association] = None,
                  publish_overlay: Optional[Callable[[Published], None]] = None,
                  wants_overlay: Callable[[], bool] = lambda: True,
-                 pipeline: bool = False) -> None:
+                 pipeline: bool = False,
+                 outputs_alive: Callable[[], bool] = lambda: True) -> None:
         self.tracker = tracker
         # detections (PromptItem kind 'detections'): message -> RawDetections, the run-time
         # rules, and the association memory (owned by the node: it outlives an activation)
@@ -95,7 +96,7 @@ class TrackingWorker(DetectionsMixin):
         self.output = OutputStage(publish, publish_overlay=publish_overlay,
                                   wants_overlay=wants_overlay, done=self._published,
                                   report_error=self.report_error, threaded=pipeline,
-                                  thread_init=thread_init)
+                                  thread_init=thread_init, alive=outputs_alive)
         # prompts waiting for a future frame: (stamp, action, prompt, description)
         self._pending: List[Tuple[int, int, Optional[Prompt], str]] = []
         self._errors: List[str] = []
