@@ -149,6 +149,7 @@ def test_publishing_marks_the_result_publishers_unacknowledged():
     self = SimpleNamespace(_pubs={'mask': pub('mask'), 'state': pub('state'), 'objects': None,
                                   'overlay': pub('overlay')},
                            _totals=dict.fromkeys(node_mod.TOTALS, 0), _unacked={},
+                           context=SimpleNamespace(ok=lambda: True),
                            opts=SimpleNamespace(pipeline=True), _last_publish_ms=0.0,
                            _last_overlay_ms=0.0)
     self._publish_ms = lambda: TrackerNode._publish_ms(self)

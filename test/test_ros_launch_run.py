@@ -185,7 +185,11 @@ def stop_daemon(env: Dict[str, str]) -> None:
 def sigint_and_check_clean(proc: Proc, pids: List[int]) -> str:
     """SIGINT to `ros2 launch` (as Ctrl-C): exit 0 and no process of it left."""
     proc.p.send_signal(signal.SIGINT)
-    rc = proc.p.wait(30)
+    try:
+        rc = proc.p.wait(60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f'ros2 launch still runs 60 s after SIGINT:\n'
+                             f'{proc.log()[-3000:]}') from None
     log = proc.log()
     assert rc == 0, f'ros2 launch exited {rc} after SIGINT:\n{log[-3000:]}'
     wait_until(lambda: not alive(pids), 10, f'processes {pids} to exit')
