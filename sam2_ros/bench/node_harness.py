@@ -1,4 +1,4 @@
-"""The parts of the node latency benchmark: the synthetic camera, the tracker nodes under test
+"""The parts of the node latency benchmark: the tracker nodes under test
 (each in its own process group, one per camera, in the camera's namespace), the transport
 settings, and the client that publishes frames and prompts for every camera and timestamps
 what comes back.
@@ -61,44 +61,6 @@ def stamp_ns(st: Any) -> int:
 
 
 # ----------------------------------------------------------------------------- camera
-
-class Frames:
-    """Synthetic camera: a red box moving right and a green disc moving left over a fixed
-    textured background (deterministic)."""
-
-    def __init__(self, w: int, h: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-        base = 95 + 25 * np.sin(xx / 21.0) * np.cos(yy / 29.0)
-        tex = np.stack([base + 10, base, base - 15], axis=2) + rng.normal(0, 8, (h, w, 3))
-        self.bg = np.clip(tex, 0, 255).astype(np.uint8)
-        self.w, self.h = w, h
-
-    def box(self, i: int):
-        w, h = self.w, self.h
-        bw, bh = max(4, w // 8), max(4, h // 6)
-        x0 = int((w * 0.1 + i * max(1, w // 100)) % max(1, w - bw))
-        y0 = int(h * 0.55)
-        return x0, y0, x0 + bw, min(h - 1, y0 + bh)
-
-    def fixed_box(self, k: int):
-        """Box prompt of extra object k >= 1: a grid over the upper part of the frame."""
-        w, h = self.w, self.h
-        col, row = (k - 1) % 6, (k - 1) // 6
-        x0, y0 = int(w * (0.05 + 0.15 * col)), int(h * (0.05 + 0.2 * (row % 2)))
-        return x0, y0, x0 + max(4, w // 10), y0 + max(4, h // 8)
-
-    def frame(self, i: int) -> np.ndarray:
-        import cv2
-
-        f = self.bg.copy()
-        x0, y0, x1, y1 = self.box(i)
-        cv2.rectangle(f, (x0, y0), (x1, y1), (215, 45, 40), -1)
-        r = max(3, min(self.w, self.h) // 10)
-        cx = int((self.w * 0.8 - i * max(1, self.w // 120)) % self.w)
-        cv2.circle(f, (cx, int(self.h * 0.3)), r, (40, 190, 70), -1)
-        return f
-
 
 # ----------------------------------------------------------------------------- node process
 

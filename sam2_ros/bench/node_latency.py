@@ -10,7 +10,8 @@ sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights 
 ``--checkpoint``, ``process_every_frame: true`` so no frame is dropped, ``autostart: true``;
 with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
 until they are active, publishes box prompts and then rgb8 ``sensor_msgs/Image`` frames
-(synthetic moving shapes, one camera each) at ``--rate`` Hz, each stamped with the wall clock
+(``sam2_ros.synthetic``: one moving disc per object, one camera each) at ``--rate`` Hz,
+each stamped with the wall clock
 at publish time, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz would).
 ``--corrections-every S`` sends a click (a one-point prompt for the next frame) on one tracked
 object every S seconds, cycling through the objects, as a surgeon correcting the tracker would.
@@ -52,10 +53,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sam2_ros.bench import node_latency_rows as report
-from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, Frames,
+from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client,
                                          NodeProcess, camera_ns, image_msg, set_stamp,
                                          transport_env)
 from sam2_ros.ros.domain import lease_domain
+from sam2_ros.synthetic import SyntheticCamera
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -71,7 +73,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--model', default='tiny', help='tiny | small | base_plus | large')
     ap.add_argument('--image-size', type=int, default=512)
     ap.add_argument('--objects', type=int, default=1,
-                    help='objects prompted (box prompts): the moving box, then fixed boxes')
+                    help='objects prompted (box prompts): one moving disc each')
     ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
     ap.add_argument('--pipeline', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's pipeline parameter (default: the YAML's)")
@@ -125,13 +127,13 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- measurement
 
-def object_point(cam: Frames, obj: int, i: int) -> tuple:
-    """Centre of object ``obj`` (1 = the moving box) on frame ``i``: where a click lands."""
-    x0, y0, x1, y1 = cam.box(i) if obj == 1 else cam.fixed_box(obj - 1)
-    return (x0 + x1) / 2.0, (y0 + y1) / 2.0
+def object_point(cam: SyntheticCamera, obj: int, i: int) -> tuple:
+    """Centre of object ``obj``'s disc on frame ``i``: where a click lands."""
+    x, y = cam.centers(i)[obj - 1]
+    return float(x), float(y)
 
 
-def send_prompts(client: Client, link: CameraLink, cam: Frames, objects: int,
+def send_prompts(client: Client, link: CameraLink, cam: SyntheticCamera, objects: int,
                  stamp: int) -> None:
     """Box prompts on objects 1..N, stamped ``stamp``: the node applies them before the first
     frame whose stamp is >= theirs, i.e. frame 0, however the topics interleave."""
@@ -140,11 +142,12 @@ def send_prompts(client: Client, link: CameraLink, cam: Frames, objects: int,
         set_stamp(p.header, stamp)
         p.header.frame_id = 'camera'
         p.object_id, p.action, p.has_box = k + 1, 0, True
-        p.box = [float(v) for v in (cam.box(0) if k == 0 else cam.fixed_box(k))]
+        p.box = [float(v) for v in cam.boxes(0)[k]]
         link.pub_prompt.publish(p)
 
 
-def send_click(client: Client, link: CameraLink, cam: Frames, obj: int, i: int) -> None:
+def send_click(client: Client, link: CameraLink, cam: SyntheticCamera, obj: int,
+               i: int) -> None:
     """A correction: one positive point on object ``obj`` where it is on frame ``i``, for the
     next frame (stamp 0), as a click from an operator."""
     from geometry_msgs.msg import Point32
@@ -159,7 +162,9 @@ def send_click(client: Client, link: CameraLink, cam: Frames, obj: int, i: int) 
 
 def measure(args: argparse.Namespace, client: Client,
             nodes: List[NodeProcess]) -> Dict[str, Any]:
-    cams = [Frames(args.width, args.height, seed=k) for k in range(args.cameras)]
+    # the shared synthetic camera (sam2_ros.synthetic): one moving disc per object
+    cams = [SyntheticCamera(args.width, args.height, objects=max(2, args.objects), seed=k)
+            for k in range(args.cameras)]
     prompt_ns = time.time_ns()
     for link, cam in zip(client.links, cams):
         send_prompts(client, link, cam, args.objects, prompt_ns)
