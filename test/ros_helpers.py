@@ -78,6 +78,14 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float =
     raise AssertionError(f'timed out after {timeout:.0f} s waiting for {what}')
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT handled by default and not blocked, whatever the test
+    process did to it (an ignored or blocked signal is inherited across exec, and the tests
+    stop nodes and launches with SIGINT as Ctrl-C does)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class Proc:
     """A subprocess with its output in a file; always killed on exit."""
 
@@ -85,7 +93,8 @@ class Proc:
         self.log_path = log_path
         self._log = open(log_path, 'wb')
         self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  preexec_fn=_default_sigint)
 
     def log(self) -> str:
         return self.log_path.read_text(errors='replace')

@@ -25,7 +25,7 @@ from ros_helpers import ROOT, frames
 from test_ros_launch_run import (CPU_ARGS, echo_state_once, launched, node_pids, ros2,
                                  sigint_and_check_clean)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 VENV = Path(sys.prefix)
 # What CMakeLists.txt installs: the messages, the Python package, launch/ and config/.
 PACKAGE = ('package.xml', 'CMakeLists.txt', 'msg', 'launch', 'config', 'sam2_ros')

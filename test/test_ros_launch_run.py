@@ -23,7 +23,7 @@ import pytest
 from ros_helpers import (ROOT, Client, DomainLease, Proc, frames, image_msg, stamp, wait_until,
                          write_params)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 BUNDLE = ROOT.parent / 'shared' / 'ros_cli'
 VENV_BIN = Path(sys.executable).parent
 CPU_ARGS = ['device:=cpu', 'random_weights:=true', 'image_size:=256',
