@@ -148,7 +148,11 @@ def _node_prov(rows: List[dict]) -> List[str]:
 
 
 def node_latency(results: str) -> List[str]:
+    """The node rows of h200_node_latency.json, then its DDS probe rows (``kind`` dds_probe:
+    one image between two processes, the transport alone)."""
     rows = _load('h200_node_latency.json', results)
+    probes = [r for r in rows if r.get('kind') == 'dds_probe']
+    rows = [r for r in rows if r.get('kind') != 'dds_probe']
     rows = sorted(rows, key=lambda r: (str(r.get('date')), r.get('run') or ''), reverse=True)
     body = []
     for r in rows:
@@ -167,11 +171,11 @@ def node_latency(results: str) -> List[str]:
          'overlay subscribed', 'pipeline', 'corrections', 'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
          'target', 'date, commit'], body)
-    d = _load('h200_dds_probe.json', results)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
-              f"{p['received']} / {p['sent']}"] for p in d['rows']]
+              f"{p['received']} / {p['sent']}"] for p in probes]
     return out + ['', 'One 720p rgb8 image between two processes, 30 Hz (`dds_probe`, same '
-                  'machine; `h200_dds_probe.json`):', ''] + _prov(d['rows']) + [''] + _table(
+                  'machine; the `dds_probe` rows of the same file):', ''] + _prov(probes) + [
+        ''] + _table(
         ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
 
 
