@@ -88,3 +88,19 @@ def test_inputs():
     assert b.shape == (8, 4) and (b[:, 0] < b[:, 2]).all() and (b[:, 1] < b[:, 3]).all()
     assert b.min() >= 0 and b[:, 2].max() <= 400 and b[:, 3].max() <= 200
     assert len({tuple(x) for x in b}) == 8                                  # distinct cells
+
+
+def test_predictor_variant_times_the_decode_after_set_image():
+    """The skeleton the official predictors (sam2's, SAM's) share: set_image is the encoder,
+    a run sets the image, then times decode and returns its masks."""
+    import argparse
+
+    from sam2_ros.bench.image_variants import _predictor
+    calls = []
+    pred = type('P', (), {'set_image': lambda self, img: calls.append('set')})()
+    v = _predictor(pred, argparse.Namespace(device='cpu'), 'fp32',
+                   lambda img, bx: calls.append('decode') or np.ones((len(bx), 2, 2), bool))
+    masks, seconds = v.run(np.zeros((2, 2, 3), np.uint8), [(0, 0, 1, 1)] * 3)
+    assert masks.shape == (3, 2, 2) and seconds >= 0 and calls == ['set', 'decode']
+    v.encode(np.zeros((2, 2, 3), np.uint8))
+    assert calls == ['set', 'decode', 'set'] and v.counted is v.run

@@ -43,7 +43,9 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from sam2_ros.bench.results import fmt as _fmt, save_json
+from sam2_ros.bench.image_variants import BUILDERS, Variant
+from sam2_ros.bench.profiling import sync as _sync
+from sam2_ros.bench.results import csv, fmt as _fmt, save_json
 
 SAM2_MODELS = ('tiny', 'small', 'base_plus', 'large')
 SAM_MODELS = ('vit_b', 'vit_l', 'vit_h')
@@ -92,118 +94,9 @@ def boxes(n: int, w: int, h: int) -> np.ndarray:
                       (r + 1) * rh - 0.15 * rh) for c, r in cells], np.float32)
 
 
-# ---- variants: each returns (one image -> masks on host, encoder alone, eager twin) ---------
-class Variant:
-    """One model under test: ``run(img, boxes)`` segments an image (masks on the host),
-    ``encode(img)`` runs its image encoder alone, ``counted(img, boxes)`` runs one image where
-    module calls can be counted (eager)."""
-
-    def __init__(self, run: Callable, encode: Optional[Callable] = None,
-                 counted: Optional[Callable] = None):
-        self.run, self.encode, self.counted = run, encode, counted or run
-
-
-def _autocast(device: str, precision: str):
-    import torch
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
-                          enabled=precision == 'bf16')
-
-
-def ours(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> Variant:
-    import torch
-
-    from sam2_ros.engine import encoder, frame_in
-    from sam2_ros.engine.config import TrackerConfig
-    from sam2_ros.engine.model import build_model
-    from sam2_ros.engine.tracker import StreamingTracker
-    from sam2_ros.engine.types import Prompt
-    cfg = TrackerConfig(model_size=model_size, image_size=a.res, random_weights=True,
-                        seed=a.seed, device=a.device, precision=precision)
-    if 'model' not in cache:
-        cache['model'] = build_model(cfg)
-    if ('tracker', precision) not in cache:      # graphs captured once per precision
-        cache['tracker', precision] = StreamingTracker(cfg, model=cache['model'])
-        cache['eager', precision] = StreamingTracker(cfg.replace(use_cuda_graphs=False),
-                                                     model=cache['model'])
-    tr, twin = cache['tracker', precision], cache['eager', precision]
-
-    def prompts(bx):
-        return [Prompt(i + 1, box=tuple(float(v) for v in b)) for i, b in enumerate(bx)]
-
-    def encode(img):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            feats = encoder.encode_image(tr.model, frame_in.to_model_input(img, a.res, tr.device))
-        _sync(a.device)
-        return feats
-    return Variant(lambda img, bx: tr.segment_image(img, prompts(bx)), encode,
-                   lambda img, bx: twin.segment_image(img, prompts(bx)))
-
-
-def sam2_predictor(model_size: str, a: argparse.Namespace, precision: str,
-                   cache: dict) -> Variant:
-    import torch
-    from sam2.build_sam import build_sam2
-    from sam2.sam2_image_predictor import SAM2ImagePredictor
-
-    from sam2_ros.engine.config import MODEL_CONFIGS
-    if 'image_model' not in cache:
-        torch.manual_seed(a.seed)
-        over = [f'++model.image_size={a.res}'] if a.res != 1024 else []
-        cache['image_model'] = build_sam2(MODEL_CONFIGS[model_size], ckpt_path=None,
-                                          device=a.device, hydra_overrides_extra=over)
-    pred = SAM2ImagePredictor(cache['image_model'])
-
-    def encode(img):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            pred.set_image(img)
-        _sync(a.device)
-
-    def run(img, bx):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            pred.set_image(img)
-            _sync(a.device)
-            t = time.perf_counter()
-            masks, scores, _ = pred.predict(box=bx, multimask_output=False)
-        return masks, time.perf_counter() - t
-    return Variant(run, encode)
-
-
-def sam(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> Variant:
-    import torch
-    from segment_anything import SamPredictor, sam_model_registry
-    if 'sam' not in cache:
-        torch.manual_seed(a.seed)
-        cache['sam'] = sam_model_registry[model_size](checkpoint=None).to(a.device).eval()
-    pred = SamPredictor(cache['sam'])
-
-    def encode(img):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            pred.set_image(img)
-        _sync(a.device)
-
-    def run(img, bx):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            pred.set_image(img)
-            _sync(a.device)
-            t = time.perf_counter()
-            b = pred.transform.apply_boxes_torch(torch.as_tensor(bx, device=a.device),
-                                                 img.shape[:2])
-            masks, scores, _ = pred.predict_torch(None, None, b, multimask_output=False)
-            masks = masks.cpu().numpy()
-        return masks, time.perf_counter() - t
-    return Variant(run, encode)
-
-
-BUILDERS = {'ours': ours, 'sam2_predictor': sam2_predictor, 'sam': sam}
 
 
 # ---- measurement ---------------------------------------------------------------------------
-def _sync(device: str) -> None:
-    import torch
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize()
-
-
 def _pct(ms: List[float], q: float) -> Optional[float]:
     return round(float(np.percentile(ms, q)), 3) if ms else None
 
@@ -375,10 +268,6 @@ def _graphed(fn: Callable) -> Callable:
 
 
 # ---- rows on disk and on screen ------------------------------------------------------------
-def csv(s: str, cast=str) -> List:
-    return [cast(x) for x in s.split(',') if x.strip()]
-
-
 def row_key(r: dict) -> tuple:
     return (r['variant'], r['model'], r['res'], r['prompts'], r['precision'])
 
