@@ -40,10 +40,11 @@ def test_ours_rows_counts_and_table(tmp_path):
     lines = image_mode.table(rows)
     assert lines[1].startswith('|---') and len(lines) == 2 + len(rows)
     assert '| fp32 | 3 | ours | tiny |' in lines[3] and '| 0 / 3 |' in lines[3]
-    # the doc section renders this file: the table, then the ratio table (no SAM rows: '-')
+    # the doc section renders this file: one row per variant and model (p50 / p99 per
+    # precision and prompt count), then the ratio table (no SAM rows: '-')
     section = report.image_mode(str(tmp_path))
-    assert any('| fp32 | 1 | ours | tiny |' in s for s in section)
-    assert any(s.startswith('| fp32 | 1 | ours | - |') for s in section)
+    assert any(s.startswith('| ours | tiny |') and '| 0 / 1; 0 / 3 |' in s for s in section)
+    assert '| fp32 | 1 | - | - | - | - |' in section
 
 
 def test_ratios_pair_sizes_within_one_run(tmp_path):
@@ -61,8 +62,7 @@ def test_ratios_pair_sizes_within_one_run(tmp_path):
     rows[-1]['date'] = '2098-01-01 00:00 UTC'
     (tmp_path / 'h200_image.json').write_text(json.dumps(rows))
     lines = report.image_mode(str(tmp_path))
-    assert '| bf16 | 1 | sam2_predictor | 0.50 | - | - | 1.50 |' in lines
-    assert '| bf16 | 1 | ours | - | - | - | - |' in lines
+    assert '| bf16 | 1 | 0.50 / - | - | - | 1.50 / - |' in lines    # sam2_predictor / ours
     assert sum('| vit_b |' in s for s in lines) == 1                       # newest run only
 
 

@@ -60,3 +60,29 @@ def test_node_latency_rows_and_targets(tmp_path):
     assert any(r.get('kind') == 'dds_probe' for r in rows)
     assert 'the `dds_probe` rows of the same file' in '\n'.join(lines)
     assert old and [report._node_target(r) for r in old] == ['-'] * len(old)
+
+
+def test_compact_sections(tmp_path):
+    """The engine matrix is one row per model@res with `batched / official` cells per object
+    count (its provenance one line per date, commit and command without the --only list);
+    the resize-alone rows are a section of their own; node rows from before run ids share one
+    provenance line."""
+    res = tmp_path / 'results'
+    shutil.copytree(report.RESULTS, res)
+    rows = json.loads((res / 'h200.json').read_text())
+    base = dict(rows[0], model='tiny', res=768, date='2099-01-01 00:00 UTC', commit='abc1234',
+                run='r9', command='python -m sam2_ros.bench.cli --only a;b --frames 30')
+    rows += [dict(base, objects=1, variant='ours_graph_batched', ms_p50=1.234),
+             dict(base, objects=1, variant='official_eager', ms_p50=9.876),
+             dict(base, objects=3, variant='ours_eager', ms_p50=5.0)]      # not shown
+    (res / 'h200.json').write_text(json.dumps(rows))
+    lines = report.engine_matrix(str(res))
+    assert '| tiny@768 | 1.23 / 9.88 | - | - | abc1234 |' in lines
+    assert ('- 2099-01-01, commit abc1234, NVIDIA H200 (2 results): '
+            '`python -m sam2_ros.bench.cli --only <rows> --frames 30`') in lines
+    pre = report.preprocess(report.RESULTS)
+    assert pre[2].startswith('| source -> S | exact_eager |')
+    assert any(s.startswith('| 1280x720 -> 512 | ') for s in pre)
+    assert not any('-> 512 |' in s for s in report.image_mode(report.RESULTS))
+    node = report.node_latency(report.RESULTS)
+    assert sum('rows from before runs had ids' in s for s in node) == 1

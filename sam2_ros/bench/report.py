@@ -86,24 +86,46 @@ def engine_current(results: str) -> List[str]:
          'x official_eager (same run)', 'capture s'], body)
 
 
+def _prov_runs(rows: List[dict]) -> List[str]:
+    """Like _prov, but one line per date, commit and command with its ``--only`` list left
+    out (the matrix script calls the bench once per group of rows; each row's full command
+    is in the file)."""
+    seen: Dict[tuple, int] = {}
+    for r in rows:
+        cmd = r.get('command') and re.sub(r'--only \S+', '--only <rows>', r['command'])
+        k = (r.get('date') and r['date'][:10], r.get('commit'), r.get('gpu'), cmd)
+        seen[k] = seen.get(k, 0) + 1
+    return [f"- {_f(d)}, commit {_f(c)}, {_f(g)} ({n} result{'s' if n > 1 else ''}): `{_f(cmd)}`"
+            for (d, c, g, cmd), n in sorted(seen.items(), key=lambda kv: str(kv[0][:2]),
+                                            reverse=True)]
+
+
+MATRIX_OBJECTS = (1, 3, 10)
+
+
 def engine_matrix(results: str) -> List[str]:
-    """Every model, resolution and object count: ms p50 per frame, newest row per key."""
+    """Every model, resolution and object count, newest row per key: ms p50 per frame of the
+    default configuration (``ours_graph_batched``) and of ``official_eager``, one cell per
+    object count. ``ours_eager`` and ``ours_graph`` of the same keys stay in the file."""
     rows = _load('h200.json', results)
-    cols = ['official_eager', 'ours_eager', 'ours_graph', 'ours_graph_batched']
-    by: Dict[tuple, Dict[str, dict]] = {}
+    cols = ('ours_graph_batched', 'official_eager')
+    by: Dict[tuple, Dict[tuple, dict]] = {}
     for r in rows:
         if r['variant'] in cols:
-            by.setdefault((MODELS.get(r['model'], 9), r['model'], r['res'], r['objects']),
-                          {})[r['variant']] = r
+            by.setdefault((MODELS.get(r['model'], 9), r['model'], r['res']),
+                          {})[(r['objects'], r['variant'])] = r
     body = []
     for k in sorted(by):
         cells = by[k]
         commits = sorted({str(c.get('commit')) for c in cells.values()})
-        body.append([f'{k[1]}@{k[2]}', k[3]] + [_f(cells[c]['ms_p50']) if c in cells else '-'
-                                               for c in cols] + [', '.join(commits)])
+        body.append([f'{k[1]}@{k[2]}'] + [' / '.join(
+            _f(cells[(n, v)]['ms_p50']) if (n, v) in cells else '-' for v in cols)
+            if any((n, v) in cells for v in cols) else '-'
+            for n in MATRIX_OBJECTS] + [', '.join(commits)])
     used = [r for r in rows if r['variant'] in cols]
-    return _prov(used) + [''] + _table(['model', 'objects'] + [f'{c} ms' for c in cols]
-                                       + ['commit'], body)
+    return _prov_runs(used) + [''] + _table(
+        ['model'] + [f"{n} object{'s' if n > 1 else ''}" for n in MATRIX_OBJECTS]
+        + ['commit'], body)
 
 
 def interaction(results: str) -> List[str]:
@@ -144,7 +166,14 @@ def _node_prov(rows: List[dict]) -> List[str]:
            f"run {run}: {len(g)} rows of `scripts/gpu/gpu_node_latency.sh` (each row's "
            f"`python -m sam2_ros.bench.node_latency ...` command is in the file)"
            for run, g in runs.items()]
-    return out + _prov([r for r in rows if not r.get('run')])
+    old = [r for r in rows if not r.get('run')]
+    if not old:
+        return out
+    cmds = sorted({str(r.get('command')) for r in old})
+    common = os.path.commonprefix(cmds).rsplit(' --', 1)[0] if len(cmds) > 1 else cmds[0]
+    dates = sorted({_f(r.get('date') and r['date'][:10]) for r in old})
+    return out + [f"- {', '.join(dates)}, {_f(old[0].get('gpu'))}: {len(old)} rows from before "
+                  f"runs had ids, `{common} ...` (each row's command and commit are in the file)"]
 
 
 def node_latency(results: str) -> List[str]:
@@ -234,50 +263,118 @@ def drift(results: str) -> List[str]:
          'min mask IoU', 'mean mask IoU', 'max score diff'], body)
 
 
-def image_mode(results: str) -> List[str]:
-    """Image mode against SAM (``h200_image.json``, ``python -m sam2_ros.bench.image_mode``):
-    the newest run's rows, the ratios the blog's claim is about, and the resize-alone rows.
-    Until that file exists, a one-row table saying so."""
-    from sam2_ros.bench import image_mode as im
+def _image_run(results: str) -> Optional[List[dict]]:
+    """The newest run's rows of ``h200_image.json``; None until that file exists."""
     if not os.path.exists(os.path.join(results, 'h200_image.json')):
-        return _table(['results'], [['not measured yet: `scripts/gpu/gpu_image_mode.sh` '
-                                     'writes `h200_image.json`']])
+        return None
     rows = [r for r in _load('h200_image.json', results) if r.get('run')]
     run = max(rows, key=lambda r: (str(r.get('date')), r['run']))['run']
-    rows = [r for r in rows if r['run'] == run]
-    out = _prov(rows[:1]) + [''] + im.table(rows) + [''] + _image_ratios(rows)
-    pre = [r for r in rows if r['variant'].startswith('preprocess')]
-    if pre:
-        out += ['', 'The frame resize alone (`--preprocess`: [H, W, 3] uint8 on the GPU -> '
-                '[1, 3, S, S]; `exact` is ours, `interpolate` the float approximation it '
-                'replaced), ms per frame over 200 frames:', ''] + im.preprocess_table(pre)
-    return out
+    return [r for r in rows if r['run'] == run]
+
+
+_NOT_YET = ['| results |', '|---|', '| not measured yet: `scripts/gpu/gpu_image_mode.sh` '
+            'writes `h200_image.json` |']
+
+
+def image_mode(results: str) -> List[str]:
+    """Image mode against SAM (``h200_image.json``, ``python -m sam2_ros.bench.image_mode``):
+    the newest run, one row per variant and model with p50 / p99 per precision and prompt
+    count (GPU kernel and decoder times stay in the file), then the ratios the blog's claim
+    is about. Until that file exists, a one-row table saying so."""
+    rows = _image_run(results)
+    if rows is None:
+        return list(_NOT_YET)
+    return _prov(rows[:1]) + [''] + _image_table(rows) + [''] + _image_ratios(rows)
+
+
+def _box(n: int) -> str:
+    return f"{n} box{'es' if n != 1 else ''}"
+
+
+def _image_table(rows: List[dict]) -> List[str]:
+    """One row per variant and model: p50 / p99 per (precision, prompts), then the encoder
+    time and peak memory of the first (precision, prompts) and the memory-module calls per
+    prompt count."""
+    from sam2_ros.bench import image_mode as im
+    rows = [r for r in rows if not r['variant'].startswith('preprocess')]
+    keys = sorted({(r['precision'], r['prompts']) for r in rows})
+    if not keys:
+        return []
+    first = keys[0]
+    by: Dict[tuple, Dict[tuple, dict]] = {}
+    for r in rows:
+        by.setdefault((r['variant'], r['model']), {})[(r['precision'], r['prompts'])] = r
+
+    def order(vm):
+        v, m = vm
+        return (im.VARIANTS.index(v) if v in im.VARIANTS else 9, im.ORDER.get(m, 9))
+
+    def cell(r):
+        if r is None:
+            return '-'
+        return 'failed' if r.get('error') else f"{_f(r['ms_p50'])} / {_f(r['ms_p99'])}"
+
+    body = []
+    for vm in sorted(by, key=order):
+        cells = by[vm]
+        r0 = cells.get(first) or {}
+        calls = []
+        for n in sorted({k[1] for k in cells}):
+            r = next((cells[k] for k in keys if k[1] == n and k in cells), {})
+            a, e = r.get('memory_attention_calls'), r.get('memory_encoder_calls')
+            calls.append('-' if a is None else f'{a} / {e}')
+        body.append(list(vm) + [cell(cells.get(k)) for k in keys] + [
+            _f(r0.get('encoder_ms_p50')), _f(r0.get('peak_mib'), 0),
+            '; '.join(calls) if any(c != '-' for c in calls) else '-'])
+    return _table(['variant', 'model'] + [f'{p}, {_box(n)}: ms p50 / p99' for p, n in keys] + [
+        f'encoder ms ({first[0]}, {_box(first[1])})', f'peak MiB ({first[0]})',
+        'memory attention / encoder calls (' + '; '.join(
+            _box(n) for n in sorted({k[1] for k in keys})) + ')'], body)
+
+
+def preprocess(results: str) -> List[str]:
+    """The frame resize alone (``image_mode --preprocess`` rows of the newest image-mode
+    run): per source size and model input size, ms per frame (GPU kernel ms) per method."""
+    rows = _image_run(results)
+    pre = [r for r in rows or [] if r['variant'].startswith('preprocess')]
+    if not pre:
+        return list(_NOT_YET)
+    methods = list(dict.fromkeys(r['variant'][len('preprocess_'):] for r in pre))
+    by: Dict[str, Dict[str, dict]] = {}
+    for r in pre:
+        by.setdefault(f"{r['model']} -> {r['res']}", {})[r['variant'][len('preprocess_'):]] = r
+    body = [[k] + [f"{_f(c[m]['ms_p50'], 3)} ({_f(c[m]['gpu_kernel_ms'], 3)})" if m in c
+                   else '-' for m in methods] for k, c in by.items()]
+    return _prov(pre[:1]) + [''] + _table(['source -> S'] + methods, body)
 
 
 def _image_ratios(rows: List[dict]) -> List[str]:
-    """Per precision and prompt count: SAM 2.1 (sam2's image predictor, and ours) per-image
-    p50 over SAM's of comparable size (tiny and small vs ViT-B, base_plus vs ViT-L, large
-    vs ViT-H; all against ViT-B as well)."""
+    """Per precision and prompt count: SAM 2.1 per-image p50 over SAM's of comparable size
+    (tiny and small vs ViT-B, base_plus vs ViT-L, large vs ViT-H), each cell through sam2's
+    image predictor / through ours ('-' where a row is missing)."""
     ms = {(r['variant'], r['model'], r['precision'], r['prompts']): r['ms_p50'] for r in rows
           if not r.get('error') and r.get('ms_p50') and not r['variant'].startswith('pre')}
     pairs = [('tiny', 'vit_b'), ('small', 'vit_b'), ('base_plus', 'vit_l'), ('large', 'vit_h')]
     body = []
     for prec, n in sorted({(k[2], k[3]) for k in ms}):
-        for fam in ('sam2_predictor', 'ours'):
-            cells = []
-            for m, s in pairs:
-                a, b = ms.get((fam, m, prec, n)), ms.get(('sam', s, prec, n))
-                cells.append(f'{a / b:.2f}' if a and b else '-')
-            body.append([prec, n, fam] + cells)
-    return ['Per-image time (p50) over SAM\'s (below 1: faster than SAM):', ''] + _table(
-        ['precision', 'prompts', 'SAM 2.1 via', 'tiny / ViT-B', 'small / ViT-B',
-         'base_plus / ViT-L', 'large / ViT-H'], body)
+        cells = []
+        for m, sam in pairs:
+            b = ms.get(('sam', sam, prec, n))
+            got = [ms.get((fam, m, prec, n)) for fam in ('sam2_predictor', 'ours')]
+            cells.append('-' if not b or not any(got) else ' / '.join(
+                f'{a / b:.2f}' if a else '-' for a in got))
+        body.append([prec, n] + cells)
+    return ['Per-image time (p50) over SAM\'s, each cell `sam2_predictor` / `ours` (below 1: '
+            'faster than SAM):', ''] + _table(
+        ['precision', 'prompts', 'tiny / ViT-B', 'small / ViT-B', 'base_plus / ViT-L',
+         'large / ViT-H'], body)
 
 
 SECTIONS: Dict[str, Callable[[str], List[str]]] = {
     'engine-current': engine_current, 'engine-matrix': engine_matrix,
     'interaction': interaction, 'node-latency': node_latency, 'soak': soak,
-    'equivalence': equivalence, 'drift': drift, 'image-mode': image_mode}
+    'equivalence': equivalence, 'drift': drift, 'image-mode': image_mode,
+    'preprocess': preprocess}
 
 
 def render(doc: str, results: str = RESULTS) -> str:
