@@ -12,7 +12,9 @@ def test_one_start_from_a_checkpoint_file(tmp_path):
     startup.save_random_checkpoint('tiny', 64, ckpt)
     r = startup.child({'model': 'tiny', 'res': 64, 'device': 'cpu', 'checkpoint': ckpt,
                        'graph_mode': None, 't0': time.time()})
-    assert set(r) == {'import_s', 'configure_s', 'first_frame_s', 'total_s', 'graphs'}
+    assert set(r) == {'import_s', 'configure_s', 'capture_s', 'first_frame_s', 'total_s',
+                      'graphs', 'capture_phases_s'}
+    assert r['capture_s'] == 0.0 and r['capture_phases_s'] == {}     # the CPU captures nothing
     assert r['configure_s'] > 0 and r['first_frame_s'] > 0
     assert abs(r['total_s'] - (r['import_s'] + r['configure_s'] + r['first_frame_s'])) < 1e-6
 

@@ -42,6 +42,8 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument('--starts', type=int, default=2, help='fresh processes, one after another')
     p.add_argument('--checkpoint', default=None,
                    help='a SAM 2.1 checkpoint; default: a random model saved in that format')
+    p.add_argument('--warmup-iters', type=int, default=None,
+                   help='eager runs before each graph capture (default: graphs.WARMUP_ITERS)')
     p.add_argument('--out', default=None, help='results JSON (section "startup")')
     p.add_argument('--child', default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -60,6 +62,9 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
               checkpoint=spec['checkpoint'])
     if spec.get('graph_mode'):
         kw['graph_mode'] = spec['graph_mode']
+    if spec.get('warmup_iters') is not None:
+        from sam2_ros.engine import graphs
+        graphs.WARMUP_ITERS = int(spec['warmup_iters'])
     tracker = StreamingTracker(TrackerConfig(**kw))
     if torch.device(spec['device']).type == 'cuda':
         torch.cuda.synchronize()
@@ -69,10 +74,13 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
     res = tracker.add_prompt(Prompt(1, box=cam.boxes(0, 1)[0]))
     assert res.objects and res.objects[0].mask.shape == (720, 1280)
     t_first = time.time()
+    runner = tracker.runner
     return {'import_s': t_import - t0, 'configure_s': t_conf - t_import,
+            'capture_s': float(getattr(runner, 'capture_s', 0.0)),
             'first_frame_s': t_first - t_conf, 'total_s': t_first - t0,
-            'graphs': int(tracker.runner.n_graphs()) if hasattr(tracker.runner, 'n_graphs')
-            else 0}
+            'graphs': int(runner.n_graphs()) if hasattr(runner, 'n_graphs') else 0,
+            'capture_phases_s': {k: round(v, 2)
+                                 for k, v in getattr(runner, 'capture_phases', {}).items()}}
 
 
 def save_random_checkpoint(model: str, res: int, path: str) -> None:
@@ -87,7 +95,8 @@ def save_random_checkpoint(model: str, res: int, path: str) -> None:
 
 def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
     spec = {'model': args.model, 'res': args.res, 'device': args.device, 'checkpoint': ckpt,
-            'graph_mode': args.graph_mode, 't0': time.time()}
+            'graph_mode': args.graph_mode, 'warmup_iters': args.warmup_iters,
+            't0': time.time()}
     out = subprocess.run([sys.executable, '-m', 'sam2_ros.bench.startup', '--child',
                           json.dumps(spec)], capture_output=True, text=True, timeout=900)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{')]
@@ -125,10 +134,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             r = one_start(args, ckpt)
             rows.append({'model': args.model, 'res': args.res,
                          'graph_mode': args.graph_mode or 'default', 'start': start,
+                         'warmup_iters': args.warmup_iters or 'default',
                          **{k: round(v, 2) if isinstance(v, float) else v
                             for k, v in r.items()}, **prov})
             print(f"start {start}: import {r['import_s']:.2f} s, configure "
-                  f"{r['configure_s']:.2f} s, first frame {r['first_frame_s']:.2f} s, total "
+                  f"{r['configure_s']:.2f} s (capture {r['capture_s']:.2f} s: "
+                  f"{r['capture_phases_s']}), first frame {r['first_frame_s']:.2f} s, total "
                   f"{r['total_s']:.2f} s ({r['graphs']} graphs)", flush=True)
     if args.out:
         save_section(args.out, rows)

@@ -97,6 +97,7 @@ class GraphRunner(EagerRunner):
             log.warning('compile_mode=%s: padded_graphs off (frames after a prompt run '
                         'eagerly)', cfg.compile_mode)
         self.capture_s = 0.0
+        self.capture_phases: Dict[str, float] = {}
         self.steady_choice: Dict[Tuple[int, int], str] = {}   # buckets not on sam2's call
 
     # ---- capture ---------------------------------------------------------------------
@@ -104,18 +105,24 @@ class GraphRunner(EagerRunner):
                 features: encoder.Features) -> None:
         self.bank, self.maskmem_pos = bank, maskmem_pos
         t0 = time.perf_counter()
+        phase = self._phase_timer()
         try:
             self.pool = torch.cuda.graph_pool_handle()
             self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
             self._capture_encoder()
+            phase('encoder')
             for key in self._bucket_keys():
                 self.steps[key] = self._capture_step(*key, padded=False)
+                phase('steps')
                 if self.padded:
                     self.padded_steps[key] = self._capture_step(*key, padded=True)
+                    phase('padded_steps')
             if self.cfg.prompt_graphs:
                 self.prompts.capture()
+                phase('prompts')
             if self.cfg.steady_attention != 'sam2' and self.cfg.compile_mode is None:
                 self._choose_steady_graphs()
+                phase('steady_choice')
         except Exception as exc:  # noqa: BLE001 - any capture failure means eager
             self.enabled = False
             self.steps.clear()
@@ -126,9 +133,22 @@ class GraphRunner(EagerRunner):
         if self.enabled and self.cfg.io_resolution:
             self.graph_io.prepare(*self.cfg.io_resolution)
         torch.cuda.synchronize()
+        phase('io')
         self.capture_s = time.perf_counter() - t0
-        log.info('captured %d CUDA graphs in %.2f s', self.n_graphs(),
-                 self.capture_s)
+        log.info('captured %d CUDA graphs in %.2f s (%s)', self.n_graphs(), self.capture_s,
+                 ', '.join(f'{k} {v:.2f} s' for k, v in self.capture_phases.items()))
+
+    def _phase_timer(self) -> Callable[[str], None]:
+        """phase(name) adds the seconds since the previous call to capture_phases[name]: where
+        configure's capture time goes (the start-up benchmark reports it)."""
+        last = [time.perf_counter()]
+
+        def phase(name: str) -> None:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            self.capture_phases[name] = self.capture_phases.get(name, 0.0) + now - last[0]
+            last[0] = now
+        return phase
 
     def _choose_steady_graphs(self) -> None:
         """Steady-state objects replay the exact bucket with sam2's attention call (cuDNN by
