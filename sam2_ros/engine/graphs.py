@@ -60,7 +60,10 @@ from sam2_ros.engine.memory import MemoryBank, Selection
 from sam2_ros.engine.model import compiled_copy
 
 log = logging.getLogger(__name__)
-WARMUP_ITERS = 3
+# Eager runs of a function before its capture (lazy initialisation: cuBLAS/cuDNN handles and
+# plans, sam2's RoPE tables). One suffices (graphs equal eager on the GPU tests) and saved 1.5
+# s of configure at tiny@512 against three (54 graphs; bench.startup --warmup-iters, H200).
+WARMUP_ITERS = 1
 AUTO_MARGIN = 0.05      # steady_attention='auto' takes flash only when this much faster
 
 
@@ -155,28 +158,42 @@ class GraphRunner(EagerRunner):
         default), the padded one with every slot valid (FlashAttention's variable-length
         kernel), or the exact bucket captured with split-KV memory attention
         (``attention.split_kv``). 'flash' / 'split' force one; 'auto' times the candidates of
-        each bucket now and leaves sam2's call only for one at least AUTO_MARGIN faster
-        (kernel speed depends on model, resolution and batch; a near tie keeps sam2's)."""
+        each batch size on its smallest conditioning bucket and leaves sam2's call only for
+        one at least AUTO_MARGIN faster (kernel speed depends on model, resolution and batch;
+        a near tie keeps sam2's). The choice holds for that batch size's other buckets, which
+        differ from it by one spatial memory per conditioning frame: timing and capturing
+        every candidate of every bucket took most of configure at large@1024."""
         mode = self.cfg.steady_attention
-        for key in list(self.steps):
-            options = {'sam2': self.steps[key]}
-            if mode in ('auto', 'flash') and self.padded:
-                options['flash'] = self.padded_steps[key]
-            if mode in ('auto', 'split'):
-                try:
-                    options['split'] = self._capture_step(*key, padded=False, split=True)
-                except Exception as exc:  # noqa: BLE001 - sam2's call stays
-                    log.warning('split-KV capture of bucket %s failed: %r', key, exc)
-            if mode == 'auto':
+        choice_of_batch: Dict[int, str] = {}
+        for key in sorted(self.steps, key=lambda k: (k[0], k[1])):
+            batch = key[0]
+            if mode == 'auto' and batch not in choice_of_batch:
+                options = self._steady_options(key, ('flash', 'split'))
                 times = {name: self._replay_s(cap) for name, cap in options.items()}
                 best = min(times, key=times.get)
                 choice = best if times[best] < (1 - AUTO_MARGIN) * times['sam2'] else 'sam2'
+                choice_of_batch[batch] = choice
             else:
-                choice = mode if mode in options else 'sam2'
+                wanted = choice_of_batch.get(batch, mode)
+                options = self._steady_options(key, (wanted,))
+                choice = wanted if wanted in options else 'sam2'
             self.steps[key] = options[choice]
             if choice != 'sam2':
                 self.steady_choice[key] = choice
         log.info('steady-state attention per (batch, cond) bucket: %s', self.steady_choice)
+
+    def _steady_options(self, key: Tuple[int, int], names) -> Dict[str, _Captured]:
+        """sam2's exact graph of ``key`` and the candidates among ``names`` that exist:
+        'flash' (the padded graph, when padded graphs are on), 'split' (captured now)."""
+        options = {'sam2': self.steps[key]}
+        if 'flash' in names and self.padded:
+            options['flash'] = self.padded_steps[key]
+        if 'split' in names:
+            try:
+                options['split'] = self._capture_step(*key, padded=False, split=True)
+            except Exception as exc:  # noqa: BLE001 - sam2's call stays
+                log.warning('split-KV capture of bucket %s failed: %r', key, exc)
+        return options
 
     @staticmethod
     def _replay_s(cap: _Captured, n: int = 5) -> float:
