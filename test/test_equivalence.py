@@ -16,6 +16,7 @@ match it; fill_hole_area=0 must match an install without the extension.
 import pytest
 import torch
 
+from conftest import shared_model
 from reference import drive, emulate_sam2_C
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
@@ -28,10 +29,13 @@ TOL = 1e-4
 @pytest.mark.filterwarnings("ignore:cannot import name '_C':UserWarning")   # sam2 without _C
 @pytest.mark.parametrize('corrections_as_cond,fill', [(True, 8), (False, 8), (True, 0)])
 def test_stream_equals_official_predictor(corrections_as_cond, fill, monkeypatch):
-    cfg = TrackerConfig(model_size='tiny', image_size=256, device='cpu', precision='fp32',
+    # image_size 128 (8x8 memory maps, 32x32 low-res masks): the comparison is size-agnostic
+    # and this is a quarter of the pixels of 256; the model, read only by both sides, is the
+    # session's (conftest.shared_model) for this corrections_as_cond
+    cfg = TrackerConfig(model_size='tiny', image_size=128, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False,
                         corrections_as_cond=corrections_as_cond, fill_hole_area=fill)
-    tracker = StreamingTracker(cfg)
+    tracker = StreamingTracker(cfg, model=shared_model(128, corrections_as_cond))
     assert tracker.model.fill_hole_area == 8          # build_sam2_video_predictor's setting
     holes = []
     if fill:

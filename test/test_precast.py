@@ -36,16 +36,30 @@ def _run(precast: bool):
     return tr, logits
 
 
-def test_precast_bitwise_equal_to_per_call_casts():
-    ref, ref_logits = _run(precast=False)
-    fast, fast_logits = _run(precast=True)
+@pytest.fixture(scope='module')
+def runs():
+    """The stream of ``_run`` once per path for the module (bf16 on the CPU is slow: the two
+    tests below used to run it twice each): {precast: (tracker, logits, bank at the end)}."""
+    out = {}
+    for flag in (False, True):
+        tr, logits = _run(precast=flag)
+        bank = {name: getattr(tr.bank, name).clone() for name in BANK}
+        out[flag] = (tr, logits, bank)
+    return out
+
+
+BANK = ('feats', 'ptrs', 'logits', 'scores')
+
+
+def test_precast_bitwise_equal_to_per_call_casts(runs):
+    (_, ref_logits, ref_bank), (_, fast_logits, fast_bank) = runs[False], runs[True]
     assert len(ref_logits) == N
     for f, (a, b) in enumerate(zip(ref_logits, fast_logits)):
         assert a.keys() == b.keys(), f
         for obj_id in a:
             assert torch.equal(a[obj_id], b[obj_id]), (f, obj_id)
-    for name in ('feats', 'ptrs', 'logits', 'scores'):
-        assert torch.equal(getattr(ref.bank, name), getattr(fast.bank, name)), name
+    for name in BANK:
+        assert torch.equal(ref_bank[name], fast_bank[name]), name
 
 
 def test_precast_leaves_the_callers_model_alone_and_shares_the_rest():
@@ -80,17 +94,18 @@ def test_precast_in_place_for_a_model_the_tracker_builds():
                if isinstance(m, torch.nn.Linear))
 
 
-def _casts_per_frame(precast: bool) -> int:
-    tr, _ = _run(precast)
+def _casts_per_frame(tr) -> int:
+    """Cast kernels of one more frame on a tracker that ran ``_run``'s stream."""
     fr = synthetic_frames(N + 1, H, W)[-1]
     with profile() as prof:
         tr.track(fr)
     return sum(e.count for e in prof.key_averages() if e.key == 'aten::_to_copy')
 
 
-def test_precast_removes_the_weight_casts():
+def test_precast_removes_the_weight_casts(runs):
     """The point of the fast path: fewer cast kernels per frame (2 objects tracked)."""
-    ref, fast = _casts_per_frame(False), _casts_per_frame(True)
+    assert [len(runs[p][0].object_ids) for p in (False, True)] == [2, 2]
+    ref, fast = _casts_per_frame(runs[False][0]), _casts_per_frame(runs[True][0])
     assert fast < ref * 0.6, (fast, ref)
 
 

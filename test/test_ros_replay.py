@@ -84,17 +84,23 @@ def reference():
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.tracker import StreamingTracker
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as the node (OMP_NUM_THREADS=2): same reduction order
-    keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
-            'use_cuda_graphs')
-    tr = StreamingTracker(TrackerConfig(max_objects=2, **{k: TEST_PARAMS[k] for k in keys}))
-    out = {}
-    for i, f in enumerate(frames(N, seed=11)):
-        if i == 0:
-            tr.queue_prompt(Prompt(1, box=BOX1))
-        if i == 2:
-            tr.queue_prompt(Prompt(2, points=np.array(PTS2, np.float32), labels=np.array([1])))
-        out[stamp(i)] = tr.track(f).label_mask()
+    try:
+        keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
+                'use_cuda_graphs')
+        tr = StreamingTracker(TrackerConfig(max_objects=2,
+                                            **{k: TEST_PARAMS[k] for k in keys}))
+        out = {}
+        for i, f in enumerate(frames(N, seed=11)):
+            if i == 0:
+                tr.queue_prompt(Prompt(1, box=BOX1))
+            if i == 2:
+                tr.queue_prompt(Prompt(2, points=np.array(PTS2, np.float32),
+                                       labels=np.array([1])))
+            out[stamp(i)] = tr.track(f).label_mask()
+    finally:
+        torch.set_num_threads(threads)   # the worker's other tests: one thread (conftest)
     return out
 
 
