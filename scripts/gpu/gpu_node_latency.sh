@@ -2,6 +2,7 @@
 # End-to-end node latency on the GPU machine at 60 Hz, ONE device command per machine kind:
 #   bash scripts/gpu/gpu_node_latency.sh          # nvidia-h200: the 1-GPU matrix (<= 9 min)
 #   bash scripts/gpu/gpu_node_latency.sh 2gpu     # nvidia-h200-x2: two cameras, one GPU each
+#   bash scripts/gpu/gpu_node_latency.sh pipeline # pipelined vs serial node, 3 and 8 objects
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
 # a tracked object every 2 s, process_every_frame (nothing dropped: a slow node shows as
 # latency and deadline misses). 1-GPU matrix: 1/3/8 objects with the overlay subscribed and
@@ -50,7 +51,12 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
   grep -E "^camera|image published -> mask" "$W/$name.log"
 }
 
-if [ "$MODE" = 2gpu ]; then
+if [ "$MODE" = pipeline ]; then   # pipelined against serial node at 3 and 8 objects
+  for n in 3 8; do
+    run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
+    run "shm_${n}obj_overlay_serial" --objects "$n" --transport shm --overlay --no-pipeline
+  done
+elif [ "$MODE" = 2gpu ]; then
   for n in 1 3 8; do
     run "cams2_2gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D1"
   done
