@@ -1,4 +1,4 @@
-"""Render the tables of docs/performance.md and docs/reliability.md from benchmarks/results/*.json.
+"""Render the tables of docs/performance.md, reliability.md and image_mode.md from the results.
 
     python -m sam2_ros.bench.report            # rewrite the marked sections in place
     python -m sam2_ros.bench.report --check    # exit 1 if a doc is not what the files give
@@ -22,8 +22,10 @@ from typing import Callable, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
 DOC = os.path.join(ROOT, 'docs', 'performance.md')
-# every doc with marked sections (soak, equivalence and drift live in reliability.md)
-DOCS = (DOC, os.path.join(ROOT, 'docs', 'reliability.md'))
+# every doc with marked sections (soak, equivalence and drift live in reliability.md, image
+# mode in image_mode.md)
+DOCS = (DOC, os.path.join(ROOT, 'docs', 'reliability.md'),
+        os.path.join(ROOT, 'docs', 'image_mode.md'))
 MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
 
 
