@@ -1,5 +1,5 @@
 """The node end to end: real rclpy, the node in a subprocess (python -m sam2_ros.ros.node), a
-client node here. Tiny frames (160x120) and image_size 256 keep the CPU cost to seconds.
+client node here. Tiny frames (160x120) and image_size 64 keep the CPU cost to seconds.
 
 The scenario test compares every published mask and state with a StreamingTracker run in this
 process on the same frames and prompts (same config and seed: CPU fp32 is deterministic)."""
