@@ -77,6 +77,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
     ap.add_argument('--pipeline', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's pipeline parameter (default: the YAML's)")
+    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's tune_malloc parameter (default: the YAML's), also applied "
+                         'to this receiving process (sam2_ros/ros/malloc.py)')
     ap.add_argument('--corrections-every', type=float, default=0.0,
                     help='seconds between clicks on a tracked object (0: none)')
     ap.add_argument('--cameras', type=int, default=1,
@@ -298,6 +301,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for ns, dev in zip(namespaces, args.devices):
             log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
             nodes.append(NodeProcess(args, env, workdir, log, ns=ns, device=dev))
+        if args.tune_malloc is not False:       # as the node (its YAML default is on)
+            from sam2_ros.ros.malloc import keep_large_buffers
+            keep_large_buffers()
         client = Client(domain, overlay=args.overlay, namespaces=namespaces)
         t0 = time.monotonic()
         while not client.connected():
@@ -332,8 +338,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             'command': command, 'domain_id': domain, 'host': host, 'date': report.today(),
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
-                'graph_mode', 'pipeline', 'devices', 'precision', 'cuda_graphs', 'overlay',
-                'transport', 'corrections_every')},
+                'graph_mode', 'pipeline', 'tune_malloc', 'devices', 'precision', 'cuda_graphs',
+                'overlay', 'transport', 'corrections_every')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': cameras,
             'shm_segments_mapped': segs,

@@ -100,7 +100,8 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         'overlay' if a['overlay'] else 'nooverlay',
         f"corr{a['corrections_every']:g}" if a['corrections_every'] else 'nocorr',
         str(cam['node_params'].get('graph_mode')),
-        'yaml' if pipe is None else ('pipeline' if pipe else 'serial')])
+        'yaml' if pipe is None else ('pipeline' if pipe else 'serial')]
+        + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -114,6 +115,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'camera_hz': a['rate'], 'width': a['width'], 'height': a['height'],
             'cameras': len(a['devices']), 'camera': cam['index'], 'device': cam['device'],
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
+            'tune_malloc': p.get('tune_malloc', True),
             'transport': a['transport'], 'overlay': a['overlay'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),

@@ -24,7 +24,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import conversions as conv
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import node_cli, params
+from sam2_ros.ros import malloc, node_cli, params
 from sam2_ros.ros.log_filter import RepeatFilter
 from sam2_ros.ros.node_cli import check_device, input_topic  # noqa: F401 (public names)
 from sam2_ros.ros.node_diagnostics import DiagnosticsMixin
@@ -98,6 +98,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             if typos:
                 raise ValueError(f'unknown parameter {", ".join(typos)}')
             self.cfg, self.opts = params.read(self)
+            self._tune_malloc()
             check_device(self.cfg.device)
             conv.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.engine.tracker import StreamingTracker
@@ -253,6 +254,15 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             import torch
 
             torch.cuda.empty_cache()
+
+    def _tune_malloc(self) -> None:
+        """Large message buffers reused (``sam2_ros/ros/malloc.py``), once, before the image
+        subscription exists; a warning where the C library cannot do it."""
+        if self.opts.tune_malloc and not getattr(self, '_malloc_tuned', False):
+            self._malloc_tuned = malloc.keep_large_buffers()
+            if not self._malloc_tuned:
+                self.get_logger().warning('tune_malloc: not glibc or mallopt refused; large '
+                                          'images take longer to receive')
 
     def _image_qos(self) -> QoSProfile:
         o = self.opts

@@ -48,6 +48,10 @@ class NodeOptions:
     # frame, the overlay by a third one (newest only: it never delays a mask). False: the
     # worker publishes everything before the next frame (the serial reference).
     pipeline: bool = True
+    # Raise glibc's mmap/trim thresholds so multi-megabyte message buffers (each incoming
+    # image) are reused instead of page-faulted in anew for every message
+    # (sam2_ros/ros/malloc.py; process-wide, set at configure, not undone).
+    tune_malloc: bool = True
     # No frame for this long -> diagnostics WARN 'no frames'.
     stale_timeout_s: float = 2.0
     diagnostics_period_s: float = 1.0
@@ -178,6 +182,9 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('publish_overlay', N, 'publish_overlay', 'bool', 'publish ~/overlay (rgb8)'),
     ParamSpec('pipeline', N, 'pipeline', 'bool',
               'publish on threads of their own while the next frame is tracked (false: serial)'),
+    ParamSpec('tune_malloc', N, 'tune_malloc', 'bool',
+              'reuse large message buffers (glibc mmap/trim thresholds; process-wide, set at '
+              'configure, not undone)'),
     ParamSpec('stale_timeout_s', N, 'stale_timeout_s', 'float',
               'no frame for this long -> diagnostics WARN'),
     ParamSpec('diagnostics_period_s', N, 'diagnostics_period_s', 'float',

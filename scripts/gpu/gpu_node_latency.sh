@@ -3,6 +3,7 @@
 #   bash scripts/gpu/gpu_node_latency.sh          # nvidia-h200: the 1-GPU matrix (<= 9 min)
 #   bash scripts/gpu/gpu_node_latency.sh 2gpu     # nvidia-h200-x2: two cameras, one GPU each
 #   bash scripts/gpu/gpu_node_latency.sh pipeline # pipelined vs serial node, 3 and 8 objects
+#   bash scripts/gpu/gpu_node_latency.sh malloc   # tune_malloc on vs off, 1 and 3 objects
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
 # a tracked object every 2 s, process_every_frame (nothing dropped: a slow node shows as
 # latency and deadline misses). 1-GPU matrix: 1/3/8 objects with the overlay subscribed and
@@ -51,7 +52,12 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
   grep -E "^camera|image published -> mask" "$W/$name.log"
 }
 
-if [ "$MODE" = pipeline ]; then   # pipelined against serial node at 3 and 8 objects
+if [ "$MODE" = malloc ]; then   # tune_malloc on (default) against off, 1 and 3 objects
+  for n in 1 3; do
+    run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
+    run "shm_${n}obj_overlay_nomalloc" --objects "$n" --transport shm --overlay --no-tune-malloc
+  done
+elif [ "$MODE" = pipeline ]; then   # pipelined against serial node at 3 and 8 objects
   for n in 3 8; do
     run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
     run "shm_${n}obj_overlay_serial" --objects "$n" --transport shm --overlay --no-pipeline
