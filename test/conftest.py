@@ -166,6 +166,27 @@ def assert_unchanged(tracker, snap, slots=None):
         assert np.array_equal(now['arrays'][k][sel], a[sel]), f'bank.{k} changed'
 
 
+# Modules that take the longest (seconds of test time on CI's 2 cores, measured), run first:
+# under xdist --dist loadscope a module is a unit of work, and pytest-xdist by default queues the
+# modules with the most tests first, which left the one-test soak (85 s) for last, alone on one
+# worker while the other one idled. Heaviest first balances the two workers. Only the order
+# changes; every test still runs.
+HEAVY_MODULES = ('test_soak_cpu.py', 'test_graph_logic_cpu.py', 'test_precast.py',
+                 'test_equivalence.py', 'test_ros_node.py', 'test_bank.py', 'test_ros_replay.py',
+                 'test_node_latency_cpu.py', 'test_ros_pipeline_node.py',
+                 'test_dds_probe_cpu.py', 'test_ros_lifecycle_orders.py')
+
+
+def pytest_configure(config):
+    if hasattr(config.option, 'loadscopereorder'):   # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: others as found
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Record how many examples each hypothesis test ran (out/hypothesis_counts.json)."""
     if not HYPOTHESIS_COUNTS:

@@ -94,7 +94,9 @@ def test_detector_drives_tracker(tmp_path):
                    c.node.count_publishers('/sam2_tracker/objects') > 0, 60,
                    'the node to subscribe to detections and publish objects')
         assert setp.wait_for_service(timeout_sec=30)
-        assert 'detections: Detection2DArray on /detector/detections' in proc.log()
+        # under `ros2 launch` the node's log reaches the file a moment after its topics are
+        # up (failed once in a loaded run): the same line, waited for
+        proc.wait_log(r'detections: Detection2DArray on /detector/detections', 30)
 
         def diag(key):
             for d in reversed(c.snapshot(c.diags)):
