@@ -192,14 +192,16 @@ def node_latency(results: str) -> List[str]:
             f"{_f(r['camera_hz'], 0)} Hz {r['width']}x{r['height']}",
             f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
             _f(r.get('graph_mode')), _f(r.get('transport')), 'yes' if r.get('overlay') else 'no',
-            {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'), r.get('corrections', 0),
+            {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
+            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
             '-' if misses is None else f"{misses} / {r['frames']}", _node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
     out = _node_prov(rows) + [''] + _table(
         ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport',
-         'overlay subscribed', 'pipeline', 'corrections', 'image -> mask p50 / p99 ms',
+         'overlay subscribed', 'pipeline', 'tune_malloc', 'corrections',
+         'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
          'target', 'date, commit'], body)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),

@@ -1,0 +1,52 @@
+"""tune_malloc: glibc's thresholds are raised (sam2_ros/ros/malloc.py), and the node does it at
+configure only when its parameter is on."""
+
+import platform
+import types
+
+import pytest
+
+from sam2_ros.ros import malloc
+
+
+class FakeLibc:
+    def __init__(self, ok=1):
+        self.calls, self.ok = [], ok
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return self.ok
+
+    def gnu_get_libc_version(self):
+        return b'2.39'
+
+
+def test_thresholds_set(monkeypatch):
+    libc = FakeLibc()
+    monkeypatch.setattr(malloc, '_libc', lambda: libc)
+    assert malloc.keep_large_buffers() is True
+    assert libc.calls == [(malloc.M_MMAP_THRESHOLD, 32 << 20),
+                          (malloc.M_TRIM_THRESHOLD, 256 << 20)]
+
+
+def test_refused_or_not_glibc(monkeypatch):
+    monkeypatch.setattr(malloc, '_libc', lambda: FakeLibc(ok=0))
+    assert malloc.keep_large_buffers() is False
+    monkeypatch.setattr(malloc, '_libc', lambda: None)
+    assert malloc.keep_large_buffers() is False
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc-only')
+def test_real_glibc_accepts():
+    assert malloc.keep_large_buffers() is True
+
+
+@pytest.mark.parametrize('on', [True, False])
+def test_node_tunes_only_when_asked(monkeypatch, on):
+    from sam2_ros.ros.node import TrackerNode
+    calls = []
+    monkeypatch.setattr(malloc, 'keep_large_buffers', lambda: calls.append(1) or True)
+    fake = types.SimpleNamespace(opts=types.SimpleNamespace(tune_malloc=on))
+    TrackerNode._tune_malloc(fake)
+    TrackerNode._tune_malloc(fake)              # once per process
+    assert calls == ([1] if on else [])
