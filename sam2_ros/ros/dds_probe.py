@@ -1,7 +1,7 @@
 """DDS transport alone: camera-sized ``sensor_msgs/Image`` from one process to another.
 
     python -m sam2_ros.ros.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
-        [--profile config/fastdds_large_frames.xml] [--out out/dds_probe.json]
+        [--profile config/fastdds_large_frames.xml] [--tune-malloc] [--out out/dds_probe.json]
 
 Last, a new writer sends one small image and times its acknowledgement (``small_ack_ms``:
 what the node waits at cleanup for its last state; ``--frames 0`` measures only that).
@@ -166,8 +166,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument('--frames', type=int, default=300)
     ap.add_argument('--profile', default=None, help='Fast DDS XML profile for both processes')
     ap.add_argument('--out', default=None, help='JSON file for summary and per-frame latencies')
+    ap.add_argument('--tune-malloc', action='store_true',
+                    help="raise glibc's mmap/trim thresholds in both processes, as the node's "
+                         'tune_malloc does (sam2_ros/ros/malloc.py)')
     ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.tune_malloc:
+        from sam2_ros.ros.malloc import keep_large_buffers
+        keep_large_buffers()
     if args.role == 'sub':
         print(json.dumps(subscriber(args.frames, args.frames / args.rate + 40.0)), flush=True)
         return 0
@@ -177,7 +183,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.environ['ROS_DOMAIN_ID'] = str(domain)
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     sub = subprocess.Popen([sys.executable, '-m', 'sam2_ros.ros.dds_probe', '--role', 'sub',
-                            '--frames', str(args.frames), '--rate', str(args.rate)],
+                            '--frames', str(args.frames), '--rate', str(args.rate)]
+                           + (['--tune-malloc'] if args.tune_malloc else []),
                            stdout=subprocess.PIPE, text=True)
     try:
         assert sub.stdout is not None and sub.stdout.readline().strip() == 'ready'
@@ -196,6 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary['shm_frame_segments'] = sum(1 for g in segs
                                         if g['bytes'] >= args.width * args.height * 3)
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
+                    'tune_malloc': args.tune_malloc,
                     **{k: os.environ.get(k) for k in (
                         'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',
                         'ROS_AUTOMATIC_DISCOVERY_RANGE', 'RMW_IMPLEMENTATION')}})
