@@ -78,8 +78,8 @@ class TrackerConfig:
     # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
     # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in
     # parallel and merged by log-sum-exp, for calls too small to fill the GPU), 'auto' (all
-    # timed at capture per bucket; sam2's call is left only for one >= 5% faster). Not with
-    # compile_mode.
+    # timed at capture, once per batch size; sam2's call is left only for one >= 5% faster).
+    # Not with compile_mode.
     steady_attention: str = 'auto'
     # Prompted steps as CUDA graphs too (a new object, a correction click, a mask), one per
     # kind and point count in prompt_point_buckets (a click is 1 point, a box 2, a box and a
