@@ -8,16 +8,21 @@ a table can not drift from the data it claims to show: each section sits between
 ``<!-- report:NAME:begin -->`` and ``<!-- report:NAME:end -->`` and is rewritten whole. The
 prose around the sections is the doc's own. Each table states the date, commit, GPU and
 command of its rows (from the rows' provenance fields; '-' where a source recorded none).
+The image-mode sections are rendered by ``report_image.py``, the markdown pieces shared by
+both come from ``markdown.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 from typing import Callable, Dict, List, Optional
+
+from sam2_ros.bench.markdown import load as _load, prov as _prov, sig3 as _g, table as _table
+from sam2_ros.bench.report_image import image_mode, preprocess
+from sam2_ros.bench.results import fmt as _f
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
@@ -29,45 +34,6 @@ DOCS = (DOC, os.path.join(ROOT, 'docs', 'reliability.md'),
 MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
 
 
-def _load(name: str, results: str):
-    with open(os.path.join(results, name)) as f:
-        return json.load(f)
-
-
-def _f(v, nd: int = 2) -> str:
-    return '-' if v is None else f'{v:.{nd}f}' if isinstance(v, float) else str(v)
-
-
-def _g(v) -> str:
-    """Three significant digits: differences span 0 to 1e-2 and IoUs sit near 1."""
-    return '-' if v is None else '0' if v == 0 else f'{v:.3g}'
-
-
-def _table(head: List[str], rows: List[List]) -> List[str]:
-    return (['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-            + ['| ' + ' | '.join(str(c) for c in r) + ' |' for r in rows])
-
-
-def _prov(rows: List[dict]) -> List[str]:
-    """One line per distinct (date, commit, gpu, command) of ``rows``, newest first."""
-    seen: Dict[tuple, None] = {}
-    for r in rows:
-        seen[(r.get('date'), r.get('commit'), r.get('gpu'), r.get('command'))] = None
-    out = []
-    for date, commit, gpu, cmd in sorted(seen, key=lambda k: str(k[0]), reverse=True):
-        # the date only: a doc is read for what was measured, the minute is in the file
-        out.append(f'- {_f(date and date[:10])}, commit {_f(commit)}, {_f(gpu)}: '
-                   f'`{_short(cmd)}`')
-    return out
-
-
-def _short(cmd: Optional[str]) -> str:
-    """A bench command with its ``--only`` row list counted rather than spelled out (the
-    full command stays in the results file): the matrix's lists run to 30 rows."""
-    if cmd is None:
-        return '-'
-    return re.sub(r'--only (\S+)', lambda m: f"--only <{len(m.group(1).split(';'))} rows>"
-                  if m.group(1).count(';') > 5 else m.group(0), cmd)
 
 
 def engine_current(results: str) -> List[str]:
@@ -265,113 +231,6 @@ def drift(results: str) -> List[str]:
             f"{d['torch']}: `{d['command']}`", ''] + _table(
         ['precision', 'model', 'frames', 'frozen distance', 'max abs logit diff',
          'min mask IoU', 'mean mask IoU', 'max score diff'], body)
-
-
-def _image_run(results: str) -> Optional[List[dict]]:
-    """The newest run's rows of ``h200_image.json``; None until that file exists."""
-    if not os.path.exists(os.path.join(results, 'h200_image.json')):
-        return None
-    rows = [r for r in _load('h200_image.json', results) if r.get('run')]
-    run = max(rows, key=lambda r: (str(r.get('date')), r['run']))['run']
-    return [r for r in rows if r['run'] == run]
-
-
-_NOT_YET = ['| results |', '|---|', '| not measured yet: `scripts/gpu/gpu_image_mode.sh` '
-            'writes `h200_image.json` |']
-
-
-def image_mode(results: str) -> List[str]:
-    """Image mode against SAM (``h200_image.json``, ``python -m sam2_ros.bench.image_mode``):
-    the newest run, one row per variant and model with p50 / p99 per precision and prompt
-    count (GPU kernel and decoder times stay in the file), then the ratios the blog's claim
-    is about. Until that file exists, a one-row table saying so."""
-    rows = _image_run(results)
-    if rows is None:
-        return list(_NOT_YET)
-    return _prov(rows[:1]) + [''] + _image_table(rows) + [''] + _image_ratios(rows)
-
-
-def _box(n: int) -> str:
-    return f"{n} box{'es' if n != 1 else ''}"
-
-
-def _image_table(rows: List[dict]) -> List[str]:
-    """One row per variant and model: p50 / p99 per (precision, prompts), then the encoder
-    time and peak memory of the first (precision, prompts) and the memory-module calls per
-    prompt count."""
-    from sam2_ros.bench import image_mode as im
-    rows = [r for r in rows if not r['variant'].startswith('preprocess')]
-    keys = sorted({(r['precision'], r['prompts']) for r in rows})
-    if not keys:
-        return []
-    first = keys[0]
-    by: Dict[tuple, Dict[tuple, dict]] = {}
-    for r in rows:
-        by.setdefault((r['variant'], r['model']), {})[(r['precision'], r['prompts'])] = r
-
-    def order(vm):
-        v, m = vm
-        return (im.VARIANTS.index(v) if v in im.VARIANTS else 9, im.ORDER.get(m, 9))
-
-    def cell(r):
-        if r is None:
-            return '-'
-        return 'failed' if r.get('error') else f"{_f(r['ms_p50'])} / {_f(r['ms_p99'])}"
-
-    body = []
-    for vm in sorted(by, key=order):
-        cells = by[vm]
-        r0 = cells.get(first) or {}
-        calls = []
-        for n in sorted({k[1] for k in cells}):
-            r = next((cells[k] for k in keys if k[1] == n and k in cells), {})
-            a, e = r.get('memory_attention_calls'), r.get('memory_encoder_calls')
-            calls.append('-' if a is None else f'{a} / {e}')
-        body.append(list(vm) + [cell(cells.get(k)) for k in keys] + [
-            _f(r0.get('encoder_ms_p50')), _f(r0.get('peak_mib'), 0),
-            '; '.join(calls) if any(c != '-' for c in calls) else '-'])
-    return _table(['variant', 'model'] + [f'{p}, {_box(n)}: ms p50 / p99' for p, n in keys] + [
-        f'encoder ms ({first[0]}, {_box(first[1])})', f'peak MiB ({first[0]})',
-        'memory attention / encoder calls (' + '; '.join(
-            _box(n) for n in sorted({k[1] for k in keys})) + ')'], body)
-
-
-def preprocess(results: str) -> List[str]:
-    """The frame resize alone (``image_mode --preprocess`` rows of the newest image-mode
-    run): per source size and model input size, ms per frame (GPU kernel ms) per method."""
-    rows = _image_run(results)
-    pre = [r for r in rows or [] if r['variant'].startswith('preprocess')]
-    if not pre:
-        return list(_NOT_YET)
-    methods = list(dict.fromkeys(r['variant'][len('preprocess_'):] for r in pre))
-    by: Dict[str, Dict[str, dict]] = {}
-    for r in pre:
-        by.setdefault(f"{r['model']} -> {r['res']}", {})[r['variant'][len('preprocess_'):]] = r
-    body = [[k] + [f"{_f(c[m]['ms_p50'], 3)} ({_f(c[m]['gpu_kernel_ms'], 3)})" if m in c
-                   else '-' for m in methods] for k, c in by.items()]
-    return _prov(pre[:1]) + [''] + _table(['source -> S'] + methods, body)
-
-
-def _image_ratios(rows: List[dict]) -> List[str]:
-    """Per precision and prompt count: SAM 2.1 per-image p50 over SAM's of comparable size
-    (tiny and small vs ViT-B, base_plus vs ViT-L, large vs ViT-H), each cell through sam2's
-    image predictor / through ours ('-' where a row is missing)."""
-    ms = {(r['variant'], r['model'], r['precision'], r['prompts']): r['ms_p50'] for r in rows
-          if not r.get('error') and r.get('ms_p50') and not r['variant'].startswith('pre')}
-    pairs = [('tiny', 'vit_b'), ('small', 'vit_b'), ('base_plus', 'vit_l'), ('large', 'vit_h')]
-    body = []
-    for prec, n in sorted({(k[2], k[3]) for k in ms}):
-        cells = []
-        for m, sam in pairs:
-            b = ms.get(('sam', sam, prec, n))
-            got = [ms.get((fam, m, prec, n)) for fam in ('sam2_predictor', 'ours')]
-            cells.append('-' if not b or not any(got) else ' / '.join(
-                f'{a / b:.2f}' if a else '-' for a in got))
-        body.append([prec, n] + cells)
-    return ['Per-image time (p50) over SAM\'s, each cell `sam2_predictor` / `ours` (below 1: '
-            'faster than SAM):', ''] + _table(
-        ['precision', 'prompts', 'tiny / ViT-B', 'small / ViT-B', 'base_plus / ViT-L',
-         'large / ViT-H'], body)
 
 
 SECTIONS: Dict[str, Callable[[str], List[str]]] = {
