@@ -16,8 +16,8 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   attends only to the flagged ones (``attention.py``), so every tracking frame replays a
   graph. Without it such frames run eagerly. At steady state the padded graph (FlashAttention's
   variable-length kernel) and the exact one (cuDNN by default) differ in speed with model,
-  resolution and batch (tiny@512: padded 4-9% slower); ``steady_attention='auto'`` times both
-  at capture and keeps the faster per bucket.
+  resolution and batch (tiny@512: padded 4-9% slower); ``steady_attention='auto'`` times them
+  and split-KV at capture and keeps the fastest per batch size.
 * Prompted steps (a new object's box or clicks, a correction, a mask) replay graphs too, one
   per kind and point count (``graph_prompts.py``).
 * 'swap' mode: one graph per c with batch 1; each object's memories are gathered into the
@@ -107,8 +107,15 @@ class GraphRunner(EagerRunner):
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
                 features: encoder.Features) -> None:
         self.bank, self.maskmem_pos = bank, maskmem_pos
-        t0 = time.perf_counter()
-        phase = self._phase_timer()
+        t0 = last = time.perf_counter()
+
+        def phase(name: str) -> None:
+            """Add the seconds since the previous phase to capture_phases[name]."""
+            nonlocal last
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            self.capture_phases[name] = self.capture_phases.get(name, 0.0) + now - last
+            last = now
         try:
             self.pool = torch.cuda.graph_pool_handle()
             self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
@@ -135,23 +142,10 @@ class GraphRunner(EagerRunner):
             self.on_fallback(f'graph capture failed, eager throughout: {exc!r}')
         if self.enabled and self.cfg.io_resolution:
             self.graph_io.prepare(*self.cfg.io_resolution)
-        torch.cuda.synchronize()
-        phase('io')
+        phase('io')                                 # (synchronizes)
         self.capture_s = time.perf_counter() - t0
         log.info('captured %d CUDA graphs in %.2f s (%s)', self.n_graphs(), self.capture_s,
                  ', '.join(f'{k} {v:.2f} s' for k, v in self.capture_phases.items()))
-
-    def _phase_timer(self) -> Callable[[str], None]:
-        """phase(name) adds the seconds since the previous call to capture_phases[name]: where
-        configure's capture time goes (the start-up benchmark reports it)."""
-        last = [time.perf_counter()]
-
-        def phase(name: str) -> None:
-            torch.cuda.synchronize()
-            now = time.perf_counter()
-            self.capture_phases[name] = self.capture_phases.get(name, 0.0) + now - last[0]
-            last[0] = now
-        return phase
 
     def _choose_steady_graphs(self) -> None:
         """Steady-state objects replay the exact bucket with sam2's attention call (cuDNN by
@@ -165,7 +159,7 @@ class GraphRunner(EagerRunner):
         every candidate of every bucket took most of configure at large@1024."""
         mode = self.cfg.steady_attention
         choice_of_batch: Dict[int, str] = {}
-        for key in sorted(self.steps, key=lambda k: (k[0], k[1])):
+        for key in sorted(self.steps):              # (batch, cond): smallest cond first
             batch = key[0]
             if mode == 'auto' and batch not in choice_of_batch:
                 options = self._steady_options(key, ('flash', 'split'))
