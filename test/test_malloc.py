@@ -36,9 +36,9 @@ def test_refused_or_not_glibc(monkeypatch):
     assert malloc.keep_large_buffers() is False
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != 'glibc', reason='mallopt is glibc-only')
-def test_real_glibc_accepts():
-    assert malloc.keep_large_buffers() is True
+def test_real_libc():
+    # glibc (CI, the rigs) takes both thresholds; any other C library is a documented no-op
+    assert malloc.keep_large_buffers() is (platform.libc_ver()[0] == 'glibc')
 
 
 @pytest.mark.parametrize('on', [True, False])

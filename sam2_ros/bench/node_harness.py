@@ -86,7 +86,7 @@ class NodeProcess:
             values['graph_mode'] = args.graph_mode
         if args.pipeline is not None:
             values['pipeline'] = bool(args.pipeline)
-        if getattr(args, 'tune_malloc', None) is not None:
+        if args.tune_malloc is not None:
             values['tune_malloc'] = bool(args.tune_malloc)
         # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
         # empty array parameter: leave such entries out (= the node's default).

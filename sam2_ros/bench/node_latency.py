@@ -301,7 +301,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for ns, dev in zip(namespaces, args.devices):
             log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
             nodes.append(NodeProcess(args, env, workdir, log, ns=ns, device=dev))
-        if args.tune_malloc is not False:       # as the node (its YAML default is on)
+        if all(n.params.get('tune_malloc', True) for n in nodes):   # as the nodes do
             from sam2_ros.ros.malloc import keep_large_buffers
             keep_large_buffers()
         client = Client(domain, overlay=args.overlay, namespaces=namespaces)
