@@ -163,6 +163,17 @@ def ours_graph_batched_compiled(spec: Spec) -> Run:
                  graph_cond_buckets=(1,), batch_buckets=(2, 8))
 
 
+def ours_graph_precompiled(spec: Spec) -> Run:
+    """ours_graph with the encoder and the tracking heads precompiled (``precompile``): the
+    first start compiles them into the cache folder, later starts load them."""
+    return _ours(spec, graphs=True, mode='swap', precompile=('encoder', 'heads'))
+
+
+def ours_graph_batched_precompiled(spec: Spec) -> Run:
+    """ours_graph_batched (the default configuration) with the same parts precompiled."""
+    return _ours(spec, graphs=True, mode='batched', precompile=('encoder', 'heads'))
+
+
 # ---- official -----------------------------------------------------------------------------
 @contextlib.contextmanager
 def _compile_mode(mode: Optional[str]):
@@ -254,5 +265,7 @@ VARIANTS = {
     'ours_graph_compiled': ours_graph_compiled,
     'ours_graph_batched_compiled': ours_graph_batched_compiled,
     'ours_graph_autotuned': ours_graph_autotuned,
+    'ours_graph_precompiled': ours_graph_precompiled,
+    'ours_graph_batched_precompiled': ours_graph_batched_precompiled,
 }
 COMPILED = {'official_vos', 'official_compile_default'}

@@ -15,6 +15,7 @@ PRECISIONS = ('bf16', 'fp32')
 GRAPH_MODES = ('swap', 'batched')
 STEADY_ATTENTION = ('auto', 'sam2', 'flash', 'split')
 COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
+PRECOMPILE_PARTS = ('encoder', 'heads')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -99,6 +100,15 @@ class TrackerConfig:
     # 'max-autotune-no-cudagraphs'), or None. Fewer, fused kernels; start-up takes minutes
     # instead of seconds and outputs differ from the eager reference by rounding.
     compile_mode: Optional[str] = None
+    # Parts of the graphs that run inductor-fused kernels, compiled ahead once per model,
+    # resolution, GPU and torch and loaded from precompile_dir by every later start
+    # (precompiled.py): 'encoder' (image encoder), 'heads' (a tracking frame's SAM decoder,
+    # hole filling and memory encoder). The first start compiles (tens of seconds per part);
+    # outputs differ from the eager reference by rounding. () : sam2's kernels throughout.
+    precompile: tuple = ()
+    # Folder of the precompiled files; None: $SAM2_ROS_CACHE/precompiled or
+    # ~/.cache/sam2_ros/precompiled.
+    precompile_dir: Optional[str] = None
     # bf16 only: store Linear/Conv weights in bf16 once at start-up instead of letting
     # autocast cast them on every call (bit-identical outputs, some 300 fewer kernels per
     # tiny step, less weight memory). False keeps the official per-call casts.
@@ -116,6 +126,13 @@ class TrackerConfig:
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f'compile_mode must be one of {COMPILE_MODES}, '
                              f'got {self.compile_mode!r}')
+        bad = [p for p in self.precompile if p not in PRECOMPILE_PARTS]
+        if bad or len(set(self.precompile)) != len(tuple(self.precompile)):
+            raise ValueError(f'precompile takes distinct parts of {PRECOMPILE_PARTS}, got '
+                             f'{tuple(self.precompile)!r}')
+        if self.precompile and self.compile_mode is not None:
+            raise ValueError('precompile and compile_mode both compile the same modules: set '
+                             'one of them')
         if not isinstance(self.image_size, int) or self.image_size < 64 or self.image_size % 32:
             raise ValueError(f'image_size must be a multiple of 32 >= 64, got {self.image_size!r}')
         if not 1 <= int(self.max_objects) <= 256:

@@ -31,9 +31,10 @@ busy for a fifth of the wall time). Replaying captured graphs removes the launch
   resolution, reduces box/area/centroid and builds the label mask, and pinned copies bring
   them to the host.
   They replace some 40 small kernel launches and two pageable copies per frame.
-* ``compile_mode`` (off by default): the captured graphs run ``torch.compile``d copies of
-  sam2's modules (fused kernels, minutes of compile at start-up); the eager fallback keeps
-  the plain modules.
+* ``precompile`` (``precompiled.py``): the encoder graph and the tracking steps' heads run
+  inductor-fused functions compiled once and loaded from disk. ``compile_mode`` (off by
+  default): the captured graphs run ``torch.compile``d copies of sam2's modules (minutes of
+  compile at every start). The eager fallback keeps the plain modules in both.
 * Any capture error disables graphs (eager throughout); any replay error falls back to eager
   for that step; a failed I/O graph capture makes that I/O eager. Every fallback is reported
   with its reason to the tracker's stats.
@@ -51,7 +52,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from sam2_ros.engine import attention, encoder, frame_in, step
+from sam2_ros.engine import attention, encoder, frame_in, precompiled, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.graph_io import GraphIO
@@ -91,6 +92,8 @@ class GraphRunner(EagerRunner):
         self.steps: Dict[Tuple[int, int], _Captured] = {}
         self.padded_steps: Dict[Tuple[int, int], _Captured] = {}
         self.cuda = torch.device(cfg.device).type == 'cuda'
+        self.store: Optional[precompiled.Store] = None
+        self._heads: Dict[int, Optional[Callable]] = {}     # batch -> precompiled heads
         self.graph_io = GraphIO(self)           # frame-in and masks-out graphs
         self.prompts = PromptGraphs(self)       # prompted steps
         # inductor would re-trace the swapped attention module on every call: compiled
@@ -119,6 +122,8 @@ class GraphRunner(EagerRunner):
         try:
             self.pool = torch.cuda.graph_pool_handle()
             self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
+            if self.cfg.precompile:
+                self.store = precompiled.Store(self.model, self.cfg)
             self._capture_encoder()
             phase('encoder')
             for key in self._bucket_keys():
@@ -220,7 +225,9 @@ class GraphRunner(EagerRunner):
     def _capture_encoder(self) -> None:
         s = self.model.image_size
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
-        self.encoder = self._capture(lambda x: encoder.encode_image(self.cmodel, x), image)
+        fn = self.store.encoder(image) if 'encoder' in self.cfg.precompile else None
+        self.encoder = self._capture(fn or (lambda x: encoder.encode_image(self.cmodel, x)),
+                                     image)
 
     def _capture_step(self, batch: int, n_cond: int, padded: bool,
                       split: bool = False) -> _Captured:
@@ -232,8 +239,21 @@ class GraphRunner(EagerRunner):
             with split_kv:
                 return step.track_step(self.cmodel, encoder.expand(feats, batch), m,
                                        self.maskmem_pos,
-                                       fill_hole_area=self.cfg.fill_hole_area)
+                                       fill_hole_area=self.cfg.fill_hole_area,
+                                       heads=self._precompiled_heads)
         return self._capture(fn, mem)
+
+    def _precompiled_heads(self, pix_feat: torch.Tensor,
+                           feats: encoder.Features) -> step.StepOut:
+        """A tracking step's heads: the precompiled function of this batch size (loaded or
+        compiled on its first call, the warm-up before a capture) where there is one."""
+        batch = pix_feat.shape[0]
+        if 'heads' in self.cfg.precompile and batch not in self._heads:
+            self._heads[batch] = self.store.heads(pix_feat, self.encoder.outputs)
+        heads = self._heads.get(batch)
+        if heads is None or not heads.fits(pix_feat):
+            return step.tracking_heads(self.cmodel, pix_feat, feats, self.cfg.fill_hole_area)
+        return heads(pix_feat, self.encoder.outputs)
 
     def step_memory(self, batch: int, n_cond: int, padded: bool) -> step.Memory:
         """Static memory buffers of bucket n_cond for ``batch`` objects; padded buffers carry

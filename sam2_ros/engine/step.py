@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
@@ -115,7 +115,8 @@ def track_step(model, features: Features, mem: Optional[Memory],
                maskmem_pos: Optional[torch.Tensor],
                points: Optional[dict] = None,
                prev_logits: Optional[torch.Tensor] = None,
-               fill_hole_area: int = 0) -> StepOut:
+               fill_hole_area: int = 0,
+               heads: Optional[Callable[[torch.Tensor, Features], StepOut]] = None) -> StepOut:
     """One frame for B objects: memory attention, SAM heads, memory encoder.
 
     points: sam2 point_inputs ({'point_coords': [B, P, 2] in model pixels,
@@ -126,8 +127,14 @@ def track_step(model, features: Features, mem: Optional[Memory],
     fed to a later correction) and, on prompted frames, before their memory is encoded from
     them; a tracking frame's memory comes from the decoder's unfilled high-res mask, as sam2
     encodes it inside ``track_step``, before its fill.
+    heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
+    ``precompiled.py``); None: sam2's modules.
     """
     pix_feat = condition_on_memory(model, features, mem, maskmem_pos)
+    if points is None and prev_logits is None and mem is not None:
+        if heads is not None:
+            return heads(pix_feat, features)
+        return tracking_heads(model, pix_feat, features, fill_hole_area)
     hires = high_res_features(features)
     multimask = model._use_multimask(mem is None, points)
     mask_in = None if prev_logits is None else prev_logits.clamp(-32.0, 32.0)
@@ -137,6 +144,21 @@ def track_step(model, features: Features, mem: Optional[Memory],
     low_res = fill_holes(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res if points is not None else None,
                               high_res, score, from_points=points is not None)
+    return StepOut(low_res, obj_ptr, score, mem_feats)
+
+
+def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
+                   fill_hole_area: int = 0) -> StepOut:
+    """A tracking frame after memory attention: SAM heads on pix_feat [B, C, h, w] (no
+    prompt), hole filling, memory encoder (from the decoder's unfilled high-res mask, as
+    sam2's ``track_step``). The same operations as ``track_step``'s prompted path with no
+    points, split out so that it can be precompiled: its shapes depend on the batch only."""
+    _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
+        backbone_features=pix_feat, point_inputs=None, mask_inputs=None,
+        high_res_features=high_res_features(features),
+        multimask_output=model._use_multimask(False, None))
+    low_res = fill_holes(low_res, fill_hole_area)
+    mem_feats = encode_memory(model, features, None, high_res, score, from_points=False)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
 

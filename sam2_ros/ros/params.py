@@ -114,7 +114,7 @@ class ParamSpec(NamedTuple):
 
 
 T, N = 'tracker', 'node'
-OPTIONAL_STR = ('checkpoint', 'compile_mode')     # '' means None
+OPTIONAL_STR = ('checkpoint', 'compile_mode', 'precompile_dir')     # '' means None
 PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('model_size', T, 'model_size', 'str', 'SAM 2.1 size: tiny, small, base_plus, large'),
     ParamSpec('image_size', T, 'image_size', 'int',
@@ -161,6 +161,11 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('compile_mode', T, 'compile_mode', 'str',
               "torch.compile the modules inside the graphs: '' (off), 'default' or "
               "'max-autotune-no-cudagraphs' (start-up takes minutes)"),
+    ParamSpec('precompile', T, 'precompile', 'str_array',
+              "parts run as inductor-fused kernels compiled once and loaded from disk: "
+              "'encoder', 'heads' (the first start compiles them)"),
+    ParamSpec('precompile_dir', T, 'precompile_dir', 'str',
+              'folder of the precompiled files; empty = ~/.cache/sam2_ros/precompiled'),
     ParamSpec('precast_weights', T, 'precast_weights', 'bool',
               'bf16: Linear/Conv weights cast to bf16 once, not by autocast on every call '
               '(bit-identical)'),
