@@ -142,6 +142,10 @@ class Store:
         import torch._dynamo
         if hasattr(torch._dynamo.config, 'enable_aot_compile'):   # off by default in 2.11
             torch._dynamo.config.enable_aot_compile = True
+        if any(p.is_inference() for p in self.model.parameters()):
+            raise RuntimeError('the model was built in inference mode: its weights cannot be '
+                               'inputs of a compiled function (build it outside inference '
+                               'mode)')
         example = _plain(args)
         with torch.inference_mode(False), torch.no_grad():
             compiled = torch.compile(fn, fullgraph=True, dynamic=False).aot_compile(

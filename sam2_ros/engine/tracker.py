@@ -79,11 +79,14 @@ class StreamingTracker:
         """
         self.cfg = cfg.validate()
         self.device = torch.device(cfg.device)
-        self.model = model if model is not None else build_model(cfg)
-        if cfg.precision == 'bf16' and cfg.precast_weights:
-            # a model of the caller's stays unchanged (it may serve fp32 or the official
-            # predictor too); our own is cast in place
-            self.model = precast(self.model, copy=model is not None)
+        # weights as ordinary tensors even when the caller is in inference mode: precompiled
+        # functions (precompile) take them as inputs, which inference tensors cannot be
+        with torch.inference_mode(False):
+            self.model = model if model is not None else build_model(cfg)
+            if cfg.precision == 'bf16' and cfg.precast_weights:
+                # a model of the caller's stays unchanged (it may serve fp32 or the official
+                # predictor too); our own is cast in place
+                self.model = precast(self.model, copy=model is not None)
         self.size = self.model.image_size
         self.stats: Dict[str, object] = collections.Counter()
         self.fallback_reasons: Dict[str, int] = collections.Counter()
