@@ -1,12 +1,17 @@
 """CPU smoke tests of ``python -m sam2_ros.bench.node_latency``: the real node(s) in
 subprocesses, tiny frames and model input, a few frames. One camera with corrections and the
 shared-memory profile: a positive latency for every frame, the parts ordered (node work fits
-inside the end-to-end time), deadline misses counted against the next image, clicks sent, and
-one curated row merged into a results file. Two cameras (two tracker nodes in namespaces): one
-row per camera."""
+inside the end-to-end time), deadline misses counted against the next image, clicks sent, the
+frames published by a camera process of their own (not the receiving one) with its gaps in the
+row, and one curated row merged into a results file. Two cameras (two tracker nodes in
+namespaces): one row and one camera process per camera. The camera process alone, against a
+subscriber in this test: what it reports sent is what arrived, on one clock."""
 
 import json
+import os
 import subprocess
+import threading
+import time
 
 from ros_helpers import PYTHON, ROOT, DomainLease, require_messages
 
@@ -81,6 +86,18 @@ def test_node_latency_smoke(tmp_path):
     # with the shm profile the client mapped its own 32 MiB segment and the node's
     assert row['shm_large_segments'] >= 2, r['shm_segments_mapped']
     assert r['host']['dev_shm_mib'] > 0
+    # the frames left from the camera's own process: the image topic's only publisher, as the
+    # receiving process saw it, is that process's node
+    cam = r['cameras'][0]
+    assert cam['camera_pid'] not in (r['bench_pid'], os.getpid())
+    assert cam['image_publishers'] == [f"sam2_camera_{cam['camera_pid']}"] == \
+        [cam['camera_node']]
+    # its publish times came back: one gap per measured frame, the 4 Hz period
+    gap = s['camera_gap_ms']
+    assert gap['n'] == FRAMES - 1 and 200 < gap['p1'] <= gap['p50'] <= gap['p99'] < 300, gap
+    assert all(0 <= f['camera_late_ms'] < 100 for f in frames[1:]), frames
+    assert (row['camera_gap_ms_p1'], row['camera_gap_ms_p50'], row['camera_gap_ms_p99']) == \
+        (gap['p1'], gap['p50'], gap['p99'])
 
 
 def test_node_latency_two_cameras(tmp_path):
@@ -97,6 +114,11 @@ def test_node_latency_two_cameras(tmp_path):
         [(0, 2, 'default'), (1, 2, 'default')]
     assert rows[0]['variant'] != rows[1]['variant'] and 'devcpu+cpu' in rows[0]['variant']
     assert rows[0]['shm_large_segments'] == 0       # default transport: no large segments
+    pids = {c['camera_pid'] for c in r['cameras']}    # one camera process per camera
+    assert len(pids) == 2 and r['bench_pid'] not in pids
+    for c in r['cameras']:
+        assert c['image_publishers'] == [f"sam2_camera_{c['camera_pid']}"]
+        assert c['summary']['camera_gap_ms']['n'] == 4
 
 
 def test_row_keys_tell_one_gpu_from_two():
@@ -111,3 +133,107 @@ def test_row_keys_tell_one_gpu_from_two():
     two = variant(dict(a, devices=['cuda:0', 'cuda:1']), cam0)
     assert one != two and 'cuda:0+cuda:1' in two and 'pipeline' in two and 'corr2' in two
     assert variant(dict(a, devices=['cuda:0']), cam0) != one
+
+
+def test_camera_process_publishes_from_another_process():
+    """The camera process against a subscriber here (no tracker node): the image topic's
+    publisher is the child's node, every frame it reports sent arrived with that stamp after
+    its reported publish time (one monotonic clock for both processes), the paced warm-up
+    waits for this side's 'go', the schedule holds its period, and prompts and clicks arrive."""
+    require_messages()
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rclpy.signals import SignalHandlerOptions
+    from sensor_msgs.msg import Image
+
+    from sam2_ros.bench.camera_process import CameraConfig, CameraProcess
+    from sam2_ros.bench.node_harness import stamp_ns
+    from sam2_ros.ros.conversions import interfaces
+
+    m = interfaces()
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id,
+               signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node('camera_process_test', context=ctx)
+    got, prompts, lock = {}, [], threading.Lock()
+
+    def on_image(msg):
+        t = time.monotonic()
+        with lock:
+            got[stamp_ns(msg.header.stamp)] = t
+
+    def on_prompt(msg):
+        with lock:
+            prompts.append((msg.object_id, bool(msg.has_box), len(msg.points)))
+
+    qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    node.create_subscription(Image, '/camtest/image_raw', on_image, qos)
+    node.create_subscription(m.Prompt, '/camtest/prompt', on_prompt, qos)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.02)
+
+    def publishers():
+        return [i.node_name for i in node.get_publishers_info_by_topic('/camtest/image_raw')]
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    frames, warmup, rate = 14, 3, 20.0
+    cam = CameraProcess(CameraConfig(
+        index=0, domain_id=lease.domain_id, image_topic='/camtest/image_raw',
+        prompt_topic='/camtest/prompt', width=64, height=48, objects=2, frames=frames,
+        warmup=warmup, rate=rate, corrections_every=0.2))
+    try:
+        spinner.start()
+        assert cam.conn.poll(60), 'the camera process never saw the subscriptions'
+        ready = cam.conn.recv()
+        assert ready == ('ready', cam.proc.pid) and cam.proc.pid != os.getpid()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and publishers() != [f'sam2_camera_{cam.proc.pid}']:
+            time.sleep(0.05)
+        assert publishers() == [f'sam2_camera_{cam.proc.pid}']
+        cam.send('start')
+        waits = []
+        while True:
+            assert cam.conn.poll(30), 'camera process went quiet'
+            msg = cam.conn.recv()
+            if msg[0] != 'wait_state':
+                break
+            waits.append(msg[1])
+            cam.send('go')
+        assert msg[0] == 'done', msg
+        res, sent = msg[1], msg[1]['sent']
+        assert len(sent) == frames + 1 and res['pid'] == cam.proc.pid
+        assert waits == [s['stamp_ns'] for s in sent[:warmup]]    # paced warm-up, then free
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(got) < len(sent):
+            time.sleep(0.05)
+        with lock:
+            assert sorted(got) == [s['stamp_ns'] for s in sent]    # stamped at publish
+            assert all(s['t_pub'] < got[s['stamp_ns']] for s in sent)  # one clock
+            boxes = [p for p in prompts if p[1]]
+            clicks = [p[0] for p in prompts if p[2] == 1]
+        assert boxes == [(1, True, 0), (2, True, 0)]
+        assert res['clicks'] == len(clicks) >= 2 and clicks == [1, 2, 1, 2][:len(clicks)]
+        # drift-free: the steady frames stay on start + k * period (a late frame on a slow
+        # box does not push the next ones)
+        steady = [s['t_pub'] for s in sent[warmup:]]
+        drift = sorted((t - steady[0]) * rate - k for k, t in enumerate(steady))
+        assert abs(drift[len(drift) // 2]) < 0.2, steady
+        gaps = sorted((b - a) * 1e3 for a, b in zip(steady, steady[1:]))
+        assert gaps[0] > 0 and abs(gaps[len(gaps) // 2] - 1e3 / rate) < 10, gaps
+        assert all(s['late_ms'] >= 0 for s in sent)      # never before it was due
+    finally:
+        code = cam.stop()
+        stop.set()
+        spinner.join(5)
+        executor.shutdown()
+        node.destroy_node()
+        ctx.try_shutdown()
+        lease.release()
+    assert code == 0

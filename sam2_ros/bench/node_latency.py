@@ -9,12 +9,15 @@ Starts one real ``sam2_tracker`` node per camera as a subprocess (``python -m
 sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights unless
 ``--checkpoint``, ``process_every_frame: true`` so no frame is dropped, ``autostart: true``;
 with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
-until they are active, publishes box prompts and then rgb8 ``sensor_msgs/Image`` frames
-(``sam2_ros.synthetic``: one moving disc per object, one camera each) at ``--rate`` Hz,
-each stamped with the wall clock
-at publish time, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz would).
-``--corrections-every S`` sends a click (a one-point prompt for the next frame) on one tracked
-object every S seconds, cycling through the objects, as a surgeon correcting the tracker would.
+until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz
+would). The cameras are processes of their own (``camera_process.py``, one per camera, same
+domain, transport and malloc setting): each publishes box prompts and then rgb8
+``sensor_msgs/Image`` frames (``sam2_ros.synthetic``: one moving disc per object) at
+``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
+sends the publish times back. In this process the subscribers' callbacks would move the
+frames (and so the deadlines); apart, the misses are the node's alone. ``--corrections-every
+S`` sends a click (a one-point prompt for the next frame) on one tracked object every S
+seconds, cycling through the objects, as a surgeon correcting the tracker would.
 ``--transport`` sets the Fast DDS transport of every process: ``default`` (builtin), ``udp``
 (UDPv4 only) or ``shm`` (the shipped config/fastdds_large_frames.xml). Per frame and camera
 (matched by header stamp) it records, on this process's monotonic clock:
@@ -22,6 +25,9 @@ object every S seconds, cycling through the objects, as a surgeon correcting the
 * ``e2e_mask_ms``   publish() called -> mask received (the headline figure)
 * ``e2e_state_ms``  publish() called -> TrackingState received (sent right after the mask)
 * ``deadline_miss`` the mask arrived after the camera's next image was published
+* ``next_image_ms`` / ``camera_late_ms`` the camera's gap to its next image / how late it
+  called publish() after the frame was due (the summary's ``camera_gap_ms`` p1/p50/p99 go
+  into the rows)
 * ``decode_ms`` / ``engine_ms`` from the frame's TrackingState, ``publish_ms`` from the NEXT
   frame's TrackingState (a state reports the previous frame's publishing time; one extra
   frame is sent at the end for the last one)
@@ -32,10 +38,13 @@ object every S seconds, cycling through the objects, as a surgeon correcting the
 
 Frames published before the previous frame's state came back are counted as ``queued``.
 The first ``--warmup`` frames are sent paced (each after the previous frame's state came back)
-and left out of the percentiles. ``--results FILE`` merges one row per camera into the curated
-file (``sam2_ros.bench.cli.save_json``; docs/performance.md renders it). The node
-subprocesses are always stopped (SIGINT, then SIGKILL of the process group). The processes
-and the client are in ``node_harness.py``, the summaries and rows in ``node_latency_rows.py``.
+and left out of the percentiles (the cameras ask this process for each previous state). Both
+processes time on CLOCK_MONOTONIC, one clock for the host. ``--results FILE`` merges one row
+per camera into the curated file (``sam2_ros.bench.cli.save_json``; docs/performance.md
+renders it). The node subprocesses are always stopped (SIGINT, then SIGKILL of the process
+group), the camera processes too (a stop message, then SIGKILL). The node processes and the
+client are in ``node_harness.py``, the cameras in ``camera_process.py``, the summaries and
+rows in ``node_latency_rows.py``.
 """
 
 from __future__ import annotations
@@ -49,15 +58,15 @@ import signal
 import sys
 import tempfile
 import time
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sam2_ros.bench import node_latency_rows as report
-from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client,
-                                         NodeProcess, camera_ns, image_msg, set_stamp,
-                                         transport_env)
+from sam2_ros.bench.camera_process import CameraConfig, CameraProcess, node_name
+from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, NodeProcess,
+                                         camera_ns, image_topic, node_prefix, transport_env)
 from sam2_ros.ros.domain import lease_domain
-from sam2_ros.synthetic import SyntheticCamera
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -82,6 +91,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          'to this receiving process (sam2_ros/ros/malloc.py)')
     ap.add_argument('--corrections-every', type=float, default=0.0,
                     help='seconds between clicks on a tracked object (0: none)')
+    ap.add_argument('--camera-spin-ms', type=float, default=1.0,
+                    help='the camera process sleeps to this long before each frame is due '
+                         'and busy-waits the rest (0: sleep only)')
     ap.add_argument('--cameras', type=int, default=1,
                     help='synthetic cameras, one tracker node each (namespaces cam0, cam1...)')
     ap.add_argument('--device', default='cpu', help='cpu | cuda | cuda:N (every camera)')
@@ -113,9 +125,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--run-id', default=None, help='run id of the rows (default: random)')
     args = ap.parse_args(argv)
     if args.frames < 1 or args.rate <= 0 or args.warmup < 0 or args.objects < 1 \
-            or args.cameras < 1 or args.corrections_every < 0:
-        ap.error('--frames >= 1, --rate > 0, --warmup >= 0, --objects >= 1, --cameras >= 1 '
-                 'and --corrections-every >= 0 are required')
+            or args.cameras < 1 or args.corrections_every < 0 or args.camera_spin_ms < 0:
+        ap.error('--frames >= 1, --rate > 0, --warmup >= 0, --objects >= 1, --cameras >= 1, '
+                 '--corrections-every >= 0 and --camera-spin-ms >= 0 are required')
     args.devices = ([d.strip() for d in args.devices.split(',') if d.strip()] if args.devices
                     else [args.device] * args.cameras)
     args.cameras, args.device = len(args.devices), args.devices[0]
@@ -130,93 +142,90 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- measurement
 
-def object_point(cam: SyntheticCamera, obj: int, i: int) -> tuple:
-    """Centre of object ``obj``'s disc on frame ``i``: where a click lands."""
-    x, y = cam.centers(i)[obj - 1]
-    return float(x), float(y)
+def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
+                  tune_malloc: bool) -> List[CameraProcess]:
+    """One camera process per namespace (``camera_process.py``): the frames, prompts and
+    clicks leave from there, so this process's subscribers cannot move a frame's publish
+    time, i.e. the deadline of the frame before it."""
+    return [CameraProcess(CameraConfig(
+        index=k, domain_id=domain, image_topic=image_topic(ns),
+        prompt_topic=f'{node_prefix(ns)}/prompt', width=args.width, height=args.height,
+        objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
+        corrections_every=args.corrections_every, tune_malloc=tune_malloc,
+        spin_ms=args.camera_spin_ms)) for k, ns in enumerate(namespaces)]
 
 
-def send_prompts(client: Client, link: CameraLink, cam: SyntheticCamera, objects: int,
-                 stamp: int) -> None:
-    """Box prompts on objects 1..N, stamped ``stamp``: the node applies them before the first
-    frame whose stamp is >= theirs, i.e. frame 0, however the topics interleave."""
-    for k in range(objects):
-        p = client.m.Prompt()
-        set_stamp(p.header, stamp)
-        p.header.frame_id = 'camera'
-        p.object_id, p.action, p.has_box = k + 1, 0, True
-        p.box = [float(v) for v in cam.boxes(0)[k]]
-        link.pub_prompt.publish(p)
+class ReceivingClient(Client):
+    """The harness's client without its image and prompt publishers: in this process only
+    the subscribers remain, the camera processes publish. They are destroyed on the
+    executor's thread before its first spin: destroying them from another thread while it
+    spins raced with the executor (rclpy's InvalidHandle in the publishers' event handlers
+    killed the thread, and nothing was received)."""
+
+    def _spin(self) -> None:
+        for link in self.links:
+            self.node.destroy_publisher(link.pub_image)
+            self.node.destroy_publisher(link.pub_prompt)
+        super()._spin()
 
 
-def send_click(client: Client, link: CameraLink, cam: SyntheticCamera, obj: int,
-               i: int) -> None:
-    """A correction: one positive point on object ``obj`` where it is on frame ``i``, for the
-    next frame (stamp 0), as a click from an operator."""
-    from geometry_msgs.msg import Point32
-
-    p = client.m.Prompt()
-    p.header.frame_id = 'camera'
-    x, y = object_point(cam, obj, i)
-    p.object_id, p.action = obj, 0
-    p.points, p.labels = [Point32(x=float(x), y=float(y), z=0.0)], [1]
-    link.pub_prompt.publish(p)
+def receiving(link: CameraLink) -> bool:
+    """The node publishes what this process subscribes to (its image and prompt
+    subscriptions are the camera process's to see)."""
+    return (link.sub_mask.get_publisher_count() > 0 and link.sub_state.get_publisher_count() > 0
+            and (link.sub_overlay is None or link.sub_overlay.get_publisher_count() > 0))
 
 
-def measure(args: argparse.Namespace, client: Client,
-            nodes: List[NodeProcess]) -> Dict[str, Any]:
-    # the shared synthetic camera (sam2_ros.synthetic): one moving disc per object
-    cams = [SyntheticCamera(args.width, args.height, objects=max(2, args.objects), seed=k)
-            for k in range(args.cameras)]
-    prompt_ns = time.time_ns()
-    for link, cam in zip(client.links, cams):
-        send_prompts(client, link, cam, args.objects, prompt_ns)
-    time.sleep(0.3)
+def image_publishers(client: Client, link: CameraLink) -> List[str]:
+    """Names of the nodes publishing this camera's images, as this process's graph sees
+    them: the camera process's node alone when the frames come from there."""
+    return sorted(i.node_name for i in client.node.get_publishers_info_by_topic(
+        image_topic(link.ns)))
 
-    total = args.frames + 1  # the extra last frame only carries publish_ms of the one before
-    period = 1.0 / args.rate
-    sent: List[List[Dict[str, Any]]] = [[] for _ in cams]
-    t_start, last_click, n_clicks = time.monotonic(), None, 0
-    for i in range(total):
-        msgs = [image_msg(cam.frame(i)) for cam in cams]
-        if i <= args.warmup and sent[0]:
-            # Warm-up is paced: each frame waits for the previous one's state, so one-off
-            # costs (I/O graphs for a new resolution, the first prompt) leave no backlog.
-            for link, s in zip(client.links, sent):
-                _wait_state(link, nodes, s[-1]['stamp_ns'], args.timeout)
-            t_start = time.monotonic() - i * period
-        due = t_start + i * period
-        while time.monotonic() < due and all(n.p.poll() is None for n in nodes):
-            time.sleep(min(0.002, max(0.0, due - time.monotonic())))
-        for n in nodes:
-            if n.p.poll() is not None:
-                raise RuntimeError(f'node exited ({n.p.returncode}) during the run:\n'
-                                   f'{n.log_tail()}')
-        click = None
-        if args.corrections_every and i > args.warmup and i < args.frames and (
-                last_click is None or time.monotonic() - last_click >= args.corrections_every):
-            click = n_clicks % args.objects + 1
-            n_clicks, last_click = n_clicks + 1, time.monotonic()
-            for link, cam in zip(client.links, cams):
-                send_click(client, link, cam, click, i)
-        for k, (link, msg) in enumerate(zip(client.links, msgs)):
-            ns = max(time.time_ns(), prompt_ns)
-            set_stamp(msg.header, ns)
-            t_pub = time.monotonic()
-            link.pub_image.publish(msg)
-            t_ret = time.monotonic()
-            with link.lock:
-                prev_done = (not sent[k]) or sent[k][-1]['stamp_ns'] in link.state_t
-            sent[k].append({'index': i, 'stamp_ns': ns, 't_pub': t_pub, 'correction': click,
-                            'publish_call_ms': (t_ret - t_pub) * 1e3, 'queued': not prev_done})
 
+def _check_nodes(nodes: List[NodeProcess], when: str = 'during the run') -> None:
+    for n in nodes:
+        if n.p.poll() is not None:
+            raise RuntimeError(f'node exited ({n.p.returncode}) {when}:\n{n.log_tail()}')
+
+
+def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
+            cameras: List[CameraProcess]) -> Dict[str, Any]:
+    """Starts the ready camera processes and serves their paced warm-up (each warm-up frame
+    waits for the previous frame's state, which only this process sees) until they send
+    their publish times back; then waits for the outputs of every frame."""
+    for c in cameras:
+        c.send('start')
+    pending = set(range(len(cameras)))
+    while pending:
+        _check_nodes(nodes)
+        ready = mp_wait([cameras[k].conn for k in pending], timeout=0.05)
+        for k in sorted(pending):
+            c = cameras[k]
+            if c.conn not in ready:
+                if not c.alive():
+                    raise RuntimeError(f'camera process {k} exited ({c.proc.exitcode})')
+                continue
+            try:
+                msg = c.conn.recv()
+            except EOFError:
+                raise RuntimeError(f'camera process {k} exited ({c.proc.exitcode})') from None
+            if msg[0] == 'wait_state':
+                _wait_state(client.links[k], nodes, msg[1], args.timeout)
+                c.send('go')
+            elif msg[0] == 'done':
+                c.result = msg[1]
+                pending.discard(k)
+    sent = [c.result['sent'] for c in cameras]
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and all(n.p.poll() is None for n in nodes):
         if all(_complete(link, s) for link, s in zip(client.links, sent)):
             break
         time.sleep(0.05)
-    return {'frames': [_frames(args, link, s, period) for link, s in zip(client.links, sent)],
-            'elapsed_s': round(time.monotonic() - t_start, 3), 'clicks': n_clicks}
+    t_start = min(c.result['t_start'] for c in cameras)   # CLOCK_MONOTONIC: host-wide
+    return {'frames': [_frames(args, link, s) for link, s in zip(client.links, sent)],
+            'elapsed_s': round(time.monotonic() - t_start, 3),
+            'clicks': cameras[0].result['clicks']}
 
 
 def _complete(link: CameraLink, sent: List[Dict[str, Any]]) -> bool:
@@ -224,19 +233,25 @@ def _complete(link: CameraLink, sent: List[Dict[str, Any]]) -> bool:
         return all(s['stamp_ns'] in link.state_t and s['stamp_ns'] in link.mask_t for s in sent)
 
 
-def _frames(args: argparse.Namespace, link: CameraLink, sent: List[Dict[str, Any]],
-            period: float) -> List[Dict[str, Any]]:
-    """Per-frame rows of one camera (the extra last frame left out)."""
+def _frames(args: argparse.Namespace, link: CameraLink,
+            sent: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per-frame rows of one camera (the extra last frame left out). Publish times come from
+    the camera process, receipt times from this one: both CLOCK_MONOTONIC."""
     frames: List[Dict[str, Any]] = []
     with link.lock:
         for k, s in enumerate(sent[:args.frames]):
             ns, nxt = s['stamp_ns'], sent[k + 1]
             st, st_next = link.states.get(ns), link.states.get(nxt['stamp_ns'])
             tm, ts = link.mask_t.get(ns), link.state_t.get(ns)
+            # queued: the previous frame's state had not come back when publish() returned
+            prev_t = link.state_t.get(sent[k - 1]['stamp_ns']) if k else None
             row: Dict[str, Any] = {
                 'index': s['index'], 'stamp_ns': ns, 'warmup': s['index'] < args.warmup,
-                'queued': s['queued'], 'correction': s['correction'],
+                'queued': k > 0 and (prev_t is None or prev_t > s['t_ret']),
+                'correction': s['correction'],
                 'publish_call_ms': round(s['publish_call_ms'], 3),
+                # publish() called this long after the frame was due (camera process)
+                'camera_late_ms': round(s['late_ms'], 3),
                 'e2e_mask_ms': None if tm is None else round((tm - s['t_pub']) * 1e3, 3),
                 'e2e_state_ms': None if ts is None else round((ts - s['t_pub']) * 1e3, 3),
                 # the mask came after the camera's next image (missing counts as missed)
@@ -295,28 +310,42 @@ def main(argv: Optional[List[str]] = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix='sam2_node_latency_'))
     namespaces = [camera_ns(k, args.cameras) for k in range(args.cameras)]
     nodes: List[NodeProcess] = []
+    cameras: List[CameraProcess] = []
     client: Optional[Client] = None
     rc = 0
     try:
         for ns, dev in zip(namespaces, args.devices):
             log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
             nodes.append(NodeProcess(args, env, workdir, log, ns=ns, device=dev))
-        if all(n.params.get('tune_malloc', True) for n in nodes):   # as the nodes do
+        tune = all(n.params.get('tune_malloc', True) for n in nodes)   # as the nodes do
+        if tune:
             from sam2_ros.ros.malloc import keep_large_buffers
             keep_large_buffers()
-        client = Client(domain, overlay=args.overlay, namespaces=namespaces)
+        # the publishers: this environment (transport), the same malloc setting
+        cameras = start_cameras(args, domain, namespaces, tune)
+        client = ReceivingClient(domain, overlay=args.overlay, namespaces=namespaces)
         t0 = time.monotonic()
-        while not client.connected():
-            for n in nodes:
-                if n.p.poll() is not None:
-                    raise RuntimeError(f'node exited ({n.p.returncode}) before becoming '
-                                       f'active:\n{n.log_tail()}')
+        while not (all(c.pid is not None for c in cameras)
+                   and all(receiving(link) for link in client.links)
+                   and all(image_publishers(client, link) == [node_name(c.pid)]
+                           for c, link in zip(cameras, client.links))):
+            _check_nodes(nodes, 'before becoming active')
+            for c in cameras:
+                try:
+                    if c.pid is None and c.conn.poll():
+                        c.pid = c.conn.recv()[1]      # ('ready', pid): the node subscribes
+                except EOFError:
+                    pass
+                if not c.alive():
+                    raise RuntimeError(f'camera process {c.cfg.index} exited '
+                                       f'({c.proc.exitcode}) before the run')
             if time.monotonic() - t0 > args.start_timeout:
                 raise RuntimeError(f'nodes not active after {args.start_timeout} s:\n'
                                    + '\n'.join(n.log_tail() for n in nodes))
             time.sleep(0.1)
         startup_s = time.monotonic() - t0
-        run = measure(args, client, nodes)
+        publishers = [image_publishers(client, link) for link in client.links]
+        run = measure(args, client, nodes, cameras)
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
         # masks/states it read through shared memory (none: they came through UDP)
         from sam2_ros.ros.dds_probe import shm_segments
@@ -326,29 +355,33 @@ def main(argv: Optional[List[str]] = None) -> int:
             host['loadavg_end'] = list(os.getloadavg())
         except OSError:
             pass
-        cameras = []
-        for k, (ns, dev, n, link, frames) in enumerate(zip(
-                namespaces, args.devices, nodes, client.links, run['frames'])):
-            cameras.append({
+        res: List[Dict[str, Any]] = []
+        for k, (ns, dev, n, link, cam, frames) in enumerate(zip(
+                namespaces, args.devices, nodes, client.links, cameras, run['frames'])):
+            res.append({
                 'index': k, 'ns': ns, 'device': dev, 'node_params': n.params,
                 'node_command': ' '.join(shlex.quote(a) for a in n.argv),
+                # the camera's own process and what the image topic's publishers were
+                'camera_pid': cam.result['pid'], 'camera_node': cam.result['node'],
+                'image_publishers': publishers[k], 'clicks': cam.result['clicks'],
                 'overlays_received': link.overlays, 'summary': report.summarize(frames),
                 'frames': frames})
         result = {
             'command': command, 'domain_id': domain, 'host': host, 'date': report.today(),
+            'bench_pid': os.getpid(),
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'devices', 'precision', 'cuda_graphs',
-                'overlay', 'transport', 'corrections_every')},
+                'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
-            'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': cameras,
+            'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
             'shm_segments_mapped': segs,
             'shm_large_segments': sum(1 for g in segs if g['bytes'] >= 8 << 20),
             # camera 0 at the top level too (one-camera readers)
-            'node_params': cameras[0]['node_params'],
-            'node_command': cameras[0]['node_command'],
-            'overlays_received': cameras[0]['overlays_received'],
-            'summary': cameras[0]['summary'], 'frames': cameras[0]['frames'],
+            'node_params': res[0]['node_params'],
+            'node_command': res[0]['node_command'],
+            'overlays_received': res[0]['overlays_received'],
+            'summary': res[0]['summary'], 'frames': res[0]['frames'],
             'definitions': {
                 **report.LABELS,
                 'publish_ms': 'the NEXT TrackingState.publish_ms (mask + state; + overlay '
@@ -369,7 +402,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             save_json(args.results, rows)
             print(f'merged {len(rows)} row(s) into {args.results}')
         print(f'wrote {out} (node logs next to it)')
-        missing = sum(c['summary']['missing_frames'] for c in cameras)
+        missing = sum(c['summary']['missing_frames'] for c in res)
         if missing:
             print(f'ERROR: {missing} frames without mask/state', file=sys.stderr)
             rc = 1
@@ -380,6 +413,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print('interrupted; stopping the nodes', file=sys.stderr)
         rc = 130
     finally:
+        for c in cameras:
+            c.stop()
         if client is not None:
             client.close()
         for n in nodes:

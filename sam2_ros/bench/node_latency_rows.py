@@ -42,6 +42,17 @@ def percentiles(values: List[Optional[float]]) -> Dict[str, Optional[float]]:
             'min': round(float(v.min()), 3), 'max': round(float(v.max()), 3)}
 
 
+def gap_percentiles(gaps: List[float]) -> Dict[str, Optional[float]]:
+    """p1/p50/p99/min/max (ms) of the camera's next-image gaps. The low tail matters: an
+    early next image shortens the deadline a mask is measured against."""
+    v = np.asarray(gaps, np.float64)
+    if v.size == 0:
+        return {'n': 0, 'p1': None, 'p50': None, 'p99': None, 'min': None, 'max': None}
+    return {'n': int(v.size), **{f'p{q}': round(float(np.percentile(v, q)), 3)
+                                 for q in (1, 50, 99)},
+            'min': round(float(v.min()), 3), 'max': round(float(v.max()), 3)}
+
+
 def summarize(frames: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Percentiles of the steady (not warm-up) frames of one camera, and the counts."""
     steady = [f for f in frames if not f['warmup']]
@@ -56,6 +67,9 @@ def summarize(frames: List[Dict[str, Any]]) -> Dict[str, Any]:
     stats['corrections'] = sum(1 for f in steady if f['correction'])
     stats['e2e_mask_ms_correction_frames'] = percentiles(
         [f['e2e_mask_ms'] for f in steady if f['correction']])
+    # publish -> next publish, as the camera process timed it (the deadline of each frame)
+    stats['camera_gap_ms'] = gap_percentiles([f['next_image_ms'] for f in steady])
+    stats['camera_late_ms'] = percentiles([f.get('camera_late_ms') for f in steady])
     stats['missing_frames'] = sum(1 for f in frames if f['e2e_mask_ms'] is None
                                   or f['e2e_state_ms'] is None)
     return stats
@@ -75,7 +89,9 @@ def markdown(result: Dict[str, Any]) -> str:
             f"{a['corrections_every'] or '-'} s; {s['measured_frames']} frames measured "
             f"(+{a['warmup']} warm-up), queued {s['queued_frames']}, deadline misses "
             f"{s['deadline_misses']}, corrections {s['corrections']}, missing "
-            f"{s['missing_frames']}", '',
+            f"{s['missing_frames']}; camera gaps p1/p50/p99 "
+            f"{_ms(s['camera_gap_ms']['p1'])}/{_ms(s['camera_gap_ms']['p50'])}/"
+            f"{_ms(s['camera_gap_ms']['p99'])} ms", '',
             '| part | p50 ms | p99 ms | mean ms |', '|---|---|---|---|']
         for k in PARTS:
             st = s[k]
@@ -127,6 +143,10 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'engine_p50': s['engine_ms']['p50'], 'publish_p50': s['publish_ms']['p50'],
             'deadline_misses': s['deadline_misses'], 'queued': s['queued_frames'],
             'missing': s['missing_frames'],
+            # how regular the camera process kept its period (the deadlines' spread)
+            'camera_gap_ms_p1': s['camera_gap_ms']['p1'],
+            'camera_gap_ms_p50': s['camera_gap_ms']['p50'],
+            'camera_gap_ms_p99': s['camera_gap_ms']['p99'],
             'date': result['date'], 'commit': commit, 'run': run_id,
             'gpu': result['host'].get('gpu'), 'command': result['command']})
     return out

@@ -1,0 +1,261 @@
+"""The node latency benchmark's camera: one process per synthetic camera that publishes its
+box prompts, correction clicks and rgb8 frames, and nothing else.
+
+Why a process of its own: a deadline miss is "the mask arrived after the camera's next image
+was published", so the next image's publish time is the deadline. When the camera shared the
+benchmark's process with the mask/state/overlay subscribers, their callbacks and the GIL
+delayed or advanced its frames (next-image gaps of 13.4-19.9 ms p1-p99 at 60 Hz on the H200
+host) and an early frame shortened the deadline. A real camera keeps its period; here the
+camera's only work is drawing and publishing, on a drift-free schedule (frame ``k`` is due at
+``start + k * period``: a late frame does not push the later ones), slept to and, for the last
+``spin_ms``, busy-waited to (``time.sleep`` alone wakes up late: :func:`spin_until`).
+
+Everything timed is on ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process of
+the host), so the receiving process compares its receipt times directly with the publish
+times this process sends back. Each frame's header stamp is the wall clock at publish, as
+before: the receiver matches masks and states to frames by it.
+
+The protocol over the :func:`multiprocessing.Pipe` (child -> parent / parent -> child):
+``('ready', pid)`` once the node subscribes to the image and prompt topics; ``('start',)``;
+during the paced warm-up ``('wait_state', stamp_ns)`` answered by ``('go',)`` once the
+receiver has that frame's state (so one-off costs leave no backlog); at the end
+``('done', result)`` with every frame's stamp and publish time, after which the child keeps
+its publishers until ``('stop',)``, which ends it at any point. The child is a spawned
+interpreter (never a fork of a process running rclpy) with the parent's environment, so the
+same ROS domain, Fast DDS transport variables and profile apply; ``tune_malloc`` is applied
+here exactly when the receiving process applies it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Dict, List, Optional
+
+NODE_PREFIX = 'sam2_camera_'
+
+
+@dataclass
+class CameraConfig:
+    """What one camera process needs (picklable: it crosses to a spawned interpreter)."""
+    index: int
+    domain_id: int
+    image_topic: str
+    prompt_topic: str
+    width: int
+    height: int
+    objects: int
+    frames: int            # measured frames; one extra is published after them
+    warmup: int
+    rate: float
+    corrections_every: float = 0.0
+    tune_malloc: bool = True
+    spin_ms: float = 1.0
+
+
+def node_name(pid: int) -> str:
+    """The rclpy node name of the camera process ``pid`` (the receiver checks that the image
+    topic's only publisher is this node, i.e. that frames come from the other process)."""
+    return f'{NODE_PREFIX}{pid}'
+
+
+def sleep_until(t: float) -> None:
+    """Sleep (in slices of at most 50 ms) until monotonic time ``t``."""
+    while (left := t - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
+
+
+def spin_until(t: float) -> None:
+    """Busy-wait until monotonic time ``t``: what ``time.sleep`` cannot do, wake on time. On
+    the 2-core CPU VM publish() came 0.16-0.18 ms after the frame was due (p50 of 295 frames
+    at 60 Hz, two node_latency runs) with sleep alone and 0.03-0.05 ms with a 1 ms spin; the
+    tails there were CPU contention with the node either way."""
+    while time.monotonic() < t:
+        pass
+
+
+def object_point(cam: Any, obj: int, i: int) -> tuple:
+    """Centre of object ``obj``'s disc on frame ``i`` of a SyntheticCamera: where a click
+    lands."""
+    x, y = cam.centers(i)[obj - 1]
+    return float(x), float(y)
+
+
+def send_prompts(m: Any, pub_prompt: Any, cam: Any, objects: int, stamp: int) -> None:
+    """Box prompts on objects 1..N, stamped ``stamp``: the node applies them before the first
+    frame whose stamp is >= theirs, i.e. frame 0, however the topics interleave."""
+    from sam2_ros.bench.node_harness import set_stamp
+
+    for k in range(objects):
+        p = m.Prompt()
+        set_stamp(p.header, stamp)
+        p.header.frame_id = 'camera'
+        p.object_id, p.action, p.has_box = k + 1, 0, True
+        p.box = [float(v) for v in cam.boxes(0)[k]]
+        pub_prompt.publish(p)
+
+
+def send_click(m: Any, pub_prompt: Any, cam: Any, obj: int, i: int) -> None:
+    """A correction: one positive point on object ``obj`` where it is on frame ``i``, for the
+    next frame (stamp 0), as a click from an operator."""
+    from geometry_msgs.msg import Point32
+
+    p = m.Prompt()
+    p.header.frame_id = 'camera'
+    x, y = object_point(cam, obj, i)
+    p.object_id, p.action = obj, 0
+    p.points, p.labels = [Point32(x=float(x), y=float(y), z=0.0)], [1]
+    pub_prompt.publish(p)
+
+
+class _Stopped(Exception):
+    """The parent sent ('stop',) or went away."""
+
+
+def _recv(conn: Connection) -> tuple:
+    try:
+        msg = conn.recv()
+    except EOFError:
+        raise _Stopped from None
+    if msg[0] == 'stop':
+        raise _Stopped
+    return msg
+
+
+def _check_stop(conn: Connection) -> None:
+    if conn.poll():
+        _recv(conn)
+
+
+def camera_main(conn: Connection, cfg: CameraConfig) -> None:
+    """The child's body (a :mod:`multiprocessing` target: module level, picklable)."""
+    # Ctrl-C reaches the whole process group: the parent decides when the camera stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cfg.tune_malloc:
+        from sam2_ros.ros.malloc import keep_large_buffers
+
+        keep_large_buffers()
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rclpy.signals import SignalHandlerOptions
+    from sensor_msgs.msg import Image
+
+    from sam2_ros.ros.conversions import interfaces
+
+    m = interfaces()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=cfg.domain_id,
+               signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node(node_name(os.getpid()), context=ctx)
+    try:
+        # the QoS the benchmark's publishers always had (node_harness.CameraLink)
+        pub_image = node.create_publisher(
+            Image, cfg.image_topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        pub_prompt = node.create_publisher(
+            m.Prompt, cfg.prompt_topic,
+            QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        # publishers need no executor; discovery runs on the middleware's threads
+        while pub_image.get_subscription_count() == 0 or \
+                pub_prompt.get_subscription_count() == 0:
+            _check_stop(conn)
+            time.sleep(0.05)
+        conn.send(('ready', os.getpid()))
+        _recv(conn)   # ('start',)
+        conn.send(('done', _publish(conn, cfg, m, pub_image, pub_prompt)))
+        # Keep the publishers until told to stop: a RELIABLE writer destroyed right after its
+        # last publish() can take unacknowledged samples with it (the last frame got lost).
+        while True:
+            _recv(conn)
+    except _Stopped:
+        pass
+    finally:
+        node.destroy_node()
+        ctx.try_shutdown()
+
+
+def _publish(conn: Connection, cfg: CameraConfig, m: Any, pub_image: Any,
+             pub_prompt: Any) -> Dict[str, Any]:
+    """Prompts, then the frames at ``cfg.rate`` with clicks: the order and timing of the
+    single-process benchmark (prompts 0.3 s before frame 0, a click right before the frame it
+    precedes), now without subscribers sharing the process."""
+    from sam2_ros.bench.node_harness import image_msg, set_stamp
+    from sam2_ros.synthetic import SyntheticCamera
+
+    cam = SyntheticCamera(cfg.width, cfg.height, objects=max(2, cfg.objects), seed=cfg.index)
+    prompt_ns = time.time_ns()
+    send_prompts(m, pub_prompt, cam, cfg.objects, prompt_ns)
+    time.sleep(0.3)
+
+    total = cfg.frames + 1  # the extra last frame only carries publish_ms of the one before
+    period, spin_s = 1.0 / cfg.rate, max(0.0, cfg.spin_ms) * 1e-3
+    sent: List[Dict[str, Any]] = []
+    t_start, last_click, n_clicks = time.monotonic(), None, 0
+    for i in range(total):
+        msg = image_msg(cam.frame(i))
+        _check_stop(conn)
+        if i <= cfg.warmup and sent:
+            # Warm-up is paced: each frame waits for the previous one's state, so one-off
+            # costs (I/O graphs for a new resolution, the first prompt) leave no backlog.
+            conn.send(('wait_state', sent[-1]['stamp_ns']))
+            _recv(conn)   # ('go',)
+            t_start = time.monotonic() - i * period
+        due = t_start + i * period
+        sleep_until(due - spin_s)
+        # A click goes out when the camera wakes for the frame it precedes, before the spin,
+        # so sending it does not delay the frame (with --camera-spin-ms 0: right before it).
+        click = None
+        if cfg.corrections_every and cfg.warmup < i < cfg.frames and (
+                last_click is None or time.monotonic() - last_click >= cfg.corrections_every):
+            click = n_clicks % cfg.objects + 1
+            n_clicks, last_click = n_clicks + 1, time.monotonic()
+            send_click(m, pub_prompt, cam, click, i)
+        spin_until(due)
+        ns = max(time.time_ns(), prompt_ns)
+        set_stamp(msg.header, ns)
+        t_pub = time.monotonic()
+        pub_image.publish(msg)
+        t_ret = time.monotonic()
+        sent.append({'index': i, 'stamp_ns': ns, 't_pub': t_pub, 't_ret': t_ret,
+                     'late_ms': (t_pub - due) * 1e3, 'correction': click,
+                     'publish_call_ms': (t_ret - t_pub) * 1e3})
+    return {'pid': os.getpid(), 'node': node_name(os.getpid()), 'sent': sent,
+            't_start': t_start, 'clicks': n_clicks, 'spin_ms': cfg.spin_ms}
+
+
+class CameraProcess:
+    """The parent's handle on one camera process; :meth:`stop` is idempotent."""
+
+    def __init__(self, cfg: CameraConfig) -> None:
+        ctx = mp.get_context('spawn')
+        self.cfg = cfg
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=camera_main, args=(child, cfg), daemon=True,
+                                name=f'sam2_camera{cfg.index}')
+        self.proc.start()
+        child.close()
+        self.pid: Optional[int] = None       # the child's, from its 'ready'
+        self.result: Optional[Dict[str, Any]] = None
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(tuple(msg))
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> Optional[int]:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(('stop',))
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.join(timeout)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(5)
+        self.conn.close()
+        return self.proc.exitcode
+
