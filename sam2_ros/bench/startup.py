@@ -44,6 +44,12 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help='a SAM 2.1 checkpoint; default: a random model saved in that format')
     p.add_argument('--warmup-iters', type=int, default=None,
                    help='eager runs before each graph capture (default: graphs.WARMUP_ITERS)')
+    p.add_argument('--precompile', default='',
+                   help='TrackerConfig.precompile, comma-separated (e.g. encoder,heads); the '
+                        'first start compiles into --precompile-dir, later ones load')
+    p.add_argument('--precompile-dir', default=None,
+                   help='folder of the precompiled files (default: a fresh temporary one, so '
+                        'start 1 compiles)')
     p.add_argument('--out', default=None, help='results JSON (section "startup")')
     p.add_argument('--child', default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -62,6 +68,9 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
               checkpoint=spec['checkpoint'])
     if spec.get('graph_mode'):
         kw['graph_mode'] = spec['graph_mode']
+    if spec.get('precompile'):
+        kw['precompile'] = tuple(spec['precompile'].split(','))
+        kw['precompile_dir'] = spec['precompile_dir']
     if spec.get('warmup_iters') is not None:
         from sam2_ros.engine import graphs
         graphs.WARMUP_ITERS = int(spec['warmup_iters'])
@@ -96,6 +105,7 @@ def save_random_checkpoint(model: str, res: int, path: str) -> None:
 def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
     spec = {'model': args.model, 'res': args.res, 'device': args.device, 'checkpoint': ckpt,
             'graph_mode': args.graph_mode, 'warmup_iters': args.warmup_iters,
+            'precompile': args.precompile, 'precompile_dir': args.precompile_dir,
             't0': time.time()}
     out = subprocess.run([sys.executable, '-m', 'sam2_ros.bench.startup', '--child',
                           json.dumps(spec)], capture_output=True, text=True, timeout=900)
@@ -129,12 +139,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         if ckpt is None:
             ckpt = os.path.join(tmp, f'random_{args.model}.pt')
             save_random_checkpoint(args.model, args.res, ckpt)
+        if args.precompile and not args.precompile_dir:
+            args.precompile_dir = os.path.join(tmp, 'precompiled')
         rows = []
         for start in range(1, args.starts + 1):
             r = one_start(args, ckpt)
             rows.append({'model': args.model, 'res': args.res,
                          'graph_mode': args.graph_mode or 'default', 'start': start,
                          'warmup_iters': args.warmup_iters or 'default',
+                         'precompile': args.precompile or '-',
                          **{k: round(v, 2) if isinstance(v, float) else v
                             for k, v in r.items()}, **prov})
             print(f"start {start}: import {r['import_s']:.2f} s, configure "
