@@ -182,13 +182,35 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+# Runs last, its `colcon build` started in the background when the session begins (see
+# test_ros_colcon.EarlyBuild): the build overlaps the other `ros2` tests instead of adding to them.
+LAST_MODULES = ('test_ros_colcon.py',)
+
+
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(HEAVY_MODULES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: others as found
+    rank.update({name: len(rank) + 1 + i for i, name in enumerate(LAST_MODULES)})
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_MODULES)))   # stable
+
+
+def pytest_collection_finish(session):
+    """Start the colcon build of test_ros_colcon now when that test is selected, in one process
+    (scripts/test.sh runs it in the ros_cli pytest process, -n 0). Under xdist the test builds
+    by itself: every worker collects it, one runs it."""
+    if os.environ.get('PYTEST_XDIST_WORKER') or session.config.getoption('collectonly'):
+        return
+    if any(item.path.name == 'test_ros_colcon.py' for item in session.items):
+        import test_ros_colcon
+        test_ros_colcon.EarlyBuild.start_if_possible(session.config)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Record how many examples each hypothesis test ran (out/hypothesis_counts.json)."""
+    """Record how many examples each hypothesis test ran (out/hypothesis_counts.json); stop
+    an early colcon build whose test did not run."""
+    import sys
+    colcon = sys.modules.get('test_ros_colcon')
+    if colcon is not None:
+        colcon.EarlyBuild.cancel()
     if not HYPOTHESIS_COUNTS:
         return
     write_out('hypothesis_counts.json', HYPOTHESIS_COUNTS)
