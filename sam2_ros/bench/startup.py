@@ -116,12 +116,13 @@ def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
 
 
 def save_section(path: str, rows: List[dict]) -> None:
-    """Merge rows into the file's ``startup`` list (same model, res, graph_mode, start:
-    replaced)."""
+    """Merge rows into the file's ``startup`` list (same model, res, graph_mode, start and
+    precompile: replaced)."""
     data = json.load(open(path)) if os.path.exists(path) else {}
-    key = ('model', 'res', 'graph_mode', 'start')
-    new = {tuple(r[k] for k in key) for r in rows}
-    old = [r for r in data.get('startup', []) if tuple(r.get(k) for k in key) not in new]
+    key = ('model', 'res', 'graph_mode', 'start', 'precompile')
+    new = {tuple(r.get(k, '-') for k in key) for r in rows}
+    old = [r for r in data.get('startup', [])
+           if tuple(r.get(k, '-') for k in key) not in new]
     data['startup'] = old + rows
     with open(path, 'w') as f:
         json.dump(data, f, indent=1)
