@@ -214,6 +214,10 @@ def test_bad_inputs(data, tmp_path, capsys):
         rc = run(path, '--prompts', data / 'p.json', '--out', tmp_path / 'o', *FAST)
         err = capsys.readouterr().err
         assert rc == 2 and what in err and 'Traceback' not in err, (path, err)
+    rc = run(data / 'frames', '--prompts', data / 'p.json', '--out', tmp_path / 'o',
+             '--precompile', 'encoder,decoder', *FAST)
+    err = capsys.readouterr().err
+    assert rc == 2 and "precompile takes distinct parts of ('encoder', 'heads')" in err, err
 
 
 def test_corrupt_image_mid_folder(data, tmp_path, capsys):

@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--precision', choices=PRECISIONS, default=None,
                    help='default: bf16 on CUDA, fp32 on CPU (bf16 autocast is slow on CPU)')
     p.add_argument('--no-cuda-graphs', action='store_true', help='run every step eagerly')
+    p.add_argument('--precompile', default='',
+                   help="comma-separated parts run as fused kernels compiled once and loaded by "
+                        "later runs: 'encoder', 'heads' (CUDA graphs only; the first run "
+                        'compiles them, tens of seconds)')
     p.add_argument('--max-objects', type=_positive_int, default=TrackerConfig.max_objects,
                    help='objects alive at once (default %(default)s)')
     p.add_argument('--fill-hole-area', type=int, default=TrackerConfig.fill_hole_area,
@@ -107,7 +111,8 @@ def config_from_args(args: argparse.Namespace) -> TrackerConfig:
         random_weights=bool(args.random_weights), device=device,
         precision=args.precision or ('bf16' if kind == 'cuda' else 'fp32'),
         use_cuda_graphs=not args.no_cuda_graphs, max_objects=args.max_objects,
-        fill_hole_area=args.fill_hole_area)
+        fill_hole_area=args.fill_hole_area,
+        precompile=tuple(p for p in args.precompile.split(',') if p))
     try:
         return cfg.validate()
     except ValueError as exc:
