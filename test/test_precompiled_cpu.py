@@ -74,3 +74,21 @@ def test_bound_function_checks_its_inputs():
 def test_config_rejects_bad_precompile(kw):
     with pytest.raises(ValueError, match='precompile'):
         TrackerConfig(random_weights=True, **kw).validate()
+
+
+def test_loaded_file_that_fails_its_first_call_is_compiled_again(tmp_path, monkeypatch):
+    s = _store(tmp_path)
+    x = torch.zeros(1, 4)
+    (tmp_path / f"heads_b1-{s._key('heads_b1', (x,), (8, True))}.bin").write_bytes(b'old')
+
+    def stale(model, *a):
+        raise RuntimeError('built for another torch')
+    monkeypatch.setattr(s, '_load', lambda path: stale)
+    monkeypatch.setattr(s, '_compile', lambda *a: (lambda model, t, *c: t + 1))
+    bound = s._get('heads_b1', precompiled.heads_fn, (x,), (8, True))
+    assert bound is not None and float(bound(x).sum()) == 4.0
+    assert [e['how'] for e in s.events] == ['compiled']
+    # a compiled function that fails its first call too: sam2's kernels, said why
+    monkeypatch.setattr(s, '_compile', lambda *a: stale)
+    assert s._get('heads_b1', precompiled.heads_fn, (x,), (8, True)) is None
+    assert s.events[-1]['how'] == 'failed' and 'another torch' in s.events[-1]['error']

@@ -109,15 +109,19 @@ class Store:
 
     # ---- load or compile ----------------------------------------------------------------
     def _get(self, name: str, fn, args: Sequence[torch.Tensor], consts: tuple):
+        """The part bound to the model, after one trial call on ``args`` (so a file that loads
+        but does not run is compiled again, and a part that fails costs only itself, not the
+        capture of every graph); None on any failure."""
         t0 = time.perf_counter()
         path = self.dir / f'{name}-{self._key(name, args, consts)}.bin'
-        compiled, how = None, 'loaded'
+        bound, how = None, 'loaded'
         try:
             if path.exists():
-                compiled = self._load(path)
-            if compiled is None:
+                bound = self._trial(self._load(path), args, consts, path)
+            if bound is None:
                 how = 'compiled'
-                compiled = self._compile(fn, args, consts, path)
+                bound = _Bound(self._compile(fn, args, consts, path), self.model, args, consts)
+                bound(*args)
         except Exception as exc:  # noqa: BLE001 - any failure: this part runs sam2's kernels
             self.events.append({'part': name, 'how': 'failed', 'error': repr(exc)[:300]})
             log.warning('precompiled %s unavailable, running sam2 kernels: %r', name, exc)
@@ -126,7 +130,20 @@ class Store:
                             'file': str(path)})
         log.info('precompiled %s %s in %.1f s (%s)', name, how, time.perf_counter() - t0,
                  path)
-        return _Bound(compiled, self.model, args, consts)
+        return bound
+
+    def _trial(self, compiled, args, consts, path: Path) -> Optional['_Bound']:
+        """A loaded function bound and called once; None (compile it again) if it fails."""
+        if compiled is None:
+            return None
+        bound = _Bound(compiled, self.model, args, consts)
+        try:
+            bound(*args)
+        except Exception as exc:  # noqa: BLE001 - e.g. a file from another build of torch
+            log.warning('precompiled file %s failed its first call (%r): compiling it again',
+                        path, exc)
+            return None
+        return bound
 
     def _load(self, path: Path):
         try:
