@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# The engine's evidence in one device command (about 8 minutes on the H200): GPU equivalence
+# The engine's evidence in one device command (about 9 minutes on the H200): GPU equivalence
 # tests, the headline engine rows (one run), the interaction benchmark and two fresh starts.
-#   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<sha> bash scripts/gpu/gpu_engine.sh
+# With 'precompile' (a second command, about 6 minutes): the precompiled parts' GPU tests and
+# fresh starts with them (the first compiles, the second loads).
+#   source scripts/gpu/gpu_env.sh
+#   SAM2_ROS_COMMIT=<sha> bash scripts/gpu/gpu_engine.sh [precompile]
 # Writes $OUT/h200.json (+ h200_extra.json), h200_interaction.json, gpu_equivalence.json,
 # startup rows in h200_extra.json; merge them into benchmarks/results/ with save_json.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 export OUT
+if [ "${1:-}" = precompile ]; then
+  python3 -m pytest -q test/test_precompiled_gpu.py -m gpu 2>&1 | tail -n 2
+  [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
+  for m in "tiny 512" "large 1024"; do
+    set -- $m
+    python3 -m sam2_ros.bench.startup --model $1 --res $2 --starts 2 \
+      --precompile encoder,heads --out "$OUT/h200_extra.json" 2>&1 | grep '^start'
+  done
+  exit 0
+fi
 python3 -m pytest -q test/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
 [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph;$T:1:ours_graph_batched;$T:1:ours_graph_sam2attn;"
-ONLY+="$T:1:ours_graph_unpadded;$T:3:official_eager;$T:3:ours_graph_batched;"
-ONLY+="$T:10:official_eager;$T:10:ours_graph_batched;$L:1:official_eager;$L:1:ours_graph;"
-ONLY+="$L:1:ours_graph_sam2attn"
+ONLY+="$T:1:ours_graph_batched_precompiled;$T:3:official_eager;$T:3:ours_graph_batched;"
+ONLY+="$T:10:official_eager;$T:10:ours_graph_batched;$T:10:ours_graph_batched_precompiled;"
+ONLY+="$L:1:official_eager;$L:1:ours_graph;$L:1:ours_graph_precompiled"
 python3 -m sam2_ros.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 --warmup 16 \
   --profile-frames 3 --out "$OUT/h200.json" | grep -v '^{' | grep '^|' 
 python3 -m sam2_ros.bench.interaction --model tiny --res 512 --objects 1,3,10 \
