@@ -62,8 +62,7 @@ def test_node_latency_smoke(tmp_path):
         # a deadline miss: the mask came after the camera's next image (one period later
         # at 4 Hz once the paced warm-up is over)
         assert f['deadline_miss'] == (f['e2e_mask_ms'] > f['next_image_ms']), f
-        if not f['warmup']:
-            assert 200 < f['next_image_ms'] < 400, f
+        assert f['next_image_ms'] > 0, f
     clicks = [f['correction'] for f in frames if f['correction']]
     assert clicks and set(clicks) <= {1, 2} and r['clicks'] == len(clicks)
     s = r['summary']
@@ -92,10 +91,15 @@ def test_node_latency_smoke(tmp_path):
     assert cam['camera_pid'] not in (r['bench_pid'], os.getpid())
     assert cam['image_publishers'] == [f"sam2_camera_{cam['camera_pid']}"] == \
         [cam['camera_node']]
-    # its publish times came back: one gap per measured frame, the 4 Hz period
+    # its publish times came back: one gap per measured frame, on the drift-free 4 Hz
+    # schedule: never early, and a gap is the period plus the next frame's lateness minus
+    # this one's (an identity, not a timing bound: a loaded CI machine makes frames late)
     gap = s['camera_gap_ms']
-    assert gap['n'] == FRAMES - 1 and 200 < gap['p1'] <= gap['p50'] <= gap['p99'] < 300, gap
-    assert all(0 <= f['camera_late_ms'] < 100 for f in frames[1:]), frames
+    assert gap['n'] == FRAMES - 1 and 0 < gap['p1'] <= gap['p50'] <= gap['p99'], gap
+    assert all(f['camera_late_ms'] >= 0 for f in frames[1:]), frames
+    for f, nxt in zip(frames[1:], frames[2:]):
+        assert abs(f['next_image_ms'] - (250.0 + nxt['camera_late_ms'] - f['camera_late_ms'])) \
+            < 0.01, (f, nxt)
     assert (row['camera_gap_ms_p1'], row['camera_gap_ms_p50'], row['camera_gap_ms_p99']) == \
         (gap['p1'], gap['p50'], gap['p99'])
 
@@ -220,13 +224,14 @@ def test_camera_process_publishes_from_another_process():
             clicks = [p[0] for p in prompts if p[2] == 1]
         assert boxes == [(1, True, 0), (2, True, 0)]
         assert res['clicks'] == len(clicks) >= 2 and clicks == [1, 2, 1, 2][:len(clicks)]
-        # drift-free: the steady frames stay on start + k * period (a late frame on a slow
-        # box does not push the next ones)
-        steady = [s['t_pub'] for s in sent[warmup:]]
-        drift = sorted((t - steady[0]) * rate - k for k, t in enumerate(steady))
-        assert abs(drift[len(drift) // 2]) < 0.2, steady
-        gaps = sorted((b - a) * 1e3 for a, b in zip(steady, steady[1:]))
-        assert gaps[0] > 0 and abs(gaps[len(gaps) // 2] - 1e3 / rate) < 10, gaps
+        # drift-free: frame k was due at start + k periods whatever the lateness of those
+        # before it (an identity, not a timing bound: a loaded CI machine makes frames late)
+        steady = sent[warmup:]
+        t0, late0 = steady[0]['t_pub'], steady[0]['late_ms']
+        for k, s in enumerate(steady):
+            due_k = (s['t_pub'] - t0) - (s['late_ms'] - late0) / 1e3
+            assert abs(due_k - k / rate) < 1e-6, (k, s, steady[0])
+        assert all(b['t_pub'] > a['t_pub'] for a, b in zip(steady, steady[1:]))
         assert all(s['late_ms'] >= 0 for s in sent)      # never before it was due
     finally:
         code = cam.stop()
