@@ -45,9 +45,10 @@ def test_camera_stop_and_restart(tmp_path, lease):
         after = [stamp(500 + i) for i in range(8)]
 
         # 1. tracking two objects
-        c.pub_prompt.publish(prompt_msg(1, before[0], box=(8, 18, 40, 44)))
-        c.pub_prompt.publish(prompt_msg(2, before[0], box=(36, 8, 60, 40)))
-        time.sleep(0.2)
+        # held by the node before frame 0 is sent (a fixed sleep was not enough on a loaded
+        # CI machine: a prompt that came after frame 0 corrected it, a second output for it)
+        c.send_prompts(prompt_msg(1, before[0], box=(8, 18, 40, 44)),
+                       prompt_msg(2, before[0], box=(36, 8, 60, 40)))
         t_stop, t_stop_wall = stream(c, fr[:8], before)
         last_before = c.wait_state(before[-1], 30)
         # the node had received the last frame before this: a report it stamps later belongs
