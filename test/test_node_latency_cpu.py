@@ -137,6 +137,10 @@ def test_row_keys_tell_one_gpu_from_two():
     two = variant(dict(a, devices=['cuda:0', 'cuda:1']), cam0)
     assert one != two and 'cuda:0+cuda:1' in two and 'pipeline' in two and 'corr2' in two
     assert variant(dict(a, devices=['cuda:0']), cam0) != one
+    # a node with precompiled parts is another configuration: its rows do not replace these
+    pre = {'index': 0, 'node_params': dict(cam0['node_params'], precompile=['encoder'])}
+    assert variant(dict(a, devices=['cuda:0']), pre) == \
+        variant(dict(a, devices=['cuda:0']), cam0) + '_precompile'
 
 
 def test_camera_process_publishes_from_another_process():

@@ -72,6 +72,9 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     weights.add_argument('--random-weights', action='store_true',
                          help='random weights: timings only, the masks mean nothing')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--precompile', default='',
+                   help="TrackerConfig.precompile, comma-separated ('encoder,heads'); rows are "
+                        "named '<graph_mode>+precompile'")
     p.add_argument('--out', nargs='?', const=DEFAULT_OUT, default=None,
                    help=f'JSON list of rows, rows of the same (model, res, objects, variant) '
                         f'replaced; --out alone writes {DEFAULT_OUT}')
@@ -134,7 +137,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     cfg = TrackerConfig(model_size=a.model, image_size=a.res, checkpoint=a.checkpoint,
                         random_weights=a.random_weights, seed=a.seed, device=a.device,
                         precision=a.precision, max_objects=objects + 1,
-                        use_cuda_graphs=True, graph_mode=variant)
+                        use_cuda_graphs=True, graph_mode=variant,
+                        precompile=tuple(p for p in a.precompile.split(',') if p))
     tr = StreamingTracker(cfg)
     kinds = {t: k for t in range(1, a.frames + 1)
              if (k := prompts_on(t, a.correct_every, a.new_at))}
@@ -175,7 +179,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     if torch.device(a.device).type == 'cuda':
         torch.cuda.empty_cache()
     row: Dict[str, object] = dict(
-        model=a.model, res=a.res, objects=objects, variant=variant, frames=a.frames,
+        model=a.model, res=a.res, objects=objects,
+        variant=variant + ('+precompile' if a.precompile else ''), frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
         ms_p99=round(float(np.percentile(ms, 99)), 3), ms_max=round(max(ms), 3))
     row.update(counts)

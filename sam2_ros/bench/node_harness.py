@@ -88,6 +88,8 @@ class NodeProcess:
             values['pipeline'] = bool(args.pipeline)
         if args.tune_malloc is not None:
             values['tune_malloc'] = bool(args.tune_malloc)
+        if getattr(args, 'precompile', None):
+            values['precompile'] = [p for p in args.precompile.split(',') if p]
         # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
         # empty array parameter: leave such entries out (= the node's default).
         values = {k: v for k, v in values.items() if v != []}

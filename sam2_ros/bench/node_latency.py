@@ -89,6 +89,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's tune_malloc parameter (default: the YAML's), also applied "
                          'to this receiving process (sam2_ros/ros/malloc.py)')
+    ap.add_argument('--precompile', default=None,
+                    help="the node's precompile parameter, comma-separated ('encoder,heads'; "
+                         'default: the YAML\'s); a start without its files compiles them first '
+                         '(raise --start-timeout)')
     ap.add_argument('--corrections-every', type=float, default=0.0,
                     help='seconds between clicks on a tracked object (0: none)')
     ap.add_argument('--camera-spin-ms', type=float, default=1.0,
@@ -371,7 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             'bench_pid': os.getpid(),
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
-                'graph_mode', 'pipeline', 'tune_malloc', 'devices', 'precision', 'cuda_graphs',
+                'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
+                'cuda_graphs',
                 'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,

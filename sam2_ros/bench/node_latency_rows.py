@@ -117,7 +117,8 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         f"corr{a['corrections_every']:g}" if a['corrections_every'] else 'nocorr',
         str(cam['node_params'].get('graph_mode')),
         'yaml' if pipe is None else ('pipeline' if pipe else 'serial')]
-        + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else []))
+        + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
+        + (['precompile'] if cam['node_params'].get('precompile') else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
