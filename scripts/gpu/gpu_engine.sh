@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The engine's evidence in one device command (about 9 minutes on the H200): GPU equivalence
 # tests, the headline engine rows (one run), the interaction benchmark and two fresh starts.
-# With 'precompile' (a second command, about 6 minutes): the precompiled parts' GPU tests and
-# fresh starts with them (the first compiles, the second loads).
+# With 'precompile' (a second command, about 8 minutes): the precompiled parts' GPU tests,
+# fresh starts with them (the first compiles, the second loads) and the interaction rows.
 #   source scripts/gpu/gpu_env.sh
 #   SAM2_ROS_COMMIT=<sha> bash scripts/gpu/gpu_engine.sh [precompile]
 # Writes $OUT/h200.json (+ h200_extra.json), h200_interaction.json, gpu_equivalence.json,
@@ -18,6 +18,9 @@ if [ "${1:-}" = precompile ]; then
     python3 -m sam2_ros.bench.startup --model $1 --res $2 --starts 2 \
       --precompile encoder,heads --out "$OUT/h200_extra.json" 2>&1 | grep '^start'
   done
+  python3 -m sam2_ros.bench.interaction --model tiny --res 512 --objects 1,3,10 \
+    --variants batched --precompile encoder,heads --random-weights \
+    --out "$OUT/h200_interaction.json" 2>&1 | grep '^|'
   exit 0
 fi
 python3 -m pytest -q test/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
