@@ -5,6 +5,7 @@ The scenario test compares every published mask and state with a StreamingTracke
 process on the same frames and prompts (same config and seed: CPU fp32 is deterministic)."""
 
 import math
+import re
 import time
 
 import numpy as np
@@ -246,8 +247,14 @@ def test_diagnostics_ok_while_streaming_then_warn_when_frames_stop(fifo):
     s = wait_until(warned, 10, 'diagnostics WARN no frames')[0]
     values = {kv.key: kv.value for kv in s.values}
     for key in ('rate_hz', 'latency_p50_ms', 'latency_p99_ms', 'dropped_frames',
-                'graph_steps', 'eager_steps', 'fallbacks'):
+                'graph_steps', 'eager_steps', 'fallbacks', 'gc_full_collections',
+                'gc_max_pause_ms'):
         assert key in values
+    # gc_freeze (default on): configure's objects (imports, model) were frozen, so a full
+    # collection walks only what came after (the pause itself is the benchmarks' to measure)
+    frozen = re.search(r'gc_freeze: (\d+) objects exempt', proc.log())
+    assert frozen and int(frozen.group(1)) > 50000, proc.log()[-2000:]
+    assert int(values['gc_full_collections']) >= 0 and float(values['gc_max_pause_ms']) >= 0
     assert float(values['latency_p50_ms']) > 0 and not math.isnan(float(values['latency_p99_ms']))
     assert int(values['eager_steps']) > 0 and values['graph_steps'] == '0'
     assert s.name == 'sam2_tracker: tracker'

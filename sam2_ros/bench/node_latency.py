@@ -348,6 +348,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                    + '\n'.join(n.log_tail() for n in nodes))
             time.sleep(0.1)
         startup_s = time.monotonic() - t0
+        if all(n.params.get('gc_freeze', True) for n in nodes):   # as the nodes do
+            from sam2_ros.ros.gc_policy import freeze
+            freeze()       # this receiving process's receipt times free of full collections
         publishers = [image_publishers(client, link) for link in client.links]
         run = measure(args, client, nodes, cameras)
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose

@@ -24,7 +24,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import conversions as conv
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import malloc, node_cli, params
+from sam2_ros.ros import gc_policy, malloc, node_cli, params
 from sam2_ros.ros.log_filter import RepeatFilter
 from sam2_ros.ros.node_cli import check_device, input_topic  # noqa: F401 (public names)
 from sam2_ros.ros.node_diagnostics import DiagnosticsMixin
@@ -56,6 +56,8 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
         self._bridge = CvBridge()
         self.tracker: Any = None
         self.cfg = None
+        self.gc_pauses = gc_policy.PauseMonitor()    # full collections, for diagnostics
+        self._gc_frozen = False
         self.opts: Optional[params.NodeOptions] = None
         self.finished = False
         self._mailbox: Optional[Mailbox] = None
@@ -112,6 +114,11 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             return TransitionCallbackReturn.FAILURE
         c = self.cfg
         graphs = c.use_cuda_graphs and str(c.device).startswith('cuda')  # CUDA only
+        if self.opts.gc_freeze:
+            frozen = gc_policy.freeze()
+            self._gc_frozen = True
+            self.get_logger().info(f'gc_freeze: {frozen} objects exempt from garbage '
+                                   f'collection until cleanup')
         self.get_logger().info(
             f'tracker ready in {time.monotonic() - t0:.1f} s: {c.model_size}@{c.image_size} '
             f'{c.device} {c.precision} graphs={graphs} '
@@ -249,6 +256,9 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
 
     def _release_tracker(self) -> None:
         dev = str(getattr(self.cfg, 'device', 'cpu'))
+        if self._gc_frozen:              # the released tracker's cycles are collectable again
+            gc_policy.unfreeze()
+            self._gc_frozen = False
         self.tracker = None
         if dev.startswith('cuda'):
             import torch

@@ -74,6 +74,9 @@ class DiagnosticsMixin:
             'model': f'{self.cfg.model_size}@{self.cfg.image_size} {self.cfg.device} '
                      f'{self.cfg.precision}',
             'random_weights': self.cfg.random_weights,
+            # Python's full garbage collections in this process (gc_freeze keeps them short)
+            'gc_full_collections': self.gc_pauses.full_collections,
+            'gc_max_pause_ms': round(self.gc_pauses.max_pause_ms, 2),
         })
         if self._vision_off is None:
             counts = dict(self._detection_totals)

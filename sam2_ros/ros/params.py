@@ -52,6 +52,10 @@ class NodeOptions:
     # image) are reused instead of page-faulted in anew for every message
     # (sam2_ros/ros/malloc.py; process-wide, set at configure, not undone).
     tune_malloc: bool = True
+    # Exempt everything alive at the end of configure (model, graphs, imports) from Python's
+    # garbage collections, so a full collection no longer walks ~200,000 objects on the frame
+    # path (sam2_ros/ros/gc_policy.py; undone at cleanup).
+    gc_freeze: bool = True
     # No frame for this long -> diagnostics WARN 'no frames'.
     stale_timeout_s: float = 2.0
     diagnostics_period_s: float = 1.0
@@ -190,6 +194,9 @@ PARAMS: Tuple[ParamSpec, ...] = (
     ParamSpec('tune_malloc', N, 'tune_malloc', 'bool',
               'reuse large message buffers (glibc mmap/trim thresholds; process-wide, set at '
               'configure, not undone)'),
+    ParamSpec('gc_freeze', N, 'gc_freeze', 'bool',
+              "exempt what configure built from Python's garbage collections (a full one "
+              'took 128-142 ms on a 2-core VM); undone at cleanup'),
     ParamSpec('stale_timeout_s', N, 'stale_timeout_s', 'float',
               'no frame for this long -> diagnostics WARN'),
     ParamSpec('diagnostics_period_s', N, 'diagnostics_period_s', 'float',

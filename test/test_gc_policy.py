@@ -1,0 +1,34 @@
+"""gc_policy: the node's freeze of configure's heap and its full-collection monitor."""
+
+import gc
+
+from sam2_ros.ros import gc_policy
+
+
+def test_freeze_exempts_live_objects_until_unfrozen():
+    keep = [[i] for i in range(10000)]          # long-lived containers, as a model's
+    try:
+        n = gc_policy.freeze()
+        assert n >= len(keep) and gc.get_freeze_count() == n
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(o) in tracked for o in keep[:100])   # skipped by collections
+    finally:
+        gc_policy.unfreeze()
+    assert gc.get_freeze_count() == 0
+    tracked = {id(o) for o in gc.get_objects()}
+    assert all(id(o) in tracked for o in keep[:100])
+
+
+def test_pause_monitor_counts_full_collections_only():
+    m = gc_policy.PauseMonitor()
+    try:
+        gc.collect(0)
+        gc.collect(1)
+        assert m.full_collections == 0
+        gc.collect()
+        gc.collect(2)
+        assert m.full_collections == 2 and m.max_pause_ms > 0
+    finally:
+        m.close()
+    gc.collect()
+    assert m.full_collections == 2 and m._on_gc not in gc.callbacks
