@@ -17,8 +17,8 @@ class _Model(torch.nn.Module):
 
 
 def _store(tmp_path, **kw):
-    cfg = TrackerConfig(random_weights=True, device='cpu', precompile=('heads',),
-                        precompile_dir=str(tmp_path), **kw)
+    kw = {'precompile': ('heads',), **kw}
+    cfg = TrackerConfig(random_weights=True, device='cpu', precompile_dir=str(tmp_path), **kw)
     return precompiled.Store(_Model(), cfg.validate())
 
 
@@ -92,3 +92,38 @@ def test_loaded_file_that_fails_its_first_call_is_compiled_again(tmp_path, monke
     monkeypatch.setattr(s, '_compile', lambda *a: stale)
     assert s._get('heads_b1', precompiled.heads_fn, (x,), (8, True)) is None
     assert s.events[-1]['how'] == 'failed' and 'another torch' in s.events[-1]['error']
+
+
+def test_feat_sizes_are_the_encoders():
+    """The precompiled functions rebuild Features with encoder.feat_sizes: it must equal what
+    the image encoder reports."""
+    from conftest import shared_model
+    from sam2_ros.engine import encoder
+    model = shared_model(64)
+    with torch.inference_mode():
+        f = encoder.encode_image(model, torch.zeros(1, 3, 64, 64))
+    assert encoder.feat_sizes(64) == [tuple(s) for s in f.feat_sizes]
+
+
+def test_heads_are_per_batch_once_and_only_where_they_fit(tmp_path, monkeypatch):
+    """What the graph runner asks the store for each captured step: precompiled heads of the
+    batch size (got once, then cached), None where heads are not a precompiled part or the
+    input's layout is not the compiled one (the runner then runs sam2's modules)."""
+    from sam2_ros.engine import encoder
+    feats = encoder.Features([torch.zeros(16, 1, 4)] * 3, [], encoder.feat_sizes(64))
+    pix = torch.zeros(2, 4, 4, 4)
+    assert _store(tmp_path, precompile=('encoder',)).heads(pix, feats) is None
+    s = _store(tmp_path)
+    calls = []
+
+    def fake_get(name, fn, args, consts):
+        calls.append(name)
+        return precompiled._Bound(lambda model, p, *rest: (p + 1, p, p, p), s.model, args,
+                                  consts)
+    monkeypatch.setattr(s, '_get', fake_get)
+    heads = s.heads(pix, feats)
+    out = heads(pix, feats)
+    assert float(out.low_res_logits.sum()) == pix.numel() and out.mem_feats is pix
+    assert s.heads(pix, feats) is not None and calls == ['heads_b2']     # cached per batch
+    assert s.heads(pix.transpose(2, 3), feats) is None                   # another layout
+    assert s.heads(torch.zeros(1, 4, 4, 4), feats) is not None and calls[-1] == 'heads_b1'

@@ -138,7 +138,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
                         random_weights=a.random_weights, seed=a.seed, device=a.device,
                         precision=a.precision, max_objects=objects + 1,
                         use_cuda_graphs=True, graph_mode=variant,
-                        precompile=tuple(p for p in a.precompile.split(',') if p))
+                        precompile=tuple(_csv(a.precompile)))
     tr = StreamingTracker(cfg)
     kinds = {t: k for t in range(1, a.frames + 1)
              if (k := prompts_on(t, a.correct_every, a.new_at))}

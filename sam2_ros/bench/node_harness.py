@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import yaml
 
+from sam2_ros.bench.results import csv
 from sam2_ros.ros.conversions import image_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ class NodeProcess:
         if args.tune_malloc is not None:
             values['tune_malloc'] = bool(args.tune_malloc)
         if getattr(args, 'precompile', None):
-            values['precompile'] = [p for p in args.precompile.split(',') if p]
+            values['precompile'] = csv(args.precompile)
         # An empty YAML list is "not set" for rcl, but safe_dump of [] would be an untyped
         # empty array parameter: leave such entries out (= the node's default).
         values = {k: v for k, v in values.items() if v != []}

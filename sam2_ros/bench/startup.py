@@ -29,6 +29,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+from sam2_ros.bench.results import csv
+
 PROG = 'python -m sam2_ros.bench.startup'
 DEFAULT_OUT = 'benchmarks/results/h200_extra.json'
 
@@ -69,7 +71,7 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
     if spec.get('graph_mode'):
         kw['graph_mode'] = spec['graph_mode']
     if spec.get('precompile'):
-        kw['precompile'] = tuple(spec['precompile'].split(','))
+        kw['precompile'] = tuple(csv(spec['precompile']))
         kw['precompile_dir'] = spec['precompile_dir']
     if spec.get('warmup_iters') is not None:
         from sam2_ros.engine import graphs

@@ -30,6 +30,12 @@ def encode_image(model, image: torch.Tensor) -> Features:
     return Features(feats, pos, sizes)
 
 
+def feat_sizes(image_size: int) -> List[Tuple[int, int]]:
+    """(h_l, w_l) of the three feature levels of an S x S input (strides 4, 8, 16), as
+    ``encode_image`` reports them in ``Features.feat_sizes``."""
+    return [(image_size // d, image_size // d) for d in (4, 8, 16)]
+
+
 def expand(features: Features, batch: int) -> Features:
     """Share one frame's features across B objects (a view, as sam2 does)."""
     if batch == 1:

@@ -92,8 +92,7 @@ class GraphRunner(EagerRunner):
         self.steps: Dict[Tuple[int, int], _Captured] = {}
         self.padded_steps: Dict[Tuple[int, int], _Captured] = {}
         self.cuda = torch.device(cfg.device).type == 'cuda'
-        self.store: Optional[precompiled.Store] = None
-        self._heads: Dict[int, Optional[Callable]] = {}     # batch -> precompiled heads
+        self.store: Optional[precompiled.Store] = None       # precompiled parts, if any
         self.graph_io = GraphIO(self)           # frame-in and masks-out graphs
         self.prompts = PromptGraphs(self)       # prompted steps
         # inductor would re-trace the swapped attention module on every call: compiled
@@ -225,7 +224,7 @@ class GraphRunner(EagerRunner):
     def _capture_encoder(self) -> None:
         s = self.model.image_size
         image = torch.zeros(1, 3, s, s, device=self.bank.feats.device)
-        fn = self.store.encoder(image) if 'encoder' in self.cfg.precompile else None
+        fn = self.store.encoder(image) if self.store else None
         self.encoder = self._capture(fn or (lambda x: encoder.encode_image(self.cmodel, x)),
                                      image)
 
@@ -240,18 +239,15 @@ class GraphRunner(EagerRunner):
                 return step.track_step(self.cmodel, encoder.expand(feats, batch), m,
                                        self.maskmem_pos,
                                        fill_hole_area=self.cfg.fill_hole_area,
-                                       heads=self._precompiled_heads)
+                                       heads=self._precompiled_heads if self.store else None)
         return self._capture(fn, mem)
 
     def _precompiled_heads(self, pix_feat: torch.Tensor,
                            feats: encoder.Features) -> step.StepOut:
-        """A tracking step's heads: the precompiled function of this batch size (loaded or
-        compiled on its first call, the warm-up before a capture) where there is one."""
-        batch = pix_feat.shape[0]
-        if 'heads' in self.cfg.precompile and batch not in self._heads:
-            self._heads[batch] = self.store.heads(pix_feat, self.encoder.outputs)
-        heads = self._heads.get(batch)
-        if heads is None or not heads.fits(pix_feat):
+        """A tracking step's heads: the store's precompiled ones for this batch size (loaded or
+        compiled on first use, the warm-up before a capture) where it has them."""
+        heads = self.store.heads(pix_feat, self.encoder.outputs)
+        if heads is None:
             return step.tracking_heads(self.cmodel, pix_feat, feats, self.cfg.fill_hole_area)
         return heads(pix_feat, self.encoder.outputs)
 

@@ -36,7 +36,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -65,9 +65,8 @@ def encode_fn(model, image: torch.Tensor, bf16: bool):
 def heads_fn(model, pix_feat: torch.Tensor, vf0: torch.Tensor, vf1: torch.Tensor,
              vf2: torch.Tensor, fill_hole_area: int, bf16: bool):
     """pix_feat [B, C, h, w], the frame's vision feats (batch 1) -> ``tracking_heads``."""
-    batch, s = pix_feat.shape[0], model.image_size
-    sizes = [(s // 4, s // 4), (s // 8, s // 8), (s // 16, s // 16)]
-    feats = encoder.expand(encoder.Features([vf0, vf1, vf2], [], sizes), batch)
+    sizes = encoder.feat_sizes(model.image_size)
+    feats = encoder.expand(encoder.Features([vf0, vf1, vf2], [], sizes), pix_feat.shape[0])
     with torch.autocast(pix_feat.device.type, dtype=torch.bfloat16, enabled=bf16):
         o = step.tracking_heads(model, pix_feat, feats, fill_hole_area)
     return o.low_res_logits, o.obj_ptr, o.score, o.mem_feats
@@ -84,14 +83,17 @@ class Store:
         self.dir = Path(cfg.precompile_dir) if cfg.precompile_dir else default_dir()
         self.bf16 = cfg.precision == 'bf16'
         self.events: List[dict] = []      # one per part: loaded / compiled / failed, seconds
+        self._heads: Dict[int, Optional[_Bound]] = {}       # batch -> heads (None: failed)
 
     def encoder(self, image: torch.Tensor) -> Optional[Callable]:
-        """image -> Features by the precompiled encoder, or None (use sam2's kernels)."""
+        """image -> Features by the precompiled encoder; None when the encoder is not a
+        precompiled part or failed (use sam2's kernels)."""
+        if 'encoder' not in self.cfg.precompile:
+            return None
         fn = self._get('encoder', encode_fn, (image,), (self.bf16,))
         if fn is None:
             return None
-        s = self.model.image_size
-        sizes = [(s // 4, s // 4), (s // 8, s // 8), (s // 16, s // 16)]
+        sizes = encoder.feat_sizes(self.model.image_size)
 
         def run(x: torch.Tensor) -> encoder.Features:
             out = fn(x)
@@ -99,13 +101,22 @@ class Store:
         return run
 
     def heads(self, pix_feat: torch.Tensor,
-              feats: encoder.Features) -> Optional['Heads']:
-        """The precompiled tracking heads of pix_feat's batch size, or None. ``feats`` are
-        the frame's (batch 1) features, the encoder graph's outputs."""
-        fn = self._get(f'heads_b{pix_feat.shape[0]}', heads_fn,
-                       (pix_feat, *feats.vision_feats[:3]),
-                       (self.cfg.fill_hole_area, self.bf16))
-        return None if fn is None else Heads(fn)
+              feats: encoder.Features) -> Optional[Callable[..., step.StepOut]]:
+        """(pix_feat, feats) -> StepOut by the precompiled tracking heads of pix_feat's batch
+        size (loaded or compiled on first use), or None: not a precompiled part, failed, or
+        pix_feat not of the layout they were compiled for. ``feats`` are the frame's (batch
+        1) features, the encoder graph's outputs."""
+        batch = pix_feat.shape[0]
+        if 'heads' not in self.cfg.precompile:
+            return None
+        if batch not in self._heads:
+            self._heads[batch] = self._get(f'heads_b{batch}', heads_fn,
+                                           (pix_feat, *feats.vision_feats[:3]),
+                                           (self.cfg.fill_hole_area, self.bf16))
+        fn = self._heads[batch]
+        if fn is None or not fn.fits(pix_feat):
+            return None
+        return lambda pix, f: step.StepOut(*fn(pix, *f.vision_feats[:3]))
 
     # ---- load or compile ----------------------------------------------------------------
     def _get(self, name: str, fn, args: Sequence[torch.Tensor], consts: tuple):
@@ -221,20 +232,6 @@ class _Bound:
         # outside inference mode (as compiled); the tracker's inference tensors are read
         with torch.inference_mode(False), torch.no_grad():
             return self.compiled(self.model, *args, *self.consts)
-
-
-class Heads:
-    """Precompiled ``step.tracking_heads`` of one batch size."""
-
-    def __init__(self, fn: _Bound):
-        self.fn = fn
-
-    def fits(self, pix_feat: torch.Tensor) -> bool:
-        return self.fn.fits(pix_feat)
-
-    def __call__(self, pix_feat: torch.Tensor, feats: encoder.Features) -> step.StepOut:
-        """pix_feat [B, C, h, w]; feats: the frame's (batch 1) features."""
-        return step.StepOut(*self.fn(pix_feat, *feats.vision_feats[:3]))
 
 
 def _plain(args: Sequence[torch.Tensor]) -> List[torch.Tensor]:
