@@ -68,6 +68,12 @@ def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:
 
 
 def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
+    # Ctrl-C ends the spin loop below through rclpy's own SIGINT handler, which shuts the
+    # context down (rclpy.ok() turns false) and then chains to Python's handler, installed
+    # here to do nothing: a KeyboardInterrupt raised at an arbitrary point of the executor
+    # left a half-built rclpy Task whose finalizer printed a traceback under `ros2 launch`
+    # (CI, test_ros_colcon).
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
     rclpy.init(args=args)
     node = node_cls()
     # One executor thread: callbacks only hand messages to the worker, which does the work in
