@@ -140,6 +140,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         if camera is not None:
             camera.running = False
+            camera.join(5)       # not publishing when its publisher is destroyed below
         node.destroy_node()
         rclpy.shutdown()
         if proc is not None:
