@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -45,6 +46,7 @@ def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
     import rclpy
     from sensor_msgs.msg import Image
 
+    _exit_with_parent(timeout + 30.0)
     rclpy.init()
     node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
     lat: List[float] = []
@@ -70,6 +72,19 @@ def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
     rclpy.try_shutdown()
     return {'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
             'shm_segments': shm}
+
+
+def _exit_with_parent(limit_s: float) -> None:
+    """A watchdog thread: end this subscriber process when its parent is gone or after
+    ``limit_s``. A subscriber whose parent was killed (a test's subprocess timeout) kept a
+    core busy for minutes in a CI run and slowed every later test."""
+    parent, end = os.getppid(), time.monotonic() + limit_s
+
+    def watch() -> None:
+        while os.getppid() == parent and time.monotonic() < end:
+            time.sleep(0.5)
+        os._exit(3)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def shm_segments() -> List[Dict[str, Any]]:
