@@ -1,13 +1,14 @@
 """Replay a recorded bag into the tracker with simulated time (and RViz when installed).
 
     ros2 launch sam2_ros replay.launch.py bag:=/path/to/bag checkpoint:=/path/model.pt \\
-        [rate:=1.0] [player:=auto|ros2bag|sam2_ros] [rviz:=auto|true|false] [device:=cpu]
+        [rate:=1.0] [player:=auto|ros2bag|sam2_ros] [wait_for:=TOPIC:N] [rviz:=auto|true|false]
 
 player:=ros2bag runs `ros2 bag play --clock` (needs rosbag2) after `start_delay` seconds, the
 time the node needs to load the model; player:=sam2_ros runs our rosbag2-free player
-(sam2_ros.ros.replay), which waits for the node's subscriptions instead; player:=auto (the
-default) takes ros2bag when rosbag2 is installed, else ours. The node runs with use_sim_time
-and process_every_frame (no frame dropped, deterministic results). The tracker arguments are
+(sam2_ros.ros.replay), which waits for the node's subscriptions instead, and for the
+subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) takes ros2bag
+when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time and process_every_frame
+(no frame dropped, deterministic results). The tracker arguments are
 those of tracker.launch.py (`--show-args`).
 """
 
@@ -31,9 +32,13 @@ def ros2_executable() -> str:
 def _setup(context, *args, **kwargs):
     arg = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
     player = arg('player')
+    wait_for = [t.strip() for t in arg('wait_for').split(',') if t.strip()]
     has_rosbag2 = common.package_installed('ros2bag')
-    if player == 'auto':
-        player = 'ros2bag' if has_rosbag2 else 'sam2_ros'
+    if player == 'auto':   # only our player can wait for subscribers
+        player = 'ros2bag' if has_rosbag2 and not wait_for else 'sam2_ros'
+    elif player == 'ros2bag' and wait_for:
+        raise RuntimeError('wait_for needs player:=sam2_ros (ros2 bag play starts after '
+                           'start_delay instead); nothing was started')
     elif player == 'ros2bag' and not has_rosbag2:
         raise RuntimeError('player:=ros2bag but rosbag2 (ros2bag) is not installed; nothing '
                            'was started. Use player:=sam2_ros or player:=auto')
@@ -48,7 +53,8 @@ def _setup(context, *args, **kwargs):
 
         play = Node(package='sam2_ros', executable='bag_replay', name='sam2_bag_replay',
                     output='screen', arguments=[bag, '--rate', rate, '--wait',
-                                                '--wait-timeout', '300'])
+                                                '--wait-timeout', '300'] +
+                    [a for t in wait_for for a in ('--wait-topic', t)])
     tracker = common.tracker_node(context, use_sim_time=True, process_every_frame=True,
                                   autostart=True)
     return common.dds_profile_actions(context) + [tracker, play] + rviz
@@ -64,4 +70,9 @@ def generate_launch_description():
                                           'auto: ros2bag when installed, else sam2_ros'),
         DeclareLaunchArgument('start_delay', default_value='15.0',
                               description='seconds before ros2 bag play starts'),
+        DeclareLaunchArgument('wait_for', default_value='',
+                              description='player:=sam2_ros: also wait for these subscriber '
+                                          'counts, comma-separated TOPIC[:N] of replayed '
+                                          'topics or /clock, e.g. /camera/image_raw:2 (the '
+                                          'node and a recorder)'),
     ] + common.declare_common() + [OpaqueFunction(function=_setup)])

@@ -49,11 +49,17 @@ def require_messages():
                     f'and run the tests with .venv/bin/python', pytrace=False)
 
 
+# Lock files of the leases held now. Every Proc inherits them: a child that outlives its test
+# (its parent killed) keeps its domain locked, so no later test shares a domain with it.
+_LEASE_FDS: set = set()
+
+
 class DomainLease:
     """An exclusive ROS_DOMAIN_ID for one test."""
 
     def __init__(self) -> None:
         self.domain_id, self._fh = lease_domain()
+        _LEASE_FDS.add(self._fh.fileno())
 
     def env(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -64,6 +70,7 @@ class DomainLease:
 
     def release(self) -> None:
         if self._fh is not None:
+            _LEASE_FDS.discard(self._fh.fileno())
             self._fh.close()
             self._fh = None
 
@@ -95,7 +102,7 @@ class Proc:
         self._log = open(log_path, 'wb')
         self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log,
                                   stderr=subprocess.STDOUT, start_new_session=True,
-                                  preexec_fn=_default_sigint)
+                                  preexec_fn=_default_sigint, pass_fds=tuple(_LEASE_FDS))
 
     def log(self) -> str:
         return self.log_path.read_text(errors='replace')

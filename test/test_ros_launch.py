@@ -17,7 +17,7 @@ COMMON = {'model', 'checkpoint', 'image_size', 'device', 'random_weights', 'para
           'dds_profile'}
 LAUNCH = {
     'tracker.launch.py': COMMON | {'image_topic', 'rviz', 'namespace'},
-    'replay.launch.py': COMMON | {'bag', 'rate', 'player', 'rviz'},
+    'replay.launch.py': COMMON | {'bag', 'rate', 'player', 'rviz', 'wait_for'},
     'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices'},
     'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
                                     'objects_topic'},
@@ -87,6 +87,42 @@ def test_launch_file_loads(name):  # pragma: no cover - needs a full ROS 2 insta
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.generate_launch_description().entities
+
+
+def _replay_setup(**args):
+    """The actions replay.launch.py would start with ``args`` over its defaults, and each
+    process's command line (substitutions that need a running launch shown as '?')."""
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument
+
+    spec = importlib.util.spec_from_file_location('replay_launch', ROOT / 'launch' /
+                                                  'replay.launch.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ctx = LaunchContext()
+    for e in mod.generate_launch_description().entities:
+        if isinstance(e, DeclareLaunchArgument) and e.default_value is not None:
+            ctx.launch_configurations[e.name] = ''.join(s.perform(ctx) for s in e.default_value)
+    ctx.launch_configurations.update(args)
+    return [[''.join(getattr(s, 'text', '?') for s in part) for part in a.cmd]
+            for a in mod._setup(ctx) if hasattr(a, 'cmd')]
+
+
+@pytest.mark.skipif(not launch_available(), reason='launch_ros is not installed')
+def test_replay_wait_for_reaches_our_player():
+    """wait_for -> one --wait-topic per entry; player:=auto takes our player then (ros2 bag
+    play cannot wait for subscribers), and player:=ros2bag with wait_for is refused."""
+    cmds = _replay_setup(bag='/data/bag', wait_for='/clock:2, /camera/image_raw:2')
+    player = [c for c in cmds if '/data/bag' in c]
+    assert len(player) == 1, cmds
+    tail = player[0][player[0].index('/data/bag'):]
+    assert tail[:9] == ['/data/bag', '--rate', '1.0', '--wait', '--wait-timeout', '300',
+                        '--wait-topic', '/clock:2', '--wait-topic'], tail
+    assert tail[9] == '/camera/image_raw:2', tail
+    plain = [c for c in _replay_setup(bag='/data/bag', player='sam2_ros') if '/data/bag' in c]
+    assert '--wait-topic' not in plain[0]
+    with pytest.raises(RuntimeError, match='wait_for needs player:=sam2_ros'):
+        _replay_setup(bag='/data/bag', player='ros2bag', wait_for='/clock:2')
 
 
 def test_entry_points_exist():

@@ -99,6 +99,17 @@ class Launched:
         self.clients.append(c)
         return c
 
+    def wait_state(self, client: Client, stamp_ns: int, timeout: float) -> object:
+        """``client.wait_state``, failing at once when the launch ends or one of its processes
+        dies (a node that crashed would otherwise cost the whole timeout)."""
+        def state():
+            if self.proc.p.poll() is not None or 'process has died' in self.proc.log():
+                raise AssertionError(f'ros2 launch ended ({self.proc.p.poll()}) or one of its '
+                                     f'processes died before the state for stamp {stamp_ns}')
+            found = client.states_for(stamp_ns)
+            return found[0] if found else None
+        return wait_until(state, timeout, f'TrackingState for stamp {stamp_ns}', poll=0.05)
+
     def close_clients(self) -> None:
         while self.clients:
             self.clients.pop().close()
@@ -118,7 +129,13 @@ def launched(tmp: Path, tag: str, *args: str, cmd: Optional[List[str]] = None,
         proc = (Proc(cmd, env, tmp / f'{tag}.log') if cmd is not None
                 else launch(env, tmp, tag, *args))
         run = Launched(lease, env, proc)
-        yield run
+        try:
+            yield run
+        except AssertionError as exc:   # what the launch printed, for a failure seen only in CI
+            if '--- log ---' in str(exc):
+                raise
+            raise AssertionError(f'{exc}\n--- log of ros2 launch (tail) ---\n'
+                                 f'{run.proc.log()[-4000:]}') from None
     finally:
         if run is not None:
             run.close_clients()
@@ -282,7 +299,7 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
             c.wait_connected(60)
             c.pub_image.publish(image_msg(f[k], stamp(10 + k)))
         for k, c in enumerate(clients):
-            st = c.wait_state(stamp(10 + k), 120)
+            st = run.wait_state(c, stamp(10 + k), 120)
             assert st.header.stamp.sec > 0
             assert not c.states_for(stamp(10 + 1 - k)), 'a camera got the other one\'s frame'
         # the first CLI call starts the daemon, which may not have discovered the node yet
@@ -294,17 +311,29 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
 
 def test_replay_launch_default_player_without_venv_on_path(tmp_path):
     """Defect 4: the default player needed `ros2 bag` (absent here) and `ros2` on PATH; now
-    player:=auto takes our player when rosbag2 is missing, and every path is absolute."""
+    player:=auto takes our player when rosbag2 is missing, and every path is absolute.
+    ``wait_for:=/clock:2`` (the node and this client) holds the bag until the client has seen
+    the node's publishers: the whole bag plays in a quarter of a second, and a state published
+    before the client's reader matched would be lost (a timeout in one CI run)."""
+    from rosgraph_msgs.msg import Clock
+
     from test_ros_replay import N, write_bag
 
     ros2()
     bag = write_bag(tmp_path / 'bag', 'mcap')
     with launched(tmp_path, 'replay', 'replay.launch.py', f'bag:={bag}', 'rate:=2.0',
-                  *CPU_ARGS, 'max_objects:=2', path_without_venv=True) as run:
+                  'wait_for:=/clock:2', *CPU_ARGS, 'max_objects:=2',
+                  path_without_venv=True) as run:
         c = run.client()
-        st = c.wait_state(stamp(N - 1), 240)
+        run.proc.wait_log(r'\]: active:', 180)
+        c.wait_connected(60)
+        clocks = []   # the player's second /clock subscriber: playback starts now
+        c.node.create_subscription(Clock, '/clock', clocks.append, 10)
+        st = run.wait_state(c, stamp(N - 1), 120)
         assert [o.object_id for o in st.objects] == [1, 2]
+        assert clocks, 'no /clock from the player'
         run.proc.wait_log(r'\[bag_replay-\d+\]', 30)   # our player, not `ros2 bag`
         assert 'deprecated' not in run.proc.log().lower(), run.proc.log()
         run.close_clients()
         sigint_and_check_clean(run.proc, node_pids(run.proc))
+
