@@ -231,6 +231,9 @@ def test_diagnostics_ok_while_streaming_then_warn_when_frames_stop(fifo):
     from diagnostic_msgs.msg import DiagnosticStatus
 
     fr = frames(8, seed=9)
+    # an object of its own (the step counters below need one), not the previous test's
+    c.pub_prompt.publish(prompt_msg(0, action=RESET))
+    c.send_prompts(prompt_msg(1, 0, box=(10, 20, 50, 60)))
     t_start = len(c.snapshot(c.diags))
     for i, f in enumerate(fr):
         c.pub_image.publish(image_msg(f, stamp(200 + i)))

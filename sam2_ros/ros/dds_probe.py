@@ -19,13 +19,15 @@ are passed through from the environment.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -40,13 +42,14 @@ def _qos():
     return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
+def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None]) -> None:
     """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
-    latency of each frame in ms."""
+    ``report`` gets the latency of each frame in ms before this process's DDS teardown, which
+    once hung (see ``_bound_lifetime``)."""
     import rclpy
     from sensor_msgs.msg import Image
 
-    _exit_with_parent(timeout + 30.0)
+    _bound_lifetime(timeout + 30.0)
     rclpy.init()
     node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
     lat: List[float] = []
@@ -67,24 +70,27 @@ def subscriber(frames: int, timeout: float) -> Dict[str, Any]:
     # end its wait for acknowledgements at once
     while (len(lat) < frames or len(small) < 2) and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.05)
-    shm = shm_segments()   # before shutdown: the publisher's segment is still mapped
+    # segments listed before shutdown: the publisher's is still mapped
+    report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
+            'shm_segments': shm_segments()})
     node.destroy_node()
     rclpy.try_shutdown()
-    return {'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
-            'shm_segments': shm}
 
 
-def _exit_with_parent(limit_s: float) -> None:
-    """A watchdog thread: end this subscriber process when its parent is gone or after
-    ``limit_s``. A subscriber whose parent was killed (a test's subprocess timeout) kept a
-    core busy for minutes in a CI run and slowed every later test."""
-    parent, end = os.getppid(), time.monotonic() + limit_s
+def _bound_lifetime(limit_s: float) -> None:
+    """End this subscriber process when its parent dies or after ``limit_s``, by the kernel
+    (PR_SET_PDEATHSIG, SIGALRM), not by a Python thread: once, in a fully loaded test run,
+    rclpy's node teardown spun in Fast DDS (DomainParticipant::set_listener, in
+    rcl_node_fini) holding the GIL, so a watchdog thread never ran and the orphan kept a
+    core busy for minutes."""
+    signal.alarm(max(1, math.ceil(limit_s)))     # default action of SIGALRM: terminate
+    try:
+        import ctypes
 
-    def watch() -> None:
-        while os.getppid() == parent and time.monotonic() < end:
-            time.sleep(0.5)
-        os._exit(3)
-    threading.Thread(target=watch, daemon=True).start()
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):   # not Linux: the alarm still bounds it
+        pass
 
 
 def shm_segments() -> List[Dict[str, Any]]:
@@ -130,9 +136,22 @@ def publish(args: argparse.Namespace) -> int:
         pub.publish(m)
     time.sleep(1.0)                       # asynchronous writers: let the last frames go out
     args.small_ack_ms = small_ack_ms(node)
-    node.destroy_node()
-    rclpy.try_shutdown()
+    args.node = node                      # torn down by main, after the subscriber left
     return args.frames
+
+
+def teardown(node: Any, limit_s: float = 30.0) -> None:
+    """The publisher's DDS teardown, alone (the subscriber has exited, so no participant
+    leaves concurrently), bounded: faulthandler's watchdog is a C thread, so a teardown that
+    hangs holding the GIL still ends the process, with every thread's traceback on stderr."""
+    import rclpy
+
+    faulthandler.dump_traceback_later(limit_s, exit=True)
+    try:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def small_ack_ms(node: Any) -> Optional[float]:
@@ -190,7 +209,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from sam2_ros.ros.malloc import keep_large_buffers
         keep_large_buffers()
     if args.role == 'sub':
-        print(json.dumps(subscriber(args.frames, args.frames / args.rate + 40.0)), flush=True)
+        subscriber(args.frames, args.frames / args.rate + 40.0,
+                   lambda r: print(json.dumps(r), flush=True))
         return 0
     if args.profile:
         os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
@@ -205,10 +225,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         assert sub.stdout is not None and sub.stdout.readline().strip() == 'ready'
         sent = publish(args)
         result = json.loads(sub.stdout.readline() or '{}')
-        sub.wait(60)
+        try:   # it has reported; its own teardown is bounded (_bound_lifetime)
+            sub.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
     finally:
         if sub.poll() is None:
             sub.kill()
+            sub.wait(5)
+        if getattr(args, 'node', None) is not None:
+            teardown(args.node)
         lock.close()
     summary = summarize(result.get('latency_ms', []), sent)
     summary['small_ack_ms'] = getattr(args, 'small_ack_ms', None)
