@@ -7,8 +7,8 @@ player:=ros2bag runs `ros2 bag play --clock` (needs rosbag2) after `start_delay`
 time the node needs to load the model; player:=sam2_ros runs our rosbag2-free player
 (sam2_ros.ros.replay), which waits for the node's subscriptions instead, and for the
 subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) takes ros2bag
-when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time and process_every_frame
-(no frame dropped, deterministic results). The tracker arguments are
+when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time
+and process_every_frame (no frame dropped, deterministic results). The tracker arguments are
 those of tracker.launch.py (`--show-args`).
 """
 
