@@ -8,7 +8,7 @@ of ``test_graphs_gpu.py`` checks it with CUDA graphs against the official predic
 
 import pytest
 import torch
-from torch.profiler import profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import make_tracker, shared_model
 from scenarios import schedule, synthetic_frames
@@ -16,7 +16,9 @@ from sam2_ros.engine.model import build_model, precast
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
-H, W, N = 48, 64, 24
+# 18 frames: every object's memory ring (7 spatial memories) has wrapped by the end, and two
+# frames follow the removal at 15
+H, W, N = 48, 64, 18
 
 
 def _run(precast: bool):
@@ -94,12 +96,29 @@ def test_precast_in_place_for_a_model_the_tracker_builds():
                if isinstance(m, torch.nn.Linear))
 
 
+class _Casts(TorchDispatchMode):
+    """Counts the casts that copy (``to``/``_to_copy`` calls returning a new tensor). Cheaper
+    than the profiler (which took about 5 s per bf16 CPU frame here) and blind to no-op
+    casts, which launch no kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in (torch.ops.aten.to, torch.ops.aten._to_copy) \
+                and out is not args[0]:
+            self.n += 1
+        return out
+
+
 def _casts_per_frame(tr) -> int:
     """Cast kernels of one more frame on a tracker that ran ``_run``'s stream."""
     fr = synthetic_frames(N + 1, H, W)[-1]
-    with profile() as prof:
+    with _Casts() as casts:
         tr.track(fr)
-    return sum(e.count for e in prof.key_averages() if e.key == 'aten::_to_copy')
+    return casts.n
 
 
 def test_precast_removes_the_weight_casts(runs):
