@@ -19,18 +19,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import yaml
 
+from sam2_ros.ros.conversions import image_msg, stamp_ns
+from sam2_ros.ros.harness import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
+                                  prompt_msg)
 from sam2_ros.synthetic import SyntheticCamera, center
 
 RANDOM_WARNING = """
@@ -42,7 +42,7 @@ RANDOM_WARNING = """
 #      python -m sam2_ros.ros.demo --checkpoint sam2.1_hiera_tiny.pt         #
 ##############################################################################
 """
-NODE = '/sam2_tracker'
+FRAME_ID = 'demo_camera'
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -67,95 +67,25 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- ROS side
 
-class DemoClient:
-    """Publishes camera frames and prompts; collects the node's outputs (background spin)."""
+class DemoClient(NodeClient):
+    """Publishes camera frames, prompts and clicks; keeps every state and overlay the node
+    sends (the harness's defaults), on rclpy's default context: its SIGINT/SIGTERM handlers
+    installed, as in any ROS program."""
 
     def __init__(self, image_topic: str) -> None:
         import rclpy
-        from geometry_msgs.msg import PointStamped
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import Image
 
-        from sam2_ros.ros.conversions import interfaces
-
-        m = interfaces()
-        self.msgs = m
-        rclpy.init()
-        self.node = rclpy.create_node('sam2_demo')
-        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_image = self.node.create_publisher(Image, image_topic, qos)
-        self.pub_prompt = self.node.create_publisher(m.Prompt, f'{NODE}/prompt', qos)
-        self.pub_click = self.node.create_publisher(PointStamped, f'{NODE}/click', qos)
-        self.lock = threading.Lock()
-        self.states: List[Tuple[float, Any]] = []   # (receipt time, TrackingState)
-        self.overlays: Dict[int, Any] = {}          # stamp -> latest overlay Image
-        self.sub_state = self.node.create_subscription(m.TrackingState, f'{NODE}/state',
-                                                       self._on_state, qos)
-        self.node.create_subscription(Image, f'{NODE}/overlay', self._on_overlay, qos)
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = False
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self) -> None:
-        while not self._stop:
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def _on_state(self, msg: Any) -> None:
-        with self.lock:
-            self.states.append((time.monotonic(), msg))
-
-    def _on_overlay(self, msg: Any) -> None:
-        with self.lock:
-            self.overlays[stamp_ns(msg.header.stamp)] = msg
-
-    def connected(self) -> bool:
-        """The node reads our topics and we see its state publisher: a state published before
-        the two match is lost (reliable QoS only retransmits to matched readers)."""
-        return self.sub_state.get_publisher_count() > 0 and all(
-            p.get_subscription_count() > 0
-            for p in (self.pub_image, self.pub_prompt, self.pub_click))
+        super().__init__('sam2_demo', [(node_prefix(), image_topic)],
+                         context=rclpy.get_default_context(), subscribe=('state', 'overlay'),
+                         expect=('state',))
 
     def count_states(self, stamp: int) -> int:
-        with self.lock:
-            return sum(1 for _, s in self.states if stamp_ns(s.header.stamp) == stamp)
-
-    def close(self) -> None:
-        import rclpy
-
-        self._stop = True
-        self.thread.join(5)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.try_shutdown()
+        with self.link.lock:
+            return sum(1 for s in self.link.states if stamp_ns(s.header.stamp) == stamp)
 
 
-def stamp_ns(t: Any) -> int:
-    return int(t.sec) * 1_000_000_000 + int(t.nanosec)
-
-
-def header(t_ns: int) -> Any:
-    from std_msgs.msg import Header
-
-    h = Header(frame_id='demo_camera')
-    h.stamp.sec, h.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
-    return h
-
-
-def prompt(client: DemoClient, t_ns: int, obj_id: int, action: int = 0, points=(), labels=(),
-           box=None) -> None:
-    from geometry_msgs.msg import Point32
-
-    m = client.msgs.Prompt()
-    m.header = header(t_ns)
-    m.object_id, m.action = obj_id, action
-    m.points = [Point32(x=float(x), y=float(y), z=0.0) for x, y in points]
-    m.labels = [int(v) for v in labels]
-    if box is not None:
-        m.has_box, m.box = True, [float(v) for v in box]
-    client.pub_prompt.publish(m)
+def prompt(client: DemoClient, t_ns: int, obj_id: int, **kwargs: Any) -> None:
+    client.link.pub_prompt.publish(prompt_msg(obj_id, t_ns, frame_id=FRAME_ID, **kwargs))
 
 
 # ----------------------------------------------------------------------------- run
@@ -186,51 +116,31 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(args.device)
-    values = node_params(args, device)
-    (out / 'node_params.yaml').write_text(yaml.safe_dump({'/**': {'ros__parameters': values}}))
-    env = dict(os.environ)
-    env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-    node_log = open(out / 'node.log', 'wb')
-    proc = subprocess.Popen([sys.executable, '-m', 'sam2_ros.ros.node', '--ros-args',
-                             '--params-file', str(out / 'node_params.yaml')], env=env,
-                            stdout=node_log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = NodeProcess(node_params(args, device), out / 'node_params.yaml', out / 'node.log',
+                       env=dict(os.environ))
+    values = proc.params
     client = None
     t_run = time.monotonic()
     try:
         client = DemoClient(values['image_topic'])
-        end = time.monotonic() + args.timeout
-        while not client.connected():
-            if proc.poll() is not None:
-                raise RuntimeError(f'the node exited ({proc.returncode}); see {out}/node.log')
-            if time.monotonic() > end:
-                raise RuntimeError(f'the node did not become active in {args.timeout:.0f} s')
-            time.sleep(0.1)
+        client.wait_connected(args.timeout, proc)
         print(f'[demo] node active after {time.monotonic() - t_run:.1f} s '
               f'({values["model_size"]}@{values["image_size"]} on {device})', flush=True)
         results = stream(client, proc, args)
     finally:
         if client is not None:
             client.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        node_log.close()
+        proc.stop(15)
     summary = summarize(results, args, values, device, time.monotonic() - t_run)
     write_video(out / 'overlay.mp4', results['overlays'], args.fps, cv2)
     (out / 'summary.json').write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace) -> Dict:
+def stream(client: DemoClient, proc: NodeProcess, args: argparse.Namespace) -> Dict:
     from geometry_msgs.msg import PointStamped
     from sensor_msgs.msg import Image
-
-    from sam2_ros.ros.conversions import image_msg
 
     n = args.frames
     cam = SyntheticCamera(args.width, args.height, objects=2, noise=4.0)
@@ -243,8 +153,8 @@ def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace)
     def wait_state(i: int, count: int = 1) -> None:
         end = time.monotonic() + args.timeout
         while client.count_states(stamps[i]) < count:
-            if proc.poll() is not None:
-                raise RuntimeError(f'the node exited ({proc.returncode}) at frame {i}')
+            if not proc.alive():
+                raise RuntimeError(f'the node exited ({proc.p.returncode}) at frame {i}')
             if time.monotonic() > end:
                 raise RuntimeError(f'no result for frame {i} within {args.timeout:.0f} s')
             time.sleep(0.002)
@@ -265,22 +175,23 @@ def stream(client: DemoClient, proc: subprocess.Popen, args: argparse.Namespace)
         if i == remove1:
             prompt(client, stamps[i], 1, action=1)
         time.sleep(max(0.0, start + i / args.fps - time.monotonic()))
-        msg: Image = image_msg(rgb, 'rgb8', header(stamps[i]))
+        msg: Image = image_msg(rgb, 'rgb8', header_msg(stamps[i], FRAME_ID))
         sent[stamps[i]] = time.monotonic()
-        client.pub_image.publish(msg)
+        client.link.pub_image.publish(msg)
         wait_state(i)
         latency[stamps[i]] = (time.monotonic() - sent[stamps[i]]) * 1e3
         if i == click:  # a correction click on object 1, on the frame just tracked
-            c = PointStamped(header=header(stamps[i]))
+            c = PointStamped(header=header_msg(stamps[i], FRAME_ID))
             c.point.x, c.point.y = center(truth[stamps[i]][1])
-            client.pub_click.publish(c)
+            client.link.pub_click.publish(c)
             wait_state(i, count=2)
         if (i + 1) % 10 == 0 or i == n - 1:
             print(f'[demo] frame {i + 1}/{n}', flush=True)
     time.sleep(0.3)  # the last overlay
-    with client.lock:
-        states = [s for _, s in client.states]
-        overlays = dict(client.overlays)
+    with client.link.lock:
+        states = list(client.link.states)
+        # stamp -> the latest overlay (a corrected frame has two)
+        overlays = {stamp_ns(o.header.stamp): o for o in client.link.overlays}
     return {'stamps': stamps, 'states': states, 'overlays': [overlays.get(s) for s in stamps],
             'latency': latency,
             'script': {'box_object_1': 0, 'points_object_2': add2, 'click_object_1': click,
@@ -343,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(RANDOM_WARNING, flush=True)
     try:
         s = run(args)
-    except (RuntimeError, OSError, ImportError) as exc:
+    except (RuntimeError, WaitFailed, OSError, ImportError) as exc:
         print(f'[demo] FAILED: {exc}', file=sys.stderr)
         return 1
     print(f'[demo] {s["frames"]} frames ({s["frame_size"][0]}x{s["frame_size"][1]}), '
