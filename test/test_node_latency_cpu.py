@@ -156,8 +156,7 @@ def test_camera_process_publishes_from_another_process():
     from sensor_msgs.msg import Image
 
     from sam2_ros.bench.camera_process import CameraConfig, CameraProcess
-    from sam2_ros.bench.node_harness import stamp_ns
-    from sam2_ros.ros.conversions import interfaces
+    from sam2_ros.ros.conversions import interfaces, stamp_ns
 
     m = interfaces()
     lease = DomainLease()

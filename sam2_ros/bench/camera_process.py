@@ -85,31 +85,21 @@ def object_point(cam: Any, obj: int, i: int) -> tuple:
     return float(x), float(y)
 
 
-def send_prompts(m: Any, pub_prompt: Any, cam: Any, objects: int, stamp: int) -> None:
+def send_prompts(pub_prompt: Any, cam: Any, objects: int, stamp: int) -> None:
     """Box prompts on objects 1..N, stamped ``stamp``: the node applies them before the first
     frame whose stamp is >= theirs, i.e. frame 0, however the topics interleave."""
-    from sam2_ros.bench.node_harness import set_stamp
+    from sam2_ros.ros.harness import prompt_msg
 
     for k in range(objects):
-        p = m.Prompt()
-        set_stamp(p.header, stamp)
-        p.header.frame_id = 'camera'
-        p.object_id, p.action, p.has_box = k + 1, 0, True
-        p.box = [float(v) for v in cam.boxes(0)[k]]
-        pub_prompt.publish(p)
+        pub_prompt.publish(prompt_msg(k + 1, stamp, box=cam.boxes(0)[k]))
 
 
-def send_click(m: Any, pub_prompt: Any, cam: Any, obj: int, i: int) -> None:
+def send_click(pub_prompt: Any, cam: Any, obj: int, i: int) -> None:
     """A correction: one positive point on object ``obj`` where it is on frame ``i``, for the
     next frame (stamp 0), as a click from an operator."""
-    from geometry_msgs.msg import Point32
+    from sam2_ros.ros.harness import prompt_msg
 
-    p = m.Prompt()
-    p.header.frame_id = 'camera'
-    x, y = object_point(cam, obj, i)
-    p.object_id, p.action = obj, 0
-    p.points, p.labels = [Point32(x=float(x), y=float(y), z=0.0)], [1]
-    pub_prompt.publish(p)
+    pub_prompt.publish(prompt_msg(obj, 0, points=[object_point(cam, obj, i)], labels=[1]))
 
 
 class _Stopped(Exception):
@@ -152,7 +142,7 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
                signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(node_name(os.getpid()), context=ctx)
     try:
-        # the QoS the benchmark's publishers always had (node_harness.CameraLink)
+        # the QoS the benchmark's image and prompt publishers always had
         pub_image = node.create_publisher(
             Image, cfg.image_topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
         pub_prompt = node.create_publisher(
@@ -165,7 +155,7 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
             time.sleep(0.05)
         conn.send(('ready', os.getpid()))
         _recv(conn)   # ('start',)
-        conn.send(('done', _publish(conn, cfg, m, pub_image, pub_prompt)))
+        conn.send(('done', _publish(conn, cfg, pub_image, pub_prompt)))
         # Keep the publishers until told to stop: a RELIABLE writer destroyed right after its
         # last publish() can take unacknowledged samples with it (the last frame got lost).
         while True:
@@ -177,17 +167,18 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
         ctx.try_shutdown()
 
 
-def _publish(conn: Connection, cfg: CameraConfig, m: Any, pub_image: Any,
+def _publish(conn: Connection, cfg: CameraConfig, pub_image: Any,
              pub_prompt: Any) -> Dict[str, Any]:
     """Prompts, then the frames at ``cfg.rate`` with clicks: the order and timing of the
     single-process benchmark (prompts 0.3 s before frame 0, a click right before the frame it
     precedes), now without subscribers sharing the process."""
-    from sam2_ros.bench.node_harness import image_msg, set_stamp
+    from sam2_ros.ros.conversions import image_msg
+    from sam2_ros.ros.harness import header_msg, set_stamp
     from sam2_ros.synthetic import SyntheticCamera
 
     cam = SyntheticCamera(cfg.width, cfg.height, objects=max(2, cfg.objects), seed=cfg.index)
     prompt_ns = time.time_ns()
-    send_prompts(m, pub_prompt, cam, cfg.objects, prompt_ns)
+    send_prompts(pub_prompt, cam, cfg.objects, prompt_ns)
     time.sleep(0.3)
 
     total = cfg.frames + 1  # the extra last frame only carries publish_ms of the one before
@@ -195,7 +186,7 @@ def _publish(conn: Connection, cfg: CameraConfig, m: Any, pub_image: Any,
     sent: List[Dict[str, Any]] = []
     t_start, last_click, n_clicks = time.monotonic(), None, 0
     for i in range(total):
-        msg = image_msg(cam.frame(i))
+        msg = image_msg(cam.frame(i), 'rgb8', header_msg(0))   # stamped at publish
         _check_stop(conn)
         if i <= cfg.warmup and sent:
             # Warm-up is paced: each frame waits for the previous one's state, so one-off
@@ -212,7 +203,7 @@ def _publish(conn: Connection, cfg: CameraConfig, m: Any, pub_image: Any,
                 last_click is None or time.monotonic() - last_click >= cfg.corrections_every):
             click = n_clicks % cfg.objects + 1
             n_clicks, last_click = n_clicks + 1, time.monotonic()
-            send_click(m, pub_prompt, cam, click, i)
+            send_click(pub_prompt, cam, click, i)
         spin_until(due)
         ns = max(time.time_ns(), prompt_ns)
         set_stamp(msg.header, ns)

@@ -43,8 +43,8 @@ processes time on CLOCK_MONOTONIC, one clock for the host. ``--results FILE`` me
 per camera into the curated file (``sam2_ros.bench.cli.save_json``; docs/performance.md
 renders it). The node subprocesses are always stopped (SIGINT, then SIGKILL of the process
 group), the camera processes too (a stop message, then SIGKILL). The node processes and the
-client are in ``node_harness.py``, the cameras in ``camera_process.py``, the summaries and
-rows in ``node_latency_rows.py``.
+client are in ``node_harness.py`` (on ``sam2_ros.ros.harness``), the cameras in
+``camera_process.py``, the summaries and rows in ``node_latency_rows.py``.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ from typing import Any, Dict, List, Optional
 
 from sam2_ros.bench import node_latency_rows as report
 from sam2_ros.bench.camera_process import CameraConfig, CameraProcess, node_name
-from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, NodeProcess,
-                                         camera_ns, image_topic, node_prefix, transport_env)
+from sam2_ros.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, camera_ns,
+                                         image_topic, start_node, transport_env)
 from sam2_ros.ros.domain import lease_domain
+from sam2_ros.ros.harness import NodeProcess, node_prefix
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -159,37 +160,16 @@ def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
         spin_ms=args.camera_spin_ms)) for k, ns in enumerate(namespaces)]
 
 
-class ReceivingClient(Client):
-    """The harness's client without its image and prompt publishers: in this process only
-    the subscribers remain, the camera processes publish. They are destroyed on the
-    executor's thread before its first spin: destroying them from another thread while it
-    spins raced with the executor (rclpy's InvalidHandle in the publishers' event handlers
-    killed the thread, and nothing was received)."""
-
-    def _spin(self) -> None:
-        for link in self.links:
-            self.node.destroy_publisher(link.pub_image)
-            self.node.destroy_publisher(link.pub_prompt)
-        super()._spin()
-
-
-def receiving(link: CameraLink) -> bool:
-    """The node publishes what this process subscribes to (its image and prompt
-    subscriptions are the camera process's to see)."""
-    return (link.sub_mask.get_publisher_count() > 0 and link.sub_state.get_publisher_count() > 0
-            and (link.sub_overlay is None or link.sub_overlay.get_publisher_count() > 0))
-
-
 def image_publishers(client: Client, link: CameraLink) -> List[str]:
     """Names of the nodes publishing this camera's images, as this process's graph sees
     them: the camera process's node alone when the frames come from there."""
     return sorted(i.node_name for i in client.node.get_publishers_info_by_topic(
-        image_topic(link.ns)))
+        link.image_topic))
 
 
 def _check_nodes(nodes: List[NodeProcess], when: str = 'during the run') -> None:
     for n in nodes:
-        if n.p.poll() is not None:
+        if not n.alive():
             raise RuntimeError(f'node exited ({n.p.returncode}) {when}:\n{n.log_tail()}')
 
 
@@ -222,7 +202,7 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
                 pending.discard(k)
     sent = [c.result['sent'] for c in cameras]
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and all(n.p.poll() is None for n in nodes):
+    while time.monotonic() < deadline and all(n.alive() for n in nodes):
         if all(_complete(link, s) for link, s in zip(client.links, sent)):
             break
         time.sleep(0.05)
@@ -245,7 +225,8 @@ def _frames(args: argparse.Namespace, link: CameraLink,
     with link.lock:
         for k, s in enumerate(sent[:args.frames]):
             ns, nxt = s['stamp_ns'], sent[k + 1]
-            st, st_next = link.states.get(ns), link.states.get(nxt['stamp_ns'])
+            by_stamp = link.states_by_stamp
+            st, st_next = by_stamp.get(ns), by_stamp.get(nxt['stamp_ns'])
             tm, ts = link.mask_t.get(ns), link.state_t.get(ns)
             # queued: the previous frame's state had not come back when publish() returned
             prev_t = link.state_t.get(sent[k - 1]['stamp_ns']) if k else None
@@ -279,7 +260,7 @@ def _frames(args: argparse.Namespace, link: CameraLink,
 def _wait_state(link: CameraLink, nodes: List[NodeProcess], stamp_ns: int,
                 timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and all(n.p.poll() is None for n in nodes):
+    while time.monotonic() < deadline and all(n.alive() for n in nodes):
         with link.lock:
             if stamp_ns in link.state_t:
                 return
@@ -320,17 +301,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         for ns, dev in zip(namespaces, args.devices):
             log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
-            nodes.append(NodeProcess(args, env, workdir, log, ns=ns, device=dev))
+            nodes.append(start_node(args, env, workdir, log, ns=ns, device=dev))
         tune = all(n.params.get('tune_malloc', True) for n in nodes)   # as the nodes do
         if tune:
             from sam2_ros.ros.malloc import keep_large_buffers
             keep_large_buffers()
         # the publishers: this environment (transport), the same malloc setting
         cameras = start_cameras(args, domain, namespaces, tune)
-        client = ReceivingClient(domain, overlay=args.overlay, namespaces=namespaces)
+        client = Client(domain, overlay=args.overlay, namespaces=namespaces)
         t0 = time.monotonic()
         while not (all(c.pid is not None for c in cameras)
-                   and all(receiving(link) for link in client.links)
+                   and client.connected()
                    and all(image_publishers(client, link) == [node_name(c.pid)]
                            for c, link in zip(cameras, client.links))):
             _check_nodes(nodes, 'before becoming active')
@@ -371,7 +352,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 # the camera's own process and what the image topic's publishers were
                 'camera_pid': cam.result['pid'], 'camera_node': cam.result['node'],
                 'image_publishers': publishers[k], 'clicks': cam.result['clicks'],
-                'overlays_received': link.overlays, 'summary': report.summarize(frames),
+                'overlays_received': link.overlays_received, 'summary': report.summarize(frames),
                 'frames': frames})
         result = {
             'command': command, 'domain_id': domain, 'host': host, 'date': report.today(),
@@ -426,7 +407,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if client is not None:
             client.close()
         for n in nodes:
-            code = n.stop()
+            code = n.stop(15)
             if code not in (0, None) and rc == 0:
                 print(f'warning: node exited with status {code}', file=sys.stderr)
         for sig, h in old.items():
