@@ -9,20 +9,20 @@ sessions on the same machine never see our traffic; discovery stays on localhost
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import pytest
-import yaml
 
+from sam2_ros.ros import harness
+from sam2_ros.ros.conversions import stamp_ns
 from sam2_ros.ros.domain import lease_domain
+from sam2_ros.ros.harness import LoggedProcess, NodeClient, NodeProcess
+# the tests' names for the harness's helpers
+from sam2_ros.ros.harness import header_msg as header, prompt_msg, wait_until  # noqa: F401
 from sam2_ros.synthetic import SyntheticCamera
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,144 +75,72 @@ class DomainLease:
             self._fh = None
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, poll: float = 0.02) -> Any:
-    """Poll ``pred`` until truthy; fail the test naming ``what`` after ``timeout`` s."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f'timed out after {timeout:.0f} s waiting for {what}')
-
-
-def _default_sigint() -> None:
-    """In the child before exec: SIGINT handled by default and not blocked, whatever the test
-    process did to it (an ignored or blocked signal is inherited across exec, and the tests
-    stop nodes and launches with SIGINT as Ctrl-C does)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-class Proc:
-    """A subprocess with its output in a file; always killed on exit."""
+class Proc(LoggedProcess):
+    """A subprocess (``ros2 launch``, a player...) with its output in a file, run from the
+    repository, holding the domain locks; always stopped on exit."""
 
     def __init__(self, args: List[str], env: Dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, 'wb')
-        self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                  preexec_fn=_default_sigint, pass_fds=tuple(_LEASE_FDS))
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors='replace')
-
-    def wait_log(self, pattern: str, timeout: float) -> re.Match:
-        def find():
-            m = re.search(pattern, self.log())
-            if m is None and self.p.poll() is not None:
-                raise AssertionError(f'process exited ({self.p.returncode}) before logging '
-                                     f'{pattern!r}:\n{self.log()[-3000:]}')
-            return m
-        try:
-            return wait_until(find, timeout, f'log line {pattern!r}')
-        except AssertionError as exc:
-            raise AssertionError(f'{exc}\n--- log ---\n{self.log()[-3000:]}') from None
-
-    def stop(self, timeout: float = 10.0) -> Optional[int]:
-        """SIGINT (clean shutdown), then SIGKILL of the process group if it hangs."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, signal.SIGKILL)
-                self.p.wait(5)
-        self._log.close()
-        return self.p.returncode
+        super().__init__(args, log_path, env=env, cwd=ROOT, pass_fds=tuple(_LEASE_FDS))
 
 
 def write_params(path: Path, **overrides: Any) -> Path:
-    values = dict(TEST_PARAMS, **overrides)
-    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': values}}))
+    harness.write_params(path, dict(TEST_PARAMS, **overrides))
     return path
 
 
 def start_node(lease: DomainLease, tmp: Path, name: str = 'node', extra: List[str] = (),
-               **overrides: Any) -> Proc:
-    params = write_params(tmp / f'{name}.yaml', **overrides)
-    args = [PYTHON, '-m', 'sam2_ros.ros.node', '--ros-args', '--params-file', str(params),
-            *extra]
-    return Proc(args, lease.env(), tmp / f'{name}.log')
+               env: Optional[Dict[str, str]] = None, **overrides: Any) -> NodeProcess:
+    """The node with TEST_PARAMS and ``overrides`` (``<name>.yaml``, log ``<name>.log``) in the
+    lease's domain (``env``: the lease's environment with changes)."""
+    return NodeProcess(dict(TEST_PARAMS, **overrides), tmp / f'{name}.yaml',
+                       tmp / f'{name}.log', env=env or lease.env(), ros_args=extra, cwd=ROOT,
+                       pass_fds=tuple(_LEASE_FDS))
 
 
-class Client:
-    """A plain rclpy node in the test process: publishes inputs, collects the node's outputs."""
+class Client(NodeClient):
+    """A plain rclpy node in the test process: publishes inputs (raw and compressed images,
+    prompts, clicks), collects every mask, overlay, state and diagnostics message."""
 
     _count = 0
 
     def __init__(self, lease: DomainLease, node_name: str = 'sam2_tracker') -> None:
         os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from geometry_msgs.msg import PointStamped
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import CompressedImage, Image
-
-        m = require_messages()
-        self.ctx = rclpy.Context()
-        rclpy.init(context=self.ctx, domain_id=lease.domain_id)
+        require_messages()
         Client._count += 1
-        self.node = rclpy.create_node(f'sam2_test_client_{Client._count}', context=self.ctx)
-        qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-        ns = f'/{node_name}'
-        self.pub_image = self.node.create_publisher(Image, '/camera/image_raw', qos)
-        self.pub_compressed = self.node.create_publisher(CompressedImage, COMPRESSED_TOPIC,
-                                                         qos)
-        self.pub_prompt = self.node.create_publisher(m.Prompt, f'{ns}/prompt', qos)
-        self.pub_click = self.node.create_publisher(PointStamped, f'{ns}/click', qos)
-        self.masks: List[Any] = []
-        self.overlays: List[Any] = []
-        self.states: List[Any] = []
         self.diags: List[Any] = []
-        self._lock = threading.Lock()
-        self.subs = {}
-        for typ, topic, store in ((Image, f'{ns}/mask', self.masks),
-                                  (Image, f'{ns}/overlay', self.overlays),
-                                  (m.TrackingState, f'{ns}/state', self.states),
-                                  (DiagnosticArray, '/diagnostics', self.diags)):
-            self.subs[topic.rsplit('/', 1)[-1]] = self.node.create_subscription(
-                typ, topic, self._store(store), qos)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._stop = False
-        self._thread.start()
+        super().__init__(f'sam2_test_client_{Client._count}',
+                         [(f'/{node_name}', '/camera/image_raw')], domain_id=lease.domain_id,
+                         subscribe=('mask', 'overlay', 'state'), depth=50, image_depth=50)
+        link = self.link
+        self.pub_image, self.pub_prompt, self.pub_click = (link.pub_image, link.pub_prompt,
+                                                           link.pub_click)
+        self.masks, self.overlays, self.states = link.masks, link.overlays, link.states
 
-    def _spin(self) -> None:
-        while not self._stop and self.ctx.ok():
-            self.executor.spin_once(timeout_sec=0.05)
+    def add_entities(self) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import CompressedImage
+
+        self.pub_compressed = self.node.create_publisher(CompressedImage, COMPRESSED_TOPIC,
+                                                         self.qos)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._store(self.diags),
+                                      self.qos)
 
     def _store(self, store: List[Any]) -> Callable[[Any], None]:
         def cb(msg: Any) -> None:
-            with self._lock:
+            with self.link.lock:
                 store.append(msg)
         return cb
 
     def snapshot(self, store: List[Any]) -> List[Any]:
-        with self._lock:
+        with self.link.lock:
             return list(store)
 
     def wait_connected(self, timeout: float = 60.0, compressed: bool = False) -> None:
-        """Until the node subscribes to our image and prompt topics (it is active) and we see
-        its mask and state publishers (a sample sent before they match our readers is lost)."""
+        """Until the node subscribes to our image (raw or compressed), prompt and click topics
+        (it is active) and we see its mask and state publishers. ``pub_image`` is the
+        attribute's: a test may replace it (another camera's topic)."""
         images = self.pub_compressed if compressed else self.pub_image
-        wait_until(lambda: images.get_subscription_count() > 0
-                   and self.pub_prompt.get_subscription_count() > 0
-                   and self.pub_click.get_subscription_count() > 0
-                   and self.subs['mask'].get_publisher_count() > 0
-                   and self.subs['state'].get_publisher_count() > 0, timeout,
+        wait_until(lambda: self.link.connected(images), timeout,
                    'the node to subscribe (active) and to publish')
 
     def send_prompts(self, *msgs: Any, timeout: float = 30.0) -> None:
@@ -240,27 +168,11 @@ class Client:
                           self.states_for(stamp_ns)[count - 1], timeout,
                           f'TrackingState #{count} for stamp {stamp_ns}')
 
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(5)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
-
 
 # ----------------------------------------------------------------------------- messages
 
 def stamp_of(header: Any) -> int:
-    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
-
-
-def header(stamp_ns: int, frame_id: str = 'camera') -> Any:
-    from std_msgs.msg import Header
-
-    h = Header()
-    h.stamp.sec, h.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-    h.frame_id = frame_id
-    return h
+    return stamp_ns(header.stamp)
 
 
 def image_msg(rgb: np.ndarray, stamp_ns: int, encoding: str = 'rgb8') -> Any:
@@ -291,22 +203,6 @@ def compressed_msg(rgb: np.ndarray, stamp_ns: int, fmt: str = 'png') -> Any:
     m.header = header(stamp_ns)
     m.format = fmt
     m.data = buf.tobytes()
-    return m
-
-
-def prompt_msg(obj_id: int, stamp_ns: int = 0, action: int = 0, points=(), labels=(),
-               box=None) -> Any:
-    from geometry_msgs.msg import Point32
-
-    m = require_messages().Prompt()
-    m.header = header(stamp_ns)
-    m.object_id = obj_id
-    m.action = action
-    m.points = [Point32(x=float(x), y=float(y), z=0.0) for x, y in points]
-    m.labels = [int(v) for v in labels]
-    if box is not None:
-        m.has_box = True
-        m.box = [float(v) for v in box]
     return m
 
 

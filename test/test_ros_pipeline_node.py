@@ -8,9 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from ros_helpers import (PYTHON, ROOT, Client, Lifecycle, Proc, click_msg, frames, image_msg,
-                         mask_array, prompt_msg, require_messages, stamp, stamp_of, start_node,
-                         wait_until, write_params)
+from ros_helpers import (ROOT, Client, Lifecycle, click_msg, frames, image_msg, mask_array,
+                         prompt_msg, require_messages, stamp, stamp_of, start_node, wait_until)
 
 pytestmark = pytest.mark.slow
 N = 8
@@ -28,7 +27,7 @@ def run(tmp_path, lease, pipeline):
         proc.wait_log(r'\]: active:', 90)
         c = Client(lease)
         c.wait_connected(30)
-        wait_until(lambda: c.subs['overlay'].get_publisher_count() > 0, 30, 'overlay')
+        wait_until(lambda: c.link.sub_overlay.get_publisher_count() > 0, 30, 'overlay')
         c.send_prompts(prompt_msg(1, stamp(0), box=(10, 20, 50, 60)),
                        prompt_msg(2, stamp(3), points=[(120, 60)], labels=[1]))
         c.pub_click.publish(click_msg(30, 40, stamp(5)))
@@ -78,18 +77,16 @@ def test_deactivate_and_cleanup_under_load_wait_only_for_what_is_needed(tmp_path
     be acknowledged, which the profile's 0.1 s writer heartbeat makes quick: no transition
     takes the 1 s bound and no acknowledgement warning is logged."""
     require_messages()
-    params = write_params(tmp_path / 'load.yaml', process_every_frame=False,
-                          diagnostics_period_s=0.2)
     env = dict(lease.env(), FASTDDS_DEFAULT_PROFILES_FILE=str(
         ROOT / 'config' / 'fastdds_large_frames.xml'))
-    proc = Proc([PYTHON, '-m', 'sam2_ros.ros.node', '--ros-args', '--params-file', str(params)],
-                env, tmp_path / 'load.log')
+    proc = start_node(lease, tmp_path, 'load', env=env, process_every_frame=False,
+                      diagnostics_period_s=0.2)
     c, stop = None, threading.Event()
     try:
         proc.wait_log(r'\]: active:', 90)
         c = Client(lease)
         c.wait_connected(30)
-        wait_until(lambda: c.subs['overlay'].get_publisher_count() > 0, 30, 'overlay')
+        wait_until(lambda: c.link.sub_overlay.get_publisher_count() > 0, 30, 'overlay')
         c.send_prompts(prompt_msg(1, stamp(0), box=(10, 20, 50, 60)))
         fr = frames(4)
 
