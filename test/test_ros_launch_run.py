@@ -103,7 +103,7 @@ class Launched:
         """``client.wait_state``, failing at once when the launch ends or one of its processes
         dies (a node that crashed would otherwise cost the whole timeout)."""
         def state():
-            if self.proc.p.poll() is not None or 'process has died' in self.proc.log():
+            if not self.proc.alive() or 'process has died' in self.proc.log():
                 raise AssertionError(f'ros2 launch ended ({self.proc.p.poll()}) or one of its '
                                      f'processes died before the state for stamp {stamp_ns}')
             found = client.states_for(stamp_ns)

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -112,13 +112,11 @@ def shm_segments() -> List[Dict[str, Any]]:
     return [{'name': os.path.basename(k), 'bytes': v} for k, v in sorted(sizes.items())]
 
 
-def publish(args: argparse.Namespace) -> int:
-    """Publish ``args.frames`` frames at ``args.rate``; returns how many were sent."""
-    import rclpy
+def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
+    """Publish ``args.frames`` frames at ``args.rate`` from ``node``, then time a small
+    message's acknowledgement; returns (frames sent, small_ack_ms)."""
     from sensor_msgs.msg import Image
 
-    rclpy.init()
-    node = rclpy.create_node(f'sam2_dds_probe_pub_{os.getpid()}')
     pub = node.create_publisher(Image, '/sam2_dds_probe', _qos())
     deadline = time.monotonic() + 30.0
     while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
@@ -135,9 +133,7 @@ def publish(args: argparse.Namespace) -> int:
         m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
         pub.publish(m)
     time.sleep(1.0)                       # asynchronous writers: let the last frames go out
-    args.small_ack_ms = small_ack_ms(node)
-    args.node = node                      # torn down by main, after the subscriber left
-    return args.frames
+    return args.frames, small_ack_ms(node)
 
 
 def teardown(node: Any, limit_s: float = 30.0) -> None:
@@ -221,9 +217,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                             '--frames', str(args.frames), '--rate', str(args.rate)]
                            + (['--tune-malloc'] if args.tune_malloc else []),
                            stdout=subprocess.PIPE, text=True)
+    node = None
     try:
         assert sub.stdout is not None and sub.stdout.readline().strip() == 'ready'
-        sent = publish(args)
+        import rclpy
+
+        rclpy.init()
+        node = rclpy.create_node(f'sam2_dds_probe_pub_{os.getpid()}')
+        sent, ack_ms = publish(node, args)
         result = json.loads(sub.stdout.readline() or '{}')
         try:   # it has reported; its own teardown is bounded (_bound_lifetime)
             sub.wait(15)
@@ -233,11 +234,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if sub.poll() is None:
             sub.kill()
             sub.wait(5)
-        if getattr(args, 'node', None) is not None:
-            teardown(args.node)
+        if node is not None:   # after the subscriber has left
+            teardown(node)
         lock.close()
     summary = summarize(result.get('latency_ms', []), sent)
-    summary['small_ack_ms'] = getattr(args, 'small_ack_ms', None)
+    summary['small_ack_ms'] = ack_ms
     segs = result.get('shm_segments', [])
     # segments that can hold one frame: the subscriber's own and each SHM writer's
     summary['shm_segments_mapped'] = segs
