@@ -193,6 +193,43 @@ def test_io_graphs_per_resolution_and_bucket(monkeypatch):
     assert tr.runner.io[('in', 40, 40)].graph.replays == 2
 
 
+def test_io_graph_results_are_not_overwritten_and_any_frame_layout_stages(monkeypatch):
+    """The mask graph hands out fresh host buffers: a frame's masks, label and stats stay as
+    they were after later frames (nothing is reused under a caller that keeps them). Frames
+    that torch cannot wrap (read-only, reversed channels) are staged by numpy and give the
+    results of the same pixels passed as a plain array."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    frames = synthetic_frames(6, h=48, w=64)
+    tr.track(frames[0])
+    tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+    tr.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    kept = [tr.track(fr) for fr in frames[1:3]]
+    snap = [([o.mask.copy() for o in r.objects], r.label_mask().copy(),
+             [(o.area, o.box) for o in r.objects]) for r in kept]
+    readonly = frames[3].copy()
+    readonly.flags.writeable = False
+    reversed_view = frames[4][..., ::-1].copy()[..., ::-1]     # same pixels, negative stride
+    assert min(reversed_view.strides) < 0
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    ref.track(frames[0])
+    ref.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+    ref.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    for fr in frames[1:3]:
+        ref.track(fr)
+    a = tr.track(readonly)
+    b = ref.track(frames[3])
+    for r, (masks, label, facts) in zip(kept, snap):
+        assert all((o.mask == m).all() for o, m in zip(r.objects, masks))
+        assert (r.label_mask() == label).all()
+        assert [(o.area, o.box) for o in r.objects] == facts
+    for oa, ob in zip(a.objects, b.objects):
+        assert (oa.mask == ob.mask).all() and oa.area == ob.area
+    tr.remove_object(2)
+    ref.remove_object(2)
+    a, b = tr.track(reversed_view), ref.track(frames[4])
+    assert (a.objects[0].mask == b.objects[0].mask).all()
+
+
 def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
     tr, cfg = graph_tracker('swap', monkeypatch)
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
