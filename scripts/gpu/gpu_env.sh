@@ -6,10 +6,11 @@ if [ ! -e /tmp/site/.installed ]; then
     touch /tmp/site/.installed
 fi
 export PYTHONPATH=$PWD:$PWD/test:/tmp/site PYTHONUNBUFFERED=1 TQDM_DISABLE=1
-# Bytecode caches: the machine's torch ships without __pycache__ and cannot write one, so every
-# process compiled some 2,400 modules from source (7 s of a precompiled start: host_probe.py
-# --part startup). An installed torch has them; this prefix gives processes after the first
-# the same, so start-up rows measure what a user's restart costs.
+# Bytecode caches: the machine sets PYTHONDONTWRITEBYTECODE=1 and its torch ships without
+# __pycache__, so every process compiled some 2,400 modules from source (7 s of a precompiled
+# start: host_probe.py --part startup). An installed torch has them; with this, processes after
+# the first import from bytecode too, so start-up rows measure what a user's restart costs.
+unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pycache}
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
