@@ -4,7 +4,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh 2gpu     # nvidia-h200-x2: two cameras, one GPU each
 #   bash scripts/gpu/gpu_node_latency.sh pipeline # pipelined vs serial node, 3 and 8 objects
 #   bash scripts/gpu/gpu_node_latency.sh malloc   # tune_malloc on vs off, 1 and 3 objects
-#   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget)
+#   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget;
+#                                                 # SHORT_OBJECTS="8" for other counts)
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
 # a tracked object every 2 s, process_every_frame (nothing dropped: a slow node shows as
 # latency and deadline misses). 1-GPU matrix: 1/3/8 objects with the overlay subscribed and
@@ -64,7 +65,7 @@ elif [ "$MODE" = pipeline ]; then   # pipelined against serial node at 3 and 8 o
     run "shm_${n}obj_overlay_serial" --objects "$n" --transport shm --overlay --no-pipeline
   done
 elif [ "$MODE" = short ]; then   # the headline rows only (3 then 1 object), for a short budget
-  for n in 3 1; do
+  for n in ${SHORT_OBJECTS:-3 1}; do
     run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
   done
 elif [ "$MODE" = 2gpu ]; then
