@@ -189,6 +189,23 @@ def test_compiled_graphs_close_to_eager(graph_mode):
     assert worst <= TOLS['fp32'], worst
 
 
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_batch_major_graphs_equal_sam2_layout(precision):
+    """batch_major_memory (default on) against its off switch, batched graphs with up to
+    four objects on the batch axis: the same values laid out batch-major, so the same
+    GEMM inputs; recorded whether bitwise, asserted within the equivalence tolerance."""
+    frames = synthetic_frames(80, h=360, w=640)
+    events = schedule(360, 640, add2=5, add3=10, fix=40, remove=60)
+    runs = [_run(_cfg(precision=precision, graph_mode='batched', batch_major_memory=bm),
+                 frames, events) for bm in (True, False)]
+    worst = _worst(runs[0][0], runs[1][0])
+    _record(f'batch_major_vs_sam2_layout_{precision}',
+            {'worst_logits': worst, 'bitwise': worst == 0.0, 'stats': runs[0][1]})
+    print('batch_major', precision, worst)
+    assert runs[0][1].get('graph_steps', 0) > 150 and runs[0][1].get('fallbacks', 0) == 0
+    assert worst <= TOLS[precision], worst
+
+
 def test_capture_failure_falls_back(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError('injected capture failure')

@@ -102,6 +102,18 @@ def ours_graph_batched(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched')
 
 
+def ours_graph_batched_seqmajor(spec: Spec) -> Run:
+    """ours_graph_batched with sam2's [L, B, C] memory-attention inputs (the off switch of
+    batch_major_memory)."""
+    return _ours(spec, graphs=True, mode='batched', batch_major_memory=False)
+
+
+def ours_graph_batched_b8(spec: Spec) -> Run:
+    """ours_graph_batched with the object buckets 1, 2, 4, 8 (10 objects: 8 + 2 replays)
+    instead of the default, which adds max_objects."""
+    return _ours(spec, graphs=True, mode='batched', batch_buckets=(1, 2, 4, 8))
+
+
 def ours_graph_unpadded(spec: Spec) -> Run:
     """Graphs for the steady state only, sam2's attention call, prompts eager (the off
     switches of padded and prompt graphs)."""
@@ -254,6 +266,8 @@ VARIANTS = {
     'ours_eager': ours_eager,
     'ours_graph': ours_graph,
     'ours_graph_batched': ours_graph_batched,
+    'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
+    'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,
     'ours_graph_batched_unpadded': ours_graph_batched_unpadded,
     'ours_graph_sam2attn': ours_graph_sam2attn,

@@ -66,8 +66,16 @@ class TrackerConfig:
     # 7.7 ms), faster from 3 (8.4 vs 13.1 ms) and at 10 (13.4 vs 32.2 ms); it costs more
     # capture time (3-5 s vs 2 s) and graph memory.
     graph_mode: str = 'batched'
-    # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket).
-    batch_buckets: tuple = (1, 2, 4, 8)
+    # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket; more
+    # objects than the largest bucket run in several replays). None: powers of two up to
+    # max_objects, and max_objects itself, so any object count runs in one replay per
+    # conditioning-frame count (tiny@512, H200: 10 objects as 8 + 2 took 4.9 + 2.5 ms of
+    # step kernels, where one replay of 10 takes about 5.7).
+    batch_buckets: Optional[tuple] = None
+    # Batched step graphs hand sam2's memory attention its inputs as views of batch-major
+    # storage, so its layers run on contiguous tensors instead of [L, B, C] transposed to
+    # [B, L, C] (step.condition_on_memory). False: sam2's layout.
+    batch_major_memory: bool = True
     # Track-step graphs take memories padded to their bucket, flagged valid or not, and
     # attend only to the valid ones (FlashAttention's variable-length kernel): every tracking
     # frame replays a graph, the 15 after each prompt included. Outputs equal the eager

@@ -205,8 +205,17 @@ class GraphRunner(EagerRunner):
 
     def _bucket_keys(self) -> List[Tuple[int, int]]:
         conds = self.cfg.graph_cond_buckets or tuple(range(1, self.cfg.max_cond_frames + 1))
-        batches = (1,) if self.cfg.graph_mode == 'swap' else tuple(self.cfg.batch_buckets)
-        return [(b, c) for b in sorted(batches, reverse=True) for c in conds]
+        return [(b, c) for b in sorted(self.batch_sizes(), reverse=True) for c in conds]
+
+    def batch_sizes(self) -> Tuple[int, ...]:
+        """Object batch sizes of the step graphs: 1 in 'swap' mode; else
+        ``cfg.batch_buckets``, by default powers of two up to the capacity and the capacity
+        (the masks-out buckets)."""
+        if self.cfg.graph_mode == 'swap':
+            return (1,)
+        if self.cfg.batch_buckets:
+            return tuple(sorted(set(self.cfg.batch_buckets)))
+        return tuple(self.graph_io.out_buckets())
 
     def _capture(self, fn, inputs):
         """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph."""
@@ -239,7 +248,8 @@ class GraphRunner(EagerRunner):
                 return step.track_step(self.cmodel, encoder.expand(feats, batch), m,
                                        self.maskmem_pos,
                                        fill_hole_area=self.cfg.fill_hole_area,
-                                       heads=self._precompiled_heads if self.store else None)
+                                       heads=self._precompiled_heads if self.store else None,
+                                       batch_major=self.cfg.batch_major_memory)
         return self._capture(fn, mem)
 
     def _precompiled_heads(self, pix_feat: torch.Tensor,
@@ -313,7 +323,7 @@ class GraphRunner(EagerRunner):
             else:
                 groups.setdefault(c, []).append(i)
         for c, idx in groups.items():
-            chunk = 1 if self.cfg.graph_mode == 'swap' else max(self.cfg.batch_buckets)
+            chunk = max(self.batch_sizes())
             for start in range(0, len(idx), chunk):
                 part = idx[start:start + chunk]
                 res, mode = self._replay(c, [sels[i] for i in part], features, bank,

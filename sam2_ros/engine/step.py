@@ -60,11 +60,13 @@ class StepOut:
     mem_feats: torch.Tensor        # [B, Cm, h, w] bf16 (new memory of this frame)
 
 
-def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor):
+def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bool = False):
     """Assemble the memory sequence the memory attention reads, in sam2's order.
 
     maskmem_pos: [1, Cm, h, w] spatial positional encoding of memories (a constant).
     Returns memory, memory_pos: [n_s*HW + (C/Cm)*n_p, B, Cm] and the pointer token count.
+    batch_major: the two are views of [B, N, Cm] storage (see ``condition_on_memory``);
+    the same values either way.
     """
     n_s, batch = mem.feats.shape[:2]
     # [n_s, B, Cm, h, w] -> n_s x [HW, B, Cm]; stays bf16 until the cat promotes it.
@@ -83,29 +85,46 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor):
     # split each pointer into `split` tokens of Cm: [n_p, B, C] -> [n_p*split, B, Cm]
     ptrs = mem.ptrs.reshape(n_p, batch, split, mem_dim).permute(0, 2, 1, 3).flatten(0, 1)
     ptr_pos = ptr_pos.repeat_interleave(split, dim=0)
+    if batch_major:     # the same cat along the sequence, each piece as [B, L, Cm]
+        memory = torch.cat([x.transpose(0, 1) for x in (*spatial.unbind(0), ptrs)], dim=1)
+        memory_pos = torch.cat([x.transpose(0, 1) for x in (*spatial_pos.unbind(0), ptr_pos)],
+                               dim=1)
+        return memory.transpose(0, 1), memory_pos.transpose(0, 1), ptrs.shape[0]
     memory = torch.cat([*spatial.unbind(0), ptrs], dim=0)
     memory_pos = torch.cat([*spatial_pos.unbind(0), ptr_pos], dim=0)
     return memory, memory_pos, ptrs.shape[0]
 
 
 def condition_on_memory(model, features: Features, mem: Optional[Memory],
-                        maskmem_pos: Optional[torch.Tensor]) -> torch.Tensor:
+                        maskmem_pos: Optional[torch.Tensor],
+                        batch_major: bool = False) -> torch.Tensor:
     """Fuse the current frame with memory; mem=None marks an initial conditioning frame.
-    Returns pix_feat [B, C, h, w]."""
-    curr = features.vision_feats[-1]
+    Returns pix_feat [B, C, h, w].
+
+    batch_major: sam2's memory attention takes [L, B, C] inputs and transposes them to
+    [B, L, C]; with B > 1 (batched graphs) every elementwise op of its layers then runs on
+    strided tensors and every linear and norm first copies its input (tiny@512, 10 objects:
+    some 0.4 ms of copy kernels per frame). Handing it views of [B, L, C] storage makes the
+    transposed tensors contiguous. The values are the same, so is every GEMM's input after
+    its copy; with B = 1 nothing changes."""
+    curr, curr_pos = features.vision_feats[-1], features.vision_pos[-1]
     batch, hidden = curr.shape[1], model.hidden_dim
+    if batch_major and batch > 1:
+        curr, curr_pos = (x.transpose(0, 1).contiguous().transpose(0, 1)
+                          for x in (curr, curr_pos))
     h, w = features.feat_sizes[-1]
     if mem is None:
         # SAM 2.1 configs set directly_add_no_mem_embed: no attention on a first prompt.
         assert model.directly_add_no_mem_embed
         fused = curr + model.no_mem_embed
     else:
-        memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos)
+        memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos,
+                                                         batch_major and batch > 1)
         padded = contextlib.nullcontext() if mem.feat_valid is None else \
             attention.masked_memory(model, attention.token_mask(
                 mem.feat_valid, mem.ptr_valid, h * w, model.hidden_dim // model.mem_dim))
         with padded:
-            fused = model.memory_attention(curr=[curr], curr_pos=[features.vision_pos[-1]],
+            fused = model.memory_attention(curr=[curr], curr_pos=[curr_pos],
                                            memory=memory, memory_pos=memory_pos,
                                            num_obj_ptr_tokens=n_ptr_tokens)
     return fused.permute(1, 2, 0).reshape(batch, hidden, h, w)
@@ -116,7 +135,8 @@ def track_step(model, features: Features, mem: Optional[Memory],
                points: Optional[dict] = None,
                prev_logits: Optional[torch.Tensor] = None,
                fill_hole_area: int = 0,
-               heads: Optional[Callable[[torch.Tensor, Features], StepOut]] = None) -> StepOut:
+               heads: Optional[Callable[[torch.Tensor, Features], StepOut]] = None,
+               batch_major: bool = False) -> StepOut:
     """One frame for B objects: memory attention, SAM heads, memory encoder.
 
     points: sam2 point_inputs ({'point_coords': [B, P, 2] in model pixels,
@@ -129,8 +149,9 @@ def track_step(model, features: Features, mem: Optional[Memory],
     encodes it inside ``track_step``, before its fill.
     heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
     ``precompiled.py``); None: sam2's modules.
+    batch_major: the memory attention's inputs laid out batch-major (``condition_on_memory``).
     """
-    pix_feat = condition_on_memory(model, features, mem, maskmem_pos)
+    pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major)
     if points is None and prev_logits is None and mem is not None:
         if heads is not None:
             return heads(pix_feat, features)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from sam2_ros.ros.domain import lease_domain
+from sam2_ros.ros.executor import EXECUTORS, make_executor
 
 
 ACK_TOPIC = '/sam2_dds_probe_ack'
@@ -42,7 +43,8 @@ def _qos():
     return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None]) -> None:
+def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None],
+               executor: str = 'single') -> None:
     """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
     ``report`` gets the latency of each frame in ms before this process's DDS teardown, which
     once hung (see ``_bound_lifetime``)."""
@@ -64,12 +66,15 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
 
     node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos())
     node.create_subscription(Image, ACK_TOPIC, on_image, _qos())
+    ex = make_executor(executor)
+    ex.add_node(node)
     print('ready', flush=True)
     deadline = time.monotonic() + timeout
     # the second small image says the publisher is done: a reader that left earlier would
     # end its wait for acknowledgements at once
     while (len(lat) < frames or len(small) < 2) and time.monotonic() < deadline:
-        rclpy.spin_once(node, timeout_sec=0.05)
+        ex.spin_once(timeout_sec=0.05)
+    ex.shutdown()
     # segments listed before shutdown: the publisher's is still mapped
     report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
             'shm_segments': shm_segments()})
@@ -199,6 +204,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument('--tune-malloc', action='store_true',
                     help="raise glibc's mmap/trim thresholds in both processes, as the node's "
                          'tune_malloc does (sam2_ros/ros/malloc.py)')
+    ap.add_argument('--executor', default='single', choices=EXECUTORS,
+                    help="the subscriber's rclpy executor (sam2_ros/ros/executor.py)")
     ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.tune_malloc:
@@ -206,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         keep_large_buffers()
     if args.role == 'sub':
         subscriber(args.frames, args.frames / args.rate + 40.0,
-                   lambda r: print(json.dumps(r), flush=True))
+                   lambda r: print(json.dumps(r), flush=True), args.executor)
         return 0
     if args.profile:
         os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
@@ -214,7 +221,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.environ['ROS_DOMAIN_ID'] = str(domain)
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     sub = subprocess.Popen([sys.executable, '-m', 'sam2_ros.ros.dds_probe', '--role', 'sub',
-                            '--frames', str(args.frames), '--rate', str(args.rate)]
+                            '--frames', str(args.frames), '--rate', str(args.rate),
+                            '--executor', args.executor]
                            + (['--tune-malloc'] if args.tune_malloc else []),
                            stdout=subprocess.PIPE, text=True)
     node = None
@@ -245,6 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary['shm_frame_segments'] = sum(1 for g in segs
                                         if g['bytes'] >= args.width * args.height * 3)
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
+                    'executor': args.executor,
                     'tune_malloc': args.tune_malloc,
                     **{k: os.environ.get(k) for k in (
                         'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',

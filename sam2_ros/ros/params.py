@@ -145,9 +145,12 @@ PARAMS: Tuple[ParamSpec, ...] = (
               'capture CUDA graphs of the per-frame step (CUDA only)'),
     ParamSpec('graph_mode', T, 'graph_mode', 'str', "'swap' or 'batched' multi-object graphs"),
     ParamSpec('batch_buckets', T, 'batch_buckets', 'int_array',
-              "object batch sizes captured for graph_mode 'batched'"),
+              "object batch sizes captured for graph_mode 'batched'; unset = powers of two "
+              'up to max_objects, and max_objects'),
     ParamSpec('graph_cond_buckets', T, 'graph_cond_buckets', 'int_array',
               'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'),
+    ParamSpec('batch_major_memory', T, 'batch_major_memory', 'bool',
+              "batched graphs hand sam2's memory attention batch-major views (same values)"),
     ParamSpec('padded_graphs', T, 'padded_graphs', 'bool',
               'graphs also run the frames after a prompt (padded memory, masked attention)'),
     ParamSpec('steady_attention', T, 'steady_attention', 'str',
@@ -246,7 +249,8 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
         return None if (spec.field in OPTIONAL_STR and value == '') else value
     if spec.kind in ('int_array', 'str_array'):
         if value is None or (isinstance(value, (list, tuple)) and not value):
-            return None if spec.field in ('graph_cond_buckets', 'io_resolution') else (
+            return None if spec.field in ('batch_buckets', 'graph_cond_buckets',
+                                          'io_resolution') else (
                 () if spec.kind == 'int_array' else [])
         if not isinstance(value, (list, tuple)):
             raise bad('a list')
