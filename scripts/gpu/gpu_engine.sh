@@ -23,12 +23,16 @@ if [ "${1:-}" = precompile ]; then
     --out "$OUT/h200_interaction.json" 2>&1 | grep '^|'
   exit 0
 fi
-python3 -m pytest -q test/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
-[ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
+if [ "${ENGINE_TESTS:-1}" = 1 ]; then    # ENGINE_TESTS=0: benchmarks only (tests separately)
+  python3 -m pytest -q test/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
+  [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
+fi
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph;$T:1:ours_graph_batched;$T:1:ours_graph_sam2attn;"
 ONLY+="$T:1:ours_graph_batched_precompiled;$T:3:official_eager;$T:3:ours_graph_batched;"
-ONLY+="$T:10:official_eager;$T:10:ours_graph_batched;$T:10:ours_graph_batched_precompiled;"
+ONLY+="$T:3:ours_graph_batched_seqmajor;$T:10:official_eager;$T:10:ours_graph_batched;"
+ONLY+="$T:10:ours_graph_batched_seqmajor;$T:10:ours_graph_batched_b8;"
+ONLY+="$T:10:ours_graph_batched_precompiled;"
 ONLY+="$L:1:official_eager;$L:1:ours_graph;$L:1:ours_graph_precompiled"
 python3 -m sam2_ros.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 --warmup 16 \
   --profile-frames 3 --out "$OUT/h200.json" | grep -v '^{' | grep '^|' 
