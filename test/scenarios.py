@@ -24,3 +24,15 @@ def schedule(h, w, add2, add3, fix, remove):
                   labels=np.array([1, 0]))
     return {0: [('add', p1)], add2: [('add', p2)], add3: [('add', p3)], fix: [('add', corr)],
             remove: [('remove', 2)]}
+
+
+def padded_buffers(bank, n_s, n_p, batch=1):
+    """Static memory buffers of a padded bucket (n_s spatial memories, n_p pointers) for
+    ``batch`` objects, with validity flags, as a padded graph holds them."""
+    import torch                        # lazily: the ROS tests that import this need no torch
+    from sam2_ros.engine import step
+    return step.Memory(bank.feats.new_zeros(n_s, batch, *bank.feats.shape[2:]),
+                       torch.zeros(n_s, batch, dtype=torch.long),
+                       bank.ptrs.new_zeros(n_p, batch, bank.ptrs.shape[-1]),
+                       torch.ones(n_p, batch), torch.ones(n_s, batch, dtype=torch.bool),
+                       torch.ones(n_p, batch, dtype=torch.bool))

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import make_tracker, shared_model
-from scenarios import synthetic_frames
+from scenarios import padded_buffers, synthetic_frames
 from sam2_ros.engine import attention, step
 from sam2_ros.engine.types import Prompt
 
@@ -82,12 +82,7 @@ def test_padded_step_equals_eager_step(frames_after_prompt):
     sel = tr.bank.select(tr._objects[1].slot, f)
     ref = step.track_step(tr.model, feats, tr.bank.gather([sel]), tr.maskmem_pos)
     n_s, n_p = 2 + 6, 2 + 15                       # the largest bucket of max_cond_frames=2
-    b = tr.bank
-    buf = step.Memory(b.feats.new_zeros(n_s, 1, *b.feats.shape[2:]),
-                      torch.zeros(n_s, 1, dtype=torch.long), b.ptrs.new_zeros(n_p, 1, 256),
-                      torch.ones(n_p, 1), torch.ones(n_s, 1, dtype=torch.bool),
-                      torch.ones(n_p, 1, dtype=torch.bool))
-    mem = b.gather([sel], out=buf)
+    mem = tr.bank.gather([sel], out=padded_buffers(tr.bank, n_s, n_p))
     assert int(mem.feat_valid.sum()) == sel.key[0] < n_s
     assert int(mem.ptr_valid.sum()) == sel.key[1] < n_p
     out = step.track_step(tr.model, feats, mem, tr.maskmem_pos)

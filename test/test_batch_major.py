@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import make_tracker
-from scenarios import synthetic_frames
+from scenarios import padded_buffers, synthetic_frames
 from sam2_ros.engine import encoder, graph_io, graphs, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.types import Prompt
@@ -38,9 +38,13 @@ def _three_objects(frames_after_prompt: int):
     return tr, feats, sels
 
 
-def _assert_bitwise(a: step.StepOut, b: step.StepOut) -> None:
+def _assert_layouts_bitwise(tr, feats, mem: step.Memory) -> None:
+    """The step of the stacked objects of ``mem`` in both layouts: bit for bit the same."""
+    batched = encoder.expand(feats, mem.feats.shape[1])
+    ref = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=False)
+    out = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=True)
     for name in FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
+        x, y = getattr(out, name), getattr(ref, name)
         assert x.shape == y.shape and torch.equal(x, y), name
 
 
@@ -50,11 +54,7 @@ def test_batch_major_step_is_bitwise_the_sam2_layout(frames_after_prompt):
     """Three objects stacked on the batch axis: the step with batch-major attention inputs
     equals sam2's layout bit for bit, at the steady-state shape and before it."""
     tr, feats, sels = _three_objects(frames_after_prompt)
-    mem = tr.bank.gather(sels)
-    batched = encoder.expand(feats, 3)
-    ref = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=False)
-    out = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=True)
-    _assert_bitwise(out, ref)
+    _assert_layouts_bitwise(tr, feats, tr.bank.gather(sels))
 
 
 @torch.inference_mode()
@@ -63,17 +63,9 @@ def test_batch_major_padded_step_is_bitwise_the_sam2_layout():
     the frames after a prompt."""
     tr, feats, sels = _three_objects(3)
     n_s, n_p = 2 + 6, 2 + 15                       # the largest bucket of max_cond_frames=2
-    b = tr.bank
-    buf = step.Memory(b.feats.new_zeros(n_s, 3, *b.feats.shape[2:]),
-                      torch.zeros(n_s, 3, dtype=torch.long), b.ptrs.new_zeros(n_p, 3, 256),
-                      torch.ones(n_p, 3), torch.ones(n_s, 3, dtype=torch.bool),
-                      torch.ones(n_p, 3, dtype=torch.bool))
-    mem = b.gather(sels, out=buf)
+    mem = tr.bank.gather(sels, out=padded_buffers(tr.bank, n_s, n_p, batch=3))
     assert int(mem.feat_valid[:, 0].sum()) < n_s        # padding present
-    batched = encoder.expand(feats, 3)
-    ref = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=False)
-    out = step.track_step(tr.model, batched, mem, tr.maskmem_pos, batch_major=True)
-    _assert_bitwise(out, ref)
+    _assert_layouts_bitwise(tr, feats, mem)
 
 
 @torch.inference_mode()
