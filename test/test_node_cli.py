@@ -1,0 +1,64 @@
+"""The node's spin loop (sam2_ros/ros/node_cli.py) on Ctrl-C: rclpy's SIGINT handler shuts the
+context down at any moment, also while a timer callback runs; that callback's publish then fails
+("publisher's context is invalid"), which must end the loop quietly, while an error of a
+callback in a live context still surfaces."""
+
+import pytest
+
+rclpy = pytest.importorskip('rclpy')
+from rclpy.node import Node  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from sam2_ros.ros import node_cli  # noqa: E402
+
+
+def _probe_node(on_tick):
+    """A node with what ``node_cli._run`` reads of the tracker node, and a fast timer."""
+    class Probe(Node):
+        finished = False
+
+        def __init__(self):
+            super().__init__('sam2_cli_probe')
+            self.declare_parameter('autostart', False)
+            self.pub = self.create_publisher(String, '~/probe', 1)
+            self.ticks = 0
+            self.released = False
+            self.create_timer(0.01, self._tick)
+
+        def _tick(self):
+            self.ticks += 1
+            on_tick(self)
+
+        def _release_io(self):
+            self.released = True
+
+        def _release_tracker(self):
+            pass
+    return Probe
+
+
+@pytest.fixture
+def domain(lease, monkeypatch):
+    monkeypatch.setenv('ROS_DOMAIN_ID', str(lease.domain_id))
+    monkeypatch.setenv('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+
+
+def test_shutdown_during_a_callback_ends_the_loop_quietly(domain):
+    made = []
+
+    def tick(node):
+        made.append(node)
+        if node.ticks == 3:
+            rclpy.try_shutdown()            # what rclpy's SIGINT handler does
+            node.pub.publish(String(data='late'))    # raises: the context is gone
+    assert node_cli._run([], _probe_node(tick)) == 0
+    assert made[-1].ticks == 3 and made[-1].released
+
+
+def test_a_callback_error_in_a_live_context_surfaces(domain):
+    def tick(node):
+        if node.ticks == 2:
+            raise ValueError('callback bug')
+    with pytest.raises(ValueError, match='callback bug'):
+        node_cli._run([], _probe_node(tick))
+    assert not rclpy.ok()                   # cleaned up all the same
