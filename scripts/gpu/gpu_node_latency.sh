@@ -4,6 +4,7 @@
 #   bash scripts/gpu/gpu_node_latency.sh 2gpu     # nvidia-h200-x2: two cameras, one GPU each
 #   bash scripts/gpu/gpu_node_latency.sh pipeline # pipelined vs serial node, 3 and 8 objects
 #   bash scripts/gpu/gpu_node_latency.sh malloc   # tune_malloc on vs off, 1 and 3 objects
+#   bash scripts/gpu/gpu_node_latency.sh precompile  # 1 and 8 objects, precompile on
 #   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget;
 #                                                 # SHORT_OBJECTS="8" for other counts)
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
@@ -63,6 +64,11 @@ elif [ "$MODE" = pipeline ]; then   # pipelined against serial node at 3 and 8 o
   for n in 3 8; do
     run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
     run "shm_${n}obj_overlay_serial" --objects "$n" --transport shm --overlay --no-pipeline
+  done
+elif [ "$MODE" = precompile ]; then   # precompile: [encoder, heads]; the first start compiles
+  for n in ${SHORT_OBJECTS:-1 8}; do
+    run "shm_${n}obj_overlay_precompile" --objects "$n" --transport shm --overlay \
+      --precompile encoder,heads --start-timeout 400
   done
 elif [ "$MODE" = short ]; then   # the headline rows only (3 then 1 object), for a short budget
   for n in ${SHORT_OBJECTS:-3 1}; do
