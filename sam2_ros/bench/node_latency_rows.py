@@ -133,6 +133,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'cameras': len(a['devices']), 'camera': cam['index'], 'device': cam['device'],
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'tune_malloc': p.get('tune_malloc', True),
+            'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),

@@ -144,6 +144,14 @@ def _node_prov(rows: List[dict]) -> List[str]:
                   f"runs had ids, `{common} ...` (each row's command and commit are in the file)"]
 
 
+def _node_precompile(r: dict) -> str:
+    """The node's precompiled parts ('-': none); rows written before the field existed say
+    so in their variant name only."""
+    if r.get('precompile'):
+        return r['precompile']
+    return 'encoder,heads' if str(r.get('variant', '')).endswith('_precompile') else '-'
+
+
 def node_latency(results: str) -> List[str]:
     """The node rows of h200_node_latency.json, then its DDS probe rows (``kind`` dds_probe:
     one image between two processes, the transport alone)."""
@@ -159,14 +167,15 @@ def node_latency(results: str) -> List[str]:
             f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
             _f(r.get('graph_mode')), _f(r.get('transport')), 'yes' if r.get('overlay') else 'no',
             {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
-            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), r.get('corrections', 0),
+            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _node_precompile(r),
+            r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
             '-' if misses is None else f"{misses} / {r['frames']}", _node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
     out = _node_prov(rows) + [''] + _table(
         ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport',
-         'overlay subscribed', 'pipeline', 'tune_malloc', 'corrections',
+         'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile', 'corrections',
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
          'target', 'date, commit'], body)
