@@ -9,8 +9,9 @@ Start the node on your camera (one terminal), then this client (another):
 
 The client waits for the node's first ``~/state`` (so it knows a frame was tracked), sends a
 click stamped with that frame (``geometry_msgs/PointStamped`` on ``~/click``: a positive point
-for object ``click_object_id``, 1 by default), and prints each following state: frame, engine
-mode, and every object's id, state, area and box. ``rqt_image_view /sam2_tracker/overlay``
+for object ``click_object_id``, 1 by default), and prints each following state (frame, engine
+mode, and every object's id, state, area and box) until ``--states`` of them followed the
+click's effect. ``rqt_image_view /sam2_tracker/overlay``
 shows the same masks.
 
 No camera, no checkpoint? ``--random-weights`` starts the node itself (CPU, random weights:
@@ -38,7 +39,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument('--node', default='/sam2_tracker', help='the tracker node')
     ap.add_argument('--click', help='x,y in source pixels (default: centre of disc 1 of the '
                                     'synthetic camera, or of the frame)')
-    ap.add_argument('--states', type=int, default=30, help='states to print after the click')
+    ap.add_argument('--states', type=int, default=30,
+                    help='states to print once the clicked object is tracked')
+    ap.add_argument('--object-id', type=int, default=1,
+                    help="the node's click_object_id (the id a click starts)")
     ap.add_argument('--timeout', type=float, default=120.0, help='seconds to wait for a state')
     ap.add_argument('--random-weights', action='store_true',
                     help='start the node (CPU, random weights) and a synthetic camera here')
@@ -133,9 +137,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         msg.point.x, msg.point.y = x, y
         click.publish(msg)
         print(f'click ({x:.0f}, {y:.0f}) on frame {st.frame_index}', flush=True)
-        n0 = len(states)
-        for s in wait(node, states, n0 + a.states, a.timeout, proc)[n0:]:
+        # states of frames the node tracked before the click reached it come first (a loaded
+        # machine may track several); --states counts those that show the clicked object
+        n, shown, end = len(states), 0, time.monotonic() + a.timeout
+        while shown < a.states:
+            s = wait(node, states, n + 1, end - time.monotonic(), proc)[n]
+            n += 1
             print(describe(s), flush=True)
+            shown += shown > 0 or any(o.object_id == a.object_id for o in s.objects)
         return 0
     finally:
         if camera is not None:
