@@ -54,6 +54,13 @@ def require_messages():
 _LEASE_FDS: set = set()
 
 
+# Intra-op threads of the nodes the tests start. One: on CI's 2 cores, with two pytest
+# workers and the CLI tests' process beside them, a node's second OpenMP thread mostly spun
+# (tiny tensors at image size 64) on a core another test needed. In-process references of a
+# node's outputs use the same count (the same reduction order).
+NODE_THREADS = 1
+
+
 class DomainLease:
     """An exclusive ROS_DOMAIN_ID for one test."""
 
@@ -64,7 +71,8 @@ class DomainLease:
     def env(self) -> Dict[str, str]:
         env = dict(os.environ)
         env.update(ROS_DOMAIN_ID=str(self.domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
-                   PYTHONUNBUFFERED='1', TQDM_DISABLE='1', OMP_NUM_THREADS='2')
+                   PYTHONUNBUFFERED='1', TQDM_DISABLE='1',
+                   OMP_NUM_THREADS=str(NODE_THREADS))
         env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
         return env
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from ros_helpers import (COMPRESSED_TOPIC, TEST_PARAMS, Client, DomainLease, click_msg,
-                         compressed_msg, frames, image_msg, mask_array, prompt_msg,
+from ros_helpers import (COMPRESSED_TOPIC, NODE_THREADS, TEST_PARAMS, Client, DomainLease,
+                         click_msg, compressed_msg, frames, image_msg, mask_array, prompt_msg,
                          require_messages, stamp, stamp_of, start_node, wait_until)
 
 from sam2_ros.engine.types import Prompt
@@ -62,7 +62,7 @@ def in_process_tracker():
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.tracker import StreamingTracker
 
-    torch.set_num_threads(2)  # the node runs with OMP_NUM_THREADS=2: same reduction order
+    torch.set_num_threads(NODE_THREADS)  # as the node: the same reduction order
     keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
             'use_cuda_graphs')
     return StreamingTracker(TrackerConfig(max_objects=2, **{k: TEST_PARAMS[k] for k in keys}))

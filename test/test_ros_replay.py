@@ -6,8 +6,9 @@ equal to the in-process tracker, and /clock follows bag time."""
 import numpy as np
 import pytest
 
-from ros_helpers import (PYTHON, TEST_PARAMS, Client, DomainLease, Proc, frames, image_msg,
-                         mask_array, prompt_msg, require_messages, stamp, stamp_of, start_node)
+from ros_helpers import (NODE_THREADS, PYTHON, TEST_PARAMS, Client, DomainLease, Proc, frames,
+                         image_msg, mask_array, prompt_msg, require_messages, stamp, stamp_of,
+                         start_node)
 
 from sam2_ros.engine.types import Prompt
 
@@ -85,7 +86,7 @@ def reference():
     from sam2_ros.engine.tracker import StreamingTracker
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # as the node (OMP_NUM_THREADS=2): same reduction order
+    torch.set_num_threads(NODE_THREADS)  # as the node: the same reduction order
     try:
         keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
                 'use_cuda_graphs')

@@ -15,13 +15,13 @@ rig must keep flat (the GPU version of this is ``python -m sam2_ros.bench.soak``
   * stats: frames == track() calls, no failed frames, prompt_steps == prompts applied,
     eager_steps == object steps run.
 
-Schedule (SOAK_FRAMES frames in all, default 400: two churn periods; period 200 frames): 4 new objects join the
-one left at the start of each period (5 objects for 50 frames), then the 4 oldest are removed
-(1 object for 150 frames), so every 200-frame window (frames 100-300 and the last 200 alike)
-holds the same mix and each window's p99 is a 5-object frame. New ids (never reused) join
-alternately via add_prompt (the latest frame) and queue_prompt (the next frame); every 100
-frames one tracked object gets a correction (positive + negative click). The image encoder
-runs for real on the 64 distinct frames only (see the comment in the test). SOAK_FRAMES=N
+Schedule (SOAK_FRAMES frames in all, default 400: two churn periods; period 200 frames): 4 new
+objects join the one left at the start of each period (5 objects for 50 frames), then the 4
+oldest are removed (1 object for 150 frames), so every 200-frame window (frames 100-300 and the
+last 200 alike) holds the same mix and each window's p99 is a 5-object frame. New ids (never
+reused) join alternately via add_prompt (the latest frame) and queue_prompt (the next frame);
+every 100 frames one tracked object gets a correction (positive + negative click). The image
+encoder runs for real on the 64 distinct frames only (see the comment in the test). SOAK_FRAMES=N
 runs a longer soak; the GPU soak benchmark runs 10,000 frames.
 """
 
