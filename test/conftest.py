@@ -66,14 +66,26 @@ def small_cfg(**changes):
     return TrackerConfig(**{**SMALL, **changes})
 
 
-def shared_model(image_size=128, corrections_as_cond=True):
-    """One random tiny model per (image size, corrections_as_cond) for the session. The model
-    holds no tracking state, so trackers (and the official predictor) may share it."""
-    key = (image_size, corrections_as_cond)
+# A shallower random tiny model for the tests of the tracker's own bookkeeping over long
+# streams (graph runner, memory bank, soak): one Hiera block per stage and none with global
+# attention, one memory-attention layer. Every sam2 module type and call the tracker makes is
+# still there, at about half the cost of a frame (CPU, one thread, image size 64, two objects:
+# 108 -> 61 ms). Comparisons with the official predictor keep the real tiny configuration.
+LEAN = ('++model.image_encoder.trunk.stages=[1,1,1,1]',
+        '++model.image_encoder.trunk.global_att_blocks=[]',
+        '++model.memory_attention.num_layers=1')
+
+
+def shared_model(image_size=128, corrections_as_cond=True, overrides=()):
+    """One random tiny model per (image size, corrections_as_cond, hydra overrides) for the
+    session. The model holds no tracking state, so trackers (and the official predictor) may
+    share it."""
+    key = (image_size, corrections_as_cond, tuple(overrides))
     if key not in _MODELS:
         from sam2_ros.engine.model import build_model
         _MODELS[key] = build_model(small_cfg(image_size=image_size,
-                                             corrections_as_cond=corrections_as_cond))
+                                             corrections_as_cond=corrections_as_cond,
+                                             extra_hydra_overrides=list(overrides)))
     return _MODELS[key]
 
 
@@ -81,7 +93,8 @@ def make_tracker(**changes):
     """A fresh StreamingTracker (own bank and object table) on the shared model."""
     from sam2_ros.engine.tracker import StreamingTracker
     cfg = small_cfg(**changes)
-    return StreamingTracker(cfg, model=shared_model(cfg.image_size, cfg.corrections_as_cond))
+    return StreamingTracker(cfg, model=shared_model(cfg.image_size, cfg.corrections_as_cond,
+                                                    cfg.extra_hydra_overrides))
 
 
 @pytest.fixture(scope='session')

@@ -20,7 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HYPOTHESIS_COUNTS, examples, make_tracker
+from conftest import HYPOTHESIS_COUNTS, LEAN, examples, make_tracker
 from sam2_ros.engine.memory import EMPTY, MemoryBank
 from sam2_ros.engine.types import Prompt
 
@@ -228,7 +228,8 @@ def test_long_stream_memory_is_flat():
     200, minus only those of them freed, so it is never below the growth a trace from frame 0
     reports (which also subtracts frees of older blocks)."""
     max_cond = 3
-    tr = make_tracker(image_size=64, max_cond_frames=max_cond, max_objects=3)
+    tr = make_tracker(image_size=64, max_cond_frames=max_cond, max_objects=3,
+                      extra_hydra_overrides=list(LEAN))
     h, w = 48, 64
     rng = np.random.default_rng(0)
     bg = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import shared_model
+from conftest import LEAN, shared_model
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine import graph_io, graphs
 from sam2_ros.engine.config import TrackerConfig
@@ -68,8 +68,9 @@ def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
                         batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
-                        steady_attention=steady)
-    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size))  # read only: one per session
+                        steady_attention=steady, extra_hydra_overrides=list(LEAN))
+    # read only: one model per session
+    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
     reasons = []
     tr.runner = graphs.GraphRunner(tr.model, cfg, reasons.append)
     with torch.inference_mode():
@@ -95,8 +96,8 @@ def eager_stream():
     label mask)])."""
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, batch_buckets=(1, 2),
-                        max_cond_frames=2)
-    ref = StreamingTracker(cfg, model=shared_model(cfg.image_size))
+                        max_cond_frames=2, extra_hydra_overrides=list(LEAN))
+    ref = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
     events, out = stream_events(), []
     for f, fr in enumerate(synthetic_frames(STREAM_FRAMES, h=48, w=64)):
         b = ref.track(fr)
@@ -121,7 +122,7 @@ def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch, eage
         (tr.runner.steps[k] is tr.runner.padded_steps[k]) == (steady == 'flash')
         for k in tr.runner.steps)
     ref_cfg, ref_frames = eager_stream     # the eager run of this config (graph fields aside)
-    assert tr.model is shared_model(ref_cfg.image_size)
+    assert tr.model is shared_model(ref_cfg.image_size, overrides=LEAN)
     assert ref_cfg.replace(**{k: getattr(cfg, k) for k in GRAPH_FIELDS}) == \
         cfg.replace(use_cuda_graphs=False)
     frames = synthetic_frames(STREAM_FRAMES, h=48, w=64)
@@ -276,8 +277,9 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
-                        max_objects=3, io_resolution=(64, 48))
-    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size))  # read only: one per session
+                        max_objects=3, io_resolution=(64, 48), extra_hydra_overrides=list(LEAN))
+    # read only: one model per session
+    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
     tr.runner = graphs.GraphRunner(tr.model, cfg, print)
     with torch.inference_mode():
         tr.runner.prepare(tr.bank, tr.maskmem_pos, None)

@@ -1,6 +1,6 @@
 """CPU soak of the tracker core: a long stream with objects added, corrected and removed, on the
-tiny random model at image_size 64 (fp32, one intra-op thread). It asserts what a long run on the
-rig must keep flat (the GPU version of this is ``python -m sam2_ros.bench.soak``):
+lean tiny random model (conftest.LEAN) at image_size 64 (fp32, one intra-op thread). It asserts
+what a long run on the rig must keep flat (the GPU version: ``python -m sam2_ros.bench.soak``):
 
   * the memory bank is allocated once: every bank tensor keeps its storage (data_ptr) for the
     whole stream, whatever objects come and go;
@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_tracker, write_out
+from conftest import LEAN, make_tracker, write_out
 from scenarios import synthetic_frames
 from sam2_ros.engine.types import Prompt
 
@@ -70,7 +70,7 @@ def test_cpu_soak():
     assert FRAMES >= 2 * PERIOD, 'the soak must cover at least two churn periods'
     rng = np.random.default_rng(0)
     frames = synthetic_frames(64, h=H, w=W)
-    tr = make_tracker(image_size=64, max_objects=5)
+    tr = make_tracker(image_size=64, max_objects=5, extra_hydra_overrides=list(LEAN))
     # The image encoder keeps no state between frames: its output for each of the 64 distinct
     # frames is computed for real once (the first 64 frames), then reused, which halves the
     # run time. Everything stateful (prompts, memory attention, bank, object table, results)
