@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import pytest
 
+from conftest import LEAN
 from sam2_ros.ros import harness
 from sam2_ros.ros.conversions import stamp_ns
 from sam2_ros.ros.domain import lease_domain
@@ -29,8 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 # The test node: the smallest model input sam2 builds at (64) and tiny frames keep CPU time
 # low (a frame at 256 cost 5x the CPU time of one at 64).
+# The nodes' model: the lean random tiny model of the core's long-stream tests (conftest.LEAN;
+# the same sam2 modules and calls, half the CPU time of a frame).
 TEST_PARAMS: Dict[str, Any] = {
     'model_size': 'tiny', 'image_size': 64, 'random_weights': True, 'seed': 0,
+    'extra_hydra_overrides': list(LEAN),
     'device': 'cpu', 'precision': 'fp32', 'use_cuda_graphs': False, 'max_objects': 4,
     'image_topic': '/camera/image_raw', 'process_every_frame': True,
     'stale_timeout_s': 1.0, 'diagnostics_period_s': 0.5, 'autostart': True,

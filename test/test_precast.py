@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import make_tracker, shared_model
+from conftest import LEAN, make_tracker, shared_model
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.model import build_model, precast
 
@@ -24,7 +24,8 @@ H, W, N = 48, 64, 18
 def _run(precast: bool):
     """Logits of every object on every frame, and the bank, over a stream with adds (click,
     box, mask), a correction and a removal."""
-    tr = make_tracker(image_size=64, precision='bf16', precast_weights=precast, max_objects=3)
+    tr = make_tracker(image_size=64, precision='bf16', precast_weights=precast, max_objects=3,
+                      extra_hydra_overrides=list(LEAN))  # every Linear/Conv type, fewer
     events = schedule(H, W, add2=3, add3=6, fix=10, remove=15)
     logits = []
     for f, fr in enumerate(synthetic_frames(N, H, W)):

@@ -64,7 +64,7 @@ def in_process_tracker():
 
     torch.set_num_threads(NODE_THREADS)  # as the node: the same reduction order
     keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
-            'use_cuda_graphs')
+            'use_cuda_graphs', 'extra_hydra_overrides')
     return StreamingTracker(TrackerConfig(max_objects=2, **{k: TEST_PARAMS[k] for k in keys}))
 
 

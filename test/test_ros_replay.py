@@ -89,7 +89,7 @@ def reference():
     torch.set_num_threads(NODE_THREADS)  # as the node: the same reduction order
     try:
         keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
-                'use_cuda_graphs')
+                'use_cuda_graphs', 'extra_hydra_overrides')
         tr = StreamingTracker(TrackerConfig(max_objects=2,
                                             **{k: TEST_PARAMS[k] for k in keys}))
         out = {}
