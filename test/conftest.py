@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Under pytest-xdist (scripts/test.sh runs two workers on CI's two cores) each worker computes
+# Under pytest-xdist (scripts/test.sh runs three workers on CI's two cores) each worker computes
 # on one intra-op thread: two OpenMP teams of two threads spinning against each other on two
 # cores ran 5-10x slower per frame. Set before any test imports torch; node subprocesses get
 # their own value (ros_helpers.DomainLease.env).
@@ -182,7 +182,7 @@ def assert_unchanged(tracker, snap, slots=None):
 # Modules that take the longest (seconds of test time on CI's 2 cores, measured), run first:
 # under xdist --dist loadscope a module is a unit of work, and pytest-xdist by default queues the
 # modules with the most tests first, which left the one-test soak (85 s) for last, alone on one
-# worker while the other one idled. Heaviest first balances the two workers. Only the order
+# worker while the other one idled. Heaviest first balances the workers. Only the order
 # changes; every test still runs.
 HEAVY_MODULES = ('test_soak_cpu.py', 'test_graph_logic_cpu.py', 'test_precast.py',
                  'test_equivalence.py', 'test_ros_node.py', 'test_bank.py', 'test_ros_replay.py',

@@ -256,8 +256,10 @@ def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
     """compile_mode: the graphs capture a twin whose heavy modules are compiled; the eager
     fallback keeps the plain modules, and both read the same weights."""
     from sam2_ros.engine.model import COMPILED_MODULES, compiled_copy
-    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', random_weights=True)
-    model = shared_model(cfg.image_size)     # compiled_copy must leave it alone: asserted below
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', random_weights=True,
+                        extra_hydra_overrides=list(LEAN))
+    # compiled_copy must leave it alone: asserted below
+    model = shared_model(cfg.image_size, overrides=LEAN)
     assert compiled_copy(model, None) is model
     twin = compiled_copy(model, 'default')
     for name in COMPILED_MODULES:
