@@ -44,6 +44,15 @@ class Selection:
         return len(self.feat_rows), len(self.ptr_rows)
 
 
+def _table(columns: List[List[int]], n: int, pad: int) -> np.ndarray:
+    """[n * B] int64: the [n, B] table whose column b holds ``columns[b]`` then ``pad``,
+    flattened memory-major (row i holds memory i of every object)."""
+    out = np.full((n, len(columns)), pad, np.int64)
+    for b, values in enumerate(columns):
+        out[:len(values), b] = values
+    return out.ravel()
+
+
 @dataclass
 class MemoryBank:
     """Fixed-capacity memory for up to ``capacity`` objects (object slots 0..capacity-1).
@@ -161,17 +170,17 @@ class MemoryBank:
         assert all(s.key[0] <= n_s and s.key[1] <= n_p for s in sels), 'bucket too small'
         assert padded or all(s.key == (n_s, n_p) for s in sels), 'mixed shapes need padding'
         batch = len(sels)
-
-        def slots(n, pick):       # ordered (memory, object) so a view gives [n, B, ...]
-            return [pick(s, i) for i in range(n) for s in sels]
-        fill = lambda rows, i, pad: rows[i] if i < len(rows) else pad   # noqa: E731
-        host = self.stage(
-            slots(n_s, lambda s, i: fill(s.feat_rows, i, 0))
-            + slots(n_p, lambda s, i: fill(s.ptr_rows, i, 0))
-            + slots(n_p, lambda s, i: fill(s.ptr_dist, i, 1))
-            + slots(n_s, lambda s, i: fill(s.tpos_idx, i, 0))
-            + slots(n_s, lambda s, i: int(i < len(s.feat_rows)))
-            + slots(n_p, lambda s, i: int(i < len(s.ptr_rows))))
+        n_feat = np.array([len(sel.feat_rows) for sel in sels])
+        n_ptr = np.array([len(sel.ptr_rows) for sel in sels])
+        # one host array, staged in one copy: six [n, B] tables (memory-major, so a view gives
+        # [n, B, ...]), padding slots filled with `pad`
+        host = self.stage(np.concatenate([
+            _table([sel.feat_rows for sel in sels], n_s, 0),
+            _table([sel.ptr_rows for sel in sels], n_p, 0),
+            _table([sel.ptr_dist for sel in sels], n_p, 1),
+            _table([sel.tpos_idx for sel in sels], n_s, 0),
+            (np.arange(n_s)[:, None] < n_feat).ravel(),
+            (np.arange(n_p)[:, None] < n_ptr).ravel()]))
         f_i, p_i, d_i, t_i, fv, pv = host.split(
             [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch])
         flat_f = self.feats.flatten(0, 1)

@@ -9,7 +9,7 @@ after the copy that last read it has completed (a CUDA event), keeps them safe.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ class IndexStager:
             self.host_np = self.host.numpy()
             self.events: List[Optional[torch.cuda.Event]] = [None] * slots
 
-    def __call__(self, values: List[int]) -> torch.Tensor:
+    def __call__(self, values: Union[Sequence[int], np.ndarray]) -> torch.Tensor:
         n = len(values)
         if not self.cuda or n > self.capacity:
             return torch.tensor(values, dtype=torch.long).to(self.device)
