@@ -55,3 +55,42 @@ def test_a_lone_small_message_is_acknowledged_at_the_next_heartbeat(tmp_path, pr
         assert r['small_ack_ms'] < 1000, r
     else:
         assert r['small_ack_ms'] > 1000, r
+
+
+def test_executor_kinds(lease):
+    """dds_probe's --executor: rclpy's single-threaded executor or its events executor (where
+    this rclpy has one; otherwise a clear error), nothing else."""
+    rclpy = pytest.importorskip('rclpy')
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+
+    from sam2_ros.ros.executor import EXECUTORS, make_executor
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    try:
+        assert isinstance(make_executor('single', ctx), SingleThreadedExecutor)
+        try:
+            ex = make_executor('events', ctx)
+        except ValueError as exc:
+            assert 'EventsExecutor' in str(exc)
+        else:
+            assert type(ex).__name__ == 'EventsExecutor'
+            ex.shutdown()
+        with pytest.raises(ValueError, match='unknown executor'):
+            make_executor('multi', ctx)
+        assert EXECUTORS == ('single', 'events')
+    finally:
+        ctx.try_shutdown()
+
+
+def test_dds_probe_subscriber_on_the_events_executor(tmp_path):
+    """The probe's subscriber spun by the events executor receives every frame."""
+    require_messages()
+    pytest.importorskip('rclpy.experimental', reason='no EventsExecutor in this rclpy')
+    out = tmp_path / 'probe.json'
+    argv = [PYTHON, '-m', 'sam2_ros.ros.dds_probe', '--width', '64', '--height', '48',
+            '--frames', '4', '--rate', '10', '--executor', 'events', '--out', str(out)]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
+    r = json.loads(out.read_text())
+    assert r['executor'] == 'events' and r['sent'] == r['received'] == 4, r
