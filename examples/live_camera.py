@@ -139,12 +139,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f'click ({x:.0f}, {y:.0f}) on frame {st.frame_index}', flush=True)
         # states of frames the node tracked before the click reached it come first (a loaded
         # machine may track several); --states counts those that show the clicked object
-        n, shown, end = len(states), 0, time.monotonic() + a.timeout
-        while shown < a.states:
+        n, end = len(states), time.monotonic() + a.timeout
+        first = None                             # index of the first state with the object
+        while first is None or n - first < a.states:
             s = wait(node, states, n + 1, end - time.monotonic(), proc)[n]
-            n += 1
             print(describe(s), flush=True)
-            shown += shown > 0 or any(o.object_id == a.object_id for o in s.objects)
+            if first is None and any(o.object_id == a.object_id for o in s.objects):
+                first = n
+            n += 1
         return 0
     finally:
         if camera is not None:

@@ -89,15 +89,15 @@ def test_compact_sections(tmp_path):
 
 
 def test_node_latency_precompile_column(tmp_path):
-    """A node row with precompiled parts says so in its own column (older rows carry them in
-    the variant name only); a row without them shows '-'."""
+    """A node row with precompiled parts says which in its own column; a row without them
+    shows '-'."""
     res = tmp_path / 'results'
     shutil.copytree(report.RESULTS, res)
     rows = json.loads((res / 'h200_node_latency.json').read_text())
     base = dict(rows[0], camera_hz=60, width=1280, height=720, date='2099-01-01', run='r2',
                 commit='abc1234', precompile=None, variant='x')
     new = [dict(base, objects=1, precompile='encoder,heads'),
-           dict(base, objects=2, variant='y_precompile'),
+           dict(base, objects=2, precompile='encoder'),
            dict(base, objects=3)]
     (res / 'h200_node_latency.json').write_text(json.dumps(rows + new))
     lines = report.node_latency(str(res))
@@ -105,4 +105,4 @@ def test_node_latency_precompile_column(tmp_path):
     col = header.split(' | ').index('precompile')
     cells = {line.split(' | ')[2]: line.split(' | ')[col] for line in lines
              if '2099-01-01' in line and line.startswith('|')}
-    assert cells == {'1': 'encoder,heads', '2': 'encoder,heads', '3': '-'}
+    assert cells == {'1': 'encoder,heads', '2': 'encoder', '3': '-'}

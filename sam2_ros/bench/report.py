@@ -144,14 +144,6 @@ def _node_prov(rows: List[dict]) -> List[str]:
                   f"runs had ids, `{common} ...` (each row's command and commit are in the file)"]
 
 
-def _node_precompile(r: dict) -> str:
-    """The node's precompiled parts ('-': none); rows written before the field existed say
-    so in their variant name only."""
-    if r.get('precompile'):
-        return r['precompile']
-    return 'encoder,heads' if str(r.get('variant', '')).endswith('_precompile') else '-'
-
-
 def node_latency(results: str) -> List[str]:
     """The node rows of h200_node_latency.json, then its DDS probe rows (``kind`` dds_probe:
     one image between two processes, the transport alone)."""
@@ -167,7 +159,7 @@ def node_latency(results: str) -> List[str]:
             f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
             _f(r.get('graph_mode')), _f(r.get('transport')), 'yes' if r.get('overlay') else 'no',
             {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
-            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _node_precompile(r),
+            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _f(r.get('precompile')),
             r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),

@@ -123,6 +123,7 @@ class GraphRunner(EagerRunner):
             self.cmodel = compiled_copy(self.model, self.cfg.compile_mode)
             if self.cfg.precompile:
                 self.store = precompiled.Store(self.model, self.cfg)
+            self.max_batch = max(self.batch_sizes())     # objects per replay, at most
             self._capture_encoder()
             phase('encoder')
             for key in self._bucket_keys():
@@ -208,9 +209,8 @@ class GraphRunner(EagerRunner):
         return [(b, c) for b in sorted(self.batch_sizes(), reverse=True) for c in conds]
 
     def batch_sizes(self) -> Tuple[int, ...]:
-        """Object batch sizes of the step graphs: 1 in 'swap' mode; else
-        ``cfg.batch_buckets``, by default powers of two up to the capacity and the capacity
-        (the masks-out buckets)."""
+        """Step graphs' object batch sizes: 1 ('swap'), ``cfg.batch_buckets``, or by default
+        the masks-out buckets (powers of two up to the capacity, and the capacity)."""
         if self.cfg.graph_mode == 'swap':
             return (1,)
         if self.cfg.batch_buckets:
@@ -323,9 +323,8 @@ class GraphRunner(EagerRunner):
             else:
                 groups.setdefault(c, []).append(i)
         for c, idx in groups.items():
-            chunk = max(self.batch_sizes())
-            for start in range(0, len(idx), chunk):
-                part = idx[start:start + chunk]
+            for start in range(0, len(idx), self.max_batch):
+                part = idx[start:start + self.max_batch]
                 res, mode = self._replay(c, [sels[i] for i in part], features, bank,
                                          maskmem_pos)
                 self._put(out, part, res)

@@ -109,7 +109,8 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
     its copy; with B = 1 nothing changes."""
     curr, curr_pos = features.vision_feats[-1], features.vision_pos[-1]
     batch, hidden = curr.shape[1], model.hidden_dim
-    if batch_major and batch > 1:
+    batch_major = batch_major and batch > 1
+    if batch_major:
         curr, curr_pos = (x.transpose(0, 1).contiguous().transpose(0, 1)
                           for x in (curr, curr_pos))
     h, w = features.feat_sizes[-1]
@@ -118,8 +119,7 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
         assert model.directly_add_no_mem_embed
         fused = curr + model.no_mem_embed
     else:
-        memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos,
-                                                         batch_major and batch > 1)
+        memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos, batch_major)
         padded = contextlib.nullcontext() if mem.feat_valid is None else \
             attention.masked_memory(model, attention.token_mask(
                 mem.feat_valid, mem.ptr_valid, h * w, model.hidden_dim // model.mem_dim))
