@@ -18,12 +18,15 @@ GAP_S = 2.5
 
 
 def stream(c: Client, fr, stamps, period=0.15):
-    """Publish the frames ``period`` s apart; returns the time of the last publish (monotonic,
-    wall clock)."""
+    """Publish the frames ``period`` s apart; returns the time the last publish began
+    (monotonic, wall clock). Taken before the call: the node can receive a frame before
+    ``publish`` returns to us (a loaded machine may deschedule this thread in the call), so
+    only the start of the call is a lower bound of the node's receipt."""
     t_last = t_wall = 0.0
     for f, s in zip(fr, stamps):
-        c.pub_image.publish(image_msg(f, s))
+        msg = image_msg(f, s)
         t_last, t_wall = time.monotonic(), time.time()
+        c.pub_image.publish(msg)
         time.sleep(period)
     return t_last, t_wall
 
@@ -73,6 +76,7 @@ def test_camera_stop_and_restart(tmp_path, lease):
                                    and 'no frames for' in d.status[0].message], 10,
                           'diagnostics WARN no frames')[0]
         # not before the timeout: stamped by the node at least STALE_S after the last publish
+        # began (the node's clock for the timeout is monotonic, its stamp the system clock)
         assert stamp_of(warn.header) / 1e9 - t_stop_wall >= STALE_S
         warn = warn.status[0]
         time.sleep(max(0.0, GAP_S - (time.monotonic() - t_stop)))
