@@ -179,15 +179,17 @@ def assert_unchanged(tracker, snap, slots=None):
         assert np.array_equal(now['arrays'][k][sel], a[sel]), f'bank.{k} changed'
 
 
-# Modules that take the longest (seconds of test time on CI's 2 cores, measured), run first:
-# under xdist --dist loadscope a module is a unit of work, and pytest-xdist by default queues the
-# modules with the most tests first, which left the one-test soak (85 s) for last, alone on one
-# worker while the other one idled. Heaviest first balances the workers. Only the order
-# changes; every test still runs.
-HEAVY_MODULES = ('test_soak_cpu.py', 'test_graph_logic_cpu.py', 'test_precast.py',
-                 'test_equivalence.py', 'test_ros_node.py', 'test_bank.py', 'test_ros_replay.py',
-                 'test_node_latency_cpu.py', 'test_ros_pipeline_node.py',
-                 'test_dds_probe_cpu.py', 'test_ros_lifecycle_orders.py')
+# Modules that take the longest (seconds of a module's tests with three workers and the ros2
+# tests alongside on a 2-core VM, measured with --durations=0), run first: under xdist --dist
+# loadscope a module is a unit of work, and pytest-xdist by default queues the modules with the
+# most tests first, which once left a one-test module for last, alone on one worker while the
+# others idled. Heaviest first balances the workers. Only the order changes; every test still
+# runs.
+HEAVY_MODULES = ('test_graph_logic_cpu.py', 'test_equivalence.py', 'test_node_latency_cpu.py',
+                 'test_dds_probe_cpu.py', 'test_bank.py', 'test_precast.py', 'test_soak_cpu.py',
+                 'test_ros_lifecycle.py', 'test_ros_lifecycle_orders.py', 'test_ros_node.py',
+                 'test_ros_replay.py', 'test_cli_offline.py', 'test_ros_pipeline_node.py',
+                 'test_examples.py', 'test_batch_major.py', 'test_ros_demo.py')
 
 
 def pytest_configure(config):
