@@ -20,7 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import HYPOTHESIS_COUNTS, LEAN, examples, make_tracker
+from conftest import HYPOTHESIS_COUNTS, LEAN, examples, make_tracker, reuse_encoder
 from sam2_ros.engine.memory import EMPTY, MemoryBank
 from sam2_ros.engine.types import Prompt
 
@@ -233,16 +233,8 @@ def test_long_stream_memory_is_flat():
     h, w = 48, 64
     rng = np.random.default_rng(0)
     bg = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
-    # the frames repeat every w (np.roll below): as in the soak, the stateless image encoder
-    # runs for real on the w distinct frames (the first w), then its outputs are reused; a
-    # third of the run time. Every stateful part (prompts, steps, the bank) runs on each frame
-    real_encode, cache, key = tr.runner.encode, {}, [0]
-
-    def encode(image):
-        if key[0] not in cache:
-            cache[key[0]] = real_encode(image)
-        return cache[key[0]]
-    tr.runner.encode = encode
+    # the frames repeat every w (np.roll below): the encoder runs on the first w only
+    key = reuse_encoder(tr)
     b = tr.bank
     storage = {k: (getattr(b, k).data_ptr(), getattr(b, k).shape)
                for k in ('feats', 'ptrs', 'logits')}

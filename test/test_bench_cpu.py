@@ -25,7 +25,8 @@ def test_cli_rows_and_table(tmp_path):
     assert rows[0]['run'] == rows[1]['run'] and rows[0]['run']       # one id per invocation
     text = md.read_text()
     assert text.startswith('# Benchmarks\n\nintro')
-    assert results.BEGIN in text and results.END in text and '| tiny | 256 | 1 | ours_eager |' in text
+    assert results.BEGIN in text and results.END in text
+    assert '| tiny | 256 | 1 | ours_eager |' in text
     assert '1.00x' in text and 'torch' in text
     # a second run replaces the marked section instead of appending another
     results.write_table(str(md), results.table(rows, {'GPU': 'cpu'}))

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import LEAN, make_tracker, write_out
+from conftest import LEAN, make_tracker, reuse_encoder, write_out
 from scenarios import synthetic_frames
 from sam2_ros.engine.types import Prompt
 
@@ -71,17 +71,9 @@ def test_cpu_soak():
     rng = np.random.default_rng(0)
     frames = synthetic_frames(64, h=H, w=W)
     tr = make_tracker(image_size=64, max_objects=5, extra_hydra_overrides=list(LEAN))
-    # The image encoder keeps no state between frames: its output for each of the 64 distinct
-    # frames is computed for real once (the first 64 frames), then reused, which halves the
-    # run time. Everything stateful (prompts, memory attention, bank, object table, results)
-    # runs in full on every frame; the encoder's long-run behaviour is the GPU soak's.
-    real_encode, cache, key = tr.runner.encode, {}, [0]
-
-    def encode(image):
-        if key[0] not in cache:
-            cache[key[0]] = real_encode(image)
-        return cache[key[0]]
-    tr.runner.encode = encode
+    # the image encoder's output for each of the 64 distinct frames is computed for real once
+    # (the first 64 frames), then reused (conftest.reuse_encoder)
+    key = reuse_encoder(tr)
     real_select, reads = tr.bank.select, np.zeros(FRAMES, np.int64)   # memories read per frame
     keys = []
 

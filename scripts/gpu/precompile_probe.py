@@ -203,8 +203,8 @@ def child_load(model: str, res: int, out: str) -> None:
                     with torch.cuda.graph(g):
                         f(m, *args)
                     graphs[kind] = replay_ms(g.replay)
-            emit(what='load', name=name, ok=True, load_s=load_s, first_call_s=first_s, guards=guards,
-                 max_diff=diff, ms_eager_graph=graphs['eager'],
+            emit(what='load', name=name, ok=True, load_s=load_s, first_call_s=first_s,
+                 guards=guards, max_diff=diff, ms_eager_graph=graphs['eager'],
                  ms_compiled_graph=graphs['compiled'])
         except Exception as exc:  # noqa: BLE001
             emit(what='load', name=name, ok=False, error=repr(exc)[:800])
@@ -226,7 +226,8 @@ def main() -> int:
     if a.part == 'child':
         child_load(a.model, a.res, art)
         return 0
-    emit(what='env', model=a.model, res=a.res, torch=torch.__version__, gpu=torch.cuda.get_device_name() if DEV == 'cuda' else DEV)
+    emit(what='env', model=a.model, res=a.res, torch=torch.__version__,
+         gpu=torch.cuda.get_device_name() if DEV == 'cuda' else DEV)
     if a.part in ('all', 'graphs'):
         graph_breakdown(a.model, a.res)
     if a.part in ('all', 'compile'):
