@@ -91,8 +91,13 @@ def shared_model(image_size=128, corrections_as_cond=True, overrides=()):
 
 def make_tracker(**changes):
     """A fresh StreamingTracker (own bank and object table) on the shared model."""
+    return tracker_on_shared_model(small_cfg(**changes))
+
+
+def tracker_on_shared_model(cfg):
+    """A fresh StreamingTracker of ``cfg`` on the session's model for cfg's image size,
+    corrections_as_cond and hydra overrides (read only, so trackers may share it)."""
     from sam2_ros.engine.tracker import StreamingTracker
-    cfg = small_cfg(**changes)
     return StreamingTracker(cfg, model=shared_model(cfg.image_size, cfg.corrections_as_cond,
                                                     cfg.extra_hydra_overrides))
 

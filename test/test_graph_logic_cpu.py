@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import LEAN, shared_model
+from conftest import LEAN, shared_model, tracker_on_shared_model
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine import graph_io, graphs
 from sam2_ros.engine.config import TrackerConfig
@@ -69,8 +69,7 @@ def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
                         batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
                         steady_attention=steady, extra_hydra_overrides=list(LEAN))
-    # read only: one model per session
-    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
+    tr = tracker_on_shared_model(cfg)
     reasons = []
     tr.runner = graphs.GraphRunner(tr.model, cfg, reasons.append)
     with torch.inference_mode():
@@ -97,7 +96,7 @@ def eager_stream():
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, batch_buckets=(1, 2),
                         max_cond_frames=2, extra_hydra_overrides=list(LEAN))
-    ref = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
+    ref = tracker_on_shared_model(cfg)
     events, out = stream_events(), []
     for f, fr in enumerate(synthetic_frames(STREAM_FRAMES, h=48, w=64)):
         b = ref.track(fr)
@@ -280,8 +279,7 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
                         max_objects=3, io_resolution=(64, 48), extra_hydra_overrides=list(LEAN))
-    # read only: one model per session
-    tr = StreamingTracker(cfg, model=shared_model(cfg.image_size, overrides=LEAN))
+    tr = tracker_on_shared_model(cfg)
     tr.runner = graphs.GraphRunner(tr.model, cfg, print)
     with torch.inference_mode():
         tr.runner.prepare(tr.bank, tr.maskmem_pos, None)

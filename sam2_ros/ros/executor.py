@@ -1,4 +1,5 @@
-"""The executor that runs the node's callbacks: rclpy's single-threaded one or its events one.
+"""The executors that run the node's callbacks (``node_cli``: single-threaded) and the DDS
+probe's (``dds_probe --executor``): rclpy's single-threaded one or its events one.
 
 Why: the node's callbacks only hand messages over (the worker does the GPU work), so the
 executor's own overhead is part of every frame's latency. rclpy's ``SingleThreadedExecutor``

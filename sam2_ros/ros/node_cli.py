@@ -11,10 +11,11 @@ import sys
 from typing import Any, Callable, List, Optional
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
 
 from sam2_ros.ros import params
+from sam2_ros.ros.executor import make_executor
 
 USAGE = '''usage: sam2-ros-node [--ros-args -p NAME:=VALUE ... --params-file FILE ...]
 
@@ -82,7 +83,7 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
     # 17 / 38 ms; docs/performance.md). In FIFO mode a full FIFO now also holds back prompts
     # and diagnostics for up to one frame time.
-    executor = SingleThreadedExecutor()
+    executor = make_executor('single')
     executor.add_node(node)
     rc = 0
     try:

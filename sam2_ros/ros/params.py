@@ -227,9 +227,14 @@ PARAMS: Tuple[ParamSpec, ...] = (
 )
 
 
+def _field_default(spec: ParamSpec) -> Any:
+    """The dataclass default of the parameter's field (the one place defaults live)."""
+    return getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
+
+
 def default_value(spec: ParamSpec) -> Any:
     """The default of a parameter, as a ROS value (None = declared typed but unset)."""
-    value = getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
+    value = _field_default(spec)
     if spec.kind == 'str':
         return '' if value is None else str(value)
     if spec.kind in ('int_array', 'str_array'):
@@ -249,9 +254,11 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
         return None if (spec.field in OPTIONAL_STR and value == '') else value
     if spec.kind in ('int_array', 'str_array'):
         if value is None or (isinstance(value, (list, tuple)) and not value):
-            return None if spec.field in ('batch_buckets', 'graph_cond_buckets',
-                                          'io_resolution') else (
-                () if spec.kind == 'int_array' else [])
+            # unset or empty: None where the field's default is None (the core chooses, e.g.
+            # batch_buckets), else an empty list
+            if _field_default(spec) is None:
+                return None
+            return () if spec.kind == 'int_array' else []
         if not isinstance(value, (list, tuple)):
             raise bad('a list')
         if spec.kind == 'str_array':
