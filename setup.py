@@ -22,7 +22,6 @@ setup(
             'sam2-ros-demo=sam2_ros.ros.demo:main',
             'sam2-ros-replay=sam2_ros.ros.replay:main',
             'sam2-ros-track=sam2_ros.cli.track_offline:main',
-            'sam2-ros-bench=sam2_ros.bench.cli:main',
         ],
     },
 )

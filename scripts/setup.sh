@@ -37,7 +37,7 @@ torch() {  # cpu: CPU build lying on local disk (~0.9 GB); cuda: CUDA build (~5.
 
 python_deps() {
   "${PIP[@]}" 'setuptools>=70,<80' wheel numpy pyyaml hydra-core 'omegaconf<2.4' iopath tqdm pillow \
-    'opencv-python-headless<5' cv-bridge==1.13.0.post0 rosbags pytest pytest-xdist hypothesis scipy
+    'opencv-python-headless<5' triton==3.6.0 cv-bridge==1.13.0.post0 rosbags pytest pytest-xdist hypothesis scipy
 }
 
 sam2() {  # no build isolation: it would pull a multi-GB torch (and torchvision would replace ours)
@@ -98,7 +98,7 @@ ros_layout() {  # what colcon installs besides the Python package, so `ros2 laun
 }
 
 colcon() {  # colcon-common-extensions: the workspace build a ROS user runs (`colcon build`),
-  # tested from a scratch workspace by test/test_ros_colcon.py (colcon-core needs setuptools<80)
+  # tested from a scratch workspace by test/ros/test_ros_colcon.py (colcon-core needs setuptools<80)
   "${PIP[@]}" colcon-common-extensions
 }
 

@@ -11,8 +11,8 @@ Files follow a frame through the engine::
 * ``memory.py``     ``MemoryBank``: per-object memories, preallocated rings
 * ``step.py``       memory attention, SAM heads, memory encoder for B objects
 * ``masks_out.py``  logits -> masks, box/area/centroid, label mask on the host
-* runners: ``eager.py`` (reference path) and ``graphs.py`` (CUDA graphs; frame-in and
-  masks-out graphs in ``graph_io.py``), side by side with the same interface
+* runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; frame-in and
+  masks-out graphs in ``cuda/io_graphs.py``), side by side with the same interface
 * ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
 
 The public API is re-exported here, imported on first use, so that ``import sam2_ros.engine``

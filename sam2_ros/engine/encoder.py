@@ -1,6 +1,6 @@
 """The image encoder of one frame, and views of its features for the track step.
 
-Pure functions of tensors (run eagerly and inside the encoder's CUDA graph, ``graphs.py``).
+Pure functions of tensors (run eagerly and inside the encoder's CUDA graph, ``cuda/runner.py``).
 Shapes: HW = (S/16)^2 tokens of the coarsest feature map (S = image size), C_l the hidden dim
 of level l.
 """

@@ -12,7 +12,7 @@ versions always start horizontally; the order in use is read off the installed P
 Here the same sums run on the device as integer gathers and multiply-adds: coefficients and
 source indices are computed once per (source side, output side) on the host with the same
 double arithmetic, uploaded once per device, and every frame then runs a fixed sequence of
-kernels of fixed shapes, which CUDA graphs capture (``graph_io.py``). Integer sums are exact,
+kernels of fixed shapes, which CUDA graphs capture (``cuda/io_graphs.py``). Integer sums are exact,
 so the result does not depend on the device or on the order of the additions.
 """
 
@@ -98,7 +98,7 @@ def _vertical_first(h: int, w: int, size: int) -> bool:
     """Pillow 13's order for an [h, w] -> [size, size] resize: the vertical pass first when the
     height shrinks by more than twice as many pixels as the width (established on Pillow
     13.0 by comparing both orders against it on 600+ random shapes; see
-    test/test_preprocess.py)."""
+    test/engine/test_preprocess.py)."""
     return h > size and h - size > 2 * (w - size)
 
 

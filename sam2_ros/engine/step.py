@@ -1,7 +1,7 @@
 """The per-frame SAM 2 computation as functions of tensors, with no ids, dicts or clocks.
 
 Everything here is a pure function of its tensor arguments plus the model's weights, so the
-same code runs eagerly and inside a captured CUDA graph (``graphs.py``). Object ids, frame
+same code runs eagerly and inside a captured CUDA graph (``cuda/runner.py``). Object ids, frame
 indices, eviction and which memories to read live in ``memory.py`` / ``tracker.py``; the
 image features come from ``encoder.py``.
 
@@ -148,7 +148,7 @@ def track_step(model, features: Features, mem: Optional[Memory],
     them; a tracking frame's memory comes from the decoder's unfilled high-res mask, as sam2
     encodes it inside ``track_step``, before its fill.
     heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
-    ``precompiled.py``); None: sam2's modules.
+    ``cuda/precompiled.py``); None: sam2's modules.
     batch_major: the memory attention's inputs laid out batch-major (``condition_on_memory``).
     """
     pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major)

@@ -10,7 +10,7 @@ front). It keeps sam2's semantics, driven frame by frame:
     the predictor has not reached yet: an initial conditioning frame);
   * object ids, frame numbers and eviction stay here and in ``memory.py``; the per-frame
     computation is ``encoder.py`` and ``step.py``, run eagerly (``eager.py``) or as CUDA
-    graphs (``graphs.py``) by the runner ``make_runner`` picks.
+    graphs (``cuda/runner.py``) by the runner ``make_runner`` picks.
 Imports no ROS.
 """
 
@@ -396,6 +396,6 @@ def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
     """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
     imported only then)."""
     if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
-        from sam2_ros.engine.graphs import GraphRunner
+        from sam2_ros.engine.cuda.runner import GraphRunner
         return GraphRunner(model, cfg, on_fallback)
     return EagerRunner(model, cfg)

@@ -3,7 +3,7 @@
 Why: once torch, sam2, rclpy and a model are loaded, the node's process holds some 200,000
 objects that the cyclic garbage collector tracks. A full (generation-2) collection walks all of
 them, on whichever thread happens to allocate when it is due, the tracking worker included:
-128-142 ms on the 2-core CI VM (``python -m sam2_ros.ros.gc_policy``), a frame late by that much.
+a frame late by a full walk of the heap.
 ``gc.freeze()`` moves every object alive at the end of configure into a permanent generation
 that collections skip: the same full collection then takes 0.01 ms. Objects made later (messages,
 results) are collected as before; cleanup unfreezes first, so a released tracker's reference
@@ -57,25 +57,3 @@ class PauseMonitor:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
-
-def main() -> int:
-    """Time one full collection in a process that has loaded what the node loads (a tiny
-    random model on the CPU), before and after ``freeze``."""
-    import torch  # noqa: F401 - loaded as in the node
-
-    import sam2_ros.ros.node  # noqa: F401 - the node's imports (rclpy, messages, sam2)
-    from sam2_ros.engine import StreamingTracker, TrackerConfig
-    StreamingTracker(TrackerConfig(model_size='tiny', image_size=64, device='cpu',
-                                   precision='fp32', random_weights=True))
-    for label in ('before freeze', 'after freeze'):
-        if label == 'after freeze':
-            print(f'froze {freeze()} objects')
-        t = time.perf_counter()
-        gc.collect()
-        print(f'{label}: {len(gc.get_objects())} tracked objects, full collection '
-              f'{(time.perf_counter() - t) * 1e3:.2f} ms')
-    return 0
-
-
-if __name__ == '__main__':
-    raise SystemExit(main())

@@ -1,5 +1,5 @@
 """The tracker node in a subprocess and a client that talks to it over ROS 2: one harness for
-the demo (``sam2_ros.ros.demo``), the node latency benchmark (``sam2_ros.bench``) and the ROS
+the demo (``sam2_ros.ros.demo``), the node latency benchmark (``tools.bench``) and the ROS
 tests, so that starting, stopping and connecting to the node are done, and fixed, once.
 
 * :class:`LoggedProcess` / :class:`NodeProcess`: a subprocess in its own session with its

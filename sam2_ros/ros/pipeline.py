@@ -13,7 +13,7 @@ slot: an overlay that cannot keep up is replaced by the next frame's and counted
 ``overlays_dropped``; it never delays a mask. Throughput is then set by the slowest stage.
 
 Nothing here imports ROS: the node hands in the callables that build and send the messages,
-so the policy is testable with fakes (test/test_ros_pipeline.py).
+so the policy is testable with fakes (test/ros/test_ros_pipeline.py).
 """
 
 from __future__ import annotations

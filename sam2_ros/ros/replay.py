@@ -10,7 +10,7 @@ so a node with ``use_sim_time:=true`` sees the recorded time line.
     python -m sam2_ros.ros.replay BAG [--rate 1.0] [--topics T ...] [--wait] [--no-clock]
 
 :func:`project_typestore` gives a rosbags typestore that knows our msg/*.msg, for writing
-bags that contain prompts (see test/test_ros_replay.py).
+bags that contain prompts (see test/ros/test_ros_replay.py).
 """
 
 from __future__ import annotations

@@ -11,20 +11,20 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 export OUT
 if [ "${1:-}" = precompile ]; then
-  python3 -m pytest -q test/test_precompiled_gpu.py -m gpu 2>&1 | tail -n 2
+  python3 -m pytest -q test/gpu/test_precompiled_gpu.py -m gpu 2>&1 | tail -n 2
   [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
   for m in "tiny 512" "large 1024"; do
     set -- $m
-    python3 -m sam2_ros.bench.startup --model $1 --res $2 --starts 2 \
+    python3 -m tools.bench.startup --model $1 --res $2 --starts 2 \
       --precompile encoder,heads --out "$OUT/h200_extra.json" 2>&1 | grep '^start'
   done
-  python3 -m sam2_ros.bench.interaction --model tiny --res 512 --objects 1,3,10 \
+  python3 -m tools.bench.interaction --model tiny --res 512 --objects 1,3,10 \
     --variants batched --precompile encoder,heads --random-weights \
     --out "$OUT/h200_interaction.json" 2>&1 | grep '^|'
   exit 0
 fi
 if [ "${ENGINE_TESTS:-1}" = 1 ]; then    # ENGINE_TESTS=0: benchmarks only (tests separately)
-  python3 -m pytest -q test/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
+  python3 -m pytest -q test/gpu/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
   [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 fi
 T=tiny@512; L=large@1024
@@ -34,13 +34,13 @@ ONLY+="$T:3:ours_graph_batched_seqmajor;$T:10:official_eager;$T:10:ours_graph_ba
 ONLY+="$T:10:ours_graph_batched_seqmajor;$T:10:ours_graph_batched_b8;"
 ONLY+="$T:10:ours_graph_batched_precompiled;"
 ONLY+="$L:1:official_eager;$L:1:ours_graph;$L:1:ours_graph_precompiled"
-python3 -m sam2_ros.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 --warmup 16 \
+python3 -m tools.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 --warmup 16 \
   --profile-frames 3 --out "$OUT/h200.json" | grep -v '^{' | grep '^|' 
-python3 -m sam2_ros.bench.interaction --model tiny --res 512 --objects 1,3,10 \
+python3 -m tools.bench.interaction --model tiny --res 512 --objects 1,3,10 \
   --variants swap,batched --random-weights --out "$OUT/h200_interaction.json" 2>&1 |
   grep '^|'
 for m in "tiny 512" "large 1024"; do
   set -- $m
-  python3 -m sam2_ros.bench.startup --model $1 --res $2 --starts 2 \
+  python3 -m tools.bench.startup --model $1 --res $2 --starts 2 \
     --out "$OUT/h200_extra.json" 2>&1 | grep '^start'
 done

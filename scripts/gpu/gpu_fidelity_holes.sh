@@ -2,7 +2,7 @@
 # Fidelity against an official sam2 install WITH its CUDA extension (sam2._C, hole filling), on
 # the GPU machine (carry .whl): builds sam2 1.1.0 from its sdist with SAM2_BUILD_CUDA=1 against
 # the host's torch and nvcc into /tmp/site_c (ahead of the pure-Python sam2 on PYTHONPATH), then
-# runs test/test_fidelity_gpu.py. Results: $OUT/gpu_fidelity.json, $OUT/h200_equivalence_rows.json,
+# runs test/gpu/test_fidelity_gpu.py. Results: $OUT/gpu_fidelity.json, $OUT/h200_equivalence_rows.json,
 # the pytest log $OUT/fidelity_pytest.log.
 #   bash scripts/gpu/gpu_fidelity_holes.sh
 # Needs, made here:  .venv/bin/pip download --no-deps --no-binary :all: --no-build-isolation \
@@ -34,7 +34,7 @@ export PYTHONPATH=$SITE_C:$PYTHONPATH
 python3 -c 'import torch, sam2._C; print("[fidelity] sam2 with _C:", sam2._C.__file__)'
 echo "[fidelity] build $((SECONDS - t0)) s"
 rc=0
-python3 -m pytest -q -p no:cacheprovider -m gpu test/test_fidelity_gpu.py -s -rfE \
+python3 -m pytest -q -p no:cacheprovider -m gpu test/gpu/test_fidelity_gpu.py -s -rfE \
   > "$OUT/fidelity_pytest.log" 2>&1 || rc=$?
 grep -E '^official_C|Error|assert' "$OUT/fidelity_pytest.log" | cut -c1-400 | tail -n 30 || true
 tail -n 5 "$OUT/fidelity_pytest.log"

@@ -15,9 +15,9 @@ if [ ! -e /tmp/site/.installed_gpu ]; then
 fi
 python3 -c "import torch, torchvision, segment_anything; print('torch', torch.__version__,
 'torchvision', torchvision.__version__, torch.cuda.get_device_name())"
-timeout 90 python3 -m pytest -q -m gpu test/test_preprocess.py 2>&1 | tail -n 3
+timeout 90 python3 -m pytest -q -m gpu test/engine/test_preprocess.py 2>&1 | tail -n 3
 # the blog's comparison first (sam2's predictor, SAM), ours last: a run cut short keeps those
-timeout ${TIME:-360} python3 -m sam2_ros.bench.image_mode --res 1024 --prompts 1,8 \
+timeout ${TIME:-360} python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
   --variants sam2_predictor,sam,ours --precision bf16,fp32 --images ${IMAGES:-50} --warmup 5 \
   --profile-images 3 --preprocess --out "$OUT/h200_image.json" | grep -v '^{' | tail -n 70
 rc=${PIPESTATUS[0]}

@@ -20,6 +20,6 @@ case $1 in
   big) ONLY=$(rows base_plus,large 512,1024 1,3,10 $V4) ;;
   *) ONLY=$1 ;;
 esac
-python3 -m sam2_ros.bench.cli --only "${ONLY%;}" --frames ${FRAMES:-30} \
+python3 -m tools.bench.cli --only "${ONLY%;}" --frames ${FRAMES:-30} \
   --slow-frames ${SLOW:-20} --warmup 16 --profile-frames ${PROF:-3} \
   --out "$OUT/h200.json" --table "$OUT/table.md" | grep -v '^{' | tail -n 60

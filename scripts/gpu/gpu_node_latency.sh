@@ -13,7 +13,7 @@
 # not (shm transport), 1 object with Fast DDS's default transport, 1 object with the serial
 # node (pipeline off), and two cameras (two tracker nodes) on one GPU with 1 and 3 objects.
 # Rows are merged into $OUT/h200_node_latency.json (a copy of benchmarks/results') - copy it
-# back and run `python -m sam2_ros.bench.report`; per-frame JSONs and logs: $OUT/node_latency.tgz.
+# back and run `python -m tools.bench.report`; per-frame JSONs and logs: $OUT/node_latency.tgz.
 #   here: bash scripts/gpu/gpu_wheels.sh && bash scripts/gpu/gpu_ros_wheels.sh   (carry .whl)
 #   there: SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_node_latency.sh [2gpu]
 # A dry run of the same matrix on a CPU (tiny sizes, seconds per run):
@@ -48,7 +48,7 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
   local name=$1; shift; local t0 left rc
   t0=$(date +%s); left=$(( LIMIT - (t0 - T0) ))
   if (( left < LONGEST + 10 )); then echo "== $name: SKIPPED (${left} s left)"; return; fi
-  timeout "$left" $PY -m sam2_ros.bench.node_latency "${BASE[@]}" "$@" \
+  timeout "$left" $PY -m tools.bench.node_latency "${BASE[@]}" "$@" \
     --out "$W/$name.json" > "$W/$name.log" 2>&1; rc=$?
   (( $(date +%s) - t0 > LONGEST )) && LONGEST=$(( $(date +%s) - t0 ))
   echo "== $name (rc $rc, $(( $(date +%s) - t0 )) s)"

@@ -3,7 +3,7 @@
 # with the carried wheels ($WHL/ros/*.whl from scripts/gpu/gpu_ros_wheels.sh, and $WHL/*.whl: sam2,
 # hydra, ...) and our messages built into it, as setup.sh's ros() and msgs() steps do.
 # usage: [V=/tmp/rosv] [PYTHON=python3] [WHL=.whl] bash scripts/gpu/gpu_ros_setup.sh
-# then:  PYTHONPATH=$PWD:/tmp/site /tmp/rosv/bin/python -m sam2_ros.bench.node_latency ...
+# then:  PYTHONPATH=$PWD:/tmp/site /tmp/rosv/bin/python -m tools.bench.node_latency ...
 # (after `source scripts/gpu/gpu_env.sh`, pip sees sam2 & co. in /tmp/site and skips them here,
 #  so /tmp/site must stay on PYTHONPATH)
 set -euo pipefail

@@ -3,7 +3,7 @@
 # for longer than one device command may run, so it runs in the background and is polled.
 # ROW picks another long-compiling row, e.g. ROW=tiny@512:1:ours_graph_autotuned; THEN is a
 # command run after it in the same background job, with the same inductor cache, e.g.
-# THEN='python3 -m pytest -m gpu test/test_autotune_gpu.py' (its records go to $D).
+# THEN='python3 -m pytest -m gpu test/gpu/test_autotune_gpu.py' (its records go to $D).
 #   GPU=1 bash scripts/gpu/gpu_vos_bg.sh start     # after `source scripts/gpu/gpu_env.sh`
 #   bash scripts/gpu/gpu_vos_bg.sh status [OUT]    # progress line; copies log + JSON to OUT
 #   bash scripts/gpu/gpu_vos_bg.sh stop
@@ -16,7 +16,7 @@ case ${1:-status} in
     CUDA_VISIBLE_DEVICES=${GPU:-1} TORCHINDUCTOR_CACHE_DIR=$D/cache \
       TORCHINDUCTOR_COMPILE_THREADS=${THREADS:-12} \
       OUT=$D ROW=${ROW:-tiny@512:1:official_vos} THEN=${THEN:-true} \
-      setsid nohup bash -c 'python3 -m sam2_ros.bench.cli --only "$ROW" --frames 40 \
+      setsid nohup bash -c 'python3 -m tools.bench.cli --only "$ROW" --frames 40 \
         --warmup 16 --profile-frames 5 --out "$OUT/vos.json"; eval "$THEN"' \
       >"$D/log" 2>&1 </dev/null &
     echo $! >"$D/pid"

@@ -1,0 +1,95 @@
+"""The parameter table: complete (every TrackerConfig field has a parameter), defaults taken from
+the dataclasses, config/tracker.yaml lists every parameter, and bad values fail with a message
+(which the node turns into a failed configure transition)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.ros import params
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_tracker_field_and_node_option_has_a_parameter():
+    fields = {(s.target, s.field) for s in params.PARAMS}
+    for f in dataclasses.fields(TrackerConfig):
+        assert ('tracker', f.name) in fields, f'TrackerConfig.{f.name} has no ROS parameter'
+    for f in dataclasses.fields(params.NodeOptions):
+        assert ('node', f.name) in fields, f'NodeOptions.{f.name} has no ROS parameter'
+    assert len(params.names()) == len(set(params.names()))
+    assert all(s.description for s in params.PARAMS)
+
+
+@pytest.mark.parametrize('name', ['tracker.yaml', 'demo.yaml'])
+def test_yaml_files_hold_known_parameters(name):
+    values = yaml.safe_load((ROOT / 'config' / name).read_text())['/**']['ros__parameters']
+    assert set(values) <= set(params.names())
+    if name == 'tracker.yaml':
+        assert set(values) == set(params.names()), 'config/tracker.yaml must list them all'
+        # an empty YAML list means "unset" to rcl's parser, i.e. the default
+        values = {k: v for k, v in values.items() if v != []}
+        with pytest.raises(ValueError, match='checkpoint'):  # the user must name a checkpoint
+            params.build(values)
+        values['checkpoint'] = '/path/to/sam2.1_hiera_tiny.pt'
+    params.build(values)  # every other value valid
+
+
+def test_tracker_yaml_defaults_match_code():
+    """tracker.yaml restates the defaults; this keeps it from drifting from config.py."""
+    values = yaml.safe_load((ROOT / 'config/tracker.yaml').read_text())['/**']['ros__parameters']
+    for spec in params.PARAMS:
+        default = params.default_value(spec)
+        assert values[spec.name] == ([] if default is None else default), spec.name
+
+
+def test_build_maps_and_converts():
+    cfg, opts = params.build({'model_size': 'small', 'image_size': 512.0, 'checkpoint': '',
+                              'random_weights': True, 'batch_buckets': [1, 2],
+                              'graph_cond_buckets': [1, 2], 'input_type': 'compressed',
+                              'process_every_frame': True, 'stale_timeout_s': 3})
+    assert (cfg.model_size, cfg.image_size, cfg.checkpoint) == ('small', 512, None)
+    assert cfg.batch_buckets == (1, 2) and cfg.graph_cond_buckets == (1, 2)
+    assert opts.input_type == 'compressed' and opts.process_every_frame
+    assert opts.stale_timeout_s == 3.0 and isinstance(opts.stale_timeout_s, float)
+    cfg, _ = params.build({'checkpoint': '/x.pt'})
+    assert cfg.checkpoint == '/x.pt' and cfg.graph_cond_buckets is None
+    assert cfg.compile_mode is None and cfg.graph_io       # off / on by default
+    assert cfg.precast_weights and cfg.io_resolution is None
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'io_resolution': [1280, 720]})
+    assert cfg.io_resolution == (1280, 720)
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'io_resolution': []})
+    assert cfg.io_resolution is None
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'precast_weights': False})
+    assert not cfg.precast_weights
+    cfg, _ = params.build({'checkpoint': '/x.pt', 'compile_mode': 'default', 'graph_io': False})
+    assert cfg.compile_mode == 'default' and not cfg.graph_io
+
+
+@pytest.mark.parametrize('values, text', [
+    ({'random_weights': True, 'image_size': 500}, 'image_size'),
+    ({'random_weights': True, 'image_size': 'big'}, 'integer'),
+    ({'random_weights': True, 'image_size': True}, 'integer'),
+    ({'random_weights': True, 'use_cuda_graphs': 'yes'}, 'bool'),
+    ({'random_weights': True, 'model_size': 3}, 'string'),
+    ({'random_weights': True, 'input_type': 'h264'}, 'input_type'),
+    ({'random_weights': True, 'qos_reliability': 'sometimes'}, 'qos_reliability'),
+    ({'random_weights': True, 'click_object_id': 0}, 'click_object_id'),
+    ({'random_weights': True, 'fifo_size': 0}, 'fifo_size'),
+    ({'random_weights': True, 'no_such_param': 1}, 'unknown'),
+    ({'random_weights': True, 'compile_mode': 'fastest'}, 'compile_mode'),
+    ({'random_weights': True, 'batch_buckets': [1.0, 2.0]}, 'batch_buckets'),
+    ({}, 'checkpoint'),
+])
+def test_bad_values(values, text):
+    with pytest.raises(ValueError, match=text):
+        params.build(values)
+
+
+def test_docs_list_every_parameter():
+    text = (ROOT / 'docs/ros.md').read_text()
+    missing = [n for n in params.names() if f'| `{n}` |' not in text]
+    assert not missing, f'docs/ros.md lacks parameters {missing}'

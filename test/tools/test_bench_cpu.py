@@ -1,0 +1,46 @@
+"""CPU smoke test of the benchmark CLI at a tiny size: rows, keys and the markdown table."""
+
+import json
+
+from tools.bench import cli, profiling, results
+
+KEYS = {'model', 'res', 'objects', 'variant', 'ms_p50', 'ms_p99', 'fps', 'gpu_kernel_ms',
+        'peak_mib', 'compile_s', 'run', 'date', 'commit', 'gpu', 'command'}
+
+
+def test_cli_rows_and_table(tmp_path):
+    out, md = tmp_path / 'r.json', tmp_path / 'b.md'
+    md.write_text('# Benchmarks\n\nintro\n')
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--models', 'tiny', '--res', '256',
+            '--objects', '1', '--variants', 'ours_eager,official_eager', '--frames', '1',
+            '--warmup', '0', '--profile-frames', '0', '--out', str(out), '--table', str(md)]
+    assert cli.main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert [r['variant'] for r in rows] == ['ours_eager', 'official_eager']
+    for r in rows:
+        assert set(r) == KEYS
+        assert r['ms_p50'] > 0 and r['fps'] > 0 and r['compile_s'] is None
+        assert r['gpu_kernel_ms'] is None and r['peak_mib'] is None      # CPU run
+        assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
+    assert rows[0]['run'] == rows[1]['run'] and rows[0]['run']       # one id per invocation
+    text = md.read_text()
+    assert text.startswith('# Benchmarks\n\nintro')
+    assert results.BEGIN in text and results.END in text
+    assert '| tiny | 256 | 1 | ours_eager |' in text
+    assert '1.00x' in text and 'torch' in text
+    # a second run replaces the marked section instead of appending another
+    results.write_table(str(md), results.table(rows, {'GPU': 'cpu'}))
+    assert md.read_text().count(results.BEGIN) == 1
+
+
+def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
+    """Two frames: kernels 10 us long, 2 us apart inside a frame (launch latency), the
+    frames 500 us apart (the host between frames), one kernel overlapping another."""
+    frame = [(0, 10), (12, 22), (24, 34), (30, 40)]            # 3 gaps of 2 us, 1 overlap
+    ivs = frame + [(s + 540, e + 540) for s, e in frame]        # 500 us after the first
+    t = profiling.gpu_timeline(ivs, frames=2)
+    assert t['device_ops_per_frame'] == 4.0
+    assert t['short_gaps_per_frame'] == 2.0 and t['short_gaps_ms_per_frame'] == 0.004
+    assert t['host_gaps_per_frame'] == 0.5 and t['host_gaps_ms_per_frame'] == 0.25
+    assert t['busy_ms_per_frame'] == 0.036                      # 0..40 minus 4 us of gaps
+    assert profiling.gpu_timeline([], frames=2) == {}

@@ -1,0 +1,96 @@
+"""``python -m tools.dds_probe``: camera-sized frames between two processes, with the
+default transports and with the shipped Fast DDS profile for large frames
+(``config/fastdds_large_frames.xml``, which must parse: a broken profile makes Fast DDS fall
+back or fail, and then no frame arrives). 720p rgb8 frames: with the profile they go through
+shared memory (the subscriber maps the publisher's 32 MiB segment), without it through UDP
+(Fast DDS's default 512 KiB segments cannot hold a 2.7 MB frame); a small message is
+acknowledged within 1 s only with the profile (its 100 ms writer heartbeat), else at Fast
+DDS's 3 s heartbeat."""
+
+import json
+import subprocess
+
+import pytest
+
+from ros_helpers import PYTHON, ROOT, require_messages
+
+FRAMES = 12
+
+
+@pytest.mark.parametrize('profile', [None, 'config/fastdds_large_frames.xml'])
+def test_dds_probe_delivers_every_frame(tmp_path, profile):
+    require_messages()
+    out = tmp_path / 'probe.json'
+    argv = [PYTHON, '-m', 'tools.dds_probe', '--width', '1280', '--height', '720',
+            '--frames', str(FRAMES), '--rate', '10', '--out', str(out)]
+    if profile:
+        argv += ['--profile', profile]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
+    r = json.loads(out.read_text())
+    assert r['sent'] == r['received'] == FRAMES
+    assert len(r['latency_ms']) == FRAMES and all(0 < x < 5000 for x in r['latency_ms'])
+    assert r['p50_ms'] <= r['p99_ms'] <= r['max_ms']
+    assert (r['FASTDDS_DEFAULT_PROFILES_FILE'] or '').endswith(profile or '') and \
+        (r['FASTDDS_DEFAULT_PROFILES_FILE'] is None) == (profile is None)
+    # frame-sized segments mapped by the subscriber: its own and the publisher's (SHM used)
+    assert r['shm_frame_segments'] == (2 if profile else 0), r['shm_segments_mapped']
+    if profile:
+        assert 'Error' not in p.stderr and 'error' not in p.stderr.lower(), p.stderr
+
+
+@pytest.mark.parametrize('profile', [None, 'config/fastdds_large_frames.xml'])
+def test_a_lone_small_message_is_acknowledged_at_the_next_heartbeat(tmp_path, profile):
+    """What a node waits at cleanup for its last state to be acknowledged: a reader answers
+    only a writer's heartbeat, every 3 s by Fast DDS's default, every 0.1 s with the profile.
+    ``--frames 0``: no frames, only one small image from a new writer, timed until acked."""
+    require_messages()
+    out = tmp_path / 'ack.json'
+    argv = [PYTHON, '-m', 'tools.dds_probe', '--frames', '0', '--width', '64',
+            '--height', '48', '--out', str(out)] + (['--profile', profile] if profile else [])
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = json.loads(out.read_text())
+    assert r['small_ack_ms'] is not None, f'{p.stdout}\n{p.stderr}'
+    if profile:
+        assert r['small_ack_ms'] < 1000, r
+    else:
+        assert r['small_ack_ms'] > 1000, r
+
+
+def test_executor_kinds(lease):
+    """dds_probe's --executor: rclpy's single-threaded executor or its events executor (where
+    this rclpy has one; otherwise a clear error), nothing else."""
+    rclpy = pytest.importorskip('rclpy')
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+
+    from sam2_ros.ros.executor import EXECUTORS, make_executor
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    try:
+        assert isinstance(make_executor('single', ctx), SingleThreadedExecutor)
+        try:
+            ex = make_executor('events', ctx)
+        except ValueError as exc:
+            assert 'EventsExecutor' in str(exc)
+        else:
+            assert type(ex).__name__ == 'EventsExecutor'
+            ex.shutdown()
+        with pytest.raises(ValueError, match='unknown executor'):
+            make_executor('multi', ctx)
+        assert EXECUTORS == ('single', 'events')
+    finally:
+        ctx.try_shutdown()
+
+
+def test_dds_probe_subscriber_on_the_events_executor(tmp_path):
+    """The probe's subscriber spun by the events executor receives every frame."""
+    require_messages()
+    pytest.importorskip('rclpy.experimental', reason='no EventsExecutor in this rclpy')
+    out = tmp_path / 'probe.json'
+    argv = [PYTHON, '-m', 'tools.dds_probe', '--width', '64', '--height', '48',
+            '--frames', '4', '--rate', '10', '--executor', 'events', '--out', str(out)]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
+    r = json.loads(out.read_text())
+    assert r['executor'] == 'events' and r['sent'] == r['received'] == 4, r

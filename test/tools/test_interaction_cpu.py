@@ -1,0 +1,96 @@
+"""CPU test of the interaction benchmark (``python -m tools.bench.interaction``) end to end at
+a tiny size: the rows' fields, their step counts against the stream's schedule, and the results
+file's row replacement. Timings on the CPU mean nothing; the counts prove that every correction
+and the new object were applied on the frames the GPU run will time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.bench import results
+from tools.bench import interaction as bench
+
+FRAMES, EVERY, NEW_AT = 20, 10, 15
+ROW_KEYS = {'model', 'res', 'objects', 'variant', 'run', 'frames', 'ms_p50', 'ms_p99', 'ms_max',
+            'eager_steps', 'graph_steps', 'prompt_steps', 'fallbacks', 'slowest', 'src',
+            'weights', 'date', 'commit', 'gpu', 'command'}
+
+
+def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, capsys):
+    out = tmp_path / 'interaction.json'
+    stale = {'model': 'tiny', 'res': 64, 'objects': 1, 'variant': 'swap', 'run': 'old',
+             'ms_p50': -1.0}
+    other = {'model': 'tiny', 'res': 512, 'objects': 3, 'variant': 'swap', 'run': 'old'}
+    out.write_text(json.dumps([stale, other]))
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
+            '--h', '64', '--w', '96', '--frames', str(FRAMES), '--correct-every', str(EVERY),
+            '--new-at', str(NEW_AT), '--objects', '1', '--variants', 'swap,batched',
+            '--random-weights', '--out', str(out)]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert 'RANDOM WEIGHTS' in printed and '| tiny | 64 | 1 | batched | 20 |' in printed
+
+    rows = json.loads(out.read_text())
+    # the stale row of the same key is replaced, the other key is kept, batched is added
+    assert [(r['res'], r['objects'], r['variant'], r['run'] == 'old') for r in rows] == \
+        [(512, 3, 'swap', True), (64, 1, 'swap', False), (64, 1, 'batched', False)]
+    new = rows[1:]
+    assert new[0]['run'] == new[1]['run'] != 'old'                 # one id per invocation
+    corrections = FRAMES // EVERY
+    for r in new:
+        assert set(r) == ROW_KEYS | {'prompt_eager_steps'}, set(r) ^ ROW_KEYS
+        assert r['prompt_eager_steps'] == r['prompt_steps']      # the CPU runs no graphs
+        assert r['frames'] == FRAMES and r['src'] == '96x64' and r['weights'] == 'random'
+        assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
+        assert 0 < r['ms_p50'] <= r['ms_p99'] <= r['ms_max']
+        # a correction every 10 frames (10, 20) plus the new object's box on frame 15
+        assert r['prompt_steps'] == corrections + 1
+        # eager on the CPU: the object every frame, the new one from the frame after its box
+        assert r['eager_steps'] == FRAMES + (FRAMES - NEW_AT) and r['graph_steps'] == 0
+        assert r['fallbacks'] == 0
+        slow = r['slowest']
+        assert len(slow) == 5 and [s['ms'] for s in slow] == sorted(
+            (s['ms'] for s in slow), reverse=True) and slow[0]['ms'] == r['ms_max']
+        for s in slow:
+            want = bench.prompts_on(s['frame'], EVERY, NEW_AT)
+            assert s['prompt'] == ('+'.join(want) if want else None)
+            assert s['mode'] == 'eager' and 0 <= s['since_prompt'] < EVERY
+
+
+def test_interaction_needs_weights_chosen_explicitly():
+    with pytest.raises(SystemExit):
+        bench.parse(['--device', 'cpu'])
+    assert bench.parse(['--random-weights', '--out']).out == bench.DEFAULT_OUT
+    assert bench.parse(['--random-weights']).out is None
+
+
+def test_step_counts_report_every_steps_key_the_tracker_has():
+    """Counters the engine adds later (prompt_graph_steps, ...) appear without a change."""
+    before = {'eager_steps': 3, 'prompt_steps': 2, 'frames': 1}
+    after = {'eager_steps': 5, 'prompt_steps': 4, 'prompt_graph_steps': 2, 'frames': 9,
+             'fallbacks': 1}
+    got = bench.step_counts(after, before)
+    assert got == {'eager_steps': 2, 'graph_steps': 0, 'prompt_steps': 2,
+                   'prompt_graph_steps': 2, 'fallbacks': 1}
+    row = {'model': 'tiny', 'res': 512, 'objects': 1, 'variant': 'swap', 'frames': 9,
+           'ms_p50': 1.0, 'ms_p99': 1.5, 'ms_max': 2.0, 'slowest': [], **got}
+    assert '| prompt_graph_steps |' in bench.table([row]) and '| 1.50 |' in bench.table([row])
+
+
+def test_cli_ratio_only_within_one_run(monkeypatch):
+    """x official_eager is taken against the official row of the same run only."""
+    base = {'model': 'tiny', 'res': 512, 'objects': 1, 'ms_p99': 1.0, 'gpu_kernel_ms': None,
+            'peak_mib': None, 'compile_s': None}
+    rows = [{**base, 'variant': 'official_eager', 'ms_p50': 20.0, 'fps': 50.0, 'run': 'a'},
+            {**base, 'variant': 'ours_graph', 'ms_p50': 5.0, 'fps': 200.0, 'run': 'a'},
+            {**base, 'variant': 'ours_eager', 'ms_p50': 10.0, 'fps': 100.0, 'run': 'b'}]
+    text = results.table(rows, {})
+    assert '| ours_graph | 5.00 | 1.00 | 200.0 | 4.00x |' in text
+    assert '| ours_eager | 10.00 | 1.00 | 100.0 | - |' in text
+    prov = {'run': 'r1', 'date': 'd', 'commit': None, 'gpu': 'cpu', 'command': 'c'}
+    assert results.stamp({'run': 'old', 'gpu': 'H200'}, prov) == {
+        'run': 'r1', 'gpu': 'H200', 'date': 'd', 'commit': None, 'command': 'c'}
+    monkeypatch.setenv('SAM2_ROS_COMMIT', 'abc1234')      # wins over a (stale) .git
+    assert results.provenance('cpu', 'prog', ['--x'])['commit'] == 'abc1234'

@@ -1,0 +1,210 @@
+"""Benchmark CLI: official SAM 2 predictor variants and ours, side by side in one process.
+
+    python -m tools.bench.cli --models tiny --res 512 --objects 1,3,10 \
+        --variants official_eager,ours_eager,ours_graph,ours_graph_batched \
+        --frames 60 --warmup 16 --out benchmarks/results/h200.json --table out/table.md
+
+Per row (model, res, objects, variant): wall ms per frame p50/p99 over the measured frames
+(the frame's masks of every object delivered to the host at source resolution), fps (from
+p50), gpu_kernel_ms (sum of CUDA kernel durations per frame under torch.profiler, a few
+steady frames after the measured ones), peak_mib (torch.cuda.max_memory_allocated since
+the variant started, model included), compile_s (torch.compile time of compiled variants:
+the extra wall time of the prompt and warm-up frames over steady ones; for ours_graph* the
+CUDA graph capture seconds; null otherwise). The first ``--warmup`` frames after the
+prompts are not measured (memory fills up over the first 16 frames).
+
+Every row also carries ``run`` (one id per invocation: speed ratios are only meaningful
+between rows of one run, same process, GPU and build) and, where missing, ``date``,
+``commit`` ($SAM2_ROS_COMMIT when set, else ``git rev-parse --short HEAD``, '+dirty' when
+sam2_ros/ has uncommitted changes), ``gpu`` and ``command``.
+
+This file is the command line and the measurement loop; ``profiling.py`` measures where a
+frame's GPU time goes, ``results.py`` writes the rows, tables and provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Dict
+
+import numpy as np
+
+from tools.bench.profiling import breakdown, kernel_ms
+from tools.bench.results import (csv, provenance, row_key, save_json, stamp, table,
+                                    write_table)
+
+
+def parse(argv=None) -> argparse.Namespace:
+    from tools.bench.variants import VARIANTS
+    p = argparse.ArgumentParser(prog='python -m tools.bench.cli',
+                                description=__doc__.split('\n')[0])
+    p.add_argument('--models', default='tiny')
+    p.add_argument('--res', default='512')
+    p.add_argument('--objects', default='1')
+    p.add_argument('--variants', default=','.join(VARIANTS))
+    p.add_argument('--frames', type=int, default=60, help='measured frames per row')
+    p.add_argument('--slow-frames', type=int, default=30,
+                   help='measured frames for official_eager rows with objects*model weight > 6')
+    p.add_argument('--warmup', type=int, default=16, help='unmeasured frames after the prompts')
+    p.add_argument('--profile-frames', type=int, default=5)
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
+    p.add_argument('--out', default=None,
+                   help='JSON list of rows (rows of the same key are replaced)')
+    p.add_argument('--table', default=None, help='markdown file: the marked section is replaced')
+    p.add_argument('--only', default=None,
+                   help='explicit rows model@res:objects:variant;... instead of the full product')
+    a = p.parse_args(argv)
+    a.models, a.res, a.objects = csv(a.models), csv(a.res, int), csv(a.objects, int)
+    a.variants = csv(a.variants)
+    bad = [v for v in a.variants if v not in VARIANTS]
+    if bad:
+        p.error(f'unknown variants {bad}; known: {sorted(VARIANTS)}')
+    return a
+
+
+def _measured(a, model: str, objects: int, variant: str) -> int:
+    weight = {'tiny': 1, 'small': 1.3, 'base_plus': 2, 'large': 3}.get(model, 1) * objects
+    if variant == 'official_eager' and weight > 6:
+        return min(a.frames, a.slow_frames)
+    return a.frames
+
+
+def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, object]:
+    import torch
+    from tools.bench import variants as V
+    n_meas = _measured(a, model, objects, variant)
+    spec = V.Spec(model, res, objects, frames=1 + a.warmup + n_meas + 3 * a.profile_frames,
+                  device=a.device, precision=a.precision)
+    cuda = torch.device(a.device).type == 'cuda'
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    if variant in V.COMPILED:
+        torch._dynamo.reset()
+    t0 = time.perf_counter()
+    run = V.VARIANTS[variant](spec)
+    try:
+        setup_s = time.perf_counter() - t0
+        warm = []
+        for _ in range(a.warmup):
+            t = time.perf_counter()
+            run.step()
+            warm.append(time.perf_counter() - t)
+        ms = []
+        for _ in range(n_meas):
+            t = time.perf_counter()
+            masks = run.step()
+            ms.append((time.perf_counter() - t) * 1e3)
+            assert len(masks) == objects and masks[0].shape == (V.SRC_H, V.SRC_W), \
+                (len(masks), masks[0].shape)
+        p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+        gk = kernel_ms(run, a.profile_frames, a.device)
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None
+        parts = breakdown(run, a.profile_frames * 2, a.device)
+        compile_s = run.compile_s
+        if variant in V.COMPILED:
+            # compile happens lazily in the prompt and warm-up frames: their extra time
+            compile_s = setup_s + sum(warm) - (1 + a.warmup) * p50 / 1e3
+        stats = dict(run.info.get('stats') or {})
+        top = run.info.get('top_kernels_ms')
+        timeline = run.info.get('gpu_timeline')
+    finally:
+        run.close()
+        del run
+        if variant in V.COMPILED:
+            torch._dynamo.reset()
+    row = dict(model=model, res=res, objects=objects, variant=variant,
+               ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
+               gpu_kernel_ms=None if gk is None else round(gk, 3),
+               peak_mib=None if peak is None else round(peak, 1),
+               compile_s=None if compile_s is None else round(compile_s, 2))
+    extra = {'measured_frames': n_meas, 'setup_s': round(setup_s, 2)}
+    if parts:
+        extra['breakdown_ms'] = parts
+    if stats:
+        extra['stats'] = {k: int(v) for k, v in stats.items()}
+    if top:
+        extra['top_kernels_ms'] = top
+    if timeline:
+        extra['gpu_timeline'] = timeline
+    return row, extra
+
+
+def _rows(a):
+    if a.only:
+        for item in a.only.split(';'):
+            mr, o, v = item.strip().split(':')
+            m, r = mr.split('@')
+            yield m, int(r), int(o), v
+        return
+    for m in a.models:
+        for r in a.res:
+            for o in a.objects:
+                for v in a.variants:
+                    yield m, r, o, v
+
+
+def environment(device: str) -> Dict[str, str]:
+    import torch
+    gpu = torch.cuda.get_device_name(0) if torch.device(device).type == 'cuda' \
+        else platform.processor() or 'cpu'
+    return {'command': 'python -m tools.bench.cli ' + ' '.join(sys.argv[1:]),
+            'GPU': gpu, 'torch': torch.__version__,
+            'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    import torch
+    env = environment(a.device)
+    if argv is not None:
+        env['command'] = 'python -m tools.bench.cli ' + ' '.join(argv)
+    prov = provenance(a.device, 'python -m tools.bench.cli',
+                      sys.argv[1:] if argv is None else argv)
+    env['run'], env['commit'] = prov['run'], prov['commit']
+    print('#', env, flush=True)
+    rows, failed = [], []
+    side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
+    extras = {}
+    for m, r, o, v in _rows(a):
+        t = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                row, extra = run_row(a, m, r, o, v)
+        except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
+            traceback.print_exc()
+            failed.append({'model': m, 'res': r, 'objects': o, 'variant': v,
+                           'error': repr(exc)[:500]})
+            print(f'FAILED {m}@{r} x{o} {v}: {exc!r}', flush=True)
+            continue
+        rows.append(stamp(row, prov))
+        extras['|'.join(map(str, row_key(row)))] = extra
+        print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', extra, flush=True)
+        if a.out:                            # after every row: a timeout keeps what was done
+            save_json(a.out, rows)
+            json.dump({'env': env, 'rows': extras, 'failed': failed}, open(side, 'w'), indent=1)
+    if a.out:
+        save_json(a.out, rows)
+        json.dump({'env': env, 'rows': extras, 'failed': failed}, open(side, 'w'), indent=1)
+        all_rows = json.load(open(a.out))
+    else:
+        all_rows = rows
+    text = table(all_rows, env)
+    if a.table:
+        write_table(a.table, text)
+    print(text)
+    return 1 if failed and not rows else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Interaction benchmark: the frame time of a stream the user corrects while it is tracked.
+
+    python -m tools.bench.interaction --objects 1,3,10 --variants swap,batched \
+        --random-weights --out benchmarks/results/h200_interaction.json
+
+Why a benchmark of its own: the rows of ``tools.bench.cli`` time steady tracking after a
+warm-up, so they never see what a user does while tracking runs: click to correct an object,
+add a new one. Those frames, and the frames after them while the object's memory refills, are
+where a real-time deadline is missed (issue 12); this benchmark times every one of them.
+
+Stream: the synthetic camera of ``sam2_ros.synthetic`` (``--w`` x ``--h``, default
+1280x720, one moving disc per object plus one for the object added later). Frame 0 is set-up,
+not timed: it is tracked, then every object gets a box prompt on it (``add_prompt``). Timed
+frames 1..``--frames``:
+
+- every ``--correct-every`` frames (60) a correction click, one positive point at the centre
+  of the next object's disc in turn, applied with ``add_prompt`` on the frame just tracked
+  (the interactive case: that frame's time includes the correction and its masks delivered
+  again);
+- a new object on frame ``--new-at`` (150): its box is queued with ``queue_prompt`` after
+  frame ``new_at - 1``, so ``track`` starts it on frame ``new_at``.
+
+A frame's time is the wall time of everything the frame needs (``track``, plus ``add_prompt``
+on it), ending with the frame's masks on the host (``FrameResult`` copies them there) and a
+device synchronise. Rows (one per model, res, objects, variant; ``variant`` is the tracker's
+``graph_mode``) hold p50/p99/max ms, the tracker's step counters over the timed frames (every
+``*_steps`` key of ``tracker.stats``, and ``fallbacks``) and the 5 slowest frames; no
+per-frame list, to keep the results file small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from tools.bench.profiling import sync as _sync
+from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
+
+PROG = 'python -m tools.bench.interaction'
+DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
+VARIANTS = ('swap', 'batched')          # TrackerConfig.graph_mode
+SLOWEST = 5                             # slowest frames kept per row
+# Step counters every row carries, 0 when the tracker never counted one; any other
+# ``*_steps`` counter the tracker has (e.g. prompt_graph_steps) is added when present.
+STEP_KEYS = ('eager_steps', 'graph_steps', 'prompt_steps')
+
+
+def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split('\n')[0])
+    p.add_argument('--model', default='tiny')
+    p.add_argument('--res', type=int, default=512, help='model image size')
+    p.add_argument('--objects', default='1,3,10', help='objects prompted on frame 0')
+    p.add_argument('--variants', default=','.join(VARIANTS), help='graph modes')
+    p.add_argument('--frames', type=int, default=300, help='timed frames (after frame 0)')
+    p.add_argument('--h', type=int, default=720, help='source frame height')
+    p.add_argument('--w', type=int, default=1280, help='source frame width')
+    p.add_argument('--correct-every', type=int, default=60,
+                   help='a correction click every N frames (0: none)')
+    p.add_argument('--new-at', type=int, default=150,
+                   help='frame on which a new object starts (0: none)')
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
+    weights = p.add_mutually_exclusive_group(required=True)
+    weights.add_argument('--checkpoint', help='official SAM 2.1 .pt file of --model')
+    weights.add_argument('--random-weights', action='store_true',
+                         help='random weights: timings only, the masks mean nothing')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--precompile', default='',
+                   help="TrackerConfig.precompile, comma-separated ('encoder,heads'); rows are "
+                        "named '<graph_mode>+precompile'")
+    p.add_argument('--out', nargs='?', const=DEFAULT_OUT, default=None,
+                   help=f'JSON list of rows, rows of the same (model, res, objects, variant) '
+                        f'replaced; --out alone writes {DEFAULT_OUT}')
+    a = p.parse_args(argv)
+    a.objects = _csv(a.objects, int)
+    a.variants = _csv(a.variants)
+    bad = [v for v in a.variants if v not in VARIANTS]
+    if bad:
+        p.error(f'unknown variants {bad}; known: {list(VARIANTS)}')
+    if any(o < 1 for o in a.objects) or a.frames < 1:
+        p.error('--objects and --frames must be >= 1')
+    return a
+
+
+def prompts_on(t: int, correct_every: int, new_at: int) -> List[str]:
+    """The interactions of timed frame t: 'correction' (add_prompt after its track) and/or
+    'new_object' (a box queued before it, started by its track)."""
+    kinds = []
+    if t == new_at:
+        kinds.append('new_object')
+    if correct_every > 0 and t % correct_every == 0:
+        kinds.append('correction')
+    return kinds
+
+
+def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
+    """The tracker's ``*_steps`` counters and ``fallbacks`` over the timed frames (the set-up
+    frame's prompts excluded). Reads whatever ``*_steps`` keys exist, so counters the engine
+    adds later (prompt_graph_steps, prompt_eager_steps) are reported without a change here."""
+    keys = set(STEP_KEYS) | {k for k in after if k.endswith('_steps')} | {'fallbacks'}
+    return {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in sorted(keys)}
+
+
+def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
+            n: int = SLOWEST) -> List[Dict[str, object]]:
+    """The n slowest timed frames: index, ms, its interaction (None without one), frames
+    since the latest interaction (0 on the frame itself; the set-up prompts are on frame 0)
+    and the mode track() reported (graph, eager, mixed). A slow frame right after a prompt
+    is the eager warm-up the engine is meant to remove; one far from any is something else."""
+    out = []
+    for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:n]:
+        t = i + 1
+        last = max([f for f in kinds if f <= t], default=0)
+        out.append({'frame': t, 'ms': round(ms[i], 3),
+                    'prompt': '+'.join(kinds[t]) if t in kinds else None,
+                    'since_prompt': t - last, 'mode': modes[i]})
+    return out
+
+
+def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, object]:
+    """Build a tracker for one row and time the interactive stream on it; the row comes back
+    without the provenance fields (``stamp`` adds those)."""
+    import torch
+
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.types import Prompt
+    from sam2_ros.synthetic import SyntheticCamera
+
+    cfg = TrackerConfig(model_size=a.model, image_size=a.res, checkpoint=a.checkpoint,
+                        random_weights=a.random_weights, seed=a.seed, device=a.device,
+                        precision=a.precision, max_objects=objects + 1,
+                        use_cuda_graphs=True, graph_mode=variant,
+                        precompile=tuple(_csv(a.precompile)))
+    tr = StreamingTracker(cfg)
+    kinds = {t: k for t in range(1, a.frames + 1)
+             if (k := prompts_on(t, a.correct_every, a.new_at))}
+    new_id = objects + 1                           # its disc is the stream's last one
+    stream = SyntheticCamera(a.w, a.h, objects=max(2, new_id), seed=a.seed)
+    tr.track(stream.frame(0))
+    for i, box in enumerate(stream.boxes(0, objects)):
+        tr.add_prompt(Prompt(i + 1, box=box))
+    before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
+    ms: List[float] = []
+    modes: List[str] = []
+    turn = 0
+    for t in range(1, a.frames + 1):
+        frame = stream.frame(t)                    # drawn before the clock starts
+        if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
+            tr.queue_prompt(Prompt(new_id, box=stream.boxes(t)[new_id - 1]))
+        _sync(a.device)
+        t0 = time.perf_counter()
+        res = tr.track(frame)
+        modes.append(res.mode)
+        if 'correction' in kinds.get(t, ()):
+            ids = tr.object_ids
+            obj_id = ids[turn % len(ids)]
+            turn += 1
+            cx, cy = stream.centers(t)[obj_id - 1]
+            res = tr.add_prompt(Prompt(obj_id, points=np.array([[cx, cy]], np.float32),
+                                       labels=np.array([1], np.int32)))
+        _sync(a.device)
+        ms.append((time.perf_counter() - t0) * 1e3)
+        want = objects + (1 if 1 <= a.new_at <= t else 0)
+        assert len(res.objects) == want and res.objects[0].mask.shape == (a.h, a.w), \
+            (t, len(res.objects), want, res.objects[0].mask.shape)
+    counts = step_counts(dict(tr.stats), before)
+    reasons = {k: v - reasons0.get(k, 0) for k, v in tr.fallback_reasons.items()
+               if v - reasons0.get(k, 0)}
+    del tr
+    gc.collect()
+    if torch.device(a.device).type == 'cuda':
+        torch.cuda.empty_cache()
+    row: Dict[str, object] = dict(
+        model=a.model, res=a.res, objects=objects,
+        variant=variant + ('+precompile' if a.precompile else ''), frames=a.frames,
+        ms_p50=round(float(np.percentile(ms, 50)), 3),
+        ms_p99=round(float(np.percentile(ms, 99)), 3), ms_max=round(max(ms), 3))
+    row.update(counts)
+    if reasons:
+        row['fallback_reasons'] = reasons
+    row['slowest'] = slowest(ms, kinds, modes)
+    row['src'] = f'{a.w}x{a.h}'
+    row['weights'] = 'random' if a.random_weights else a.checkpoint
+    return row
+
+
+def table(rows: List[dict]) -> str:
+    """Markdown, one line per row; p99/p50 is the issue-12 target (<= 1.25)."""
+    steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
+    cols = ['model', 'res', 'objects', 'variant', 'frames', 'ms_p50', 'ms_p99', 'p99/p50',
+            'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)', 'run']
+    out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
+    for r in sorted(rows, key=lambda r: (order.get(r['model'], 9), r['res'], r['objects'],
+                                         r['variant'])):
+        ratio = r['ms_p99'] / r['ms_p50'] if r['ms_p50'] else None
+        slow = ' '.join(f"{s['frame']}:{s['ms']:.1f}:{s['prompt'] or '-'}"
+                        for s in r.get('slowest', [])[:3])
+        vals = [r['model'], r['res'], r['objects'], r['variant'], r['frames'],
+                _fmt(r['ms_p50']), _fmt(r['ms_p99']), _fmt(ratio), _fmt(r['ms_max']),
+                *(r.get(k, '-') for k in (*STEP_KEYS, *steps)), r.get('fallbacks', '-'),
+                slow, r.get('run', '-')]
+        out.append('| ' + ' | '.join(str(v) for v in vals) + ' |')
+    return '\n'.join(out) + '\n'
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run every (objects, variant) row; returns 1 if any row failed (the others are kept)."""
+    a = parse(argv)
+    import torch
+
+    prov = provenance(a.device, PROG, sys.argv[1:] if argv is None else argv)
+    print('#', json.dumps(prov), flush=True)
+    if a.random_weights:
+        print('# RANDOM WEIGHTS (--random-weights): timings only, the masks mean nothing',
+              flush=True)
+    rows, failed = [], []
+    for o in a.objects:
+        for v in a.variants:
+            t = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    row = stamp(run_row(a, o, v), prov)
+            except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
+                traceback.print_exc()
+                failed.append((o, v))
+                print(f'FAILED {a.model}@{a.res} x{o} {v}: {exc!r}', flush=True)
+                continue
+            rows.append(row)
+            print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', flush=True)
+            if a.out:                    # after every row: a timeout keeps what was done
+                save_json(a.out, [row])
+    print(table(rows))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The parts of the node latency benchmark: the tracker nodes under test (one per camera, in
+the camera's namespace, with the benchmark's parameters), the transport settings, and the
+client that timestamps what comes back for every camera. Starting, stopping and connecting
+are :mod:`sam2_ros.ros.harness`'s, shared with the demo and the tests.
+
+Kept apart from ``node_latency.py`` (the CLI, the measurement loop and the report) so that
+each file holds one concern; nothing here measures anything by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+import yaml
+
+from tools.bench.results import csv
+from sam2_ros.ros.conversions import stamp_ns
+from sam2_ros.ros.harness import (DEFAULT_IMAGE_TOPIC, NodeClient, NodeLink, NodeProcess,
+                                  node_prefix)
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = ROOT / 'config' / 'fastdds_large_frames.xml'
+# --transport: the environment both processes of a link get. 'default': Fast DDS's builtin
+# transports (its 512 KiB shared-memory segments cannot hold a 720p frame: UDP fragments);
+# 'udp': UDPv4 only; 'shm': the shipped profile (32 MiB shared-memory segments, UDP beside).
+TRANSPORTS = {'default': {}, 'udp': {'FASTDDS_BUILTIN_TRANSPORTS': 'UDPv4'},
+              'shm': {'FASTDDS_DEFAULT_PROFILES_FILE': str(PROFILE)}}
+TRANSPORT_VARS = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS')
+
+
+def transport_env(env: Dict[str, str], transport: str) -> Dict[str, str]:
+    """``env`` with the variables of ``transport`` set and the other transport variables
+    removed (an inherited profile would silently change what is measured)."""
+    out = {k: v for k, v in env.items() if k not in TRANSPORT_VARS}
+    out.update(TRANSPORTS[transport])
+    return out
+
+
+def camera_ns(index: int, cameras: int) -> str:
+    """'' for a single camera (the node's default topics), else 'cam0', 'cam1', ..."""
+    return '' if cameras == 1 else f'cam{index}'
+
+
+def image_topic(ns: str) -> str:
+    return f'/{ns}/image_raw' if ns else DEFAULT_IMAGE_TOPIC
+
+
+# ----------------------------------------------------------------------------- node process
+
+def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log_path: Path,
+               ns: str = '', device: Optional[str] = None) -> NodeProcess:
+    """The tracker node of one camera: ``--params-file`` with the benchmark's overrides."""
+    base = yaml.safe_load(Path(args.params_file).read_text()) or {}
+    values = dict(next(iter(base.values()), {}).get('ros__parameters', {})) if base else {}
+    values.update({
+        'model_size': args.model, 'image_size': args.image_size,
+        'device': device or args.device,
+        'precision': args.precision, 'use_cuda_graphs': bool(args.cuda_graphs),
+        'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
+        'process_every_frame': True, 'publish_overlay': bool(args.overlay),
+        'autostart': True, 'image_topic': image_topic(ns),
+        # the camera's size is known, as on a rig: its I/O graphs are captured at configure
+        'io_resolution': [args.width, args.height],
+        'max_objects': max(int(values.get('max_objects', 8)), args.objects),
+    })
+    if args.graph_mode:
+        values['graph_mode'] = args.graph_mode
+    if args.pipeline is not None:
+        values['pipeline'] = bool(args.pipeline)
+    if args.tune_malloc is not None:
+        values['tune_malloc'] = bool(args.tune_malloc)
+    if getattr(args, 'precompile', None):
+        values['precompile'] = csv(args.precompile)
+    return NodeProcess(values, workdir / f'node_params{ns}.yaml', log_path, env=env, ns=ns,
+                       cwd=ROOT)
+
+
+# ----------------------------------------------------------------------------- ROS client
+
+class CameraLink(NodeLink):
+    """One camera's node seen from the client: mask, state (and overlay, as RViz would
+    subscribe) in, with receipt times by header stamp (the camera processes publish)."""
+
+    def __init__(self, client: NodeClient, prefix: str, image_topic: str) -> None:
+        self.mask_t: Dict[int, float] = {}
+        self.state_t: Dict[int, float] = {}
+        self.states_by_stamp: Dict[int, Any] = {}
+        self.overlays_received = 0
+        super().__init__(client, prefix, image_topic)
+
+    def on_mask(self, msg: Any) -> None:
+        t = time.monotonic()
+        with self.lock:
+            self.mask_t.setdefault(stamp_ns(msg.header.stamp), t)
+
+    def on_state(self, msg: Any) -> None:
+        t = time.monotonic()
+        with self.lock:
+            s = stamp_ns(msg.header.stamp)
+            self.state_t.setdefault(s, t)
+            self.states_by_stamp.setdefault(s, msg)
+
+    def on_overlay(self, msg: Any) -> None:
+        with self.lock:
+            self.overlays_received += 1
+
+
+class Client(NodeClient):
+    """One rclpy node in the benchmark process with a :class:`CameraLink` per camera namespace
+    (``''`` = the default topics). Subscribers only: the frames and prompts leave from the
+    camera processes, so no callback here can delay them."""
+
+    link_class = CameraLink
+
+    def __init__(self, domain_id: int, overlay: bool = False,
+                 namespaces: Sequence[str] = ('',)) -> None:
+        outputs = ('mask', 'state') + (('overlay',) if overlay else ())
+        # No rclpy signal handlers: ours (main) turn SIGINT/SIGTERM into exceptions, so the
+        # finally block always stops the node subprocesses. The mask subscription first: when
+        # both are ready the executor takes it first.
+        super().__init__(f'sam2_node_latency_{os.getpid()}',
+                         [(node_prefix(ns), image_topic(ns)) for ns in namespaces],
+                         domain_id=domain_id, signal_handlers=False, publish=(),
+                         subscribe=outputs, expect=outputs, depth=100, spin_period=0.02)

@@ -1,0 +1,424 @@
+"""End-to-end latency of the ROS node: image published -> mask (and state) received, at a
+camera's rate, with corrections during the run, for one camera or several.
+
+    python -m tools.bench.node_latency --width 1280 --height 720 --frames 620 --rate 60 \\
+        --model tiny --image-size 512 --device cuda --objects 3 --corrections-every 2 \\
+        --transport shm --results benchmarks/results/h200_node_latency.json
+
+Starts one real ``sam2_tracker`` node per camera as a subprocess (``python -m
+sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights unless
+``--checkpoint``, ``process_every_frame: true`` so no frame is dropped, ``autostart: true``;
+with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
+until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz
+would). The cameras are processes of their own (``camera_process.py``, one per camera, same
+domain, transport and malloc setting): each publishes box prompts and then rgb8
+``sensor_msgs/Image`` frames (``sam2_ros.synthetic``: one moving disc per object) at
+``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
+sends the publish times back. In this process the subscribers' callbacks would move the
+frames (and so the deadlines); apart, the misses are the node's alone. ``--corrections-every
+S`` sends a click (a one-point prompt for the next frame) on one tracked object every S
+seconds, cycling through the objects, as a surgeon correcting the tracker would.
+``--transport`` sets the Fast DDS transport of every process: ``default`` (builtin), ``udp``
+(UDPv4 only) or ``shm`` (the shipped config/fastdds_large_frames.xml). Per frame and camera
+(matched by header stamp) it records, on this process's monotonic clock:
+
+* ``e2e_mask_ms``   publish() called -> mask received (the headline figure)
+* ``e2e_state_ms``  publish() called -> TrackingState received (sent right after the mask)
+* ``deadline_miss`` the mask arrived after the camera's next image was published
+* ``next_image_ms`` / ``camera_late_ms`` the camera's gap to its next image / how late it
+  called publish() after the frame was due (the summary's ``camera_gap_ms`` p1/p50/p99 go
+  into the rows)
+* ``decode_ms`` / ``engine_ms`` from the frame's TrackingState, ``publish_ms`` from the NEXT
+  frame's TrackingState (a state reports the previous frame's publishing time; one extra
+  frame is sent at the end for the last one)
+* ``node_ms`` = decode + engine + publish: the serial node's work per frame
+* ``transport_ms`` = e2e_mask - decode - engine: DDS transport of the image and of the mask,
+  the mask message's conversion, the hand-offs inside the node and this process's callback
+  latency.
+
+Frames published before the previous frame's state came back are counted as ``queued``.
+The first ``--warmup`` frames are sent paced (each after the previous frame's state came back)
+and left out of the percentiles (the cameras ask this process for each previous state). Both
+processes time on CLOCK_MONOTONIC, one clock for the host. ``--results FILE`` merges one row
+per camera into the curated file (``tools.bench.cli.save_json``; docs/performance.md
+renders it). The node subprocesses are always stopped (SIGINT, then SIGKILL of the process
+group), the camera processes too (a stop message, then SIGKILL). The node processes and the
+client are in ``node_harness.py`` (on ``sam2_ros.ros.harness``), the cameras in
+``camera_process.py``, the summaries and rows in ``node_latency_rows.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from multiprocessing.connection import wait as mp_wait
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tools.bench import node_latency_rows as report
+from tools.bench.camera_process import CameraConfig, CameraProcess, node_name
+from tools.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, camera_ns,
+                                         image_topic, start_node, transport_env)
+from sam2_ros.ros.domain import lease_domain
+from sam2_ros.ros.harness import NodeProcess, node_prefix
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog='tools.bench.node_latency',
+                                 description=__doc__.split('\n')[0])
+    ap.add_argument('--width', type=int, default=1280)
+    ap.add_argument('--height', type=int, default=720)
+    ap.add_argument('--frames', type=int, default=40, help='measured frames (warm-up included)')
+    ap.add_argument('--warmup', type=int, default=20,
+                    help='first frames, sent paced (each after the previous state) and left '
+                         'out of the percentiles (still in the JSON)')
+    ap.add_argument('--rate', type=float, default=1.0, help='frames per second per camera')
+    ap.add_argument('--model', default='tiny', help='tiny | small | base_plus | large')
+    ap.add_argument('--image-size', type=int, default=512)
+    ap.add_argument('--objects', type=int, default=1,
+                    help='objects prompted (box prompts): one moving disc each')
+    ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
+    ap.add_argument('--pipeline', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's pipeline parameter (default: the YAML's)")
+    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's tune_malloc parameter (default: the YAML's), also applied "
+                         'to this receiving process (sam2_ros/ros/malloc.py)')
+    ap.add_argument('--precompile', default=None,
+                    help="the node's precompile parameter, comma-separated ('encoder,heads'; "
+                         'default: the YAML\'s); a start without its files compiles them first '
+                         '(raise --start-timeout)')
+    ap.add_argument('--corrections-every', type=float, default=0.0,
+                    help='seconds between clicks on a tracked object (0: none)')
+    ap.add_argument('--camera-spin-ms', type=float, default=1.0,
+                    help='the camera process sleeps to this long before each frame is due '
+                         'and busy-waits the rest (0: sleep only)')
+    ap.add_argument('--cameras', type=int, default=1,
+                    help='synthetic cameras, one tracker node each (namespaces cam0, cam1...)')
+    ap.add_argument('--device', default='cpu', help='cpu | cuda | cuda:N (every camera)')
+    ap.add_argument('--devices', default=None,
+                    help='comma list, one device per camera, e.g. cuda:0,cuda:1 (sets --cameras)')
+    ap.add_argument('--transport', default='default', choices=sorted(TRANSPORTS),
+                    help='Fast DDS transport of every process: default (builtin), udp, shm '
+                         '(config/fastdds_large_frames.xml)')
+    ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
+                    'bf16 on cuda)')
+    ap.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=None,
+                    help='use_cuda_graphs (default: on for cuda, off for cpu)')
+    ap.add_argument('--overlay', action=argparse.BooleanOptionalAction, default=True,
+                    help='publish_overlay and subscribe to it as RViz would (the node renders '
+                         'it only for subscribers)')
+    ap.add_argument('--checkpoint', default='', help='official .pt; empty = random weights')
+    ap.add_argument('--params-file', default=str(ROOT / 'config' / 'tracker.yaml'),
+                    help='base node parameters; the options above override them')
+    ap.add_argument('--domain-id', type=int, default=None,
+                    help='ROS_DOMAIN_ID (default: a free one, locked like the tests do)')
+    ap.add_argument('--start-timeout', type=float, default=300.0,
+                    help='seconds for the nodes to become active')
+    ap.add_argument('--timeout', type=float, default=120.0,
+                    help='seconds to wait for the outputs after the last frame')
+    ap.add_argument('--out', default='out/node_latency.json', help='full result, every frame')
+    ap.add_argument('--results', default=None,
+                    help='curated rows file to merge one row per camera into, e.g. '
+                         'benchmarks/results/h200_node_latency.json')
+    ap.add_argument('--run-id', default=None, help='run id of the rows (default: random)')
+    args = ap.parse_args(argv)
+    if args.frames < 1 or args.rate <= 0 or args.warmup < 0 or args.objects < 1 \
+            or args.cameras < 1 or args.corrections_every < 0 or args.camera_spin_ms < 0:
+        ap.error('--frames >= 1, --rate > 0, --warmup >= 0, --objects >= 1, --cameras >= 1, '
+                 '--corrections-every >= 0 and --camera-spin-ms >= 0 are required')
+    args.devices = ([d.strip() for d in args.devices.split(',') if d.strip()] if args.devices
+                    else [args.device] * args.cameras)
+    args.cameras, args.device = len(args.devices), args.devices[0]
+    if args.warmup >= args.frames:
+        args.warmup = 0
+    if args.precision is None:
+        args.precision = 'fp32' if args.device == 'cpu' else 'bf16'
+    if args.cuda_graphs is None:
+        args.cuda_graphs = args.device.startswith('cuda')
+    return args
+
+
+# ----------------------------------------------------------------------------- measurement
+
+def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
+                  tune_malloc: bool) -> List[CameraProcess]:
+    """One camera process per namespace (``camera_process.py``): the frames, prompts and
+    clicks leave from there, so this process's subscribers cannot move a frame's publish
+    time, i.e. the deadline of the frame before it."""
+    return [CameraProcess(CameraConfig(
+        index=k, domain_id=domain, image_topic=image_topic(ns),
+        prompt_topic=f'{node_prefix(ns)}/prompt', width=args.width, height=args.height,
+        objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
+        corrections_every=args.corrections_every, tune_malloc=tune_malloc,
+        spin_ms=args.camera_spin_ms)) for k, ns in enumerate(namespaces)]
+
+
+def image_publishers(client: Client, link: CameraLink) -> List[str]:
+    """Names of the nodes publishing this camera's images, as this process's graph sees
+    them: the camera process's node alone when the frames come from there."""
+    return sorted(i.node_name for i in client.node.get_publishers_info_by_topic(
+        link.image_topic))
+
+
+def _check_nodes(nodes: List[NodeProcess], when: str = 'during the run') -> None:
+    for n in nodes:
+        if not n.alive():
+            raise RuntimeError(f'node exited ({n.p.returncode}) {when}:\n{n.log_tail()}')
+
+
+def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
+            cameras: List[CameraProcess]) -> Dict[str, Any]:
+    """Starts the ready camera processes and serves their paced warm-up (each warm-up frame
+    waits for the previous frame's state, which only this process sees) until they send
+    their publish times back; then waits for the outputs of every frame."""
+    for c in cameras:
+        c.send('start')
+    pending = set(range(len(cameras)))
+    while pending:
+        _check_nodes(nodes)
+        ready = mp_wait([cameras[k].conn for k in pending], timeout=0.05)
+        for k in sorted(pending):
+            c = cameras[k]
+            if c.conn not in ready:
+                if not c.alive():
+                    raise RuntimeError(f'camera process {k} exited ({c.proc.exitcode})')
+                continue
+            try:
+                msg = c.conn.recv()
+            except EOFError:
+                raise RuntimeError(f'camera process {k} exited ({c.proc.exitcode})') from None
+            if msg[0] == 'wait_state':
+                _wait_state(client.links[k], nodes, msg[1], args.timeout)
+                c.send('go')
+            elif msg[0] == 'done':
+                c.result = msg[1]
+                pending.discard(k)
+    sent = [c.result['sent'] for c in cameras]
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and all(n.alive() for n in nodes):
+        if all(_complete(link, s) for link, s in zip(client.links, sent)):
+            break
+        time.sleep(0.05)
+    t_start = min(c.result['t_start'] for c in cameras)   # CLOCK_MONOTONIC: host-wide
+    return {'frames': [_frames(args, link, s) for link, s in zip(client.links, sent)],
+            'elapsed_s': round(time.monotonic() - t_start, 3),
+            'clicks': cameras[0].result['clicks']}
+
+
+def _complete(link: CameraLink, sent: List[Dict[str, Any]]) -> bool:
+    with link.lock:
+        return all(s['stamp_ns'] in link.state_t and s['stamp_ns'] in link.mask_t for s in sent)
+
+
+def _frames(args: argparse.Namespace, link: CameraLink,
+            sent: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per-frame rows of one camera (the extra last frame left out). Publish times come from
+    the camera process, receipt times from this one: both CLOCK_MONOTONIC."""
+    frames: List[Dict[str, Any]] = []
+    with link.lock:
+        for k, s in enumerate(sent[:args.frames]):
+            ns, nxt = s['stamp_ns'], sent[k + 1]
+            by_stamp = link.states_by_stamp
+            st, st_next = by_stamp.get(ns), by_stamp.get(nxt['stamp_ns'])
+            tm, ts = link.mask_t.get(ns), link.state_t.get(ns)
+            # queued: the previous frame's state had not come back when publish() returned
+            prev_t = link.state_t.get(sent[k - 1]['stamp_ns']) if k else None
+            row: Dict[str, Any] = {
+                'index': s['index'], 'stamp_ns': ns, 'warmup': s['index'] < args.warmup,
+                'queued': k > 0 and (prev_t is None or prev_t > s['t_ret']),
+                'correction': s['correction'],
+                'publish_call_ms': round(s['publish_call_ms'], 3),
+                # publish() called this long after the frame was due (camera process)
+                'camera_late_ms': round(s['late_ms'], 3),
+                'e2e_mask_ms': None if tm is None else round((tm - s['t_pub']) * 1e3, 3),
+                'e2e_state_ms': None if ts is None else round((ts - s['t_pub']) * 1e3, 3),
+                # the mask came after the camera's next image (missing counts as missed)
+                'deadline_miss': tm is None or tm > nxt['t_pub'],
+                'next_image_ms': round((nxt['t_pub'] - s['t_pub']) * 1e3, 3),
+                'decode_ms': None if st is None else round(float(st.decode_ms), 3),
+                'engine_ms': None if st is None else round(float(st.engine_ms), 3),
+                'publish_ms': None if st_next is None else round(float(st_next.publish_ms), 3),
+                'objects': None if st is None else len(st.objects),
+                'engine_mode': None if st is None else st.engine_mode,
+                'errors': [] if st is None else list(st.errors),
+            }
+            parts = [row['decode_ms'], row['engine_ms'], row['publish_ms']]
+            row['node_ms'] = None if None in parts else round(sum(parts), 3)
+            row['transport_ms'] = (None if None in parts[:2] or row['e2e_mask_ms'] is None
+                                   else round(row['e2e_mask_ms'] - sum(parts[:2]), 3))
+            frames.append(row)
+    return frames
+
+
+def _wait_state(link: CameraLink, nodes: List[NodeProcess], stamp_ns: int,
+                timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and all(n.alive() for n in nodes):
+        with link.lock:
+            if stamp_ns in link.state_t:
+                return
+        time.sleep(0.002)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    domain, lock = (args.domain_id, None) if args.domain_id is not None else lease_domain()
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    # the client (this process, before rclpy starts) and the nodes: the same transport
+    tr = transport_env(dict(os.environ), args.transport)
+    for k in [k for k in os.environ if k not in tr]:
+        del os.environ[k]
+    os.environ.update(tr)
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED='1', TQDM_DISABLE='1')
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+    host = report.host_info(ROOT)
+    for k in ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS'):
+        host[k] = os.environ.get(k)
+    command = ' '.join(shlex.quote(a) for a in
+                       [Path(sys.executable).name, '-m', 'tools.bench.node_latency',
+                        *(sys.argv[1:] if argv is None else argv)])
+
+    # SIGTERM/SIGHUP -> SystemExit, so the finally below stops the nodes.
+    def _exit(signum, _frame):
+        raise SystemExit(128 + signum)
+    old = {sig: signal.signal(sig, _exit) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    workdir = Path(tempfile.mkdtemp(prefix='sam2_node_latency_'))
+    namespaces = [camera_ns(k, args.cameras) for k in range(args.cameras)]
+    nodes: List[NodeProcess] = []
+    cameras: List[CameraProcess] = []
+    client: Optional[Client] = None
+    rc = 0
+    try:
+        for ns, dev in zip(namespaces, args.devices):
+            log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
+            nodes.append(start_node(args, env, workdir, log, ns=ns, device=dev))
+        tune = all(n.params.get('tune_malloc', True) for n in nodes)   # as the nodes do
+        if tune:
+            from sam2_ros.ros.malloc import keep_large_buffers
+            keep_large_buffers()
+        # the publishers: this environment (transport), the same malloc setting
+        cameras = start_cameras(args, domain, namespaces, tune)
+        client = Client(domain, overlay=args.overlay, namespaces=namespaces)
+        t0 = time.monotonic()
+        while not (all(c.pid is not None for c in cameras)
+                   and client.connected()
+                   and all(image_publishers(client, link) == [node_name(c.pid)]
+                           for c, link in zip(cameras, client.links))):
+            _check_nodes(nodes, 'before becoming active')
+            for c in cameras:
+                try:
+                    if c.pid is None and c.conn.poll():
+                        c.pid = c.conn.recv()[1]      # ('ready', pid): the node subscribes
+                except EOFError:
+                    pass
+                if not c.alive():
+                    raise RuntimeError(f'camera process {c.cfg.index} exited '
+                                       f'({c.proc.exitcode}) before the run')
+            if time.monotonic() - t0 > args.start_timeout:
+                raise RuntimeError(f'nodes not active after {args.start_timeout} s:\n'
+                                   + '\n'.join(n.log_tail() for n in nodes))
+            time.sleep(0.1)
+        startup_s = time.monotonic() - t0
+        if all(n.params.get('gc_freeze', True) for n in nodes):   # as the nodes do
+            from sam2_ros.ros.gc_policy import freeze
+            freeze()       # this receiving process's receipt times free of full collections
+        publishers = [image_publishers(client, link) for link in client.links]
+        run = measure(args, client, nodes, cameras)
+        # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
+        # masks/states it read through shared memory (none: they came through UDP)
+        from tools.dds_probe import shm_segments
+
+        segs = shm_segments()
+        try:
+            host['loadavg_end'] = list(os.getloadavg())
+        except OSError:
+            pass
+        res: List[Dict[str, Any]] = []
+        for k, (ns, dev, n, link, cam, frames) in enumerate(zip(
+                namespaces, args.devices, nodes, client.links, cameras, run['frames'])):
+            res.append({
+                'index': k, 'ns': ns, 'device': dev, 'node_params': n.params,
+                'node_command': ' '.join(shlex.quote(a) for a in n.argv),
+                # the camera's own process and what the image topic's publishers were
+                'camera_pid': cam.result['pid'], 'camera_node': cam.result['node'],
+                'image_publishers': publishers[k], 'clicks': cam.result['clicks'],
+                'overlays_received': link.overlays_received, 'summary': report.summarize(frames),
+                'frames': frames})
+        result = {
+            'command': command, 'domain_id': domain, 'host': host, 'date': report.today(),
+            'bench_pid': os.getpid(),
+            'config': {k: getattr(args, k) for k in (
+                'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
+                'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
+                'cuda_graphs',
+                'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
+            'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
+            'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
+            'shm_segments_mapped': segs,
+            'shm_large_segments': sum(1 for g in segs if g['bytes'] >= 8 << 20),
+            # camera 0 at the top level too (one-camera readers)
+            'node_params': res[0]['node_params'],
+            'node_command': res[0]['node_command'],
+            'overlays_received': res[0]['overlays_received'],
+            'summary': res[0]['summary'], 'frames': res[0]['frames'],
+            'definitions': {
+                **report.LABELS,
+                'publish_ms': 'the NEXT TrackingState.publish_ms (mask + state; + overlay '
+                              'when the node is serial)',
+                'queued': "published before the previous frame's state was received",
+                'deadline_miss': "the mask arrived after the camera's next image was "
+                                 "published (or never)",
+                'correction': 'object id clicked just before this frame was published',
+            },
+        }
+        out.write_text(json.dumps(result, indent=1))
+        print(report.markdown(result))
+        if args.results:
+            from tools.bench.cli import save_json
+
+            rows = report.rows(result, args.run_id or secrets.token_hex(3),
+                               report.commit_id(ROOT))
+            save_json(args.results, rows)
+            print(f'merged {len(rows)} row(s) into {args.results}')
+        print(f'wrote {out} (node logs next to it)')
+        missing = sum(c['summary']['missing_frames'] for c in res)
+        if missing:
+            print(f'ERROR: {missing} frames without mask/state', file=sys.stderr)
+            rc = 1
+    except RuntimeError as exc:
+        print(f'ERROR: {exc}', file=sys.stderr)
+        rc = 1
+    except KeyboardInterrupt:
+        print('interrupted; stopping the nodes', file=sys.stderr)
+        rc = 130
+    finally:
+        for c in cameras:
+            c.stop()
+        if client is not None:
+            client.close()
+        for n in nodes:
+            code = n.stop(15)
+            if code not in (0, None) and rc == 0:
+                print(f'warning: node exited with status {code}', file=sys.stderr)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        if lock is not None:
+            lock.close()
+        for f in workdir.iterdir():
+            f.unlink()
+        workdir.rmdir()
+    return rc
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""DDS transport alone: camera-sized ``sensor_msgs/Image`` from one process to another.
+
+    python -m tools.dds_probe --width 1280 --height 720 --rate 30 --frames 300 \\
+        [--profile config/fastdds_large_frames.xml] [--tune-malloc] [--out out/dds_probe.json]
+
+Last, a new writer sends one small image and times its acknowledgement (``small_ack_ms``:
+what the node waits at cleanup for its last state; ``--frames 0`` measures only that).
+
+Why: when the node's end-to-end latency is high, this separates the middleware from the node.
+It publishes rgb8 frames (reliable, depth 10, as the node subscribes) at ``--rate`` from this
+process to a subscriber subprocess, both on an exclusive ``ROS_DOMAIN_ID``, and reports the
+latency per frame (receive wall clock - header stamp; same host, same clock). ``--profile``
+sets ``FASTDDS_DEFAULT_PROFILES_FILE`` for both processes, e.g. the shipped
+``config/fastdds_large_frames.xml`` (shared-memory segments large enough for 720p frames).
+Other transport variables (``FASTDDS_BUILTIN_TRANSPORTS``, ``ROS_AUTOMATIC_DISCOVERY_RANGE``)
+are passed through from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from sam2_ros.ros.domain import lease_domain
+from sam2_ros.ros.executor import EXECUTORS, make_executor
+
+
+ACK_TOPIC = '/sam2_dds_probe_ack'
+
+
+def _qos():
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None],
+               executor: str = 'single') -> None:
+    """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
+    ``report`` gets the latency of each frame in ms before this process's DDS teardown, which
+    once hung (see ``_bound_lifetime``)."""
+    import rclpy
+    from sensor_msgs.msg import Image
+
+    _bound_lifetime(timeout + 30.0)
+    rclpy.init()
+    node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
+    lat: List[float] = []
+    small: List[int] = []   # the 4x4 images of small_ack_ms, not frames
+
+    def on_image(m: Any) -> None:
+        if m.width <= 4:
+            small.append(1)
+            return
+        sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
+        lat.append((time.time_ns() - sent) / 1e6)
+
+    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos())
+    node.create_subscription(Image, ACK_TOPIC, on_image, _qos())
+    ex = make_executor(executor)
+    ex.add_node(node)
+    print('ready', flush=True)
+    deadline = time.monotonic() + timeout
+    # the second small image says the publisher is done: a reader that left earlier would
+    # end its wait for acknowledgements at once
+    while (len(lat) < frames or len(small) < 2) and time.monotonic() < deadline:
+        ex.spin_once(timeout_sec=0.05)
+    ex.shutdown()
+    # segments listed before shutdown: the publisher's is still mapped
+    report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
+            'shm_segments': shm_segments()})
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _bound_lifetime(limit_s: float) -> None:
+    """End this subscriber process when its parent dies or after ``limit_s``, by the kernel
+    (PR_SET_PDEATHSIG, SIGALRM), not by a Python thread: once, in a fully loaded test run,
+    rclpy's node teardown spun in Fast DDS (DomainParticipant::set_listener, in
+    rcl_node_fini) holding the GIL, so a watchdog thread never ran and the orphan kept a
+    core busy for minutes."""
+    signal.alarm(max(1, math.ceil(limit_s)))     # default action of SIGALRM: terminate
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):   # not Linux: the alarm still bounds it
+        pass
+
+
+def shm_segments() -> List[Dict[str, Any]]:
+    """Fast DDS shared-memory segments mapped by this process (Linux): its own, and those of
+    the writers whose samples it read through shared memory. Each is {name, bytes}; a
+    subscriber that lists a segment of the profile's size besides its own received frames
+    through SHM (with Fast DDS's default 512 KiB segments a 720p frame goes through UDP)."""
+    sizes: Dict[str, int] = {}
+    try:
+        with open('/proc/self/maps') as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and '/dev/shm/fastdds_' in parts[5] \
+                        and not parts[5].endswith('_el'):
+                    lo, hi = (int(x, 16) for x in parts[0].split('-'))
+                    sizes[parts[5]] = sizes.get(parts[5], 0) + hi - lo
+    except OSError:
+        return []
+    return [{'name': os.path.basename(k), 'bytes': v} for k, v in sorted(sizes.items())]
+
+
+def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
+    """Publish ``args.frames`` frames at ``args.rate`` from ``node``, then time a small
+    message's acknowledgement; returns (frames sent, small_ack_ms)."""
+    from sensor_msgs.msg import Image
+
+    pub = node.create_publisher(Image, '/sam2_dds_probe', _qos())
+    deadline = time.monotonic() + 30.0
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)                       # let discovery settle on both sides
+    m = Image()
+    m.height, m.width, m.encoding, m.step = args.height, args.width, 'rgb8', args.width * 3
+    m.data = np.random.default_rng(0).integers(
+        0, 255, args.height * args.width * 3, dtype=np.uint8).tobytes()
+    t0 = time.monotonic()
+    for i in range(args.frames):
+        while time.monotonic() < t0 + i / args.rate:
+            time.sleep(0.0005)
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+        pub.publish(m)
+    time.sleep(1.0)                       # asynchronous writers: let the last frames go out
+    return args.frames, small_ack_ms(node)
+
+
+def teardown(node: Any, limit_s: float = 30.0) -> None:
+    """The publisher's DDS teardown, alone (the subscriber has exited, so no participant
+    leaves concurrently), bounded: faulthandler's watchdog is a C thread, so a teardown that
+    hangs holding the GIL still ends the process, with every thread's traceback on stderr."""
+    import rclpy
+
+    faulthandler.dump_traceback_later(limit_s, exit=True)
+    try:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def small_ack_ms(node: Any) -> Optional[float]:
+    """Milliseconds until the subscriber acknowledged one small (4x4) image sent by a new
+    writer, None if not within 5 s. A reader acknowledges only when a heartbeat asks: a
+    large image's last fragment carries one, a lone small message waits for the writer's
+    periodic heartbeat (3 s by default, 0.1 s with the shipped profile). This is how long a
+    node waits at cleanup for its last state to be acknowledged."""
+    from rclpy.duration import Duration
+    from sensor_msgs.msg import Image
+
+    pub = node.create_publisher(Image, ACK_TOPIC, _qos())
+    deadline = time.monotonic() + 10.0
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)                       # let discovery settle on both sides
+
+    m = Image()
+    m.height, m.width, m.encoding, m.step = 4, 4, 'rgb8', 12
+    m.data = bytes(48)
+    m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+    pub.publish(m)
+    t0 = time.monotonic()
+    ok = pub.wait_for_all_acked(Duration(seconds=5))
+    took = round((time.monotonic() - t0) * 1e3, 1)
+    pub.publish(m)                        # done: the subscriber may leave
+    pub.wait_for_all_acked(Duration(seconds=5))
+    return took if ok else None
+
+
+def summarize(lat: List[float], sent: int) -> Dict[str, Any]:
+    a = np.asarray(lat, np.float64)
+    out: Dict[str, Any] = {'sent': sent, 'received': int(a.size)}
+    if a.size:
+        out.update({f'p{q}_ms': round(float(np.percentile(a, q)), 2) for q in (50, 90, 99)})
+        out.update({'max_ms': round(float(a.max()), 2), 'over_100ms': int((a > 100).sum())})
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog='tools.dds_probe',
+                                 description=__doc__.split('\n')[0])
+    ap.add_argument('--width', type=int, default=1280)
+    ap.add_argument('--height', type=int, default=720)
+    ap.add_argument('--rate', type=float, default=30.0)
+    ap.add_argument('--frames', type=int, default=300)
+    ap.add_argument('--profile', default=None, help='Fast DDS XML profile for both processes')
+    ap.add_argument('--out', default=None, help='JSON file for summary and per-frame latencies')
+    ap.add_argument('--tune-malloc', action='store_true',
+                    help="raise glibc's mmap/trim thresholds in both processes, as the node's "
+                         'tune_malloc does (sam2_ros/ros/malloc.py)')
+    ap.add_argument('--executor', default='single', choices=EXECUTORS,
+                    help="the subscriber's rclpy executor (sam2_ros/ros/executor.py)")
+    ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.tune_malloc:
+        from sam2_ros.ros.malloc import keep_large_buffers
+        keep_large_buffers()
+    if args.role == 'sub':
+        subscriber(args.frames, args.frames / args.rate + 40.0,
+                   lambda r: print(json.dumps(r), flush=True), args.executor)
+        return 0
+    if args.profile:
+        os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
+    domain, lock = lease_domain()
+    os.environ['ROS_DOMAIN_ID'] = str(domain)
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    sub = subprocess.Popen([sys.executable, '-m', 'tools.dds_probe', '--role', 'sub',
+                            '--frames', str(args.frames), '--rate', str(args.rate),
+                            '--executor', args.executor]
+                           + (['--tune-malloc'] if args.tune_malloc else []),
+                           stdout=subprocess.PIPE, text=True)
+    node = None
+    try:
+        assert sub.stdout is not None and sub.stdout.readline().strip() == 'ready'
+        import rclpy
+
+        rclpy.init()
+        node = rclpy.create_node(f'sam2_dds_probe_pub_{os.getpid()}')
+        sent, ack_ms = publish(node, args)
+        result = json.loads(sub.stdout.readline() or '{}')
+        try:   # it has reported; its own teardown is bounded (_bound_lifetime)
+            sub.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(5)
+        if node is not None:   # after the subscriber has left
+            teardown(node)
+        lock.close()
+    summary = summarize(result.get('latency_ms', []), sent)
+    summary['small_ack_ms'] = ack_ms
+    segs = result.get('shm_segments', [])
+    # segments that can hold one frame: the subscriber's own and each SHM writer's
+    summary['shm_segments_mapped'] = segs
+    summary['shm_frame_segments'] = sum(1 for g in segs
+                                        if g['bytes'] >= args.width * args.height * 3)
+    summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
+                    'executor': args.executor,
+                    'tune_malloc': args.tune_malloc,
+                    **{k: os.environ.get(k) for k in (
+                        'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',
+                        'ROS_AUTOMATIC_DISCOVERY_RANGE', 'RMW_IMPLEMENTATION')}})
+    print(json.dumps(summary))
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump({**summary, 'latency_ms': result.get('latency_ms', [])}, f, indent=1)
+    return 0 if summary['received'] == sent else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
