@@ -1,0 +1,327 @@
+"""3D centroids of tracked objects from a calibrated camera pair (numpy only, no ROS).
+
+Given the mask centroid of one object in the left and in the right image, ``triangulate``
+returns the 3D point where the two centroid rays meet, in the left camera's frame, with its
+validity and, when invalid, the reason.
+
+Calibration follows ``sensor_msgs/CameraInfo`` (``sam2_ros/ros/stereo_msgs.py`` converts the
+messages): per camera the intrinsics K, the distortion D, the rectification rotation R and
+the projection P of the *rectified* image. For a stereo pair calibrated together (ROS'
+``camera_calibration``, a stereo camera's driver) both P project points given in the left
+camera's rectified frame; the right P carries ``Tx = -fx * baseline`` in P[0, 3].
+
+Two methods:
+  * ``'rectified'``: both images are row-aligned (P equal up to cx and Tx): depth from the
+    disparity ``Z = (Tx_l - Tx_r) / (u_l - u_r - (cx_l - cx_r))``, the row taken as the
+    mean of the two rows; validity: disparity >= ``min_disparity_px``, row (epipolar) error
+    ``|v_l - v_r|`` <= ``max_row_error_px``;
+  * ``'dlt'``: any two P of one frame (e.g. ``projection(K, R, t)`` from extrinsics): linear
+    triangulation (the homogeneous least-squares solution of the four projection
+    equations); validity: positive depth in both cameras, reprojection error <=
+    ``max_reprojection_px``.
+``'auto'`` takes the closed form when the pair is rectified, else the DLT.
+
+What a mask centroid measures: the centroid of an object's silhouette, not the image of any
+particular 3D point. For a convex object the two centroid rays pass near its centre, so the
+triangulated point lies near the centre of the object (for a sphere, at its centre up to a
+second-order term in radius / distance), not on its visible surface: it lies about half
+the object's depth behind the centroid of the visible surface (for a sphere of radius r,
+r / 2). test/test_stereo.py measures both on rendered scenes.
+
+Pixel coordinates are OpenCV's and ROS' (the centre of the top-left pixel is (0, 0)), as
+``ObjectResult.centroid``. Centroids of raw (distorted, unrectified) images are mapped into
+the rectified images first (``rectified=False``): the centroid of the distorted silhouette,
+undistorted, is not exactly the centroid of the undistorted silhouette, so tracking the
+rectified images (``image_rect``) is the more exact choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+# Reasons an estimate is invalid (Triangulation.reason); '' when valid.
+NOT_VISIBLE_LEFT = 'not visible in the left image'
+NOT_VISIBLE_RIGHT = 'not visible in the right image'
+NOT_FINITE = 'centroid not finite'
+SMALL_DISPARITY = 'disparity below min_disparity_px'
+ROW_ERROR = 'row (epipolar) error above max_row_error_px'
+BEHIND = 'behind a camera'
+REPROJECTION = 'reprojection error above max_reprojection_px'
+AT_INFINITY = 'rays parallel (point at infinity)'
+METHODS = ('auto', 'rectified', 'dlt')
+DISTORTION_MODELS = ('plumb_bob', 'rational_polynomial')
+# Fixed-point iterations of the undistortion (OpenCV's undistortPoints iterates the same way);
+# converged far below a pixel for the distortions of real lenses.
+UNDISTORT_ITERS = 20
+
+
+@dataclass(frozen=True)
+class Camera:
+    """One camera as ``sensor_msgs/CameraInfo`` describes it (arrays, not the message).
+
+    K [3, 3] intrinsics of the raw image; D distortion coefficients (``distortion_model``
+    plumb_bob: k1 k2 p1 p2 k3; rational_polynomial: k1 k2 p1 p2 k3 k4 k5 k6; empty or
+    all zero: none); R [3, 3] rotation from the camera frame into the rectified frame;
+    P [3, 4] projection of the rectified image; width, height in pixels; frame_id of the
+    camera's optical frame.
+    """
+
+    K: np.ndarray
+    P: np.ndarray
+    R: np.ndarray = field(default_factory=lambda: np.eye(3))
+    width: int = 0
+    height: int = 0
+    frame_id: str = ''
+    D: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    distortion_model: str = 'plumb_bob'
+
+    def __post_init__(self) -> None:
+        for name, shape in (('K', (3, 3)), ('P', (3, 4)), ('R', (3, 3))):
+            value = np.asarray(getattr(self, name), np.float64)
+            if value.size != shape[0] * shape[1]:
+                raise ValueError(f'{name} must have {shape[0]}x{shape[1]} values, '
+                                 f'got {value.size}')
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f'{name} has NaN or inf values')
+            object.__setattr__(self, name, value.reshape(shape))
+        d = np.asarray(self.D, np.float64).ravel()
+        if not np.all(np.isfinite(d)):
+            raise ValueError('D has NaN or inf values')
+        object.__setattr__(self, 'D', d)
+        if self.K[2, 2] == 0 or self.P[2, 2] == 0 or self.P[0, 0] == 0 or self.P[1, 1] == 0:
+            raise ValueError('K or P is zero: the camera is not calibrated')
+        if not np.allclose(self.R @ self.R.T, np.eye(3), atol=1e-6) or \
+                np.linalg.det(self.R) < 0:
+            raise ValueError('R is not a rotation matrix')
+        if int(self.width) < 0 or int(self.height) < 0:
+            raise ValueError(f'width and height must be >= 0, got {self.width}x{self.height}')
+        if np.any(d != 0):
+            if self.distortion_model not in DISTORTION_MODELS:
+                raise ValueError(f'distortion_model {self.distortion_model!r} is not supported '
+                                 f'(supported: {DISTORTION_MODELS}); track the rectified '
+                                 f'images instead')
+            if d.size > (5 if self.distortion_model == 'plumb_bob' else 8):
+                raise ValueError(f'{d.size} coefficients for {self.distortion_model}')
+
+    def rectify(self, uv: Sequence[float]) -> np.ndarray:
+        """A pixel of the raw image -> the same ray's pixel in the rectified image [2]
+        (undistort with K, D; rotate with R; project with P's 3x3 part, as ROS'
+        image_geometry ``rectifyPoint``)."""
+        x = np.linalg.solve(self.K, np.array([uv[0], uv[1], 1.0]))
+        xy = undistort(x[:2] / x[2], self.D)
+        ray = self.R @ np.array([xy[0], xy[1], 1.0])
+        p = self.P[:, :3] @ ray
+        return p[:2] / p[2]
+
+
+def undistort(xy_d: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Normalized distorted coordinates [..., 2] -> undistorted [..., 2] (plumb_bob or
+    rational_polynomial coefficients ``d``), by the fixed-point iteration OpenCV uses."""
+    xy_d = np.asarray(xy_d, np.float64)
+    if d.size == 0 or not np.any(d):
+        return xy_d
+    xy = xy_d
+    for _ in range(UNDISTORT_ITERS):
+        radial, tangential = _distortion_terms(xy, d)
+        xy = (xy_d - tangential) / radial[..., None]
+    return xy
+
+
+def distort(xy: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Normalized undistorted coordinates [..., 2] -> distorted [..., 2]: the lens model that
+    ``undistort`` inverts (it renders the raw test images)."""
+    xy = np.asarray(xy, np.float64)
+    radial, tangential = _distortion_terms(xy, np.asarray(d, np.float64))
+    return xy * radial[..., None] + tangential
+
+
+def _distortion_terms(xy: np.ndarray, d: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The radial factor [...] and tangential offset [..., 2] of the lens model at ``xy``."""
+    k = np.zeros(8)
+    k[:d.size] = d
+    x, y = xy[..., 0], xy[..., 1]
+    r2 = x * x + y * y
+    radial = (1 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))) / \
+        (1 + r2 * (k[5] + r2 * (k[6] + r2 * k[7])))
+    tangential = np.stack([2 * k[2] * x * y + k[3] * (r2 + 2 * x * x),
+                           k[2] * (r2 + 2 * y * y) + 2 * k[3] * x * y], axis=-1)
+    return radial, tangential
+
+
+def projection(K: np.ndarray, R: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """P = K [R | t] [3, 4] of a camera whose frame is x_cam = R x + t in the reference frame
+    (for two cameras calibrated apart, with their extrinsics from tf)."""
+    return np.asarray(K, np.float64) @ np.hstack([np.asarray(R, np.float64),
+                                                  np.asarray(t, np.float64).reshape(3, 1)])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A camera pair; points are reported in the left camera's frame."""
+
+    left: Camera
+    right: Camera
+
+    def is_rectified(self, rtol: float = 1e-9) -> bool:
+        """Both P equal up to cx and the x translation (row-aligned rectified images)."""
+        pl, pr = self.left.P, self.right.P
+        scale = max(abs(pl[0, 0]), abs(pl[1, 1]))
+        same = np.ones((3, 4), bool)
+        same[0, 2] = same[0, 3] = False
+        return bool(np.allclose(pl[same], pr[same], atol=rtol * scale, rtol=0)
+                    and np.allclose(pl[1:, 3], 0, atol=rtol * scale)
+                    and np.allclose(pl[2, :3], [0, 0, 1], atol=rtol)
+                    and pl[0, 1] == 0 and pl[0, 3] != pr[0, 3])
+
+    @property
+    def baseline(self) -> float:
+        """Distance between the two optical centres (m, P's units)."""
+        return float(np.linalg.norm(centre(self.left.P) - centre(self.right.P)))
+
+
+def centre(P: np.ndarray) -> np.ndarray:
+    """The optical centre [3] of a finite camera P (its right null vector)."""
+    return -np.linalg.solve(P[:, :3], P[:, 3])
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When an estimate counts as valid (pixels of the rectified images)."""
+
+    min_disparity_px: float = 1.0      # smaller: too far to tell (and zero: infinity)
+    max_row_error_px: float = 4.0      # rectified rows of one object's two centroids
+    max_reprojection_px: float = 4.0   # DLT: the point reprojected against the centroids
+
+    def __post_init__(self) -> None:
+        for name in ('min_disparity_px', 'max_row_error_px', 'max_reprojection_px'):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
+
+
+@dataclass(frozen=True)
+class Triangulation:
+    """One object's 3D centroid from a pair of mask centroids.
+
+    point: [3] in the left camera's frame (``frame_id``; metres when P is), None when there
+    is no estimate (not visible, not finite, parallel rays); point_rect: the same in the
+    left *rectified* frame (P's frame; equal when R_left is the identity). An invalid
+    estimate keeps the point it computed, for inspection. disparity (rectified, px, after
+    the cx difference), row_error (rectified, px) and reprojection (px, the larger of the
+    two cameras) are NaN where not computed.
+    """
+
+    valid: bool
+    reason: str
+    method: str
+    frame_id: str
+    point: Optional[np.ndarray] = None
+    point_rect: Optional[np.ndarray] = None
+    disparity: float = float('nan')
+    row_error: float = float('nan')
+    reprojection: float = float('nan')
+
+
+def triangulate(calib: Calibration, left: Optional[Sequence[float]],
+                right: Optional[Sequence[float]], limits: Limits = Limits(),
+                method: str = 'auto', rectified: bool = True) -> Triangulation:
+    """The 3D centroid of one object from its mask centroids (x, y) in both images.
+
+    Args:
+        calib: the pair.
+        left, right: the centroid in each image, None where the object is not visible there
+            (empty mask, or object score <= 0).
+        limits: validity bounds.
+        method: 'auto', 'rectified' (ValueError unless the pair is) or 'dlt'.
+        rectified: the centroids are pixels of the rectified images (False: of the raw
+            images, mapped with each camera's K, D, R, P first).
+    """
+    if method not in METHODS:
+        raise ValueError(f'method must be one of {METHODS}, got {method!r}')
+    row_aligned = calib.is_rectified()
+    if method == 'rectified' and not row_aligned:
+        raise ValueError('method rectified: the two P are not a rectified pair')
+    method = method if method != 'auto' else ('rectified' if row_aligned else 'dlt')
+    fid = calib.left.frame_id
+    for uv, reason in ((left, NOT_VISIBLE_LEFT), (right, NOT_VISIBLE_RIGHT)):
+        if uv is None:
+            return Triangulation(False, reason, method, fid)
+    if not np.all(np.isfinite(np.asarray(left, np.float64))) or \
+            not np.all(np.isfinite(np.asarray(right, np.float64))):
+        return Triangulation(False, NOT_FINITE, method, fid)
+    ul, ur = np.asarray(left, np.float64)[:2], np.asarray(right, np.float64)[:2]
+    if not rectified:
+        ul, ur = calib.left.rectify(ul), calib.right.rectify(ur)
+    if method == 'rectified':
+        return _from_disparity(calib, ul, ur, limits)
+    return _from_dlt(calib, ul, ur, limits)
+
+
+def _from_disparity(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
+                    limits: Limits) -> Triangulation:
+    pl, pr = calib.left.P, calib.right.P
+    fx, fy, cy = pl[0, 0], pl[1, 1], pl[1, 2]
+    b = pl[0, 3] - pr[0, 3]                       # fx * baseline (sign: which side right is)
+    disparity = float(np.sign(b) * ((ul[0] - ur[0]) - (pl[0, 2] - pr[0, 2])))
+    row_error = float(abs(ul[1] - ur[1]))
+    base = dict(method='rectified', frame_id=calib.left.frame_id, disparity=disparity,
+                row_error=row_error)
+    if disparity < max(limits.min_disparity_px, np.finfo(float).tiny):
+        return Triangulation(False, SMALL_DISPARITY, **base)
+    z = abs(b) / disparity
+    v = 0.5 * (ul[1] + ur[1])
+    rect = np.array([((ul[0] - pl[0, 2]) * z - pl[0, 3]) / fx, (v - cy) * z / fy, z])
+    reproj = _reprojection(calib, rect, ul, ur)
+    ok, reason = (False, ROW_ERROR) if row_error > limits.max_row_error_px else (True, '')
+    return Triangulation(ok, reason, point=calib.left.R.T @ rect, point_rect=rect,
+                         reprojection=reproj, **base)
+
+
+def _from_dlt(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
+              limits: Limits) -> Triangulation:
+    pl, pr = calib.left.P, calib.right.P
+    a = np.stack([ul[0] * pl[2] - pl[0], ul[1] * pl[2] - pl[1],
+                  ur[0] * pr[2] - pr[0], ur[1] * pr[2] - pr[1]])
+    a /= np.linalg.norm(a, axis=1, keepdims=True)      # each equation weighs the same
+    x = np.linalg.svd(a)[2][-1]                        # [4] homogeneous, unit norm
+    base = dict(method='dlt', frame_id=calib.left.frame_id)
+    if abs(x[3]) < 1e-12 * np.linalg.norm(x[:3]):
+        return Triangulation(False, AT_INFINITY, **base)
+    rect = x[:3] / x[3]
+    reproj = _reprojection(calib, rect, ul, ur)
+    out = dict(point=calib.left.R.T @ rect, point_rect=rect, reprojection=reproj, **base)
+    if min(depth(pl, rect), depth(pr, rect)) <= 0:
+        return Triangulation(False, BEHIND, **out)
+    if reproj > limits.max_reprojection_px:
+        return Triangulation(False, REPROJECTION, **out)
+    return Triangulation(True, '', **out)
+
+
+def depth(P: np.ndarray, point: np.ndarray) -> float:
+    """Signed depth of ``point`` [3] in front of camera P (positive: in front)."""
+    m = P[:, :3]
+    w = P[2] @ np.append(point, 1.0)
+    return float(np.sign(np.linalg.det(m)) * w / np.linalg.norm(m[2]))
+
+
+def project(P: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """Pixel [2] of ``point`` [3] in camera P."""
+    p = P @ np.append(point, 1.0)
+    return p[:2] / p[2]
+
+
+def _reprojection(calib: Calibration, rect: np.ndarray, ul: np.ndarray,
+                  ur: np.ndarray) -> float:
+    return float(max(np.linalg.norm(project(calib.left.P, rect) - ul),
+                     np.linalg.norm(project(calib.right.P, rect) - ur)))
+
+
+def mask_centroid(mask: np.ndarray) -> Optional[Tuple[float, float]]:
+    """(x, y) mean pixel of a [H, W] bool mask, None if empty (as ``ObjectResult.centroid``)."""
+    ys, xs = np.nonzero(mask)
+    if xs.size == 0:
+        return None
+    return float(xs.mean()), float(ys.mean())

@@ -1,0 +1,217 @@
+"""3D centroids from a calibrated pair (sam2_ros/stereo.py) on rendered scenes of known geometry.
+
+What the mask centroids measure, and so what the tolerances say:
+  * a sphere (centre c, radius r, distance D): its silhouette is an ellipse whose centre lies
+    outward (from the principal point) of c's image by a term of second order in r / D
+    (``stereo_scenes.sphere_silhouette_centroid``, exact). Triangulated, these two
+    centroids give the "model point"; the estimate from the rendered masks equals it up to
+    the centroids' quantisation by the pixel grid (0.1 px of disparity, generous at these
+    sizes). For a rectified pair the model point lies at most 1.3 D (r / D)^2 from c,
+    towards the cameras; for cameras converging on the object the two outward shifts add
+    up in disparity (a few mm at 1 m below);
+  * the visible surface's centroid lies r (1 + r / D) / 2 in front of c: the estimate is that
+    far behind it, along the line of sight;
+  * a box: the silhouettes of a box seen from two places are not images of one 3D region, so
+    the error is a larger fraction of its size; tested against measured bounds that hold for
+    compact boxes, and the worst case (a bar slanted in depth along the baseline) stated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sam2_ros import stereo
+import stereo_scenes as sc
+
+SPHERES = [((0.05, -0.02, 1.0), 0.05), ((0.0, 0.0, 0.5), 0.05), ((-0.2, 0.1, 0.8), 0.08),
+           ((0.1, 0.05, 2.0), 0.1), ((0.3, -0.2, 1.2), 0.04)]
+QUANT_PX = 0.1
+
+
+def centroids(shape, left: sc.View, right: sc.View):
+    return (stereo.mask_centroid(sc.render(shape, left)),
+            stereo.mask_centroid(sc.render(shape, right)))
+
+
+def quantisation(cal: stereo.Calibration, depth: float) -> float:
+    """The depth error (m) of QUANT_PX of disparity at ``depth``."""
+    fb = cal.left.P[0, 0] * cal.baseline
+    return depth ** 2 / fb * QUANT_PX
+
+
+def model_point(cal: stereo.Calibration, sphere: sc.Sphere,
+                method: str = 'auto') -> np.ndarray:
+    """The point triangulated from the exact silhouette centroids of ``sphere``."""
+    return stereo.triangulate(cal, sc.sphere_silhouette_centroid(cal.left.P, sphere),
+                              sc.sphere_silhouette_centroid(cal.right.P, sphere),
+                              method=method).point
+
+
+@pytest.mark.parametrize('c, r', SPHERES)
+def test_rectified_sphere_centre_and_visible_surface(c, r):
+    cal = sc.rectified_pair()
+    c = np.array(c)
+    sphere = sc.Sphere(c, r)
+    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    tr = stereo.triangulate(cal, ul, ur)
+    assert tr.valid and tr.reason == '' and tr.method == 'rectified', tr
+    assert tr.frame_id == 'left_optical'
+    dist, quant = np.linalg.norm(c), quantisation(cal, c[2])
+    model = model_point(cal, sphere)
+    assert np.linalg.norm(tr.point - model) <= quant, tr.point - model
+    assert np.linalg.norm(model - c) <= 1.3 * dist * (r / dist) ** 2
+    assert (model - c) @ c < 0                                # towards the cameras
+    assert tr.row_error < 0.05 and tr.disparity > 10
+    # the visible surface's centroid is in front of the estimate by r (1 + r / D) / 2
+    vis = sphere.visible_centroid(np.zeros(3))
+    offset = (r / 2) * (1 + r / dist)
+    assert abs(np.linalg.norm(tr.point - vis) - offset) <= 1.3 * dist * (r / dist) ** 2 + quant
+    sight = c / np.linalg.norm(c)
+    along = (tr.point - vis) @ sight
+    assert along > 0.9 * np.linalg.norm(tr.point - vis)     # behind it along the line of sight
+    # DLT on the same rectified pair: the same point
+    dlt = stereo.triangulate(cal, ul, ur, method='dlt')
+    assert dlt.valid and np.abs(dlt.point - tr.point).max() < 1e-5
+
+
+def test_cx_differs_between_the_images():
+    """A rectified pair whose right principal point differs (ROS calibrations allow it): the
+    disparity is measured after the cx difference."""
+    cal = sc.rectified_pair(cx_right=300.0)
+    sphere = sc.Sphere(np.array([0.02, 0.01, 0.9]), 0.05)
+    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    tr = stereo.triangulate(cal, ul, ur)
+    assert tr.valid and tr.method == 'rectified'
+    assert np.linalg.norm(tr.point - model_point(cal, sphere)) <= quantisation(cal, 0.9)
+    assert np.linalg.norm(tr.point - sphere.centre) < 0.005
+
+
+def test_boxes():
+    cal = sc.rectified_pair()
+    lv, rv = sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P)
+    compact = [((0.05, -0.02, 1.0), (0.04, 0.03, 0.05), sc.rotation(0.3, 0.5, 0.1)),
+               ((0.2, 0.1, 0.7), (0.05, 0.05, 0.05), np.eye(3)),
+               ((-0.15, 0.05, 1.3), (0.03, 0.05, 0.04), sc.rotation(0.2, -0.4, 0.6))]
+    for c, half, rot in compact:
+        box = sc.Box(np.array(c), np.array(half), rot)
+        tr = stereo.triangulate(cal, *centroids(box, lv, rv))
+        assert tr.valid, tr
+        # within 10% of the half diagonal of the box centre: a compact box is nearly a sphere
+        assert np.linalg.norm(tr.point - c) <= 0.1 * np.linalg.norm(half), (c, tr.point - c)
+    # the worst case: a 20 cm bar slanted 46 degrees in depth, along the baseline; each
+    # image's centroid is the image of another point of the bar, so depth is off by a sixth
+    # of the bar's depth extent (its ends are 14 cm apart in depth)
+    bar = sc.Box(np.array([-0.1, 0.0, 1.5]), np.array([0.1, 0.05, 0.02]), sc.rotation(0, 0.8, 0))
+    tr = stereo.triangulate(cal, *centroids(bar, lv, rv))
+    err = tr.point - bar.centre
+    assert tr.valid and 0.02 < err[2] < 0.05 and abs(err[0]) < 0.005
+
+
+def test_dlt_converging_cameras():
+    """Two cameras toed in towards each other (not a rectified pair): linear triangulation."""
+    k = sc.intrinsics()
+    pl = stereo.projection(k, sc.rotation(ry=0.1), [0, 0, 0])
+    rr = sc.rotation(ry=-0.15)
+    pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
+    cal = stereo.Calibration(stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
+                             stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
+    assert not cal.is_rectified() and abs(cal.baseline - 0.2) < 1e-12
+    sphere = sc.Sphere(np.array([0.1, 0.03, 1.0]), 0.05)
+    tr = stereo.triangulate(cal, *centroids(sphere, sc.pinhole_view(pl), sc.pinhole_view(pr)))
+    assert tr.valid and tr.method == 'dlt' and tr.reprojection < 0.1, tr
+    # R of both Cameras is the identity: the frame of P is the left camera's frame
+    model = model_point(cal, sphere)
+    assert np.linalg.norm(tr.point - model) <= quantisation(cal, 1.0)
+    # the object lies on opposite sides of the two optical axes: both centroids shift
+    # outward, 0.6 px more disparity in all, 6 mm nearer than the centre
+    assert 0.004 < np.linalg.norm(model - sphere.centre) < 0.007
+    with pytest.raises(ValueError, match='not a rectified pair'):
+        stereo.triangulate(cal, (1, 2), (3, 4), method='rectified')
+
+
+def test_raw_distorted_images_with_rectification_rotation():
+    """Centroids of raw images (lens distortion, rectification rotations R): mapped into the
+    rectified images first; the point is reported in the left camera's (unrectified) frame."""
+    rect = sc.rectified_pair()
+    d = np.array([-0.25, 0.08, 0.001, -0.0005, 0.0])
+    rl, rr = sc.rotation(0.01, -0.02, 0.005), sc.rotation(-0.01, 0.015, 0.0)
+    k = sc.intrinsics(480.0, 322.0, 236.0)
+    left = stereo.Camera(k, rect.left.P, rl, sc.W, sc.H, 'left_optical', d)
+    right = stereo.Camera(k, rect.right.P, rr, sc.W, sc.H, 'right_optical', d)
+    cal = stereo.Calibration(left, right)
+    c, r = np.array([0.08, -0.05, 0.9]), 0.05      # in the left rectified frame
+    lv, rv = sc.raw_view(left, np.zeros(3)), sc.raw_view(right, np.array([0.06, 0, 0]))
+    ul, ur = centroids(sc.Sphere(c, r), lv, rv)
+    raw_rows = abs(ul[1] - ur[1])
+    tr = stereo.triangulate(cal, ul, ur, rectified=False)
+    assert tr.valid and tr.row_error < raw_rows and tr.row_error < 0.2, (tr, raw_rows)
+    # the distorted silhouette's centroid is not the undistorted one's: a few mm here
+    assert np.linalg.norm(tr.point_rect - c) < 0.006
+    assert np.allclose(tr.point, rl.T @ tr.point_rect)
+
+
+def test_rectify_inverts_the_lens_model():
+    k = sc.intrinsics()
+    d = np.array([-0.3, 0.1, 0.002, 0.001, -0.02, 0.01, 0.0, 0.001])
+    cam = stereo.Camera(k, np.hstack([k, np.zeros((3, 1))]), D=d,
+                        distortion_model='rational_polynomial')
+    for x, y in [(0.0, 0.0), (0.3, -0.2), (-0.5, 0.35)]:
+        raw = k @ np.append(stereo.distort(np.array([x, y]), d), 1.0)
+        assert np.allclose(cam.rectify(raw[:2]), (k @ [x, y, 1.0])[:2], atol=1e-6)
+
+
+@pytest.mark.parametrize('left, right, reason', [
+    (None, (300.0, 240.0), stereo.NOT_VISIBLE_LEFT),
+    ((300.0, 240.0), None, stereo.NOT_VISIBLE_RIGHT),
+    ((float('nan'), 240.0), (300.0, 240.0), stereo.NOT_FINITE),
+    ((300.0, 240.0), (300.0, float('inf')), stereo.NOT_FINITE),
+    ((300.0, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # zero disparity
+    ((300.5, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # below 1 px
+    ((290.0, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # negative: behind
+    ((330.0, 240.0), (300.0, 250.0), stereo.ROW_ERROR),           # not the same object
+])
+def test_invalid(left, right, reason):
+    tr = stereo.triangulate(sc.rectified_pair(), left, right)
+    assert not tr.valid and tr.reason == reason
+    if reason == stereo.ROW_ERROR:
+        assert tr.point is not None and tr.row_error == 10.0   # kept for inspection
+
+
+def test_object_seen_by_one_camera_only():
+    """A sphere outside the right camera's field of view: empty mask, no estimate."""
+    cal = sc.rectified_pair()
+    sphere = sc.Sphere(np.array([-0.31, 0.0, 0.5]), 0.01)
+    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    assert ul is not None and ur is None
+    tr = stereo.triangulate(cal, ul, ur)
+    assert not tr.valid and tr.reason == stereo.NOT_VISIBLE_RIGHT and tr.point is None
+
+
+def test_dlt_invalid():
+    cal = sc.rectified_pair()
+    behind = stereo.triangulate(cal, (290.0, 240.0), (300.0, 240.0), method='dlt')
+    assert not behind.valid and behind.reason == stereo.BEHIND
+    far = stereo.triangulate(cal, (300.0, 240.0), (300.0, 240.0), method='dlt')
+    assert not far.valid and far.reason == stereo.AT_INFINITY and far.point is None
+    skew = stereo.triangulate(cal, (330.0, 240.0), (300.0, 260.0), method='dlt')
+    assert not skew.valid and skew.reason == stereo.REPROJECTION and skew.reprojection > 4
+
+
+def test_bad_calibration_is_refused():
+    k = sc.intrinsics()
+    p = np.hstack([k, np.zeros((3, 1))])
+    with pytest.raises(ValueError, match='not calibrated'):
+        stereo.Camera(np.zeros((3, 3)), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match='3x4'):
+        stereo.Camera(k, np.zeros(9))
+    with pytest.raises(ValueError, match='NaN'):
+        stereo.Camera(k, np.where(p == 0, np.nan, p))
+    with pytest.raises(ValueError, match='rotation'):
+        stereo.Camera(k, p, R=2 * np.eye(3))
+    with pytest.raises(ValueError, match='equidistant'):
+        stereo.Camera(k, p, D=[0.1, 0, 0, 0], distortion_model='equidistant')
+    with pytest.raises(ValueError, match='min_disparity_px'):
+        stereo.Limits(min_disparity_px=-1)
+    with pytest.raises(ValueError, match='method'):
+        stereo.triangulate(sc.rectified_pair(), (1, 2), (3, 4), method='sgbm')
