@@ -1,0 +1,62 @@
+"""CameraInfo messages -> the stereo core's Calibration (sam2_ros/ros/stereo_msgs.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import CameraInfo
+
+from sam2_ros import stereo
+from sam2_ros.ros.stereo_msgs import calibration_from_msgs, camera_from_msg
+import stereo_scenes as sc
+
+
+def info(cam: stereo.Camera) -> CameraInfo:
+    msg = CameraInfo()
+    msg.header.frame_id = cam.frame_id
+    msg.width, msg.height = cam.width, cam.height
+    msg.distortion_model = cam.distortion_model
+    msg.d = [float(v) for v in cam.D]
+    msg.k = [float(v) for v in cam.K.ravel()]
+    msg.r = [float(v) for v in cam.R.ravel()]
+    msg.p = [float(v) for v in cam.P.ravel()]
+    return msg
+
+
+def test_round_trip_and_triangulation():
+    cal = sc.rectified_pair()
+    left = info(cal.left)
+    left.d = [-0.2, 0.05, 0.0, 0.0, 0.0]
+    got = calibration_from_msgs(left, info(cal.right))
+    assert got.left.frame_id == 'left_optical' and got.right.frame_id == 'right_optical'
+    assert (got.left.width, got.left.height) == (sc.W, sc.H)
+    for a, b in ((got.left.P, cal.left.P), (got.right.P, cal.right.P),
+                 (got.left.K, cal.left.K), (got.left.R, np.eye(3))):
+        assert np.array_equal(a, b)
+    assert np.array_equal(got.left.D, [-0.2, 0.05, 0, 0, 0])
+    assert got.is_rectified() and abs(got.baseline - 0.06) < 1e-12
+    tr = stereo.triangulate(got, (349.5, 239.5), (319.5, 239.5))
+    assert tr.valid and np.allclose(tr.point, [0.06, 0, 1.0])
+
+
+def test_refused():
+    cal = sc.rectified_pair()
+    uncalibrated = CameraInfo()
+    uncalibrated.header.frame_id = 'cam'
+    with pytest.raises(ValueError, match="'cam'.*not calibrated"):
+        camera_from_msg(uncalibrated)
+    binned = info(cal.left)
+    binned.binning_x = 2
+    with pytest.raises(ValueError, match='binning'):
+        camera_from_msg(binned)
+    roi = info(cal.left)
+    roi.roi.x_offset, roi.roi.width, roi.roi.height = 10, 100, 100
+    with pytest.raises(ValueError, match='region of interest'):
+        camera_from_msg(roi)
+    full = info(cal.left)          # a ROI of the whole image is no ROI
+    full.roi.width, full.roi.height = sc.W, sc.H
+    assert camera_from_msg(full).width == sc.W
+    fisheye = info(cal.left)
+    fisheye.distortion_model, fisheye.d = 'equidistant', [0.1, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match='equidistant'):
+        camera_from_msg(fisheye)
