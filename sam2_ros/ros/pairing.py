@@ -1,0 +1,213 @@
+"""Frames of N cameras grouped by stamp, as one tracker step takes them (pure Python, no ROS).
+
+The policy (like ``message_filters``' approximate-time policy, but an unpaired frame never
+waits more than one frame period, and nothing is dropped here):
+
+* each camera's frames queue in arrival order; stamps must increase per camera;
+* the *pivot* is the queued frame with the earliest stamp (ties: the lower camera index).
+  Its group takes, from every other camera, the head of its queue when that head's stamp is
+  within ``tolerance_ns`` of the pivot's (``tolerance_ns=0``: equal stamps only). The head is
+  the only candidate: every queued stamp is >= the pivot's, and a camera's frames leave in
+  order;
+* the group is released when it is complete, or when it cannot complete any more: every
+  camera it lacks has *moved past* it (delivered a stamp beyond the pivot's + tolerance; its
+  stamps only grow) or is *absent* (no frame for ``absent_periods`` periods, more than a
+  dropped frame's gap and its jitter; a camera not heard from yet counts from the first
+  frame of any camera), or a queued frame has *timed out* (waited ``period_ns``: the
+  pivot's group leaves so that it can follow), or a queue holds more than ``queue_size``
+  frames (*overflow*: a burst of one camera while another is late);
+* a stamp not above its camera's previous one (time jumped back: a bag restarted, a
+  simulator reset) is a *reset*: everything queued is released as it stands, the stamps
+  seen are forgotten, then the frame is queued.
+
+Time advances only through the ``now_ns`` arguments of ``put`` and ``flush`` (any monotonic
+clock, e.g. the receipt time of the frame put): the pairer never sleeps, so the tests are
+deterministic. The caller (the node's mailbox) calls ``flush(now)`` by ``next_deadline()``
+so that a lone frame leaves after one period even when no other frame arrives.
+
+Every frame put comes out in exactly one group. A tolerance of at most half a frame period
+keeps matches unambiguous (a wider one could pair a frame with its partner's neighbour), so
+it is refused. Not thread safe: the node calls it under its mailbox lock.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional
+
+COMPLETE, MOVED_PAST, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN = (
+    'complete', 'moved_past', 'absent', 'timeout', 'overflow', 'reset', 'drain')
+
+
+@dataclass
+class Arrival:
+    """One camera's frame as it was put."""
+
+    camera: int
+    stamp_ns: int
+    recv_ns: int
+    item: Any
+
+
+@dataclass
+class Group:
+    """Frames of one step: ``frames[c]`` is camera c's, None where it has none.
+
+    stamp_ns: the pivot's (earliest) stamp; reason: why it was released (COMPLETE, or why
+    not: MOVED_PAST, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN).
+    """
+
+    stamp_ns: int
+    frames: List[Optional[Arrival]]
+    reason: str
+
+    @property
+    def complete(self) -> bool:
+        return all(f is not None for f in self.frames)
+
+
+@dataclass
+class PairingCounts:
+    complete: int = 0          # groups with a frame of every camera
+    partial: int = 0           # groups released without some camera's frame
+    resets: int = 0            # stamps that went backwards
+    by_reason: Dict[str, int] = field(default_factory=collections.Counter)
+
+
+class StampPairer:
+    """Groups frames of ``cameras`` cameras by stamp (see the module docstring)."""
+
+    def __init__(self, cameras: int, period_ns: int, tolerance_ns: int = 0,
+                 queue_size: int = 4, absent_periods: float = 3.0) -> None:
+        if int(cameras) < 1:
+            raise ValueError(f'cameras must be >= 1, got {cameras!r}')
+        if int(period_ns) <= 0:
+            raise ValueError(f'period_ns must be > 0, got {period_ns!r}')
+        if not 0 <= int(tolerance_ns) <= int(period_ns) // 2:
+            raise ValueError(f'tolerance_ns must be in 0..period_ns/2 ({int(period_ns) // 2}), '
+                             f'got {tolerance_ns!r}: a wider one can pair a frame with the '
+                             f'neighbour of its partner')
+        if int(queue_size) < 1:
+            raise ValueError(f'queue_size must be >= 1, got {queue_size!r}')
+        if not absent_periods >= 1:
+            raise ValueError(f'absent_periods must be >= 1, got {absent_periods!r}')
+        self.cameras = int(cameras)
+        self.period_ns = int(period_ns)
+        self.tolerance_ns = int(tolerance_ns)
+        self.queue_size = int(queue_size)
+        self.absent_ns = int(absent_periods * self.period_ns)
+        self._queues: List[Deque[Arrival]] = [collections.deque() for _ in range(self.cameras)]
+        self._last_stamp: List[Optional[int]] = [None] * self.cameras
+        self._last_recv: List[Optional[int]] = [None] * self.cameras
+        self._start_ns: Optional[int] = None     # the first frame's receipt (absent cameras)
+        self.counts = PairingCounts()
+
+    # ------------------------------------------------------------------ input
+    def put(self, camera: int, stamp_ns: int, item: Any, now_ns: int) -> List[Group]:
+        """Queue camera ``camera``'s frame (received at ``now_ns``); the groups released now,
+        oldest first."""
+        if not 0 <= camera < self.cameras:
+            raise ValueError(f'camera {camera} out of range 0..{self.cameras - 1}')
+        out: List[Group] = []
+        last = self._last_stamp[camera]
+        if last is not None and stamp_ns <= last:
+            self.counts.resets += 1
+            out += self._drain(RESET)
+            self._last_stamp = [None] * self.cameras
+        self._queues[camera].append(Arrival(camera, int(stamp_ns), int(now_ns), item))
+        self._last_stamp[camera] = int(stamp_ns)
+        self._last_recv[camera] = int(now_ns)
+        if self._start_ns is None:
+            self._start_ns = int(now_ns)
+        return out + self._release(int(now_ns))
+
+    def flush(self, now_ns: int) -> List[Group]:
+        """The groups that can leave at ``now_ns`` (lone frames that waited a period)."""
+        return self._release(int(now_ns))
+
+    def drain(self) -> List[Group]:
+        """Release everything queued as it stands (deactivate: nothing is lost)."""
+        return self._drain(DRAIN)
+
+    def next_deadline(self) -> Optional[int]:
+        """When the longest-waiting frame times out (``now_ns`` units), None when nothing
+        waits: call ``flush`` then."""
+        oldest = self._oldest_recv()
+        return None if oldest is None else oldest + self.period_ns
+
+    def pending(self) -> int:
+        """Frames queued, all cameras."""
+        return sum(len(q) for q in self._queues)
+
+    # ------------------------------------------------------------------ policy
+    def _oldest_recv(self) -> Optional[int]:
+        """The receipt time of the frame queued longest (a queue is in arrival order)."""
+        heads = [q[0].recv_ns for q in self._queues if q]
+        return min(heads) if heads else None
+
+    def _pivot(self) -> Optional[Arrival]:
+        heads = [q[0] for q in self._queues if q]
+        return min(heads, key=lambda a: (a.stamp_ns, a.camera)) if heads else None
+
+    def _release(self, now_ns: int) -> List[Group]:
+        out = []
+        while True:
+            pivot = self._pivot()
+            if pivot is None:
+                return out
+            frames = self._candidates(pivot)
+            reason = self._reason(frames, pivot, now_ns)
+            if reason is None:
+                return out
+            out.append(self._emit(frames, pivot.stamp_ns, reason))
+
+    def _candidates(self, pivot: Arrival) -> List[Optional[Arrival]]:
+        """The pivot's group as it stands: per camera the head of its queue when within the
+        tolerance of the pivot's stamp."""
+        limit = pivot.stamp_ns + self.tolerance_ns
+        return [pivot if c == pivot.camera else (q[0] if q and q[0].stamp_ns <= limit else None)
+                for c, q in enumerate(self._queues)]
+
+    def _reason(self, frames: List[Optional[Arrival]], pivot: Arrival,
+                now_ns: int) -> Optional[str]:
+        """Why the pivot's group leaves now, None when it waits."""
+        missing = [c for c, f in enumerate(frames) if f is None]
+        if not missing:
+            return COMPLETE
+        limit = pivot.stamp_ns + self.tolerance_ns
+        past = [self._last_stamp[c] is not None and self._last_stamp[c] > limit
+                for c in missing]
+        heard = [self._start_ns if self._last_recv[c] is None else self._last_recv[c]
+                 for c in missing]
+        absent = [now_ns - t >= self.absent_ns for t in heard]
+        if all(p or a for p, a in zip(past, absent)):
+            return MOVED_PAST if all(past) else ABSENT
+        if now_ns - self._oldest_recv() >= self.period_ns:
+            return TIMEOUT
+        if any(len(q) > self.queue_size for q in self._queues):
+            return OVERFLOW
+        return None
+
+    def _emit(self, frames: List[Optional[Arrival]], stamp_ns: int, reason: str) -> Group:
+        for f in frames:
+            if f is not None:
+                self._queues[f.camera].popleft()
+        group = Group(stamp_ns, frames, reason)
+        if group.complete:
+            self.counts.complete += 1
+        else:
+            self.counts.partial += 1
+        self.counts.by_reason[reason] += 1
+        return group
+
+    def _drain(self, reason: str) -> List[Group]:
+        """Every queued frame out, in the pivot order, grouped as far as they match."""
+        out = []
+        while True:
+            pivot = self._pivot()
+            if pivot is None:
+                return out
+            frames = self._candidates(pivot)
+            complete = all(f is not None for f in frames)
+            out.append(self._emit(frames, pivot.stamp_ns, COMPLETE if complete else reason))
