@@ -26,7 +26,7 @@ particular 3D point. For a convex object the two centroid rays pass near its cen
 triangulated point lies near the centre of the object (for a sphere, at its centre up to a
 second-order term in radius / distance), not on its visible surface: it lies about half
 the object's depth behind the centroid of the visible surface (for a sphere of radius r,
-r / 2). test/test_stereo.py measures both on rendered scenes.
+r / 2). test/engine/test_stereo.py measures both on rendered scenes.
 
 Pixel coordinates are OpenCV's and ROS' (the centre of the top-left pixel is (0, 0)), as
 ``ObjectResult.centroid``. Centroids of raw (distorted, unrectified) images are mapped into
