@@ -100,7 +100,7 @@ def test_boxes():
         # within 10% of the half diagonal of the box centre: a compact box is nearly a sphere
         assert np.linalg.norm(tr.point - c) <= 0.1 * np.linalg.norm(half), (c, tr.point - c)
     # the worst case: a 20 cm bar slanted 46 degrees in depth, along the baseline; each
-    # image's centroid is the image of another point of the bar, so depth is off by a sixth
+    # image's centroid is the image of another point of the bar, so depth is off by a quarter
     # of the bar's depth extent (its ends are 14 cm apart in depth)
     bar = sc.Box(np.array([-0.1, 0.0, 1.5]), np.array([0.1, 0.05, 0.02]), sc.rotation(0, 0.8, 0))
     tr = stereo.triangulate(cal, *centroids(bar, lv, rv))
