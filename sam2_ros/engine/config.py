@@ -95,6 +95,14 @@ class TrackerConfig:
     # click 3); other counts run eagerly. False: every prompt runs eagerly.
     prompt_graphs: bool = True
     prompt_point_buckets: tuple = (1, 2, 3)
+    # Image mode (engine/image.py, sam2's image-predictor computation) as CUDA graphs (with
+    # use_cuda_graphs, CUDA only): the image encoder, and prompt encoder + mask decoder per
+    # prompt count in image_prompt_buckets and point count in prompt_point_buckets (or a mask
+    # input alone), each captured on first use; other shapes run eagerly. False: eager.
+    image_graphs: bool = True
+    # Prompt counts of the image-mode decoder graphs: a call is padded up to the next bucket;
+    # more prompts than the largest run in chunks of it.
+    image_prompt_buckets: tuple = (1, 2, 4, 8, 16)
     # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
     graph_cond_buckets: Optional[tuple] = None
     # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,
@@ -153,6 +161,10 @@ class TrackerConfig:
         if not all(isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
             raise ValueError(f'prompt_point_buckets must be point counts in 1..64, got '
                              f'{self.prompt_point_buckets!r}')
+        if not self.image_prompt_buckets or not all(
+                isinstance(n, int) and 1 <= n <= 256 for n in self.image_prompt_buckets):
+            raise ValueError(f'image_prompt_buckets must be prompt counts in 1..256, got '
+                             f'{self.image_prompt_buckets!r}')
         if isinstance(self.fill_hole_area, bool) or not isinstance(self.fill_hole_area, int) \
                 or not 0 <= self.fill_hole_area <= 1024:
             raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '

@@ -28,6 +28,8 @@ import torch
 from sam2_ros.engine import encoder, frame_in, masks_out, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
+from sam2_ros.engine.image import ImageSegmenter
+from sam2_ros.engine.image import frame_result as image_frame_result
 from sam2_ros.engine.errors import (CapacityError, FrameError, PromptError, StepError,
                                     UnknownObjectError)
 from sam2_ros.engine.memory import MemoryBank
@@ -99,6 +101,7 @@ class StreamingTracker:
         # are checked against that frame (in track), not against the last one's size.
         self._size_open = False
         self._features: Optional[encoder.Features] = None
+        self._image: Optional[ImageSegmenter] = None     # image mode, built on first use
         self._warm_up()
 
     # ---- public API ------------------------------------------------------------------
@@ -226,33 +229,27 @@ class StreamingTracker:
         self._queued.clear()
         self._size_open = True
 
-    def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt]) -> FrameResult:
-        """Image mode: segment one still with prompts; no memory read or written.
+    def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
+                      multimask_output: bool = False) -> FrameResult:
+        """Image mode: segment one still as sam2's ``SAM2ImagePredictor`` does (``image.py``:
+        its preprocessing, the encoder once, all prompts of a shape in one decoder call); no
+        memory read or written.
 
         Args:
             frame: [H, W, 3] uint8 RGB of any size (independent of the stream's size).
-            prompts: one per object (ids need not be tracked).
+            prompts: one per object (ids need not be tracked); a mask prompt is a mask input.
+            multimask_output: as the predictor's; each prompt's mask of highest predicted IoU.
 
         Returns:
             ``FrameResult`` with frame_index 0, one ``ObjectResult`` per prompt (in the
-            prompts' order, ``frames_since_prompt`` 0). The tracker's objects, memory and
-            frame counter are unchanged.
+            prompts' order, ``frames_since_prompt`` 0, score the object score logit). The
+            tracker's objects, memory, features and frame counter are unchanged.
         """
-        h, w = frame_in.frame_size(frame)
-        with torch.inference_mode(), autocast(self.cfg):
-            feats = encoder.encode_image(self.model, frame_in.to_model_input(
-                frame, self.size, self.device))
-            outs = [self._run_prompt(p, feats, h, w, None, None)[0] for p in prompts]
-        logits = torch.cat([o.low_res_logits for o in outs]) if outs else \
-            torch.zeros(0, 1, self.size // 4, self.size // 4)
-        masks, stats = masks_out.masks_and_stats(logits, h, w)
-        res = FrameResult(0, h, w, mode='eager')
-        for p, o, m, s in zip(prompts, outs, masks, stats):
-            area, box, cen = masks_out.unpack(s)
-            score = float(o.score.float()[0, 0])
-            res.objects.append(ObjectResult(p.obj_id, m, score, TRACKING if score > 0 else
-                                            OCCLUDED, box, area, cen, 0, o.low_res_logits[0, 0]))
-        return res
+        if self._image is None:
+            self._image = ImageSegmenter(self.cfg, model=self.model,
+                                         on_fallback=self._count_fallback)
+        return image_frame_result(self._image.segment(frame, prompts, multimask_output),
+                                  prompts)
 
     # ---- internals -------------------------------------------------------------------
     def _warm_up(self) -> None:

@@ -16,6 +16,7 @@ import torch
 from conftest import assert_unchanged, make_tracker, snapshot, textured_frame
 from sam2_ros.engine.errors import CapacityError, FrameError, PromptError, TrackerError, \
     UnknownObjectError
+from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -255,13 +256,13 @@ def test_segment_image_is_stateless(busy):
     assert [o.obj_id for o in res.objects] == [7, 200, 7]         # one result per prompt
     assert all(o.mask.shape == (70, 90) for o in res.objects)
     assert res.by_id(200).area > 0
-    # each result is what the prompt gives alone, and what a fresh tracker's first prompt gives
+    # each result is what the prompt gives alone, and what the image path gives without a
+    # tracker (sam2's image-predictor computation: test/engine/test_image_segmenter.py)
     alone = busy.segment_image(still, [prompts[2]])
     assert torch.equal(alone.objects[0].low_res_logits, res.objects[2].low_res_logits)
-    fresh = make_tracker(image_size=64)
-    fresh.track(still)
-    first = fresh.add_prompt(prompts[0])
-    assert torch.equal(first.by_id(7).low_res_logits, res.objects[0].low_res_logits)
+    lone = ImageSegmenter(busy.cfg, model=busy.model).segment(still, prompts)
+    for o, lg in zip(res.objects, lone.low_res_logits):
+        assert torch.equal(o.low_res_logits, lg[0])
     assert busy.segment_image(still, []).objects == []
     for bad, err in (([Prompt(3, points=np.array([[np.nan, 1.0]]), labels=[1])], PromptError),
                      ([Prompt(0, mask=mask)], PromptError)):
