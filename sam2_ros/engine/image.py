@@ -127,7 +127,13 @@ def encode(model, image: torch.Tensor) -> ImageFeatures:
 
 
 def decode(model, feats: ImageFeatures, batch: PromptBatch, multimask: bool) -> Prediction:
-    """Prompt encoder + mask decoder for the N prompts of ``batch``, as ``_predict``."""
+    """Prompt encoder + mask decoder for the N prompts of ``batch``, as ``_predict``.
+    ``_predict`` fails on several mask inputs without points (it repeats the image only for
+    points, and the decoder wants one image per prompt): those run one by one here, so each
+    gives what the predictor gives it alone."""
+    if batch.coords is None and batch.n > 1:
+        return cat_predictions([decode(model, feats, batch.rows(i, i + 1), multimask)
+                                for i in range(batch.n)])
     points = None if batch.coords is None else (batch.coords, batch.labels)
     sparse, dense = model.sam_prompt_encoder(points=points, boxes=None, masks=batch.mask_input)
     low, iou, _, score = model.sam_mask_decoder(
