@@ -34,16 +34,15 @@ def test_ours_rows_counts_and_table(tmp_path):
         assert r['gpu_kernel_ms'] is None and r['peak_mib'] is None         # CPU run
         assert r['gpu'] == 'cpu' and r['run'] == rows[0]['run'] and r['command'].endswith(
             ' '.join(argv))
-        # image mode reads no memory, but runs the video step's memory encoder per prompt
-        assert r['memory_attention_calls'] == 0
-        assert r['memory_encoder_calls'] == r['prompts']
+        # image mode runs no memory module (sam2's image-predictor computation)
+        assert r['memory_attention_calls'] == 0 and r['memory_encoder_calls'] == 0
     lines = image_mode.table(rows)
     assert lines[1].startswith('|---') and len(lines) == 2 + len(rows)
-    assert '| fp32 | 3 | ours | tiny |' in lines[3] and '| 0 / 3 |' in lines[3]
+    assert '| fp32 | 3 | ours | tiny |' in lines[3] and '| 0 / 0 |' in lines[3]
     # the doc section renders this file: one row per variant and model (p50 / p99 per
     # precision and prompt count), then the ratio table (no SAM rows: '-')
     section = report.image_mode(str(tmp_path))
-    assert any(s.startswith('| ours | tiny |') and '| 0 / 1; 0 / 3 |' in s for s in section)
+    assert any(s.startswith('| ours | tiny |') and '| 0 / 0; 0 / 0 |' in s for s in section)
     assert '| fp32 | 1 | - | - | - | - |' in section
 
 

@@ -6,8 +6,9 @@
 Why: a blog post claims SAM 2 is ~3x slower than SAM on single images because its image path
 keeps a memory bank. This measures it. Variants (random weights, same synthetic images):
 
-- ``ours``: ``StreamingTracker.segment_image`` (SAM 2.1 tiny/small/base_plus/large; the
-  encoder eager, each prompt through the prompted video step, as a graph where one fits);
+- ``ours``: ``ImageSegmenter.segment`` (engine/image.py, what ``StreamingTracker.segment_image``
+  runs; SAM 2.1 tiny/small/base_plus/large): sam2's image-predictor computation, the encoder
+  and one batched decoder call as CUDA graphs, no memory bank;
 - ``sam2_predictor``: sam2's ``SAM2ImagePredictor`` on ``build_sam2`` (``set_image`` then one
   batched ``predict``), as sam2's README runs it;
 - ``sam``: ``SamPredictor`` of the ``segment-anything`` package (ViT-B/L/H built with
@@ -17,8 +18,8 @@ keeps a memory bank. This measures it. Variants (random weights, same synthetic 
 Prompts: 1 or 8 boxes per image (a 4x2 grid), one mask each (``multimask_output=False``),
 masks at source resolution delivered to the host. Per row (variant, model, res, prompts,
 precision): wall ms per image p50/p99 over ``--images`` images after ``--warmup``;
-``encoder_ms_p50`` (``set_image``; for ours the encoder alone, timed in a loop of its own) and
-``decoder_ms_p50`` (the rest); ``gpu_kernel_ms`` (CUDA kernel time per image under
+``encoder_ms_p50`` (``set_image``; for ours ``ImageSegmenter.set_image``, timed in a loop of
+its own) and ``decoder_ms_p50`` (the rest); ``gpu_kernel_ms`` (CUDA kernel time per image under
 torch.profiler); ``peak_mib`` (max allocated since the model was built, model included);
 ``memory_attention_calls`` / ``memory_encoder_calls`` per image (forward calls of sam2's
 MemoryAttention / MemoryEncoder modules, counted on one eager image; ours counted on an eager

@@ -1,6 +1,7 @@
 """The models under test of the image-mode benchmark (``image_mode.py``): ours
-(``StreamingTracker.segment_image``), sam2's ``SAM2ImagePredictor`` and SAM's ``SamPredictor``,
-each built once per model size and precision with random weights."""
+(``ImageSegmenter.segment``, what ``StreamingTracker.segment_image`` runs), sam2's
+``SAM2ImagePredictor`` and SAM's ``SamPredictor``, each built once per model size and precision
+with random weights."""
 
 from __future__ import annotations
 
@@ -29,33 +30,28 @@ def _autocast(device: str, precision: str):
 
 
 def ours(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> Variant:
-    import torch
-
-    from sam2_ros.engine import encoder, frame_in
+    """``ImageSegmenter.segment`` (engine/image.py), built once per precision on a model of its
+    own (bf16 precasts its weights in place, as a standalone segmenter does), and an eager twin
+    on the same model where module calls are counted."""
     from sam2_ros.engine.config import TrackerConfig
-    from sam2_ros.engine.model import build_model
-    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.image import ImageSegmenter
     from sam2_ros.engine.types import Prompt
     cfg = TrackerConfig(model_size=model_size, image_size=a.res, random_weights=True,
                         seed=a.seed, device=a.device, precision=precision)
-    if 'model' not in cache:
-        cache['model'] = build_model(cfg)
-    if ('tracker', precision) not in cache:      # graphs captured once per precision
-        cache['tracker', precision] = StreamingTracker(cfg, model=cache['model'])
-        cache['eager', precision] = StreamingTracker(cfg.replace(use_cuda_graphs=False),
-                                                     model=cache['model'])
-    tr, twin = cache['tracker', precision], cache['eager', precision]
+    if ('ours', precision) not in cache:         # graphs captured once per precision
+        cache['ours', precision] = ImageSegmenter(cfg)
+        cache['eager', precision] = ImageSegmenter(cfg.replace(use_cuda_graphs=False),
+                                                   model=cache['ours', precision].model)
+    seg, twin = cache['ours', precision], cache['eager', precision]
 
     def prompts(bx):
         return [Prompt(i + 1, box=tuple(float(v) for v in b)) for i, b in enumerate(bx)]
 
     def encode(img):
-        with torch.inference_mode(), _autocast(a.device, precision):
-            feats = encoder.encode_image(tr.model, frame_in.to_model_input(img, a.res, tr.device))
+        seg.set_image(img)
         sync(a.device)
-        return feats
-    return Variant(lambda img, bx: tr.segment_image(img, prompts(bx)), encode,
-                   lambda img, bx: twin.segment_image(img, prompts(bx)))
+    return Variant(lambda img, bx: seg.segment(img, prompts(bx)).masks, encode,
+                   lambda img, bx: twin.segment(img, prompts(bx)))
 
 
 def sam2_predictor(model_size: str, a: argparse.Namespace, precision: str,
