@@ -2,7 +2,7 @@
 
 ``sam2/utils/transforms.py`` imports ``ToTensor``, ``Resize`` and ``Normalize`` from
 torchvision, and no torchvision build for the CPU-only torch of CI can be installed beside it
-(test/test_image_mode_cpu.py says why). So that CI can run ``SAM2ImagePredictor`` itself, end
+(test/tools/test_image_mode_cpu.py says why). So that CI can run ``SAM2ImagePredictor`` itself, end
 to end, this module registers a minimal ``torchvision.transforms`` offering those three with
 torchvision's tensor semantics (torchvision >= 0.17, whose tensor ``Resize`` antialiases by
 default), and nothing else:
