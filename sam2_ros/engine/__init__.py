@@ -14,6 +14,9 @@ Files follow a frame through the engine::
 * runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; frame-in and
   masks-out graphs in ``cuda/io_graphs.py``), side by side with the same interface
 * ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
+* ``image.py``      ``ImageSegmenter``: single images as sam2's image predictor computes them
+  (no memory modules, no bank; prompts batched by ``image_prompts.py``, CUDA graphs in
+  ``image_graphs.py``); ``StreamingTracker.segment_image`` runs it
 
 The public API is re-exported here, imported on first use, so that ``import sam2_ros.engine``
 (or ``sam2_ros.engine.config``) stays light (no torch)::
@@ -25,6 +28,7 @@ import importlib
 
 _EXPORTS = {
     'StreamingTracker': 'tracker',
+    'ImageSegmenter': 'image',
     'TrackerConfig': 'config',
     'Prompt': 'types',
     'FrameResult': 'types',
