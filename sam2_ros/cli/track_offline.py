@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from sam2_ros.cli import CliError
+from sam2_ros.cli import image_mode
 from sam2_ros.cli import prompts_file as pf
 from sam2_ros.cli.sources import FrameSource, open_source
 from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--precision', choices=PRECISIONS, default=None,
                    help='default: bf16 on CUDA, fp32 on CPU (bf16 autocast is slow on CPU)')
     p.add_argument('--no-cuda-graphs', action='store_true', help='run every step eagerly')
+    p.add_argument('--image-mode', action='store_true',
+                   help="segment every image alone, as sam2's image predictor (no memory): the "
+                   'add events of frame k are the prompts of image k (sam2_ros/cli/image_mode.py)')
     p.add_argument('--precompile', default='',
                    help="comma-separated parts run as fused kernels compiled once and loaded by "
                         "later runs: 'encoder', 'heads' (CUDA graphs only; the first run "
@@ -241,9 +245,13 @@ def run(args: argparse.Namespace) -> dict:
     """Validate everything, track, write the outputs; return the summary (also written)."""
     cfg = config_from_args(args)
     events = pf.load_prompts(args.prompts)
+    if args.image_mode:
+        image_mode.check_events(events, args.prompts)
     source = open_source(args.input)
     try:
-        pf.check_against_input(events, *source.size, cfg.max_objects, args.prompts)
+        # image mode holds no objects between images: any number of ids (1..255) may appear
+        pf.check_against_input(events, *source.size, 255 if args.image_mode else
+                               cfg.max_objects, args.prompts)
         prepare_out_dir(args.out, args.overwrite)
         fps = args.fps or source.fps or DEFAULT_FPS
         if not (math.isfinite(fps) and fps > 0):
@@ -256,11 +264,12 @@ def run(args: argparse.Namespace) -> dict:
 def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: FrameSource,
            fps: float) -> dict:
     from sam2_ros.engine.errors import TrackerError
+    from sam2_ros.engine.image import ImageSegmenter
     from sam2_ros.engine.tracker import StreamingTracker
 
     t0 = time.perf_counter()
     try:
-        tracker = StreamingTracker(cfg)
+        tracker = ImageSegmenter(cfg) if args.image_mode else StreamingTracker(cfg)
     except TrackerError as exc:
         raise CliError(str(exc)) from exc
     build_s = time.perf_counter() - t0
@@ -268,8 +277,12 @@ def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: Frame
     outputs = Outputs(args.out, source.size, fps, video=not args.no_video)
     status, error, t1 = 'ok', None, time.perf_counter()
     try:
-        process(tracker, source, pf.events_by_frame(events), outputs, stats, args.max_frames,
-                args.prompts, progress=not args.no_progress)
+        if args.image_mode:
+            image_mode.process(tracker, source, pf.events_by_frame(events), outputs, stats,
+                               args.max_frames, progress=not args.no_progress)
+        else:
+            process(tracker, source, pf.events_by_frame(events), outputs, stats,
+                    args.max_frames, args.prompts, progress=not args.no_progress)
     except CliError as exc:
         status, error = 'error', str(exc)
         raise
@@ -294,6 +307,7 @@ def _summary(args, cfg, events, source, fps, stats, build_s, track_s, tracker, s
     return {
         'status': status, 'error': error,
         'input': os.path.abspath(args.input), 'input_kind': source.kind,
+        'image_mode': bool(args.image_mode),
         'width': int(source.size[1]), 'height': int(source.size[0]),
         'frames': stats['frames'], 'object_ids': sorted(stats['ids']),
         'prompts': os.path.abspath(args.prompts), 'events': len(events),
