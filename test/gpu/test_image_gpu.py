@@ -19,6 +19,7 @@ where torchvision is installed (scripts/gpu/gpu_image_mode.sh installs its wheel
   that of a twin that never segmented an image, bitwise.
 """
 
+import gc
 import json
 import os
 
@@ -169,7 +170,7 @@ def test_gpu_path_within_tolerance_of_real_predictor(gpu_model, precision, graph
                 k = iou.argmax(1)
                 want_low = torch.as_tensor(low).reshape(n, iou.shape[1], 256, 256)[
                     torch.arange(n), k]
-                want_masks = np.asarray(masks).reshape(n, iou.shape[1], h, w)[np.arange(n), k]
+                want_masks = np.asarray(masks).reshape(n, iou.shape[1], h, w)[np.arange(n), k.numpy()]
                 res = seg.segment(img, prompts, multimask_output=multimask)
                 ours = res.low_res_logits[:, 0].clamp(-32, 32).cpu()
                 worst['logits'] = max(worst['logits'], float((ours - want_low).abs().max()))
@@ -192,6 +193,7 @@ def test_peak_memory_within_10_percent_of_predictor():
     cfg = TrackerConfig(image_size=1024, device='cuda', precision='bf16', random_weights=True)
     peaks = {}
     for name in ('predictor', 'ours'):
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         if name == 'predictor':
@@ -217,8 +219,10 @@ def test_peak_memory_within_10_percent_of_predictor():
 
 
 def test_tracker_with_graphs_undisturbed_by_segment_image(gpu_model):
+    # sam2's attention call: 'auto' times kernels at capture, and two trackers may choose
+    # differently
     cfg = TrackerConfig(image_size=1024, device='cuda', precision='bf16', random_weights=True,
-                        max_objects=2)
+                        max_objects=2, steady_attention='sam2')
     busy, twin = StreamingTracker(cfg, model=gpu_model), StreamingTracker(cfg, model=gpu_model)
     frames = [image(720, 1280, seed=s) for s in range(4)]
     for tr in (busy, twin):
