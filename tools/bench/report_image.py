@@ -10,13 +10,18 @@ from tools.bench.markdown import load as _load, prov as _prov, table as _table
 from tools.bench.results import fmt as _f
 
 
-def _image_run(results: str) -> Optional[List[dict]]:
-    """The newest run's rows of ``h200_image.json``; None until that file exists."""
+def _image_runs(results: str) -> Optional[List[List[dict]]]:
+    """The rows of ``h200_image.json`` grouped by run, newest run first; None until that
+    file exists. The file keeps the newest row of each key (``save_json``), so an older run
+    shows only what no later run measured again, in a table of its own (speeds compare
+    within one run)."""
     if not os.path.exists(os.path.join(results, 'h200_image.json')):
         return None
     rows = [r for r in _load('h200_image.json', results) if r.get('run')]
-    run = max(rows, key=lambda r: (str(r.get('date')), r['run']))['run']
-    return [r for r in rows if r['run'] == run]
+    runs: Dict[str, List[dict]] = {}
+    for r in sorted(rows, key=lambda r: (str(r.get('date')), r['run']), reverse=True):
+        runs.setdefault(r['run'], []).append(r)
+    return list(runs.values())
 
 
 _NOT_YET = ['| results |', '|---|', '| not measured yet: `scripts/gpu/gpu_image_mode.sh` '
@@ -25,13 +30,22 @@ _NOT_YET = ['| results |', '|---|', '| not measured yet: `scripts/gpu/gpu_image_
 
 def image_mode(results: str) -> List[str]:
     """Image mode against SAM (``h200_image.json``, ``python -m tools.bench.image_mode``):
-    the newest run, one row per variant and model with p50 / p99 per precision and prompt
-    count (GPU kernel and decoder times stay in the file), then the ratios the blog's claim
-    is about. Until that file exists, a one-row table saying so."""
-    rows = _image_run(results)
-    if rows is None:
+    per run, newest first, one row per variant and model with p50 / p99 per precision and
+    prompt count (GPU kernel and decoder times stay in the file), then the ratios the blog's
+    claim is about where that run measured SAM. Until that file exists, a one-row table
+    saying so."""
+    runs = _image_runs(results)
+    if runs is None:
         return list(_NOT_YET)
-    return _prov(rows[:1]) + [''] + _image_table(rows) + [''] + _image_ratios(rows)
+    out: List[str] = []
+    for rows in runs:
+        table = _image_table(rows)
+        if not table:
+            continue
+        out += ([''] if out else []) + _prov(rows[:1]) + [''] + table
+        if any(r['variant'] == 'sam' for r in rows):
+            out += [''] + _image_ratios(rows)
+    return out
 
 
 def _box(n: int) -> str:
@@ -82,8 +96,9 @@ def _image_table(rows: List[dict]) -> List[str]:
 def preprocess(results: str) -> List[str]:
     """The frame resize alone (``image_mode --preprocess`` rows of the newest image-mode
     run): per source size and model input size, ms per frame (GPU kernel ms) per method."""
-    rows = _image_run(results)
-    pre = [r for r in rows or [] if r['variant'].startswith('preprocess')]
+    pre = next(([r for r in rows if r['variant'].startswith('preprocess')]
+                for rows in _image_runs(results) or []
+                if any(r['variant'].startswith('preprocess') for r in rows)), [])
     if not pre:
         return list(_NOT_YET)
     methods = list(dict.fromkeys(r['variant'][len('preprocess_'):] for r in pre))
