@@ -48,7 +48,8 @@ def test_ours_rows_counts_and_table(tmp_path):
 
 def test_ratios_pair_sizes_within_one_run(tmp_path):
     """The ratio table divides each SAM 2.1 size by its SAM counterpart of the same
-    precision and prompt count, from the newest run only."""
+    precision and prompt count of the same run: an older run's rows that no later run
+    measured again stand in a table of their own, never in another run's ratios."""
     def row(variant, model, ms, run='b', prompts=1):
         return dict(variant=variant, model=model, res=1024, prompts=prompts, precision='bf16',
                     ms_p50=ms, ms_p99=ms, encoder_ms_p50=ms / 2, decoder_ms_p50=ms / 2,
@@ -62,7 +63,11 @@ def test_ratios_pair_sizes_within_one_run(tmp_path):
     (tmp_path / 'h200_image.json').write_text(json.dumps(rows))
     lines = report.image_mode(str(tmp_path))
     assert '| bf16 | 1 | 0.50 / - | - | - | 1.50 / - |' in lines    # sam2_predictor / ours
-    assert sum('| vit_b |' in s for s in lines) == 1                       # newest run only
+    # the older run's SAM row (1.0 ms) stands in its own block with its own ratios
+    assert sum('| vit_b |' in s for s in lines) == 2
+    assert sum(s.startswith('- 2098-01-01') for s in lines) == 1
+    assert not any('0.05' in s or '5.00' in s or '30.00 /' in s for s in lines
+                   if s.startswith('| bf16 | 1 |'))
 
 
 def test_preprocess_rows():

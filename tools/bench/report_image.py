@@ -32,7 +32,7 @@ def image_mode(results: str) -> List[str]:
     """Image mode against SAM (``h200_image.json``, ``python -m tools.bench.image_mode``):
     per run, newest first, one row per variant and model with p50 / p99 per precision and
     prompt count (GPU kernel and decoder times stay in the file), then the ratios the blog's
-    claim is about where that run measured SAM. Until that file exists, a one-row table
+    claim is about (the newest run's, and an older run's where it measured SAM). Until that file exists, a one-row table
     saying so."""
     runs = _image_runs(results)
     if runs is None:
@@ -43,7 +43,7 @@ def image_mode(results: str) -> List[str]:
         if not table:
             continue
         out += ([''] if out else []) + _prov(rows[:1]) + [''] + table
-        if any(r['variant'] == 'sam' for r in rows):
+        if rows is runs[0] or any(r['variant'] == 'sam' for r in rows):
             out += [''] + _image_ratios(rows)
     return out
 
