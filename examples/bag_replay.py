@@ -62,7 +62,7 @@ def record_synthetic_bag(path: Path, frames: int) -> Path:
     from std_msgs.msg import Header
 
     from sam2_ros.msg import Prompt
-    from sam2_ros.ros.conversions import image_msg
+    from sam2_ros.ros.images import image_msg
     from sam2_ros.ros.replay import project_typestore
     from sam2_ros.synthetic import SyntheticCamera
 

@@ -83,7 +83,7 @@ class Camera(threading.Thread):
     def run(self) -> None:
         from std_msgs.msg import Header
 
-        from sam2_ros.ros.conversions import image_msg
+        from sam2_ros.ros.images import image_msg
 
         i = 0
         while self.running:

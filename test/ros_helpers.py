@@ -19,7 +19,7 @@ import pytest
 
 from conftest import LEAN
 from sam2_ros.ros import harness
-from sam2_ros.ros.conversions import stamp_ns
+from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.domain import lease_domain
 from sam2_ros.ros.harness import LoggedProcess, NodeClient, NodeProcess
 # the tests' names for the harness's helpers

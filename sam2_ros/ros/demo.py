@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import yaml
 
-from sam2_ros.ros.conversions import image_msg, stamp_ns
+from sam2_ros.ros.images import image_msg
+from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.harness import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
                                   prompt_msg)
 from sam2_ros.synthetic import SyntheticCamera, center
@@ -200,7 +201,7 @@ def stream(client: DemoClient, proc: NodeProcess, args: argparse.Namespace) -> D
 
 def summarize(r: Dict, args: argparse.Namespace, values: Dict, device: str,
               seconds: float) -> Dict[str, Any]:
-    from sam2_ros.ros.conversions import interfaces
+    from sam2_ros.ros.messages import interfaces
 
     lost = interfaces().ObjectState.STATE_LOST
     last: Dict[int, Any] = {}

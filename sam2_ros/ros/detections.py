@@ -1,7 +1,7 @@
 """Detections -> box prompts: validation and association with the tracked objects (no ROS).
 
 A detector publishes boxes for a frame (``vision_msgs/Detection2DArray`` on ``~/detections``,
-stamped like the image); :mod:`sam2_ros.ros.conversions` turns the message into
+stamped like the image); :func:`sam2_ros.ros.inputs.detections_from_msg` turns the message into
 :class:`RawDetection` values and this module decides, per detection, what the tracker does:
 
 * filtered: score below ``min_score`` or class not in ``class_ids`` (when that list is set);

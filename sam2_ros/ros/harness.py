@@ -10,7 +10,7 @@ tests, so that starting, stopping and connecting to the node are done, and fixed
   method of the link (a subclass changes it); which topics exist and their QoS are arguments,
   because the three users differ there (and must keep doing so: the benchmark's numbers
   depend on them).
-* message helpers shared by the three; ``stamp_ns`` is :mod:`sam2_ros.ros.conversions`'.
+* message helpers shared by the three; ``stamp_ns`` is :mod:`sam2_ros.ros.inputs`'.
 
 rclpy and the messages are imported inside the functions: the module itself imports without
 a ROS installation.
@@ -242,7 +242,7 @@ class NodeClient:
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
 
-        from sam2_ros.ros.conversions import interfaces
+        from sam2_ros.ros.messages import interfaces
 
         self.m = interfaces()
         self.publish, self.subscribe = tuple(publish), tuple(subscribe)
@@ -316,7 +316,7 @@ def prompt_msg(obj_id: int, stamp_ns: int = 0, action: int = 0, points: Sequence
     """A sam2_ros/Prompt; stamp 0 means 'the next frame', a box is (x0, y0, x1, y1)."""
     from geometry_msgs.msg import Point32
 
-    from sam2_ros.ros.conversions import interfaces
+    from sam2_ros.ros.messages import interfaces
 
     m = interfaces().Prompt()
     m.header = header_msg(stamp_ns, frame_id)

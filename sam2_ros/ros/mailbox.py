@@ -21,7 +21,6 @@ import numpy as np
 
 from sam2_ros.engine.types import FrameResult
 
-ACTION_ADD, ACTION_REMOVE, ACTION_RESET = 0, 1, 2
 # PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
 # what is shown, the latest processed frame; before any frame it waits for the next one.
 LATEST = -1

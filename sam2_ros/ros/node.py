@@ -22,7 +22,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import images, inputs, messages
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import gc_policy, malloc, node_cli, params
 from sam2_ros.ros.log_filter import RepeatFilter
@@ -102,7 +102,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             self.cfg, self.opts = params.read(self)
             self._tune_malloc()
             check_device(self.cfg.device)
-            conv.interfaces()  # fail now, not at the first frame, if messages are missing
+            messages.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
@@ -128,9 +128,9 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
         # which for small messages come with Fast DDS's periodic heartbeat (up to 3 s).
         from sensor_msgs.msg import Image
 
-        m, o = conv.interfaces(), self.opts
+        m, o = messages.interfaces(), self.opts
         try:
-            vision = conv.vision_interfaces()
+            vision = messages.vision_interfaces()
             self._vision_off = None
         except ImportError as exc:   # the node works without it: those two topics are off
             vision, self._vision_off = None, str(exc)
@@ -151,7 +151,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
         from sensor_msgs.msg import CompressedImage, Image
 
         o = self.opts
-        m = conv.interfaces()
+        m = messages.interfaces()
         ret = super().on_activate(state)  # activates the lifecycle publishers
         if ret != TransitionCallbackReturn.SUCCESS:
             return ret
@@ -162,7 +162,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
                                       wants_overlay=self._wants_overlay, pipeline=o.pipeline,
                                       outputs_alive=self.context.ok,
                                       thread_init=self._worker_thread_init,
-                                      convert_detections=conv.detections_from_msg,
+                                      convert_detections=inputs.detections_from_msg,
                                       detection_rules=self._detection_rules,
                                       association=self._association)
         self._worker.start()
@@ -176,7 +176,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
              for t in self.point_click_topics()]
         if self._vision_off is None:
             self._subs.append(self.create_subscription(
-                conv.vision_interfaces().Detection2DArray, '~/detections', self._on_detections,
+                messages.vision_interfaces().Detection2DArray, '~/detections', self._on_detections,
                 PROMPT_QOS))
         self._fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
         mode = (f'FIFO of {o.fifo_size}, never drops' if o.process_every_frame
@@ -284,17 +284,17 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
 
     # ------------------------------------------------------------------ callbacks (executor)
     def _on_image(self, msg: Any) -> None:
-        self._mailbox.put_frame(FrameItem(msg, conv.stamp_ns(msg.header.stamp), msg.header,
+        self._mailbox.put_frame(FrameItem(msg, inputs.stamp_ns(msg.header.stamp), msg.header,
                                           time.monotonic()))
 
     def _on_prompt(self, msg: Any) -> None:
-        self._queue_prompt(PromptItem(msg, 'prompt', conv.stamp_ns(msg.header.stamp)))
+        self._queue_prompt(PromptItem(msg, 'prompt', inputs.stamp_ns(msg.header.stamp)))
 
     def _on_click(self, msg: Any) -> None:
-        self._queue_prompt(PromptItem(msg.point, 'click', conv.stamp_ns(msg.header.stamp)))
+        self._queue_prompt(PromptItem(msg.point, 'click', inputs.stamp_ns(msg.header.stamp)))
 
     def _on_detections(self, msg: Any) -> None:
-        self._queue_prompt(PromptItem(msg, 'detections', conv.stamp_ns(msg.header.stamp)))
+        self._queue_prompt(PromptItem(msg, 'detections', inputs.stamp_ns(msg.header.stamp)))
 
     def _on_point(self, msg: Any) -> None:
         """A geometry_msgs/Point from rqt_image_view: no stamp, and the user clicked what is
@@ -324,14 +324,14 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
 
     def _decode(self, msg: Any):
         if self.opts.input_type == 'raw':
-            return conv.image_to_rgb(msg, self._bridge)
-        return conv.compressed_to_rgb(msg, self._bridge, self.opts.max_image_pixels)
+            return images.image_to_rgb(msg, self._bridge)
+        return images.compressed_to_rgb(msg, self._bridge, self.opts.max_image_pixels)
 
     def _convert(self, item: PromptItem):
         """Runs in the worker thread (the only one touching the tracker). A click follows the
         run-time parameters click_mode and click_object_id."""
         if item.kind != 'click':
-            return conv.prompt_from_msg(item.msg, self._bridge)
+            return inputs.prompt_from_msg(item.msg, self._bridge)
         mode = self.get_parameter('click_mode').value
         obj_id = int(self.get_parameter('click_object_id').value)
         if mode == 'new':
@@ -347,7 +347,7 @@ class TrackerNode(OutputsMixin, DiagnosticsMixin, RuntimeParamsMixin, LifecycleN
             self.set_parameters([Parameter('click_object_id', value=obj_id)])
             self._log('info', f'click starts object {obj_id} (click_mode new); it is now '
                               f'click_object_id, so click_mode positive/negative corrects it')
-        return conv.ACTION_ADD, conv.click_to_prompt(item.msg, obj_id,
+        return inputs.ACTION_ADD, inputs.click_to_prompt(item.msg, obj_id,
                                                      positive=mode != 'negative')
 
     def _log(self, level: str, text: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
-from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import messages
 from sam2_ros.ros import detections as det
 
 # Percentiles and rate in /diagnostics cover this many seconds of frames.
@@ -89,7 +89,7 @@ class DiagnosticsMixin:
             values['detections'] = 'off (no vision_msgs)'
         values['lifecycle_state'] = 'active'
         msg = '; '.join(problems) if problems else 'tracking'
-        self._diag_pub.publish(conv.diagnostics_msg(
+        self._diag_pub.publish(messages.diagnostics_msg(
             self.get_clock().now().to_msg(), self._diag_name(), level, msg, values))
 
     def _inactive_diagnostics(self) -> None:
@@ -102,6 +102,6 @@ class DiagnosticsMixin:
         if self.cfg is not None:
             values['model'] = (f'{self.cfg.model_size}@{self.cfg.image_size} {self.cfg.device} '
                                f'{self.cfg.precision}')
-        self._diag_pub.publish(conv.diagnostics_msg(
+        self._diag_pub.publish(messages.diagnostics_msg(
             self.get_clock().now().to_msg(), self._diag_name(), 'WARN',
             f'{state}: not tracking', values))

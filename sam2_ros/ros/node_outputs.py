@@ -14,7 +14,7 @@ import time
 from rclpy.duration import Duration
 
 from sam2_ros.overlay import render_overlay
-from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import images, messages
 from sam2_ros.ros.mailbox import Published
 
 # On cleanup / shutdown, wait up to this long in all for subscribers to acknowledge what was
@@ -38,14 +38,14 @@ class OutputsMixin:
             return
         t0 = time.perf_counter()
         pubs = self._pubs
-        pubs['mask'].publish(conv.image_msg(p.result.label_mask(), 'mono8', p.header))
-        pubs['state'].publish(conv.tracking_state_msg(
+        pubs['mask'].publish(images.image_msg(p.result.label_mask(), 'mono8', p.header))
+        pubs['state'].publish(messages.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self._publish_ms(),
             dropped=self._totals['dropped'] + p.dropped,
             processed=self._totals['processed'] + p.processed,
-            errors=conv.errors_text(p.errors)))
+            errors=messages.errors_text(p.errors)))
         if pubs.get('objects') is not None:
-            pubs['objects'].publish(conv.objects_msg(p.result, p.header,
+            pubs['objects'].publish(messages.objects_msg(p.result, p.header,
                                                      self._association.class_of))
         now = time.monotonic()
         self._unacked.update({name: now for name in RESULT_TOPICS})
@@ -67,7 +67,7 @@ class OutputsMixin:
         if not self.context.ok():
             return
         t0 = time.perf_counter()
-        self._pubs['overlay'].publish(conv.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
+        self._pubs['overlay'].publish(images.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
                                                      p.header))
         self._last_overlay_ms = (time.perf_counter() - t0) * 1e3
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.ros.images import MAX_IMAGE_PIXELS
 
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')
@@ -68,7 +69,7 @@ class NodeOptions:
     click_mode: str = 'positive'
     # Compressed images declaring more pixels than this are refused BEFORE decoding (a 425 KB
     # PNG can declare 20000x20000 and take 1.2 GB decoded). Default: 8K UHD.
-    max_image_pixels: int = 7680 * 4320
+    max_image_pixels: int = MAX_IMAGE_PIXELS
     # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
     autostart: bool = False
     # Detections (vision_msgs/Detection2DArray on ~/detections) as box prompts; all settable at

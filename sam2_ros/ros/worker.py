@@ -28,9 +28,9 @@ import numpy as np
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
 from sam2_ros.ros import detections as det
+from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
-    ACTION_ADD, ACTION_REMOVE, ACTION_RESET, LATEST, FrameItem, LatencyWindow, Mailbox,
-    PromptItem, Published)
+    LATEST, FrameItem, LatencyWindow, Mailbox, PromptItem, Published)
 from sam2_ros.ros.pipeline import OutputStage
 from sam2_ros.ros.worker_detections import DetectionsMixin
 

@@ -250,19 +250,19 @@ def test_worker_held_detections_are_reported_on_stop():
 # ----------------------------------------------------------------------------- messages
 
 def test_vision_msgs_absent_is_a_clear_import_error(monkeypatch):
-    from sam2_ros.ros import conversions as conv
+    from sam2_ros.ros import inputs, messages
 
     monkeypatch.setitem(sys.modules, 'vision_msgs', None)
     monkeypatch.setitem(sys.modules, 'vision_msgs.msg', None)
     with pytest.raises(ImportError, match='vision_msgs is not importable.*install.sh'):
-        conv.vision_interfaces()
+        messages.vision_interfaces()
 
 
 def test_detection2darray_in_and_out():
     pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
     from vision_msgs.msg import Detection2D, Detection2DArray, ObjectHypothesisWithPose
 
-    from sam2_ros.ros import conversions as conv
+    from sam2_ros.ros import inputs, messages
 
     arr = Detection2DArray()
     d1 = Detection2D()
@@ -273,7 +273,7 @@ def test_detection2darray_in_and_out():
         h.hypothesis.class_id, h.hypothesis.score = cls, score
         d1.results.append(h)
     arr.detections = [d1, Detection2D()]
-    r = conv.detections_from_msg(arr)
+    r = inputs.detections_from_msg(arr)
     assert r[0] == RawDetection(20.0, 10.0, 8.0, 4.0, 0.0, 'truck', 0.7)
     assert r[1].class_id == '' and r[1].score == 1.0 and r[1].size_x == 0.0
 
@@ -283,7 +283,7 @@ def test_detection2darray_in_and_out():
     from std_msgs.msg import Header
 
     hdr = Header(frame_id='cam')
-    out = conv.objects_msg(res, hdr, {2: 'car'}.get)
+    out = messages.objects_msg(res, hdr, {2: 'car'}.get)
     assert out.header.frame_id == 'cam' and len(out.detections) == 1   # empty masks left out
     o = out.detections[0]
     assert o.id == '2' and o.header.frame_id == 'cam'
@@ -291,7 +291,7 @@ def test_detection2darray_in_and_out():
     assert (o.bbox.size_x, o.bbox.size_y) == (10.0, 4.0)
     assert o.results[0].hypothesis.class_id == 'car' and o.results[0].hypothesis.score == 0.5
     # round trip: our output box read as a detection is the mask's box
-    back = det.to_detection(conv.detections_from_msg(out)[0], W, H)
+    back = det.to_detection(inputs.detections_from_msg(out)[0], W, H)
     assert back.box == det.mask_box((4, 6, 13, 9))
 
 

@@ -7,6 +7,8 @@ import sys
 
 
 from rclpy.serialization import deserialize_message, serialize_message
+
+from sam2_ros.ros import inputs
 from sam2_ros.msg import ObjectState, Prompt, TrackingState
 
 
@@ -16,6 +18,7 @@ def fields(cls):
 
 def test_prompt_constants_and_fields():
     assert (Prompt.ACTION_ADD, Prompt.ACTION_REMOVE, Prompt.ACTION_RESET) == (0, 1, 2)
+    assert (inputs.ACTION_ADD, inputs.ACTION_REMOVE, inputs.ACTION_RESET) == (0, 1, 2)
     assert fields(Prompt) == {
         'header': 'std_msgs/Header',
         'object_id': 'uint16',

@@ -32,13 +32,13 @@ from conftest import (assert_unchanged, examples, make_tracker, snapshot, textur
                       write_out)
 from ros_helpers import require_messages
 from sam2_ros.engine.errors import FrameError, PromptError, TrackerError
-from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import images, inputs
 from sam2_ros.ros import params
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 COUNTS: dict = {}
 H, W = 48, 64  # frame size of the tracker tests
-ENCODINGS = list(conv.ENCODING_CHANNELS)
+ENCODINGS = list(images.ENCODING_CHANNELS)
 UNKNOWN_ENCODINGS = ['', 'RGB8', 'rgb16', 'mono16', '16UC1', '32FC1', '8UC3', 'yuv422',
                      'bayer_rggb8', 'rgb8 ', 'jpeg']
 
@@ -75,7 +75,7 @@ def raw_images(draw):
                          st.sampled_from(UNKNOWN_ENCODINGS), st.text(max_size=6)))
     size = st.one_of(st.integers(1, 9), st.integers(1, 9), st.integers(0, 9))
     h, w = draw(size), draw(size)
-    ch = conv.ENCODING_CHANNELS.get(enc, 3)
+    ch = images.ENCODING_CHANNELS.get(enc, 3)
     step = draw(st.one_of(st.just(w * ch), st.just(w * ch), st.integers(w * ch, w * ch + 8),
                           st.integers(0, w * ch + 8), st.integers(0, 2**32 - 1)))
     n = draw(st.one_of(st.just(h * step), st.just(h * step), st.integers(h * step, h * step + 9),
@@ -91,7 +91,7 @@ def raw_images(draw):
 
 def reference_rgb(m):
     """Independent decode: rows of ``step`` bytes, the first width*channels of each."""
-    ch = conv.ENCODING_CHANNELS[m.encoding]
+    ch = images.ENCODING_CHANNELS[m.encoding]
     buf = np.frombuffer(bytes(m.data), np.uint8, count=m.height * m.step)
     px = buf.reshape(m.height, m.step)[:, :m.width * ch].reshape(m.height, m.width, ch)
     return {'rgb8': lambda a: a, 'bgr8': lambda a: a[..., ::-1], 'rgba8': lambda a: a[..., :3],
@@ -103,16 +103,16 @@ def reference_rgb(m):
 @given(raw_images())
 def test_image_decode(bridge, m):
     try:
-        out = conv.image_to_rgb(m, bridge)
+        out = images.image_to_rgb(m, bridge)
     except FrameError:
         count('test_image_decode', 'rejected')
         # exactly the documented rejections
-        ch = conv.ENCODING_CHANNELS.get(m.encoding)
+        ch = images.ENCODING_CHANNELS.get(m.encoding)
         assert (ch is None or m.height == 0 or m.width == 0 or m.step < m.width * ch
                 or len(m.data) < m.height * m.step)
         return
     count('test_image_decode', 'accepted')
-    assert m.encoding in conv.ENCODING_CHANNELS
+    assert m.encoding in images.ENCODING_CHANNELS
     assert out.dtype == np.uint8 and out.shape == (m.height, m.width, 3) and out.flags.c_contiguous
     np.testing.assert_array_equal(out, reference_rgb(m))
 
@@ -147,7 +147,7 @@ def compressed_images(draw):
 @given(compressed_images())
 def test_compressed_decode(bridge, m):
     try:
-        out = conv.compressed_to_rgb(m, bridge)
+        out = images.compressed_to_rgb(m, bridge)
     except FrameError:
         count('test_compressed_decode', 'rejected')
         return
@@ -196,7 +196,7 @@ def prompt_msgs(draw, ids=IDS, actions=ACTIONS):
 @given(prompt_msgs())
 def test_prompt_conversion(bridge, m):
     try:
-        action, p = conv.prompt_from_msg(m, bridge)
+        action, p = inputs.prompt_from_msg(m, bridge)
     except PromptError:
         count('test_prompt_conversion', 'rejected')
         assert (m.action not in (0, 1, 2) or m.action != 2 and not 1 <= m.object_id <= 255
@@ -204,11 +204,11 @@ def test_prompt_conversion(bridge, m):
         return
     count('test_prompt_conversion', f'accepted_action_{action}')
     assert action == m.action
-    if action == conv.ACTION_RESET:
+    if action == inputs.ACTION_RESET:
         assert p is None
         return
     assert p.obj_id == m.object_id and 1 <= p.obj_id <= 255
-    if action == conv.ACTION_ADD:
+    if action == inputs.ACTION_ADD:
         assert p.points is not None or p.box is not None or p.mask is not None
         if p.points is not None:
             assert p.points.shape == (len(m.points), 2) and len(p.labels) == len(p.points)
@@ -223,13 +223,13 @@ def test_mask_prompt_ignores_points_and_box(bridge):
     from sensor_msgs.msg import Image
 
     m = require_messages().Prompt()
-    m.object_id, m.action = 1, conv.ACTION_ADD
+    m.object_id, m.action = 1, inputs.ACTION_ADD
     m.points, m.labels = [Point32(x=5.0, y=5.0, z=0.0)], [1]
     m.has_box, m.box = True, [1.0, 1.0, 9.0, 9.0]
     mask = np.zeros((H, W), np.uint8)
     mask[10:20, 10:30] = 255
     m.mask = Image(height=H, width=W, encoding='mono8', step=W, data=mask.tobytes())
-    _, p = conv.prompt_from_msg(m, bridge)
+    _, p = inputs.prompt_from_msg(m, bridge)
     np.testing.assert_array_equal(p.mask, mask > 0)
     from sam2_ros.engine.prompts import prompt_mask
     import torch
@@ -328,7 +328,7 @@ def tracker_prompts(draw):
     if draw(st.booleans()):
         return draw(prompt_msgs(ids=ids, actions=st.sampled_from([0, 0, 0, 0, 1, 7])))
     m = require_messages().Prompt()
-    m.object_id, m.action = draw(ids), conv.ACTION_ADD
+    m.object_id, m.action = draw(ids), inputs.ACTION_ADD
     kind = draw(st.sampled_from(['points', 'box', 'mask']))
     bad = st.sampled_from([float('nan'), float('inf'), -1.0, 1e6, W, H])
 
@@ -361,8 +361,8 @@ def test_rejected_prompt_changes_nothing(bridge, tracker, m):
     snap = snapshot(tr)
     before = set(tr.object_ids)
     try:
-        action, p = conv.prompt_from_msg(m, bridge)
-        if action == conv.ACTION_REMOVE:
+        action, p = inputs.prompt_from_msg(m, bridge)
+        if action == inputs.ACTION_REMOVE:
             tr.remove_object(p.obj_id)
         else:
             tr.add_prompt(p)

@@ -13,7 +13,7 @@ import pytest
 from ros_helpers import compressed_msg, image_msg, prompt_msg, require_messages
 
 from sam2_ros.engine.errors import FrameError, PromptError
-from sam2_ros.ros import conversions as conv
+from sam2_ros.ros import images, inputs, messages
 from sam2_ros.ros import cv_bridge_compat as compat
 from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult
 
@@ -33,7 +33,7 @@ def rgb():
 
 @pytest.mark.parametrize('encoding', ['rgb8', 'bgr8', 'rgba8', 'bgra8'])
 def test_color_encodings_pixel_exact(bridge, rgb, encoding):
-    out = conv.image_to_rgb(image_msg(rgb, 1, encoding), bridge)
+    out = images.image_to_rgb(image_msg(rgb, 1, encoding), bridge)
     assert out.dtype == np.uint8 and out.shape == rgb.shape and out.flags.c_contiguous
     np.testing.assert_array_equal(out, rgb)
 
@@ -41,7 +41,7 @@ def test_color_encodings_pixel_exact(bridge, rgb, encoding):
 def test_mono8_pixel_exact(bridge, rgb):
     gray = rgb[..., 0].copy()
     msg = image_msg(np.repeat(gray[..., None], 3, axis=2), 1, 'mono8')
-    out = conv.image_to_rgb(msg, bridge)
+    out = images.image_to_rgb(msg, bridge)
     np.testing.assert_array_equal(out, np.repeat(gray[..., None], 3, axis=2))
 
 
@@ -54,14 +54,14 @@ def test_padded_rows_and_bigendian_flag(bridge, rgb):
     msg = image_msg(rgb, 1, 'rgb8')
     msg.step, msg.data = step, buf.tobytes()
     msg.is_bigendian = 1  # meaningless for 8-bit data; must not reach numpy-2-broken code
-    np.testing.assert_array_equal(conv.image_to_rgb(msg, bridge), rgb)
+    np.testing.assert_array_equal(images.image_to_rgb(msg, bridge), rgb)
 
 
 def test_png_exact_and_jpeg_close(bridge, rgb):
-    np.testing.assert_array_equal(conv.compressed_to_rgb(compressed_msg(rgb, 1, 'png'), bridge),
+    np.testing.assert_array_equal(images.compressed_to_rgb(compressed_msg(rgb, 1, 'png'), bridge),
                                   rgb)
     smooth = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (24, 1, 3))
-    out = conv.compressed_to_rgb(compressed_msg(smooth, 1, 'jpeg'), bridge)
+    out = images.compressed_to_rgb(compressed_msg(smooth, 1, 'jpeg'), bridge)
     assert out.shape == smooth.shape
     assert np.abs(out.astype(int) - smooth.astype(int)).mean() < 4
 
@@ -81,7 +81,7 @@ def test_bad_images_are_frame_errors(bridge, rgb, mutate, text):
     msg = image_msg(rgb, 1, 'rgb8')
     mutate(msg)
     with pytest.raises(FrameError, match=text):
-        conv.image_to_rgb(msg, bridge)
+        images.image_to_rgb(msg, bridge)
 
 
 # ------------------------------------------------- a broken cv_bridge: the numpy fallback
@@ -122,7 +122,7 @@ def decode_broken(kind, fn, msg):
 
 def raw_msg(encoding, h=7, w=11, pad=0, seed=2):
     """An Image of random bytes in every channel (alpha too) and ``pad`` garbage bytes per row."""
-    channels = conv.ENCODING_CHANNELS[encoding]
+    channels = images.ENCODING_CHANNELS[encoding]
     buf = np.random.default_rng(seed).integers(0, 256, (h, w * channels + pad), dtype=np.uint8)
     msg = image_msg(np.zeros((h, w, 3), np.uint8), 1, 'rgb8')
     msg.encoding, msg.step, msg.data = encoding, w * channels + pad, buf.tobytes()
@@ -151,21 +151,21 @@ def test_opencv5_failure_is_reproduced_and_decoded(bridge):
         broken = cv_bridge.CvBridge()
         with pytest.raises(TypeError, match='buffer is too small for requested array'):
             broken.imgmsg_to_cv2(msg, desired_encoding='rgb8')
-        out = conv.image_to_rgb(msg, broken)
+        out = images.image_to_rgb(msg, broken)
         colour = ('rgb8', 'bgr8', 'rgba8', 'bgra8')
         assert compat.broken_calls(broken) == {(e, 'rgb8') for e in colour}
     np.testing.assert_array_equal(out, px)
-    np.testing.assert_array_equal(out, conv.image_to_rgb(msg, bridge))
+    np.testing.assert_array_equal(out, images.image_to_rgb(msg, bridge))
 
 
 @pytest.mark.parametrize('kind', ['opencv5', 'wrong pixels'])
 @pytest.mark.parametrize('pad', [0, 5])
-@pytest.mark.parametrize('encoding', list(conv.ENCODING_CHANNELS))
+@pytest.mark.parametrize('encoding', list(images.ENCODING_CHANNELS))
 def test_fallback_equals_cv_bridge(bridge, kind, pad, encoding):
     """Bit-exact with the working cv_bridge for every accepted encoding, padded rows too."""
     msg, px = raw_msg(encoding, pad=pad)
-    want = conv.image_to_rgb(msg, bridge)
-    out = decode_broken(kind, conv.image_to_rgb, msg)
+    want = images.image_to_rgb(msg, bridge)
+    out = decode_broken(kind, images.image_to_rgb, msg)
     assert out.dtype == np.uint8 and out.shape == want.shape and out.flags.c_contiguous
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(out, expected_rgb(encoding, px))
@@ -178,8 +178,8 @@ def test_fallback_mask_equals_cv_bridge(bridge, kind, pad):
     buf = np.frombuffer(msg.data, np.uint8).reshape(msg.height, msg.step).copy()
     buf[:, :4] = 0  # some background
     msg.data = buf.tobytes()
-    want = conv.mask_to_bool(msg, bridge)
-    np.testing.assert_array_equal(decode_broken(kind, conv.mask_to_bool, msg), want)
+    want = images.mask_to_bool(msg, bridge)
+    np.testing.assert_array_equal(decode_broken(kind, images.mask_to_bool, msg), want)
     np.testing.assert_array_equal(want, buf[:, :msg.width] > 0)
 
 
@@ -188,8 +188,8 @@ def test_fallback_probes_and_warns_once(caplog):
     msg, px = raw_msg('bgra8')
     with caplog.at_level(logging.WARNING, logger=compat.__name__):
         for _ in range(3):
-            np.testing.assert_array_equal(conv.image_to_rgb(msg, wrong), px[..., 2::-1])
-        conv.mask_to_bool(raw_msg('mono8')[0], wrong)
+            np.testing.assert_array_equal(images.image_to_rgb(msg, wrong), px[..., 2::-1])
+        images.mask_to_bool(raw_msg('mono8')[0], wrong)
     assert wrong.calls == len(compat.BRIDGE_CALLS)  # the probes; frames never reach it
     assert len(caplog.records) == 1
     text = caplog.records[0].getMessage()
@@ -204,33 +204,33 @@ def test_bad_images_are_frame_errors_with_fallback(rgb, kind, mutate, text):
     msg = image_msg(rgb, 1, 'rgb8')
     mutate(msg)
     with pytest.raises(FrameError, match=text):
-        decode_broken(kind, conv.image_to_rgb, msg)
+        decode_broken(kind, images.image_to_rgb, msg)
 
 
 def test_bad_compressed(bridge, rgb):
     msg = compressed_msg(rgb, 1, 'png')
     msg.format = 'tiff'
     with pytest.raises(FrameError, match='unsupported compressed format'):
-        conv.compressed_to_rgb(msg, bridge)
+        images.compressed_to_rgb(msg, bridge)
     msg = compressed_msg(rgb, 1, 'png')
     msg.data = b'not a png at all'
     with pytest.raises(FrameError, match='decode'):
-        conv.compressed_to_rgb(msg, bridge)
+        images.compressed_to_rgb(msg, bridge)
 
 
 def test_prompt_mapping(bridge):
     require_messages()
-    action, p = conv.prompt_from_msg(prompt_msg(3, points=[(1, 2), (3, 4)], labels=[1, 0],
+    action, p = inputs.prompt_from_msg(prompt_msg(3, points=[(1, 2), (3, 4)], labels=[1, 0],
                                                 box=(0, 1, 5, 6)), bridge)
-    assert action == conv.ACTION_ADD and p.obj_id == 3
+    assert action == inputs.ACTION_ADD and p.obj_id == 3
     np.testing.assert_array_equal(p.points, [[1, 2], [3, 4]])
     np.testing.assert_array_equal(p.labels, [1, 0])
     assert p.box == (0, 1, 5, 6) and p.mask is None
-    _, p = conv.prompt_from_msg(prompt_msg(2, points=[(5, 5)]), bridge)
+    _, p = inputs.prompt_from_msg(prompt_msg(2, points=[(5, 5)]), bridge)
     np.testing.assert_array_equal(p.labels, [1])  # no labels: positive
-    assert conv.prompt_from_msg(prompt_msg(0, action=2), bridge) == (conv.ACTION_RESET, None)
-    action, p = conv.prompt_from_msg(prompt_msg(4, action=1), bridge)
-    assert action == conv.ACTION_REMOVE and p.obj_id == 4
+    assert inputs.prompt_from_msg(prompt_msg(0, action=2), bridge) == (inputs.ACTION_RESET, None)
+    action, p = inputs.prompt_from_msg(prompt_msg(4, action=1), bridge)
+    assert action == inputs.ACTION_REMOVE and p.obj_id == 4
 
 
 def test_prompt_mask_uses_image_decode(bridge):
@@ -239,11 +239,11 @@ def test_prompt_mask_uses_image_decode(bridge):
     mask = np.zeros((5, 6), np.uint8)
     mask[1:3, 2:5] = 255
     m.mask = image_msg(np.repeat(mask[..., None], 3, axis=2), 0, 'mono8')
-    _, p = conv.prompt_from_msg(m, bridge)
+    _, p = inputs.prompt_from_msg(m, bridge)
     np.testing.assert_array_equal(p.mask, mask > 0)
     m.mask = image_msg(np.zeros((5, 6, 3), np.uint8), 0, 'rgb8')
     with pytest.raises(PromptError, match='mono8'):
-        conv.prompt_from_msg(m, bridge)
+        inputs.prompt_from_msg(m, bridge)
 
 
 @pytest.mark.parametrize('kwargs, text', [
@@ -257,7 +257,7 @@ def test_bad_prompts(bridge, kwargs, text):
     require_messages()
     obj_id = kwargs.pop('obj_id')
     with pytest.raises(PromptError, match=text):
-        conv.prompt_from_msg(prompt_msg(obj_id, **kwargs), bridge)
+        inputs.prompt_from_msg(prompt_msg(obj_id, **kwargs), bridge)
 
 
 def _result():
@@ -277,7 +277,7 @@ def test_tracking_state_msg():
 
     h = Header(frame_id='cam')
     h.stamp.sec, h.stamp.nanosec = 12, 34
-    msg = conv.tracking_state_msg(_result(), h, decode_ms=1.0, publish_ms=2.0, dropped=3,
+    msg = messages.tracking_state_msg(_result(), h, decode_ms=1.0, publish_ms=2.0, dropped=3,
                                   processed=9, errors=['e1'])
     assert msg.header.frame_id == 'cam' and (msg.header.stamp.sec, msg.header.stamp.nanosec) \
         == (12, 34)
@@ -296,7 +296,7 @@ def test_label_image():
 
     res = _result()
     h = Header(frame_id='cam')
-    mask = conv.image_msg(res.label_mask(), 'mono8', h)
+    mask = images.image_msg(res.label_mask(), 'mono8', h)
     assert (mask.encoding, mask.step, mask.header.frame_id) == ('mono8', 5, 'cam')
     arr = np.frombuffer(bytes(mask.data), np.uint8).reshape(4, 5)
     assert set(np.unique(arr)) == {0, 1, 2} and arr[2, 3] == 2  # overlap: higher id wins
@@ -309,7 +309,7 @@ def test_image_msg_keeps_one_copy_of_the_pixels():
 
     from std_msgs.msg import Header
 
-    from sam2_ros.ros.conversions import image_data, image_msg
+    from sam2_ros.ros.images import image_data, image_msg
 
     img = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
     data = image_data(img)
@@ -320,3 +320,67 @@ def test_image_msg_keeps_one_copy_of_the_pixels():
     m = image_msg(img, 'rgb8', Header())
     d = m.data
     assert m.data is d and isinstance(d, array.array)   # no conversion on later reads
+
+
+# ------------------------------------------- the bridge's workarounds, each where it is needed
+
+class StepBridge:
+    """A bridge that reads rows ``step`` bytes apart, as a robot's ROS 2 cv_bridge does;
+    ``whole_pixels`` rounds ``step`` down to whole pixels as that bridge does. Records the
+    messages it is handed."""
+
+    def __init__(self, whole_pixels=False):
+        self.whole_pixels, self.seen = whole_pixels, []
+
+    def imgmsg_to_cv2(self, msg, desired_encoding='passthrough'):
+        self.seen.append(msg)
+        ch = conv_channels(msg.encoding)
+        step = msg.step // ch * ch if self.whole_pixels else msg.step
+        px = np.ndarray((msg.height, msg.width, ch), np.uint8, bytes(msg.data),
+                        strides=(step, ch, 1))
+        return compat.numpy_decode(px, msg.encoding, desired_encoding).copy()
+
+
+def conv_channels(encoding):
+    return images.ENCODING_CHANNELS[encoding]
+
+
+def test_a_bridge_that_honours_step_gets_the_message_itself():
+    b = StepBridge()
+    assert compat.report(b) == compat.BridgeReport(frozenset(), frozenset(), frozenset())
+    msg, px = raw_msg('bgr8', pad=5)
+    msg.is_bigendian = 1
+    out = images.image_to_rgb(msg, b)
+    assert b.seen[-1] is msg                       # no stand-in, no repacking
+    np.testing.assert_array_equal(out, expected_rgb('bgr8', px))
+
+
+def test_a_bridge_rounding_step_to_whole_pixels_gets_padded_rows_repacked():
+    b = StepBridge(whole_pixels=True)
+    assert compat.report(b).ignores_step == set(compat.BRIDGE_CALLS) - {('mono8', 'rgb8'),
+                                                                        ('mono8', 'passthrough')}
+    for pad in (0, 3, 4):                # 3 is whole pixels, but the probe tells no more
+        msg, px = raw_msg('rgb8', pad=pad)
+        np.testing.assert_array_equal(images.image_to_rgb(msg, b), px)
+        assert (b.seen[-1] is msg) == (pad == 0), pad
+
+
+def test_the_pypi_port_gets_repacked_rows_and_a_cleared_byte_order_flag(bridge):
+    """The port ignores step and calls ndarray.newbyteorder (gone in numpy 2) for is_bigendian;
+    both are found by the probe and worked around; cv_bridge still decodes the frame."""
+    found = compat.report(bridge)
+    works = set(compat.BRIDGE_CALLS) - found.broken
+    assert found.ignores_step == works
+    if int(np.__version__.split('.')[0]) >= 2:
+        assert found.byte_order_fails == works
+    msg, px = raw_msg('mono8', pad=2)
+    msg.is_bigendian = 1
+    np.testing.assert_array_equal(images.mask_to_bool(msg, bridge), px[..., 0] > 0)
+
+
+def test_raw_view_honours_step_without_copying():
+    msg, px = raw_msg('rgba8', pad=7)
+    view = images.raw_view(msg, 4)
+    np.testing.assert_array_equal(view, px)
+    assert view.strides == (msg.step, 4, 1) and np.shares_memory(view, np.frombuffer(msg.data,
+                                                                                      np.uint8))

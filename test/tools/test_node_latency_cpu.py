@@ -156,7 +156,8 @@ def test_camera_process_publishes_from_another_process():
     from sensor_msgs.msg import Image
 
     from tools.bench.camera_process import CameraConfig, CameraProcess
-    from sam2_ros.ros.conversions import interfaces, stamp_ns
+    from sam2_ros.ros.inputs import stamp_ns
+    from sam2_ros.ros.messages import interfaces
 
     m = interfaces()
     lease = DomainLease()

@@ -134,7 +134,7 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import Image
 
-    from sam2_ros.ros.conversions import interfaces
+    from sam2_ros.ros.messages import interfaces
 
     m = interfaces()
     ctx = rclpy.Context()
@@ -172,7 +172,7 @@ def _publish(conn: Connection, cfg: CameraConfig, pub_image: Any,
     """Prompts, then the frames at ``cfg.rate`` with clicks: the order and timing of the
     single-process benchmark (prompts 0.3 s before frame 0, a click right before the frame it
     precedes), now without subscribers sharing the process."""
-    from sam2_ros.ros.conversions import image_msg
+    from sam2_ros.ros.images import image_msg
     from sam2_ros.ros.harness import header_msg, set_stamp
     from sam2_ros.synthetic import SyntheticCamera
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Sequence
 import yaml
 
 from tools.bench.results import csv
-from sam2_ros.ros.conversions import stamp_ns
+from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.harness import (DEFAULT_IMAGE_TOPIC, NodeClient, NodeLink, NodeProcess,
                                   node_prefix)
 
