@@ -8,7 +8,7 @@ that new message had repeated). Pure Python, so it is tested without a node.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 Line = Tuple[str, str]   # (level, text)
 
@@ -47,3 +47,24 @@ class RepeatFilter:
         short = text if len(text) <= 200 else text[:200] + '...'
         return [(level, f'previous message repeated {n} more time{"s" if n > 1 else ""}: '
                         f'{short}')]
+
+
+class FilteredLog:
+    """``log(level, text)`` through an rclpy logger, identical lines within ``window_s``
+    counted by a :class:`RepeatFilter` instead of repeated. ``logger()`` returns the logger."""
+
+    def __init__(self, logger: Callable[[], Any], window_s: float = 2.0) -> None:
+        self._logger = logger
+        self._filter = RepeatFilter(window_s)
+
+    def log(self, level: str, text: str) -> None:
+        logger = self._logger()
+        for lvl, line in self._filter.filter(level, text):
+            # one call site per severity: rclpy keys its logging cache on the caller's line
+            # and raises 'Logger severity cannot be changed between calls' otherwise
+            if lvl == 'info':
+                logger.info(line)
+            elif lvl == 'warn':
+                logger.warning(line)
+            else:
+                logger.error(line)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Optional
+from typing import Callable, Optional
 
 M_TRIM_THRESHOLD = -1       # mallopt parameter numbers of glibc's malloc.h
 M_MMAP_THRESHOLD = -3
@@ -42,3 +42,19 @@ def keep_large_buffers(mmap_threshold: int = MMAP_THRESHOLD,
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and \
         bool(libc.mallopt(M_TRIM_THRESHOLD, int(trim_threshold)))
+
+
+class Tuning:
+    """The node's ``tune_malloc``: the thresholds set once (before the image subscription
+    exists), and a warning through ``warn`` where the C library cannot do it."""
+
+    def __init__(self) -> None:
+        self.tuned = False
+
+    def apply(self, enabled: bool, warn: Callable[[str], None]) -> None:
+        if enabled and not self.tuned:
+            # module attribute looked up at call time, so a test can stand in for glibc
+            self.tuned = keep_large_buffers()
+            if not self.tuned:
+                warn('tune_malloc: not glibc or mallopt refused; large images take longer '
+                     'to receive')

@@ -115,8 +115,7 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
         # KeyboardInterrupt may surface later, e.g. inside the release below (seen under
         # `ros2 launch`: exit -2 with a traceback). Ctrl-C has been heard: ignore repeats.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        node._release_io()
-        node._release_tracker()
+        node.release()
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

@@ -12,8 +12,9 @@ costliest output (render + 2.7 MB at 720p), so it gets a third thread behind a n
 slot: an overlay that cannot keep up is replaced by the next frame's and counted in
 ``overlays_dropped``; it never delays a mask. Throughput is then set by the slowest stage.
 
-Nothing here imports ROS: the node hands in the callables that build and send the messages,
-so the policy is testable with fakes (test/ros/test_ros_pipeline.py).
+Nothing here imports ROS: the node hands in its :class:`Outputs` (the publishers object,
+:class:`sam2_ros.ros.publishers.Publishers`), so the policy is testable with fakes
+(test/ros/test_ros_pipeline.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
-from typing import Callable, Deque, Optional
+from typing import Callable, Deque, Optional, Protocol
 
 from sam2_ros.ros.mailbox import Published
 
@@ -30,28 +31,41 @@ from sam2_ros.ros.mailbox import Published
 DEFAULT_DEPTH = 2
 
 
-class OutputStage:
-    """Publishes :class:`Published` items, serially or on threads (see the module docstring).
+class Outputs(Protocol):
+    """Where a frame's results go: ``publish`` sends mask, state (and objects);
+    ``publish_overlay`` renders and sends the overlay, only where ``has_overlay`` and while
+    ``wants_overlay()`` (someone subscribes to it now); ``alive()`` says whether messages can
+    still go out at all (False once Ctrl-C shut the ROS context down: failures then are
+    expected and not reported)."""
 
-    ``publish(p)`` sends mask, state (and objects); ``publish_overlay(p)`` renders and sends
-    the overlay; ``wants_overlay()`` says whether anyone subscribes to it now; ``done(p)``
-    runs after ``publish(p)`` (latency bookkeeping); ``report_error(text)`` is called for an
-    exception in any of them (the stage keeps going); ``thread_init()`` runs first in each
-    thread of the stage (e.g. the CUDA device); ``alive()`` says whether messages can still go
-    out at all (False once Ctrl-C shut the ROS context down: failures then are expected and
-    not reported).
+    has_overlay: bool
+
+    def publish(self, p: Published) -> None: ...
+
+    def publish_overlay(self, p: Published) -> None: ...
+
+    def wants_overlay(self) -> bool: ...
+
+    def alive(self) -> bool: ...
+
+
+class OutputStage:
+    """Publishes :class:`Published` items to ``outputs``, serially or on threads (see the
+    module docstring).
+
+    ``done(p)`` runs after ``outputs.publish(p)`` (latency bookkeeping); ``report_error(text)``
+    is called for an exception in any of them (the stage keeps going); ``thread_init()`` runs
+    first in each thread of the stage (e.g. the CUDA device).
     """
 
-    def __init__(self, publish: Callable[[Published], None], *,
-                 publish_overlay: Optional[Callable[[Published], None]] = None,
-                 wants_overlay: Callable[[], bool] = lambda: True,
+    def __init__(self, outputs: Outputs, *,
                  done: Callable[[Published], None] = lambda p: None,
                  report_error: Callable[[str], None] = lambda text: None,
                  threaded: bool = False, depth: int = DEFAULT_DEPTH,
-                 thread_init: Optional[Callable[[], None]] = None,
-                 alive: Callable[[], bool] = lambda: True) -> None:
-        self._publish, self._overlay, self._wants = publish, publish_overlay, wants_overlay
-        self._alive = alive
+                 thread_init: Optional[Callable[[], None]] = None) -> None:
+        self._publish = outputs.publish
+        self._overlay = outputs.publish_overlay if outputs.has_overlay else None
+        self._wants, self._alive = outputs.wants_overlay, outputs.alive
         self._done, self._report, self._init = done, report_error, thread_init
         self.threaded = threaded
         self.depth = max(1, int(depth))

@@ -15,6 +15,8 @@ from sam2_ros.ros.detections import (CORRECT, FILTERED, IGNORE, NEW, SKIPPED, As
                                      Detection, DetectionError, RawDetection, Rules, Tracked)
 from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, TrackingWorker
 
+from test_ros_worker import host, outputs
+
 W, H = 64, 48
 
 
@@ -183,12 +185,12 @@ def dets_msg(*boxes):
 def make_worker():
     tr = BoxTracker()
     published, logs = [], []
-    w = TrackingWorker(tr, Mailbox(True, 4, 8), decode=lambda m: np.zeros((H, W, 3), np.uint8),
-                       convert=None, publish=published.append,
-                       log=lambda lvl, t: logs.append((lvl, t)),
-                       convert_detections=lambda m: m,
-                       detection_rules=lambda: Rules(match_iou=0.3, drift_iou=0.6,
-                                                     max_objects=4, max_age_frames=3))
+    rules = Rules(match_iou=0.3, drift_iou=0.6, max_objects=4, max_age_frames=3)
+    w = TrackingWorker(tr, Mailbox(True, 4, 8),
+                       host(lambda m: np.zeros((H, W, 3), np.uint8),
+                            log=lambda lvl, t: logs.append((lvl, t)),
+                            convert_detections=lambda m: m, detection_rules=lambda: rules),
+                       outputs(published.append))
     return tr, w, published, logs
 
 
@@ -222,7 +224,7 @@ def test_worker_detection_stamps():
     detections(w, 200, raw(30, 30, 40, 40, 'b'))
     assert len(tr.calls) == n
     # bad stamps and bad boxes: rejected with the reason, nothing applied
-    w._held_detections.clear()
+    w.drop_pending()
     detections(w, 0, raw(2, 2, 12, 12))
     detections(w, 150, raw(2, 2, 12, 12))                 # between frames: never seen
     detections(w, 300, raw(2, 2, 2, 12), RawDetection(float('nan'), 1, 1, 1))
@@ -316,14 +318,14 @@ over = [Parameter(k, value=v) for k, v in dict(
 node = TrackerNode(parameter_overrides=over)
 from rclpy.lifecycle import TransitionCallbackReturn as R
 assert node.trigger_configure() == R.SUCCESS and node.trigger_activate() == R.SUCCESS
-print('OFF', node._vision_off)
-print('PUB', node._pubs['objects'])
-print('SUBS', sorted(s.topic_name for s in node._subs))
+print('OFF', node.vision_off)
+print('PUB', node.outputs.pubs['objects'])
+print('SUBS', sorted(s.topic_name for s in node.input_subs))
 sent = []
-node._diag_pub.publish = sent.append
-node._on_diagnostics()
+node.diag_pub.publish = sent.append
+node.on_diagnostics()
 print('DIAG', {kv.key: kv.value for kv in sent[0].status[0].values}.get('detections'))
-node._release_io()
+node.release_io()
 node.destroy_node()
 rclpy.shutdown()
 '''

@@ -2,7 +2,6 @@
 configure only when its parameter is on."""
 
 import platform
-import types
 
 import pytest
 
@@ -43,10 +42,9 @@ def test_real_libc():
 
 @pytest.mark.parametrize('on', [True, False])
 def test_node_tunes_only_when_asked(monkeypatch, on):
-    from sam2_ros.ros.node import TrackerNode
-    calls = []
+    calls, warnings = [], []
     monkeypatch.setattr(malloc, 'keep_large_buffers', lambda: calls.append(1) or True)
-    fake = types.SimpleNamespace(opts=types.SimpleNamespace(tune_malloc=on))
-    TrackerNode._tune_malloc(fake)
-    TrackerNode._tune_malloc(fake)              # once per process
-    assert calls == ([1] if on else [])
+    tuning = malloc.Tuning()                    # the node's (sam2_ros/ros/node.py)
+    tuning.apply(on, warnings.append)
+    tuning.apply(on, warnings.append)           # once per process
+    assert calls == ([1] if on else []) and warnings == []

@@ -29,11 +29,8 @@ def _probe_node(on_tick):
             self.ticks += 1
             on_tick(self)
 
-        def _release_io(self):
+        def release(self):
             self.released = True
-
-        def _release_tracker(self):
-            pass
     return Probe
 
 

@@ -20,7 +20,7 @@ from sam2_ros.engine.errors import FrameError
 from sam2_ros.ros import images
 from sam2_ros.ros import node as node_mod
 from sam2_ros.ros import params
-from sam2_ros.ros.log_filter import RepeatFilter
+from sam2_ros.ros.log_filter import FilteredLog
 
 
 # ----------------------------------------------------------------------------- defect 8
@@ -122,10 +122,10 @@ def test_node_log_reports_repeats_on_their_own_line():
     logger = SimpleNamespace(info=lambda t: lines.append(('info', t)),
                              warning=lambda t: lines.append(('warn', t)),
                              error=lambda t: lines.append(('error', t)))
-    self = SimpleNamespace(_log_filter=RepeatFilter(2.0), get_logger=lambda: logger)
+    log = FilteredLog(lambda: logger, 2.0)     # the node's log (TrackerNode.log)
     for _ in range(3):
-        node_mod.TrackerNode._log(self, 'error', 'frame skipped: bad')
-    node_mod.TrackerNode._log(self, 'warn', 'other')
+        log.log('error', 'frame skipped: bad')
+    log.log('warn', 'other')
     assert lines == [('error', 'frame skipped: bad'),
                      ('error', 'previous message repeated 2 more times: frame skipped: bad'),
                      ('warn', 'other')]

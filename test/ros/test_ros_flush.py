@@ -14,8 +14,10 @@ DDS, no model) to check the order and the time bound.
 import time
 from types import SimpleNamespace
 
-from sam2_ros.ros import node as node_mod
+from sam2_ros.ros import publishers as pubs_mod
 from sam2_ros.ros.node import TrackerNode
+from sam2_ros.ros.publishers import Publishers
+from sam2_ros.ros.totals import Totals
 
 
 class FakePub:
@@ -41,20 +43,19 @@ class FakeLogger:
 
 
 def fake_node(pubs, events, context_ok=True):
+    """A stand-in TrackerNode with its Publishers (the real ones) over fake publishers."""
     logger = FakeLogger()
     self = SimpleNamespace(
         context=SimpleNamespace(ok=lambda: context_ok),
-        _subs=['image_sub'], _worker=SimpleNamespace(stop=lambda: events.append(('stop', '')),
-                                                     drop_pending=lambda: [],
-                                                     detection_counts={}),
-        _mailbox=None, _totals=dict.fromkeys(node_mod.TOTALS, 0), _detection_totals={},
-        _pubs=pubs, _unacked=dict.fromkeys(pubs, time.monotonic()), logger=logger,
-        get_logger=lambda: logger,
+        input_subs=['image_sub'], worker=SimpleNamespace(stop=lambda: events.append(('stop', '')),
+                                                         drop_pending=lambda: [],
+                                                         detection_counts={}),
+        mailbox=None, totals=Totals(), logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
-    self._flush_publishers = lambda: TrackerNode._flush_publishers(self)
-    self._stop_io = lambda: TrackerNode._stop_io(self)
-    self._live_counts = TrackerNode._live_counts
+    self.outputs = Publishers(self, pubs, self.totals, lambda i: '', serial=False)
+    self.outputs.unacked = dict.fromkeys(pubs, time.monotonic())
+    self.stop_io = lambda: TrackerNode.stop_io(self)
     return self
 
 
@@ -63,14 +64,16 @@ def test_release_flushes_after_the_worker_and_before_destroying():
     pubs = {'mask': FakePub('mask', events), 'overlay': None,
             'state': FakePub('state', events)}
     self = fake_node(pubs, events)
-    TrackerNode._release_io(self)
+    outputs = self.outputs
+    TrackerNode.release_io(self)
     kinds = [k for k, _ in events]
     # no new frames, then the frame in progress finishes (and publishes), then flush, destroy
     # (the diagnostics publisher and timer live as long as the node: not released here)
     assert kinds == ['destroy_sub', 'stop', 'flush', 'flush', 'destroy_pub', 'destroy_pub'], \
         events
     assert [n for k, n in events if k == 'flush'] == ['mask', 'state']
-    assert self._pubs == {} and self._subs == [] and self._worker is None
+    assert outputs.pubs == {} and self.outputs is None and self.input_subs == []
+    assert self.worker is None
     assert self.logger.warnings == []
 
 
@@ -80,11 +83,11 @@ def test_flush_is_bounded_in_all_and_warns_when_not_acknowledged():
     pubs = {'mask': slow, 'state': FakePub('state', events, acked=False)}
     self = fake_node(pubs, events)
     t0 = time.monotonic()
-    TrackerNode._flush_publishers(self)
+    self.outputs.flush()
     took = time.monotonic() - t0
-    assert took < node_mod.FLUSH_TIMEOUT_S + 0.5, took
+    assert took < pubs_mod.FLUSH_TIMEOUT_S + 0.5, took
     # one shared deadline: the second publisher gets only what the first one left
-    assert abs(slow.timeouts[0] - node_mod.FLUSH_TIMEOUT_S) < 0.05
+    assert abs(slow.timeouts[0] - pubs_mod.FLUSH_TIMEOUT_S) < 0.05
     assert pubs['state'].timeouts[0] < 0.05
     assert len(self.logger.warnings) == 2
     assert 'mask' in self.logger.warnings[0] and 'may miss them' in self.logger.warnings[0]
@@ -97,7 +100,7 @@ def test_after_ctrl_c_publishers_are_destroyed_without_waiting():
     events = []
     pubs = {'mask': FakePub('mask', events, acked=None), 'state': FakePub('state', events)}
     self = fake_node(pubs, events, context_ok=False)
-    TrackerNode._release_io(self)
+    TrackerNode.release_io(self)
     assert [k for k, _ in events] == ['destroy_sub', 'stop', 'destroy_pub', 'destroy_pub'], \
         events
     assert self.logger.warnings == []
@@ -107,7 +110,7 @@ def test_a_publisher_that_refuses_the_wait_is_still_destroyed():
     events = []
     pubs = {'mask': FakePub('mask', events, acked=None), 'state': FakePub('state', events)}
     self = fake_node(pubs, events)  # context still ok, but the handle already refuses
-    TrackerNode._release_io(self)
+    TrackerNode.release_io(self)
     assert [n for k, n in events if k == 'destroy_pub'] == ['mask', 'state']
     assert [n for k, n in events if k == 'flush'] == ['state']
     assert len(self.logger.warnings) == 1 and 'cannot wait' in self.logger.warnings[0]
@@ -124,12 +127,12 @@ def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for():
     self = fake_node(pubs, events)
     now = time.monotonic()
     # state and overlay sent just now, objects 5 s ago (acknowledged by now), mask not at all
-    self._unacked = {'state': now, 'overlay': now, 'objects': now - 5.0}
+    self.outputs.unacked = {'state': now, 'overlay': now, 'objects': now - 5.0}
     t0 = time.monotonic()
-    TrackerNode._flush_publishers(self)
+    self.outputs.flush()
     assert time.monotonic() - t0 < 0.5
-    assert [n for k, n in events if k == 'flush'] == ['state'] and self._unacked == {}
-    TrackerNode._flush_publishers(self)
+    assert [n for k, n in events if k == 'flush'] == ['state'] and self.outputs.unacked == {}
+    self.outputs.flush()
     assert [n for k, n in events if k == 'flush'] == ['state']
     assert self.logger.warnings == []
 
@@ -146,15 +149,11 @@ def test_publishing_marks_the_result_publishers_unacknowledged():
     require_messages()
     sent = []
     pub = lambda name: SimpleNamespace(publish=lambda m: sent.append(name))  # noqa: E731
-    self = SimpleNamespace(_pubs={'mask': pub('mask'), 'state': pub('state'), 'objects': None,
-                                  'overlay': pub('overlay')},
-                           _totals=dict.fromkeys(node_mod.TOTALS, 0), _unacked={},
-                           context=SimpleNamespace(ok=lambda: True),
-                           opts=SimpleNamespace(pipeline=True), _last_publish_ms=0.0,
-                           _last_overlay_ms=0.0)
-    self._publish_ms = lambda: TrackerNode._publish_ms(self)
+    outputs = Publishers(SimpleNamespace(context=SimpleNamespace(ok=lambda: True)),
+                         {'mask': pub('mask'), 'state': pub('state'), 'objects': None,
+                          'overlay': pub('overlay')}, Totals(), lambda i: '', serial=False)
     from std_msgs.msg import Header
     p = Published(FrameResult(0, 4, 4), np.zeros((4, 4, 3), np.uint8), Header(), 0.0, 0.0, [])
-    TrackerNode._publish(self, p)
+    outputs.publish(p)
     assert sent == ['mask', 'state']
-    assert set(self._unacked) == {'mask', 'state', 'objects'}
+    assert set(outputs.unacked) == {'mask', 'state', 'objects'}

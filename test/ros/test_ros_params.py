@@ -10,6 +10,7 @@ import yaml
 
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.ros import params
+from sam2_ros.ros.options import NodeOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ def test_every_tracker_field_and_node_option_has_a_parameter():
     fields = {(s.target, s.field) for s in params.PARAMS}
     for f in dataclasses.fields(TrackerConfig):
         assert ('tracker', f.name) in fields, f'TrackerConfig.{f.name} has no ROS parameter'
-    for f in dataclasses.fields(params.NodeOptions):
+    for f in dataclasses.fields(NodeOptions):
         assert ('node', f.name) in fields, f'NodeOptions.{f.name} has no ROS parameter'
     assert len(params.names()) == len(set(params.names()))
     assert all(s.description for s in params.PARAMS)

@@ -15,7 +15,7 @@ from sam2_ros.ros.mailbox import FrameItem, Mailbox, PromptItem, Published
 from sam2_ros.ros.pipeline import OutputStage
 from sam2_ros.ros.worker import TrackingWorker
 
-from test_ros_worker import FakeTracker, frame, prompt
+from test_ros_worker import FakeTracker, frame, host, outputs, prompt
 
 
 def item(i):
@@ -28,8 +28,8 @@ def stage_threads():
 
 def test_threaded_stage_publishes_every_frame_in_order_and_drains_on_stop():
     sent, overlays, done = [], [], []
-    s = OutputStage(lambda p: (time.sleep(0.002), sent.append(p.header)),
-                    publish_overlay=lambda p: overlays.append(p.header),
+    s = OutputStage(outputs(lambda p: (time.sleep(0.002), sent.append(p.header)),
+                            publish_overlay=lambda p: overlays.append(p.header)),
                     done=lambda p: done.append(p.header), threaded=True, depth=2)
     s.start()
     assert len(stage_threads()) == 2
@@ -53,8 +53,8 @@ def test_a_slow_overlay_never_delays_masks_and_is_dropped_newest_only():
         release.wait(5)
         overlays.append(p.header)
 
-    s = OutputStage(lambda p: sent.append((p.header, time.monotonic())),
-                    publish_overlay=slow_overlay, threaded=True)
+    s = OutputStage(outputs(lambda p: sent.append((p.header, time.monotonic())),
+                            publish_overlay=slow_overlay), threaded=True)
     s.start()
     t0 = time.monotonic()
     for i in range(20):
@@ -83,9 +83,9 @@ def test_overlay_only_while_wanted_and_errors_are_reported_not_fatal():
 
     for threaded in (False, True):
         sent.clear(), errors.clear(), overlays.clear()
-        s = OutputStage(publish, publish_overlay=lambda p: overlays.append(p.header),
-                        wants_overlay=lambda: wanted['on'], report_error=errors.append,
-                        threaded=threaded)
+        s = OutputStage(outputs(publish, publish_overlay=lambda p: overlays.append(p.header),
+                                wants_overlay=lambda: wanted['on']),
+                        report_error=errors.append, threaded=threaded)
         s.start()
         for i in range(6):
             wanted['on'] = i >= 4
@@ -114,9 +114,8 @@ def run_worker(pipeline, slow_publish=0.0):
         return action, None if action == 2 else Prompt(obj, points=np.zeros((1, 2)))
 
     w = TrackingWorker(tr, Mailbox(True, 4, 8),
-                       decode=lambda m: np.full((2, 2, 3), m, np.uint8), convert=convert,
-                       publish=publish, publish_overlay=overlays.append,
-                       log=lambda lvl, t: None, pipeline=pipeline)
+                       host(lambda m: np.full((2, 2, 3), m, np.uint8), convert),
+                       outputs(publish, publish_overlay=overlays.append), pipeline=pipeline)
     w.start()
     mb = w.mailbox
     mb.put_prompt(prompt(0, 1, 100))                      # object 1 on frame 100
@@ -146,8 +145,8 @@ def test_failures_after_the_context_is_down_are_not_reported():
     for threaded in (False, True):
         errors.clear()
         up['ok'] = True
-        s = OutputStage(publish, report_error=errors.append, threaded=threaded,
-                        alive=lambda: up['ok'])
+        s = OutputStage(outputs(publish, alive=lambda: up['ok']), report_error=errors.append,
+                        threaded=threaded)
         s.start()
         s.put(item(0))
         while s.published < 1:           # frame 0 went out while the context was up
@@ -178,9 +177,9 @@ def test_worker_stop_publishes_the_frame_in_progress_then_nothing():
         published.append(p.header.stamp)
 
     tr = FakeTracker()
-    w = TrackingWorker(tr, Mailbox(False, 1, 4), decode=lambda m: np.zeros((2, 2, 3), np.uint8),
-                       convert=lambda it: (0, None), publish=publish,
-                       log=lambda lvl, t: None, pipeline=True)
+    w = TrackingWorker(tr, Mailbox(False, 1, 4),
+                       host(lambda m: np.zeros((2, 2, 3), np.uint8), lambda it: (0, None)),
+                       outputs(publish), pipeline=True)
     w.start()
     w.mailbox.put_frame(frame(1, 1))
     deadline = time.monotonic() + 5

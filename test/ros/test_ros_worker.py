@@ -49,6 +49,21 @@ class FakeTracker:
         self.calls.append(('reset',))
 
 
+def host(decode=None, convert=None, log=lambda lvl, t: None, convert_detections=None,
+         detection_rules=None):
+    """The worker's host (sam2_ros.ros.worker_types.WorkerHost) from plain functions."""
+    return SimpleNamespace(decode=decode, convert=convert, log=log,
+                           convert_detections=convert_detections,
+                           detection_rules=detection_rules, thread_init=lambda: None)
+
+
+def outputs(publish, publish_overlay=None, wants_overlay=lambda: True, alive=lambda: True):
+    """The worker's outputs (sam2_ros.ros.pipeline.Outputs) from plain functions."""
+    return SimpleNamespace(publish=publish, publish_overlay=publish_overlay,
+                           has_overlay=publish_overlay is not None,
+                           wants_overlay=wants_overlay, alive=alive)
+
+
 def make_worker(every_frame=True):
     tr = FakeTracker()
     published, logs = [], []
@@ -62,8 +77,9 @@ def make_worker(every_frame=True):
         action, obj = item.msg
         return action, None if action == RESET else Prompt(obj, points=np.zeros((1, 2)))
 
-    w = TrackingWorker(tr, Mailbox(every_frame, 4, 3), decode=decode, convert=convert,
-                       publish=published.append, log=lambda lvl, t: logs.append((lvl, t)))
+    w = TrackingWorker(tr, Mailbox(every_frame, 4, 3),
+                       host(decode, convert, log=lambda lvl, t: logs.append((lvl, t))),
+                       outputs(published.append))
     return w, tr, published, logs
 
 
@@ -188,3 +204,22 @@ def test_waiting_prompts_counts_prompts_held_for_a_future_frame():
     assert w.waiting_prompts == 1 and tr.calls == [('track', 10)]
     w._on_frame(frame(20, 300))            # its frame: applied, nothing waits
     assert w.waiting_prompts == 0 and tr.calls[1:] == [('queue', 1), ('track', 20)]
+
+
+def test_one_hold_serves_prompts_and_detections():
+    """Prompts and detection messages stamped for a future frame wait in one StampHold: each
+    kind bounded by prompt_queue_size, both counted in waiting_prompts, reported on stop
+    (prompts first); a reset applied now drops the held prompts, not the detections."""
+    w, tr, pub, _ = make_worker()
+    w._on_frame(frame(1, 100))
+    w._on_prompt(prompt(ADD, 1, 300))
+    for _ in range(4):                     # prompt_queue_size 3: the fourth is refused
+        w._on_prompt(PromptItem([], 'detections', 400))
+    w._on_prompt(prompt(ADD, 2, 350))
+    assert w.waiting_prompts == 5 and w.hold.count(detections=True) == 3
+    assert w.counters.prompt_errors == 1 and w.detection_counts['rejected'] == 1
+    w._on_prompt(prompt(RESET, 0, 100))    # the last processed frame: applied now
+    assert w.waiting_prompts == 3 and tr.calls[-1] == ('reset',)
+    w._on_prompt(prompt(ADD, 3, 500))
+    assert w.drop_pending() == ['prompt (stamp 500 ns)'] + ['detections (stamp 400 ns)'] * 3
+    assert w.waiting_prompts == 0

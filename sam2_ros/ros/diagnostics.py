@@ -1,0 +1,160 @@
+"""/diagnostics of the tracker node, in every lifecycle state: rate, latency percentiles,
+counters since start and what is wrong (no frames, CUDA graph fallbacks, errors, a stopped
+worker).
+
+:func:`snapshot` reads what the node's parts show publicly (worker, mailbox, tracker, totals)
+into a :class:`Snapshot`; :func:`report` is a pure function of it (tested without a node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from sam2_ros.ros.totals import Totals
+from sam2_ros.ros.worker_detections import COUNT_KEYS
+
+# Percentiles and rate in /diagnostics cover this many seconds of frames.
+DIAG_WINDOW_S = 10.0
+# A run of this many failed frames turns diagnostics ERROR (a few bad frames are only WARN).
+ERROR_AFTER_FAILURES = 5
+
+
+@dataclass
+class Snapshot:
+    """What an active node's diagnostics show, read at one moment."""
+
+    now: float                          # time.monotonic()
+    last_recv_t: Optional[float]        # the last frame's arrival, None: none yet
+    stale_timeout_s: float
+    fallbacks: int                      # CUDA graph fallbacks since configure
+    fallbacks_seen: int                 # ... already reported
+    fallback_reasons: Dict[str, int]
+    errors: int                         # errors since the previous diagnostics
+    last_error: str
+    consecutive_failures: int
+    worker_alive: bool
+    counts: Dict[str, int]              # totals.NAMES since start
+    latency: Dict[str, float]           # rate_hz, latency_p50_ms, latency_p99_ms
+    objects: int
+    waiting_frames: int
+    waiting_prompts: int
+    graph_steps: int
+    eager_steps: int
+    pipeline: bool
+    publish_waiting: int
+    overlays_published: int
+    overlays_dropped: int
+    model: str
+    random_weights: bool
+    gc_full_collections: int
+    gc_max_pause_ms: float
+    detections: Optional[Dict[str, int]] = field(default=None)   # None: vision_msgs is off
+
+
+@dataclass
+class Report:
+    """One DiagnosticStatus: level 'OK' | 'WARN' | 'ERROR', message, key-values."""
+
+    level: str
+    message: str
+    values: Dict[str, Any]
+
+
+def model_name(cfg: Any) -> str:
+    return f'{cfg.model_size}@{cfg.image_size} {cfg.device} {cfg.precision}'
+
+
+def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts: Any,
+             totals: Totals, fallbacks_seen: int, gc_pauses: Any,
+             vision_on: bool) -> Snapshot:
+    """Read an active node's parts (takes the worker's error count: reported once)."""
+    errors = worker.errors.take_count()
+    stats = tracker.stats
+    return Snapshot(
+        now=now, last_recv_t=mailbox.last_recv_t, stale_timeout_s=opts.stale_timeout_s,
+        fallbacks=int(stats.get('fallbacks', 0)), fallbacks_seen=fallbacks_seen,
+        fallback_reasons=dict(getattr(tracker, 'fallback_reasons', {}) or {}),
+        errors=errors.count, last_error=errors.last,
+        consecutive_failures=worker.counters.consecutive_failures, worker_alive=worker.alive,
+        counts=totals.since_start(worker, mailbox),
+        latency=dict(worker.latency.summary(now, DIAG_WINDOW_S)),
+        objects=worker.counters.objects, waiting_frames=mailbox.pending_frames(),
+        waiting_prompts=mailbox.pending_prompts() + worker.waiting_prompts,
+        graph_steps=int(stats.get('graph_steps', 0)),
+        eager_steps=int(stats.get('eager_steps', 0)), pipeline=bool(opts.pipeline),
+        publish_waiting=worker.output.pending(), overlays_published=worker.output.overlays,
+        overlays_dropped=worker.output.overlays_dropped, model=model_name(cfg),
+        random_weights=cfg.random_weights, gc_full_collections=gc_pauses.full_collections,
+        gc_max_pause_ms=gc_pauses.max_pause_ms,
+        detections=totals.detections_since_start(worker) if vision_on else None)
+
+
+def report(s: Snapshot) -> Report:
+    """The diagnostics of an active node."""
+    level, problems = 'OK', []
+    if s.last_recv_t is None or s.now - s.last_recv_t > s.stale_timeout_s:
+        level = 'WARN'
+        since = 'since activation' if s.last_recv_t is None else \
+            f'for {s.now - s.last_recv_t:.1f} s'
+        problems.append(f'no frames {since}')
+    if s.fallbacks > s.fallbacks_seen:
+        level = 'WARN'
+        reasons = s.fallback_reasons
+        top = max(reasons, key=reasons.get) if reasons else 'unknown'
+        problems.append(f'{s.fallbacks - s.fallbacks_seen} CUDA graph fallbacks to eager '
+                        f'(most frequent reason: {top})')
+    if s.errors:
+        level = 'WARN'
+        problems.append(f'{s.errors} errors, last: {s.last_error[:200]}')
+    if s.consecutive_failures >= ERROR_AFTER_FAILURES or not s.worker_alive:
+        level = 'ERROR'
+        problems.insert(0, 'worker stopped' if not s.worker_alive else
+                        f'last {s.consecutive_failures} frames failed')
+    return Report(level, '; '.join(problems) if problems else 'tracking', _values(s))
+
+
+def _values(s: Snapshot) -> Dict[str, Any]:
+    c = s.counts
+    values: Dict[str, Any] = dict(s.latency)
+    values.update({
+        'objects': s.objects, 'received_frames': c['received'],
+        'processed_frames': c['processed'], 'dropped_frames': c['dropped'],
+        'waiting_frames': s.waiting_frames, 'waiting_prompts': s.waiting_prompts,
+        'frame_errors': c['frame_errors'], 'prompt_errors': c['prompt_errors'],
+        'graph_steps': s.graph_steps, 'eager_steps': s.eager_steps, 'fallbacks': s.fallbacks,
+        # the output stage (pipeline): results waiting for the publisher thread, overlays
+        # sent and replaced by a newer frame's before they could be sent
+        'pipeline': s.pipeline, 'publish_waiting': s.publish_waiting,
+        'overlays_published': s.overlays_published, 'overlays_dropped': s.overlays_dropped,
+        'model': s.model, 'random_weights': s.random_weights,
+        # Python's full garbage collections in this process (gc_freeze keeps them short)
+        'gc_full_collections': s.gc_full_collections,
+        'gc_max_pause_ms': round(s.gc_max_pause_ms, 2),
+    })
+    if s.detections is not None:
+        for k in COUNT_KEYS:
+            values[f'detections_{k}'] = s.detections.get(k, 0)
+    else:
+        values['detections'] = 'off (no vision_msgs)'
+    values['lifecycle_state'] = 'active'
+    return values
+
+
+def inactive_report(configured: bool, done: Dict[str, int], model: Optional[str]) -> Report:
+    """WARN 'not tracking' while unconfigured or inactive (a monitor must not mistake a
+    stopped tracker for a silent one), with the totals so far (``done``: totals.NAMES)."""
+    state = 'inactive' if configured else 'unconfigured'
+    values: Dict[str, Any] = {'lifecycle_state': state, 'objects': 0}
+    values.update({f'{k}_frames' if k in ('received', 'dropped', 'processed') else k: v
+                   for k, v in done.items()})
+    if model is not None:
+        values['model'] = model
+    return Report('WARN', f'{state}: not tracking', values)
+
+
+def status_name(node_name: str) -> str:
+    """'sam2_tracker: tracker', or 'cam0/sam2_tracker: tracker' in a namespace (from the fully
+    qualified name), so the trackers of several cameras stay apart on /diagnostics."""
+    return f'{node_name.lstrip("/")}: tracker'
+

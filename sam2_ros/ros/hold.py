@@ -1,0 +1,72 @@
+"""Prompts and detections stamped for a frame the worker has not processed yet.
+
+A prompt or a detection message whose header stamp is newer than the latest processed frame
+(or zero, for a prompt: the next frame) waits here, in arrival order, until its frame: a prompt
+is applied before tracking the first frame whose stamp is >= its own; detections are associated
+after the frame with exactly their stamp (a later frame first means theirs never came). Both
+are bounded by ``prompt_queue_size`` each; when full the newest is refused. Nothing here imports
+ROS; only the worker thread changes it (other threads read its length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from sam2_ros.engine.types import Prompt
+from sam2_ros.ros.mailbox import PromptItem
+
+DETECTIONS = 'detections'   # PromptItem.kind of a vision_msgs Detection2DArray
+
+
+@dataclass
+class Held:
+    """One held item: as received, and for a prompt its conversion (checked on arrival)."""
+
+    item: PromptItem
+    what: str                           # for reports, e.g. 'click (stamp 5 ns)'
+    action: int = 0
+    prompt: Optional[Prompt] = None
+
+    @property
+    def detections(self) -> bool:
+        return self.item.kind == DETECTIONS
+
+
+class StampHold:
+    """Held items in arrival order (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, int(capacity))
+        self._items: List[Held] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def count(self, detections: bool) -> int:
+        """Held detection messages (True) or prompts (False)."""
+        return sum(h.detections == detections for h in self._items)
+
+    def full(self, detections: bool) -> bool:
+        return self.count(detections) >= self.capacity
+
+    def hold(self, held: Held) -> None:
+        self._items = self._items + [held]
+
+    def take_due(self, stamp_ns: int, detections: bool) -> List[Held]:
+        """Remove and return the prompts (or detections) due by the frame ``stamp_ns``: stamp
+        zero or <= it, in arrival order."""
+        due = [h for h in self._items
+               if h.detections == detections and h.item.stamp_ns <= stamp_ns]
+        if due:
+            self._items = [h for h in self._items if not any(h is d for d in due)]
+        return due
+
+    def drop_prompts(self) -> None:
+        """Forget the held prompts (a reset applied now); detections keep waiting."""
+        self._items = [h for h in self._items if h.detections]
+
+    def drain(self) -> List[Held]:
+        """Remove and return everything, prompts first (the worker is stopping)."""
+        items, self._items = self._items, []
+        return [h for h in items if not h.detections] + [h for h in items if h.detections]

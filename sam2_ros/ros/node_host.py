@@ -1,0 +1,75 @@
+"""The node's side of the worker's protocol (:class:`~sam2_ros.ros.worker_types.WorkerHost`):
+decoding frames, converting prompts and clicks, reading detections and their run-time rules,
+logging, and the worker threads' CUDA device. Runs in the worker thread, the only one touching
+the tracker.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Set, Tuple
+
+import numpy as np
+
+from sam2_ros.engine.errors import CapacityError
+from sam2_ros.engine.types import Prompt
+from sam2_ros.ros import detections as det
+from sam2_ros.ros import images, inputs, runtime_params
+from sam2_ros.ros.log_filter import FilteredLog
+from sam2_ros.ros.mailbox import PromptItem
+
+
+class NodeHost:
+    """What the worker asks of the node. ``node`` gives the run-time parameters (read per
+    message) and sets click_object_id for click_mode 'new'; ``tracker`` and ``cfg`` are those
+    configure built; ``bridge`` decodes images."""
+
+    def __init__(self, node: Any, tracker: Any, cfg: Any, opts: Any, bridge: Any,
+                 log: FilteredLog, new_ids: Set[int]) -> None:
+        self.node, self.tracker, self.cfg, self.opts = node, tracker, cfg, opts
+        self.bridge, self._log = bridge, log
+        self.new_ids = new_ids   # ids started by click_mode 'new' (never handed out twice)
+
+    def value(self, name: str) -> Any:
+        return self.node.get_parameter(name).value
+
+    def log(self, level: str, text: str) -> None:
+        self._log.log(level, text)
+
+    def thread_init(self) -> None:
+        """The current CUDA device is per thread: make the worker's the tracker's device."""
+        if str(self.cfg.device).startswith('cuda:'):  # plain 'cuda' is device 0 anyway
+            import torch
+
+            torch.cuda.set_device(torch.device(self.cfg.device))
+
+    def decode(self, msg: Any) -> np.ndarray:
+        if self.opts.input_type == 'raw':
+            return images.image_to_rgb(msg, self.bridge)
+        return images.compressed_to_rgb(msg, self.bridge, self.opts.max_image_pixels)
+
+    def convert(self, item: PromptItem) -> Tuple[int, Optional[Prompt]]:
+        """A prompt message, or a click following the run-time parameters click_mode and
+        click_object_id."""
+        if item.kind != 'click':
+            return inputs.prompt_from_msg(item.msg, self.bridge)
+        mode = self.value('click_mode')
+        obj_id = int(self.value('click_object_id'))
+        if mode == 'new':
+            used = set(self.tracker.object_ids) | self.new_ids
+            obj_id = next((i for i in range(1, 256) if i not in used), 0)
+            if not obj_id:
+                raise CapacityError('click_mode new: all object ids 1..255 are in use')
+            self.new_ids.add(obj_id)
+            from rclpy.parameter import Parameter
+
+            self.node.set_parameters([Parameter('click_object_id', value=obj_id)])
+            self.log('info', f'click starts object {obj_id} (click_mode new); it is now '
+                             f'click_object_id, so click_mode positive/negative corrects it')
+        return inputs.ACTION_ADD, inputs.click_to_prompt(item.msg, obj_id,
+                                                         positive=mode != 'negative')
+
+    def convert_detections(self, msg: Any) -> List[det.RawDetection]:
+        return inputs.detections_from_msg(msg)
+
+    def detection_rules(self) -> det.Rules:
+        return runtime_params.rules(self.value, self.cfg.max_objects)

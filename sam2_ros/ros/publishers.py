@@ -1,0 +1,151 @@
+"""The node's result publishers: created at configure, deactivated with the node, flushed and
+destroyed at cleanup / shutdown; what a frame sends, and the overlay.
+
+Mask, state (and objects) first, each built with one copy of the image data
+(:func:`sam2_ros.ros.images.image_msg`); the overlay only while someone subscribes to it (RViz,
+a recorder). Whether these run in the worker thread or on their own threads is the output
+stage's business (:mod:`sam2_ros.ros.pipeline`, parameter ``pipeline``); this object is its
+:class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live from configure to cleanup: a reliable
+writer destroyed at deactivate would need to wait for acknowledgements, which for small
+messages come with Fast DDS's periodic heartbeat (up to 3 s).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Optional
+
+from rclpy.duration import Duration
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from sam2_ros.overlay import render_overlay
+from sam2_ros.ros import images, messages
+from sam2_ros.ros.mailbox import Published
+from sam2_ros.ros.totals import Totals
+
+OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# On cleanup / shutdown, wait up to this long in all for subscribers to acknowledge what was
+# already published (the last frame's mask and state), then destroy the publishers.
+FLUSH_TIMEOUT_S = 1.0
+# The publishers whose messages a subscriber must not lose when the node lets them go.
+RESULT_TOPICS = ('mask', 'state', 'objects')
+# A reader acknowledges when a writer's heartbeat asks (Fast DDS: every 3 s by default, 0.1 s
+# with config/fastdds_large_frames.xml); a sample published longer ago than this has been
+# acknowledged (or re-sent and then acknowledged) by every reader still alive.
+ACKED_AFTER_S = 3.5
+
+
+class Publishers:
+    """mask, state, overlay (optional) and objects (optional) of one configured node.
+
+    ``node`` is the lifecycle node (its publishers, context and logger); ``pubs`` maps the
+    names above to publishers (None: off); ``totals`` gives the counts of earlier activations
+    (TrackingState counts since start); ``class_of(obj_id)`` the class an object was prompted
+    with (``~/objects``); ``serial``: the overlay delays the next frame (``pipeline: false``).
+    """
+
+    def __init__(self, node: Any, pubs: Dict[str, Any], totals: Totals,
+                 class_of: Callable[[int], str], serial: bool) -> None:
+        self.node, self.pubs, self.totals = node, pubs, totals
+        self.class_of, self.serial = class_of, serial
+        self.has_overlay = pubs.get('overlay') is not None
+        self.last_publish_ms = 0.0
+        self.last_overlay_ms = 0.0
+        # result publisher -> time.monotonic() of its last message since the last ack wait
+        self.unacked: Dict[str, float] = {}
+
+    @classmethod
+    def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
+               totals: Totals, class_of: Callable[[int], str], serial: bool) -> 'Publishers':
+        """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``."""
+        from sensor_msgs.msg import Image
+
+        make = node.create_lifecycle_publisher
+        pubs = {'mask': make(Image, '~/mask', OUTPUT_QOS),
+                'overlay': make(Image, '~/overlay', OUTPUT_QOS) if overlay else None,
+                'state': make(state_type, '~/state', OUTPUT_QOS),
+                'objects': (make(objects_type, '~/objects', OUTPUT_QOS)
+                            if objects_type is not None else None)}
+        return cls(node, pubs, totals, class_of, serial)
+
+    # ------------------------------------------------------------------ Outputs
+    def alive(self) -> bool:
+        return self.node.context.ok()
+
+    def publish(self, p: Published) -> None:
+        """Mask, state, objects. The state follows its mask (a state means its mask was
+        already sent). Counters are the ones the worker saw when it handed the frame over."""
+        if not self.alive():    # Ctrl-C shut the context down: nothing can go out
+            return
+        t0 = time.perf_counter()
+        pubs, done = self.pubs, self.totals.done
+        pubs['mask'].publish(images.image_msg(p.result.label_mask(), 'mono8', p.header))
+        pubs['state'].publish(messages.tracking_state_msg(
+            p.result, p.header, decode_ms=p.decode_ms, publish_ms=self.publish_ms(),
+            dropped=done['dropped'] + p.dropped, processed=done['processed'] + p.processed,
+            errors=messages.errors_text(p.errors)))
+        if pubs.get('objects') is not None:
+            pubs['objects'].publish(messages.objects_msg(p.result, p.header, self.class_of))
+        now = time.monotonic()
+        self.unacked.update({name: now for name in RESULT_TOPICS})
+        self.last_publish_ms = (time.perf_counter() - t0) * 1e3
+
+    def publish_ms(self) -> float:
+        """TrackingState.publish_ms: the previous frame's publishing time. Serial, the overlay
+        delays the next frame and is counted; pipelined, it runs beside the next frame."""
+        if self.serial:
+            return self.last_publish_ms + self.last_overlay_ms
+        return self.last_publish_ms
+
+    def wants_overlay(self) -> bool:
+        overlay = self.pubs.get('overlay')
+        return overlay is not None and self.alive() and overlay.get_subscription_count() > 0
+
+    def publish_overlay(self, p: Published) -> None:
+        """The overlay: for eyes only and the costliest output (render + 2.7 MB at 720p)."""
+        if not self.alive():
+            return
+        t0 = time.perf_counter()
+        self.pubs['overlay'].publish(images.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
+                                                      p.header))
+        self.last_overlay_ms = (time.perf_counter() - t0) * 1e3
+
+    # ------------------------------------------------------------------ release
+    def release(self) -> None:
+        """Flush, then destroy every publisher."""
+        self.flush()
+        for pub in self.pubs.values():
+            if pub is not None:
+                self.node.destroy_lifecycle_publisher(pub)
+        self.pubs = {}
+
+    def flush(self) -> None:
+        """Destroying a reliable writer discards samples its readers have not acknowledged yet:
+        the frame in progress at deactivate was tracked (its frame index used) but its state
+        could be lost. Wait (bounded) for the acknowledgements first, and only where it is
+        needed: deactivate keeps the publishers (no wait at all), and at cleanup / shutdown
+        only the publishers whose messages carry results (mask, state, objects; not the
+        overlay, which is for eyes only and the largest) and that sent something within the
+        last ACKED_AFTER_S (a writer's heartbeat period: older samples are acknowledged) are
+        waited for; one with no subscriber returns at once. A small message is acknowledged
+        at the writer's next heartbeat: the shipped Fast DDS profile sets it to 0.1 s (3 s by
+        default, hence the bound). After Ctrl-C the context is already shut down: nothing can
+        be delivered any more and the handles refuse use."""
+        unacked, self.unacked = dict(self.unacked), {}
+        if not self.alive():
+            return
+        now = time.monotonic()
+        deadline = now + FLUSH_TIMEOUT_S
+        logger = self.node.get_logger()
+        for name, pub in self.pubs.items():
+            if pub is None or name == 'overlay' or now - unacked.get(name, -1e9) > ACKED_AFTER_S:
+                continue
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                acked = pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9)))
+            except Exception as exc:  # e.g. the context shut down meanwhile: destroy anyway
+                logger.warning(f'{name}: cannot wait for acknowledgements: {exc!r}')
+                continue
+            if not acked:
+                logger.warning(f'{name}: subscribers did not acknowledge the last messages '
+                               f'within {FLUSH_TIMEOUT_S} s; they may miss them')

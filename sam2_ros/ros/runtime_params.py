@@ -1,0 +1,59 @@
+"""Run-time parameters of the tracker node (`ros2 param set`): click_mode, click_object_id and
+the detection_* rules take effect at once; bad values are refused with the reason. Pure
+functions of the parameter values (the node's callback reads them and hands them in).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+from sam2_ros.ros import detections as det
+from sam2_ros.ros.options import CLICK_MODES
+
+DETECTION_FLOATS = ('detection_min_score', 'detection_match_iou', 'detection_drift_iou')
+
+
+def rules(value: Callable[[str], Any], max_objects: int) -> det.Rules:
+    """The association rules from the current parameter values (``value(name)``)."""
+    return det.Rules(min_score=float(value('detection_min_score')),
+                     class_ids=tuple(value('detection_class_ids') or ()),
+                     match_iou=float(value('detection_match_iou')),
+                     drift_iou=float(value('detection_drift_iou')),
+                     max_objects=int(max_objects),
+                     max_age_frames=int(value('detection_max_age_frames')))
+
+
+def refusal(changes: Dict[str, Any], value: Callable[[str], Any]) -> str:
+    """Why these changes (name -> new value) must be refused, or '' to accept them; the
+    values not changed are ``value(name)``. Parameters that are not run-time ones are only
+    checked at configure."""
+    mode = changes.get('click_mode', CLICK_MODES[0])
+    if mode not in CLICK_MODES:
+        return f'click_mode must be one of {CLICK_MODES}, got {mode!r}'
+    if 'click_object_id' in changes:
+        v = changes['click_object_id']
+        if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 255):
+            return f'click_object_id must be an integer in 1..255, got {v!r}'
+    return _detection_refusal(changes, value)
+
+
+def _detection_refusal(new: Dict[str, Any], value: Callable[[str], Any]) -> str:
+    """Why the detection_* values (these changes over the current ones) are bad, or ''."""
+    if not any(n.startswith('detection_') for n in new):
+        return ''
+    vals = {n: new[n] if n in new else value(n) for n in DETECTION_FLOATS}
+    for n, v in vals.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f'{n} must be a number in [0, 1], got {v!r}'
+    try:
+        det.check_rules(*(float(vals[n]) for n in DETECTION_FLOATS))
+    except ValueError as exc:
+        return str(exc)
+    age = new.get('detection_max_age_frames', 0)
+    if isinstance(age, bool) or not isinstance(age, int) or age < 0:
+        return f'detection_max_age_frames must be an integer >= 0, got {age!r}'
+    classes = new.get('detection_class_ids', [])
+    if classes is not None and not (isinstance(classes, (list, tuple)) and
+                                    all(isinstance(c, str) for c in classes)):
+        return f'detection_class_ids must be a list of strings, got {classes!r}'
+    return ''
