@@ -1,7 +1,9 @@
 """The one configuration of the tracker core: every knob, its default and why.
 
-ROS parameters, the offline CLI and the benchmarks all map onto :class:`TrackerConfig`
-(ROS does it in ``sam2_ros/ros/params.py``), so a default changes in exactly one place.
+ROS parameters, the offline CLI and the benchmarks all map onto :class:`TrackerConfig`, so a
+default changes in exactly one place. Each field is a :func:`sam2_ros.knobs.knob`: its type,
+user description and whether it is a tuning choice are its metadata, from which the ROS
+parameters, their docs table and config/tracker.yaml are derived; the comments say why.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
+
+from sam2_ros.knobs import knob
 
 MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
 PRECISIONS = ('bf16', 'fp32')
@@ -30,106 +34,150 @@ MODEL_CONFIGS = {
 class TrackerConfig:
     """Everything the streaming tracker needs to know before the first frame."""
 
-    model_size: str = 'tiny'
+    model_size: str = knob('tiny', kind='str', doc=(
+        'SAM 2.1 size: tiny, small, base_plus, large'))
     # Square model input side in pixels; multiple of 32 (sam2 backbone stride x 2).
-    image_size: int = 1024
-    # Path of an official SAM 2 / SAM 2.1 ``.pt`` file. None requires random_weights=True.
-    checkpoint: Optional[str] = None
+    image_size: int = knob(1024, kind='int', doc=(
+        'square model input side in px, multiple of 32 (smaller: faster, coarser masks)'))
+    checkpoint: Optional[str] = knob(None, kind='str', doc=(
+        'path of an official SAM 2/2.1 .pt file; empty = none (needs random_weights)'))
     # Random weights are only for tests and the demo; the loader says so loudly.
-    random_weights: bool = False
+    random_weights: bool = knob(False, kind='bool', doc=(
+        'random model weights: tests and demo only, masks are meaningless'))
     # Seed for random weights, so two processes build the same random model.
-    seed: int = 0
-    device: str = 'cuda'
-    precision: str = 'bf16'
-    # Capacity of the object table: the bank is preallocated for this many objects.
-    max_objects: int = 8
+    seed: int = knob(0, kind='int', doc='seed of random weights (same seed, same model)')
+    device: str = knob('cuda', kind='str', doc='torch device, e.g. cuda, cuda:1, cpu')
+    precision: str = knob('bf16', kind='str', doc='bf16 or fp32 (fp32 on CPU)')
+    max_objects: int = knob(8, kind='int', doc=(
+        'capacity of the preallocated object table; more objects are rejected'))
     # Conditioning (prompted) frames kept per object. The first prompt frame is always
     # kept; beyond the cap the oldest later one is evicted (see docs/streaming.md).
-    max_cond_frames: int = 4
+    max_cond_frames: int = knob(4, kind='int', doc=(
+        'prompted frames kept per object (the first one always kept)'))
     # Official SAM2VideoPredictor option: a correction click on an already tracked frame
     # makes that frame a conditioning frame (True) or only replaces its ordinary memory
     # (False, the official default). True keeps corrections alive past 15 frames.
-    corrections_as_cond: bool = True
+    corrections_as_cond: bool = knob(True, kind='bool', doc=(
+        'a correction on a tracked frame becomes a conditioning frame'))
     # An object whose score stays <= 0 this many frames is reported 'lost' (not just
     # 'occluded'); it keeps tracking and can re-appear.
-    lost_after_frames: int = 30
+    lost_after_frames: int = knob(30, kind='int', doc=(
+        'frames with score <= 0 before an object is reported LOST (not OCCLUDED)'))
     # sam2's hole filling: background components (logit <= 0, 8-connected) of at most this
     # many low-resolution pixels become foreground (logit 0.1) before a mask is stored, as the
     # official SAM2VideoPredictor does where sam2's CUDA extension is built. 8 is the value
     # build_sam2_video_predictor sets; 0 turns it off (as an install without the extension).
-    fill_hole_area: int = 8
+    fill_hole_area: int = knob(8, kind='int', doc=(
+        "sam2's hole filling: background specks (8-connected, logit <= 0) of at most this many "
+        'low-resolution pixels (image_size/4 square) become mask, as the official predictor does '
+        "with sam2's CUDA extension; 0: off"))
     # CUDA graphs for the image encoder and the steady-state track step (CUDA only).
-    use_cuda_graphs: bool = True
+    use_cuda_graphs: bool = knob(True, kind='bool', doc=(
+        'capture CUDA graphs of the per-frame step (CUDA only; false: eager)'))
     # 'swap': one graph, each object's memory copied in before its replay.
     # 'batched': objects of one bucket in one replay, stacked on the batch axis. Default by
     # measurement (interaction benchmark, H200, tiny@512): equal at 1 object (p50 7.8 vs
     # 7.7 ms), faster from 3 (8.4 vs 13.1 ms) and at 10 (13.4 vs 32.2 ms); it costs more
     # capture time (3-5 s vs 2 s) and graph memory.
-    graph_mode: str = 'batched'
+    graph_mode: str = knob('batched', kind='str', tuning=True, doc=(
+        "'batched' (the objects of one graph bucket stacked in one replay) or 'swap' (one replay "
+        'per object; at steady state bitwise equal to the eager path); batched costs more '
+        'capture time and graph memory'))
     # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket; more
     # objects than the largest bucket run in several replays). None: powers of two up to
     # max_objects, and max_objects itself, so any object count runs in one replay per
     # conditioning-frame count (tiny@512, H200: 10 objects as 8 + 2 took 4.9 + 2.5 ms of
     # step kernels, where one replay of 10 takes about 5.7).
-    batch_buckets: Optional[tuple] = None
+    batch_buckets: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
+        "object batch sizes captured for graph_mode 'batched'; unset = powers of two up to "
+        'max_objects, and max_objects (any object count in one replay per conditioning-frame '
+        'count)'))
     # Batched step graphs hand sam2's memory attention its inputs as views of batch-major
     # storage, so its layers run on contiguous tensors instead of [L, B, C] transposed to
     # [B, L, C] (step.condition_on_memory). False: sam2's layout.
-    batch_major_memory: bool = True
+    batch_major_memory: bool = knob(True, kind='bool', tuning=True, doc=(
+        "batched graphs hand sam2's memory attention its inputs as views of batch-major storage "
+        "(the same values; false: sam2's layout)"))
     # Track-step graphs take memories padded to their bucket, flagged valid or not, and
     # attend only to the valid ones (FlashAttention's variable-length kernel): every tracking
     # frame replays a graph, the 15 after each prompt included. Outputs equal the eager
     # path's within rounding (another attention kernel; docs/design.md). False: graphs for the
     # steady state only, with sam2's own attention call; frames after a prompt run eagerly
     # (also the case with compile_mode set).
-    padded_graphs: bool = True
+    padded_graphs: bool = knob(True, kind='bool', tuning=True, doc=(
+        'the frames after a prompt replay graphs too: memories padded to the bucket, attention '
+        'over the valid ones only (false: those frames run eagerly)'))
     # Attention kernel of steady-state objects: 'sam2' (sam2's own call, cuDNN on recent torch;
     # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
     # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in
     # parallel and merged by log-sum-exp, for calls too small to fill the GPU), 'auto' (all
     # timed at capture, once per batch size; sam2's call is left only for one >= 5% faster).
     # Not with compile_mode.
-    steady_attention: str = 'auto'
+    steady_attention: str = knob('auto', kind='str', tuning=True, doc=(
+        "attention kernel at steady state: 'sam2' (sam2's own call; bitwise the eager step), "
+        "'flash' (the padded graph's FlashAttention), 'split' (split-KV: key chunks attended in "
+        "parallel, merged by log-sum-exp), 'auto' (all timed at configure, once per batch size)"))
     # Prompted steps as CUDA graphs too (a new object, a correction click, a mask), one per
     # kind and point count in prompt_point_buckets (a click is 1 point, a box 2, a box and a
     # click 3); other counts run eagerly. False: every prompt runs eagerly.
-    prompt_graphs: bool = True
-    prompt_point_buckets: tuple = (1, 2, 3)
+    prompt_graphs: bool = knob(True, kind='bool', tuning=True, doc=(
+        'prompted steps (new object, correction click, mask) replay graphs too'))
+    prompt_point_buckets: tuple = knob((1, 2, 3), kind='int_array', tuning=True, doc=(
+        'point counts with a prompt graph (a click is 1, a box 2, a box and a click 3); others '
+        'run eagerly'))
     # Image mode (engine/image.py, sam2's image-predictor computation) as CUDA graphs (with
     # use_cuda_graphs, CUDA only): the image encoder, and prompt encoder + mask decoder per
     # prompt count in image_prompt_buckets and point count in prompt_point_buckets (or a mask
     # input alone), each captured on first use; other shapes run eagerly. False: eager.
-    image_graphs: bool = True
+    image_graphs: bool = knob(True, kind='bool', tuning=True, doc=(
+        "image mode (segment_image: sam2's image-predictor computation) replays CUDA graphs: the "
+        'image encoder, and prompt encoder + mask decoder per prompt count and point count, '
+        'captured on first use (false: eager)'))
     # Prompt counts of the image-mode decoder graphs: a call is padded up to the next bucket;
     # more prompts than the largest run in chunks of it.
-    image_prompt_buckets: tuple = (1, 2, 4, 8, 16)
-    # Conditioning-frame counts captured as graph shape buckets (1..max_cond_frames).
-    graph_cond_buckets: Optional[tuple] = None
+    image_prompt_buckets: tuple = knob((1, 2, 4, 8, 16), kind='int_array', tuning=True, doc=(
+        'prompt counts of the image-mode decoder graphs: a call is padded up to the next, more '
+        'prompts than the largest run in chunks of it'))
+    graph_cond_buckets: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
+        'conditioning-frame counts captured as graph buckets; unset = 1..max_cond_frames'))
     # Frame preprocessing and mask postprocessing as CUDA graphs too (per source resolution,
     # captured on first use); False runs them eagerly while the model steps stay graphs.
-    graph_io: bool = True
+    graph_io: bool = knob(True, kind='bool', tuning=True, doc=(
+        'frame preprocessing and mask postprocessing as CUDA graphs too'))
     # (width, height) of the source frames when known (the camera's): their I/O graphs are
     # captured at start-up with the rest instead of on the first frame, which otherwise pays
     # 0.3-3 s of capture. None: captured on first use, per resolution.
-    io_resolution: Optional[tuple] = None
+    io_resolution: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
+        '[width, height] of the camera: its frame-in and mask-out graphs are captured at '
+        'configure instead of on the first frame; unset = on first use, per resolution'))
     # torch.compile mode for the modules inside the captured graphs ('default',
     # 'max-autotune-no-cudagraphs'), or None. Fewer, fused kernels; start-up takes minutes
     # instead of seconds and outputs differ from the eager reference by rounding.
-    compile_mode: Optional[str] = None
+    compile_mode: Optional[str] = knob(None, kind='str', tuning=True, doc=(
+        "torch.compile the modules inside the graphs: '' (off), 'default' or "
+        "'max-autotune-no-cudagraphs' (start-up takes minutes)"))
     # Parts of the graphs that run inductor-fused kernels, compiled ahead once per model,
     # resolution, GPU and torch and loaded from precompile_dir by every later start
     # (precompiled.py): 'encoder' (image encoder), 'heads' (a tracking frame's SAM decoder,
     # hole filling and memory encoder). The first start compiles (tens of seconds per part);
     # outputs differ from the eager reference by rounding. () : sam2's kernels throughout.
-    precompile: tuple = ()
+    precompile: tuple = knob((), kind='str_array', tuning=True, doc=(
+        'parts run as inductor-fused kernels compiled once and loaded from disk by later starts: '
+        "'encoder', 'heads' (a tracking step's SAM decoder, hole filling and memory encoder); "
+        'the first start compiles them'))
     # Folder of the precompiled files; None: $SAM2_ROS_CACHE/precompiled or
     # ~/.cache/sam2_ros/precompiled.
-    precompile_dir: Optional[str] = None
+    precompile_dir: Optional[str] = knob(None, kind='str', tuning=True, doc=(
+        'folder of the precompiled files; empty = $SAM2_ROS_CACHE/precompiled or '
+        '~/.cache/sam2_ros/precompiled'))
     # bf16 only: store Linear/Conv weights in bf16 once at start-up instead of letting
     # autocast cast them on every call (bit-identical outputs, some 300 fewer kernels per
     # tiny step, less weight memory). False keeps the official per-call casts.
-    precast_weights: bool = True
-    extra_hydra_overrides: list = field(default_factory=list)
+    precast_weights: bool = knob(True, kind='bool', tuning=True, doc=(
+        'bf16: Linear/Conv weights cast to bf16 once at start-up, not by autocast on every call '
+        '(bit-identical; false: the official per-call casts)'))
+    extra_hydra_overrides: list = knob(default_factory=list, kind='str_array', tuning=True, doc=(
+        'extra hydra overrides for the sam2 model config (expert use)'))
 
     def validate(self) -> 'TrackerConfig':
         """Raise ValueError naming the first bad field; return self for chaining."""

@@ -51,7 +51,10 @@ def input_topic(image_topic: str, input_type: str) -> str:
 
 
 def print_usage() -> None:
-    print(USAGE + '\n'.join(f'  {s.name:<24} {s.description}' for s in params.PARAMS))
+    def lines(tuning: bool) -> str:
+        return '\n'.join(f'  {s.name:<24} {s.description}' + (' (run time)' if s.runtime else '')
+                         for s in params.PARAMS if s.tuning == tuning)
+    print(USAGE + lines(False) + '\nTuning (the defaults are the measured best):\n' + lines(True))
 
 
 def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:

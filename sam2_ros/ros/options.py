@@ -4,10 +4,10 @@ tracker core never sees them; its knobs are :class:`sam2_ros.engine.config.Track
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import List
 
+from sam2_ros.knobs import knob
 from sam2_ros.ros.images import MAX_IMAGE_PIXELS
 
 INPUT_TYPES = ('raw', 'compressed')
@@ -20,54 +20,84 @@ CLICK_MODES = ('positive', 'negative', 'new')
 class NodeOptions:
     """Node-only options: topics, QoS and the real-time policy (the core never sees them)."""
 
-    image_topic: str = '/camera/image_raw'
-    # 'raw' subscribes sensor_msgs/Image, 'compressed' sensor_msgs/CompressedImage.
-    input_type: str = 'raw'
+    image_topic: str = knob('/camera/image_raw', kind='str', doc=(
+        'input image topic (remappable too)'))
+    input_type: str = knob('raw', kind='str', doc=(
+        "'raw' (sensor_msgs/Image) or 'compressed' (sensor_msgs/CompressedImage on "
+        '<image_topic>/compressed)'))
     # RELIABLE by default: BEST_EFFORT loses most large frames with default DDS transports.
-    qos_reliability: str = 'reliable'
-    qos_depth: int = 10
+    qos_reliability: str = knob('reliable', kind='str', doc=(
+        "image QoS 'reliable' or 'best_effort' (best_effort loses large frames with default DDS "
+        'transports)'))
+    qos_depth: int = knob(10, kind='int', doc=(
+        'image subscription history depth (ignored with process_every_frame: KEEP_ALL)'))
     # False: keep only the newest frame (older ones count as dropped) - live cameras.
     # True: bounded FIFO, the image callback blocks when full, the subscription keeps ALL
     # history so nothing is lost - deterministic bag replay.
-    process_every_frame: bool = False
-    fifo_size: int = 16
-    # Prompts waiting for the worker; when full the NEWEST prompt is rejected with an error.
-    prompt_queue_size: int = 16
-    publish_overlay: bool = True
+    process_every_frame: bool = knob(False, kind='bool', doc=(
+        'true: bounded blocking FIFO, no frame dropped (bag replay); false: only the newest '
+        'frame is processed (live)'))
+    fifo_size: int = knob(16, kind='int', doc=(
+        'frames held by the FIFO of process_every_frame before the callback blocks'))
+    prompt_queue_size: int = knob(16, kind='int', doc=(
+        'pending prompts; when full the newest is rejected with an error'))
+    publish_overlay: bool = knob(True, kind='bool', doc=(
+        'publish ~/overlay (rgb8; rendered only while subscribed)'))
     # True: mask and state are published by their own thread while the worker tracks the next
     # frame, the overlay by a third one (newest only: it never delays a mask). False: the
     # worker publishes everything before the next frame (the serial reference).
-    pipeline: bool = True
+    pipeline: bool = knob(True, kind='bool', doc=(
+        'mask and state published on a thread of their own while the next frame is tracked, the '
+        'overlay on another (newest only, never delays a mask); false: everything published '
+        'before the next frame (the serial reference)'))
     # Raise glibc's mmap/trim thresholds so multi-megabyte message buffers (each incoming
     # image) are reused instead of page-faulted in anew for every message
     # (sam2_ros/ros/malloc.py; process-wide, set at configure, not undone).
-    tune_malloc: bool = True
+    tune_malloc: bool = knob(True, kind='bool', tuning=True, doc=(
+        "raise glibc's mmap/trim thresholds at configure so multi-megabyte message buffers are "
+        'reused (process-wide, not undone)'))
     # Exempt everything alive at the end of configure (model, graphs, imports) from Python's
     # garbage collections, so a full collection no longer walks ~200,000 objects on the frame
     # path (sam2_ros/ros/gc_policy.py; undone at cleanup).
-    gc_freeze: bool = True
-    # No frame for this long -> diagnostics WARN 'no frames'.
-    stale_timeout_s: float = 2.0
-    diagnostics_period_s: float = 1.0
+    gc_freeze: bool = knob(True, kind='bool', tuning=True, doc=(
+        'after configure, gc.freeze(): the objects configure leaves (imports, model, graphs) are '
+        "skipped by Python's garbage collector; unfrozen at cleanup (diagnostics: "
+        'gc_full_collections, gc_max_pause_ms)'))
+    stale_timeout_s: float = knob(2.0, kind='float', doc=(
+        'no frame for this long -> diagnostics WARN'))
+    diagnostics_period_s: float = knob(1.0, kind='float', doc=(
+        'period of /diagnostics (wall clock)'))
     # Object that a click (geometry_msgs/PointStamped on ~/click, or Point from rqt_image_view)
     # is for. Changeable at run time (`ros2 param set`), like click_mode.
-    click_object_id: int = 1
+    click_object_id: int = knob(1, kind='int', runtime=True, doc=(
+        'object a click is for (~/click PointStamped, rqt_image_view Point), see docs/ros.md '
+        'Clicks'))
     # 'positive': a positive point on click_object_id (starts it, or corrects it if tracked);
     # 'negative': a negative point on click_object_id (removes the clicked area from it);
     # 'new': starts a new object with the next unused id, which becomes click_object_id.
-    click_mode: str = 'positive'
+    click_mode: str = knob('positive', kind='str', runtime=True, doc=(
+        "what a click does: 'positive' point on click_object_id, 'negative' point on it, 'new' "
+        'object (the next unused id, then the click target)'))
     # Compressed images declaring more pixels than this are refused BEFORE decoding (a 425 KB
     # PNG can declare 20000x20000 and take 1.2 GB decoded). Default: 8K UHD.
-    max_image_pixels: int = MAX_IMAGE_PIXELS
-    # Configure and activate on start-up (the `ros2 lifecycle` CLI is not always at hand).
-    autostart: bool = False
+    max_image_pixels: int = knob(MAX_IMAGE_PIXELS, kind='int', doc=(
+        'compressed images declaring more pixels (header) are refused before decoding (default '
+        '8K UHD)'))
+    autostart: bool = knob(False, kind='bool', doc='configure and activate on start-up')
     # Detections (vision_msgs/Detection2DArray on ~/detections) as box prompts; all settable at
     # run time. See sam2_ros/ros/detections.py and docs/ros.md "Detector in, objects out".
-    detection_min_score: float = 0.5          # lower-scored detections are ignored
-    detection_class_ids: List[str] = dataclasses.field(default_factory=list)  # [] = all
-    detection_match_iou: float = 0.3          # IoU with an object's box to be that object's
-    detection_drift_iou: float = 0.5          # matched below this: the object is re-prompted
-    detection_max_age_frames: int = 15        # detections of older frames are rejected
+    detection_min_score: float = knob(0.5, kind='float', runtime=True, doc=(
+        '~/detections scored lower are ignored'))
+    detection_class_ids: List[str] = knob(default_factory=list, kind='str_array', runtime=True,
+                                          doc='only detections of these classes; unset = all')
+    detection_match_iou: float = knob(0.3, kind='float', runtime=True, doc=(
+        'box IoU with an object (same class) for a detection to be that object; unmatched '
+        'detections start objects'))
+    detection_drift_iou: float = knob(0.5, kind='float', runtime=True, doc=(
+        "a matched object below this IoU (or occluded/lost) is re-prompted with the detection's "
+        'box'))
+    detection_max_age_frames: int = knob(15, kind='int', runtime=True, doc=(
+        'detections stamped more processed frames back are rejected'))
 
     def validate(self) -> 'NodeOptions':
         """Raise ValueError naming the first bad option; return self for chaining."""

@@ -94,3 +94,26 @@ def test_docs_list_every_parameter():
     text = (ROOT / 'docs/ros.md').read_text()
     missing = [n for n in params.names() if f'| `{n}` |' not in text]
     assert not missing, f'docs/ros.md lacks parameters {missing}'
+
+
+def test_yaml_and_docs_tables_are_written_from_the_knobs():
+    """config/tracker.yaml and docs/ros.md's parameter tables are what `python -m tools.knobs`
+    writes from the dataclasses' knob metadata (run it after changing a knob)."""
+    from tools import knobs
+
+    assert (ROOT / 'config/tracker.yaml').read_text() == knobs.render_yaml()
+    docs = (ROOT / 'docs/ros.md').read_text()
+    assert docs == knobs.docs_with_tables(docs)
+    assert knobs.main(['--check']) == 0
+
+
+def test_graph_tuning_is_grouped_apart():
+    """A user sets none of the graph and kernel choices: they are the tuning section."""
+    tuning = {s.name for s in params.PARAMS if s.tuning}
+    assert {'graph_mode', 'batch_buckets', 'batch_major_memory', 'padded_graphs',
+            'steady_attention', 'prompt_graphs', 'prompt_point_buckets', 'graph_cond_buckets',
+            'graph_io', 'compile_mode', 'precast_weights', 'precompile'} <= tuning
+    assert not tuning & set(params.RUNTIME_PARAMS)
+    assert set(params.RUNTIME_PARAMS) == {'click_mode', 'click_object_id', 'detection_min_score',
+                                          'detection_class_ids', 'detection_match_iou',
+                                          'detection_drift_iou', 'detection_max_age_frames'}
