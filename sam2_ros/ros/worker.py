@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
-from sam2_ros.engine.types import FrameResult, Prompt
+from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
@@ -34,8 +34,7 @@ from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's publ
     LATEST, FrameItem, LatencyWindow, Mailbox, PromptItem, Published)
 from sam2_ros.ros.pipeline import OutputStage, Outputs
 from sam2_ros.ros.worker_detections import DetectionPrompts
-from sam2_ros.ros.worker_types import (  # noqa: F401 (re-exported)
-    ErrorCount, ErrorLog, WorkerCounters, WorkerHost)
+from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
 
 
 class TrackingWorker:
