@@ -390,8 +390,7 @@ class StreamingTracker:
 
 
 def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
-    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
-    imported only then)."""
+    """The graph runner when enabled and on CUDA (imported only then), else the eager one."""
     if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
         from sam2_ros.engine.cuda.runner import GraphRunner
         return GraphRunner(model, cfg, on_fallback)

@@ -7,15 +7,13 @@ path hands it views of [B, L, C] storage instead. It must change the layout only
 values, so on the CPU in fp32 the whole track step is bitwise the sequence-major one.
 """
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from conftest import make_tracker
 from scenarios import padded_buffers, synthetic_frames
 from sam2_ros.engine import encoder, step
-from sam2_ros.engine.cuda import io_graphs, runner
+from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.types import Prompt
 
@@ -105,26 +103,19 @@ def test_batch_major_attention_sees_batch_major_inputs(monkeypatch):
     assert seen == [(True, True), (False, False), (True, True)]
 
 
-def _runner(**cfg):
-    """The runner's batch-size logic on a stand-in with only what it reads."""
-    c = TrackerConfig(random_weights=True, device='cpu', **cfg)
-    r = SimpleNamespace(cfg=c, bank=SimpleNamespace(capacity=c.max_objects), cuda=False)
-    r.graph_io = io_graphs.GraphIO(r)
-    return r
-
-
-@pytest.mark.parametrize('max_objects,mode,buckets,expected', [
+@pytest.mark.parametrize('max_objects,mode,given,expected', [
     (8, 'batched', None, (1, 2, 4, 8)),
     (10, 'batched', None, (1, 2, 4, 8, 10)),       # 10 objects: one replay, not 8 + 2
     (3, 'batched', None, (1, 2, 3)),
     (10, 'batched', (8, 2, 2), (2, 8)),            # given buckets, sorted and deduplicated
     (10, 'swap', None, (1,)),
 ])
-def test_default_batch_buckets(max_objects, mode, buckets, expected):
-    r = _runner(max_objects=max_objects, graph_mode=mode, batch_buckets=buckets)
-    assert runner.GraphRunner.batch_sizes(r) == expected
-    r.batch_sizes = lambda: runner.GraphRunner.batch_sizes(r)
-    keys = runner.GraphRunner._bucket_keys(r)
-    assert {b for b, _ in keys} == set(expected)
-    assert {c for _, c in keys} == set(range(1, r.cfg.max_cond_frames + 1))
-
+def test_default_batch_buckets(max_objects, mode, given, expected):
+    """The step graphs' batch sizes and keys follow from the configuration and the bank's
+    capacity alone (``buckets.py``: no runner needed)."""
+    cfg = TrackerConfig(random_weights=True, device='cpu', max_objects=max_objects,
+                        graph_mode=mode, batch_buckets=given)
+    assert buckets.batch_sizes(cfg, cfg.max_objects) == expected
+    keys = buckets.step_keys(cfg, cfg.max_objects)
+    assert {k.batch for k in keys} == set(expected)
+    assert {k.cond for k in keys} == set(range(1, cfg.max_cond_frames + 1))

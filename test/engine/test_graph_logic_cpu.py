@@ -14,7 +14,8 @@ import torch
 
 from conftest import LEAN, shared_model, tracker_on_shared_model
 from scenarios import schedule, synthetic_frames
-from sam2_ros.engine.cuda import io_graphs, runner
+from sam2_ros.engine.cuda import capture, io_graphs, runner
+from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey, StepKey
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.tracker import StreamingTracker
 from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
@@ -53,16 +54,16 @@ class ReplayOnCpu:
 
 
 def fake_capture(self, fn, inputs):
-    return runner._Captured(ReplayOnCpu(fn, inputs, fn(inputs)), inputs, fn(inputs))
+    return capture.CapturedGraph(ReplayOnCpu(fn, inputs, fn(inputs)), inputs, fn(inputs))
 
 
 def fake_capture_same_outputs(self, fn, inputs):
     outputs = fn(inputs)
-    return runner._Captured(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
+    return capture.CapturedGraph(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
 
 
 def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
-    monkeypatch.setattr(runner.GraphRunner, '_capture', fake_capture_same_outputs)
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
@@ -153,8 +154,8 @@ def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch, eage
     assert a.mode in ('graph', 'mixed')
     replays = {k: c.graph.replays for k, c in tr.runner.steps.items()}
     if mode == 'batched':
-        assert replays[(2, 1)] > 0, replays      # objects 1 and 3 stacked in one replay
-    assert any(k[1] == 2 and v > 0 for k, v in replays.items()), replays  # after correction
+        assert replays[StepKey(2, 1)] > 0, replays      # objects 1 and 3 stacked in one replay
+    assert any(k.cond == 2 and v > 0 for k, v in replays.items()), replays  # after correction
 
 
 def test_more_cond_frames_than_captured_runs_eager(monkeypatch):
@@ -188,9 +189,9 @@ def test_io_graphs_per_resolution_and_bucket(monkeypatch):
         assert [o.obj_id for o in a.objects] == [1, 2, 3]
         for oa, ob in zip(a.objects, b.objects):
             assert (oa.mask == ob.mask).all() and oa.box == ob.box and oa.area == ob.area
-        assert ('in', h, w) in tr.runner.io and ('out', 4, h, w) in tr.runner.io
-    assert {k[-2:] for k in tr.runner.io} == {(48, 64), (40, 40)}   # B: least recently used
-    assert tr.runner.io[('in', 40, 40)].graph.replays == 2
+        assert FrameInKey(h, w) in tr.runner.io and MasksOutKey(4, h, w) in tr.runner.io
+    assert {k.hw for k in tr.runner.io} == {(48, 64), (40, 40)}   # B: least recently used
+    assert tr.runner.io[FrameInKey(40, 40)].graph.replays == 2
 
 
 def test_io_graph_results_are_not_overwritten_and_any_frame_layout_stages(monkeypatch):
@@ -236,7 +237,7 @@ def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
 
     def broken(*a):
         raise RuntimeError('no I/O graph today')
-    monkeypatch.setattr(io_graphs.GraphIO, '_capture_out', broken)
+    monkeypatch.setattr(io_graphs.GraphIO, 'capture_masks_out', broken)
     tr.runner.on_fallback = tr._count_fallback
     frames = synthetic_frames(20, h=48, w=64)
     p = schedule(48, 64, 1, 2, 3, 4)[0][0][1]
@@ -273,7 +274,7 @@ def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
 def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     """io_resolution: the frame-in graph and every mask bucket's graph exist after prepare
     (configure, for the node); the first frames capture nothing more and equal eager."""
-    monkeypatch.setattr(runner.GraphRunner, '_capture', fake_capture_same_outputs)
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
@@ -283,10 +284,10 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     tr.runner = runner.GraphRunner(tr.model, cfg, print)
     with torch.inference_mode():
         tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
-    assert set(tr.runner.io) == {('in', 48, 64), ('out', 1, 48, 64), ('out', 2, 48, 64),
-                                 ('out', 3, 48, 64)}
+    assert set(tr.runner.io) == {FrameInKey(48, 64), MasksOutKey(1, 48, 64),
+                                 MasksOutKey(2, 48, 64), MasksOutKey(3, 48, 64)}
     captured = []
-    monkeypatch.setattr(runner.GraphRunner, '_capture',
+    monkeypatch.setattr(capture.Capturer, 'capture',
                         lambda self, fn, x: captured.append(fn) or
                         fake_capture_same_outputs(self, fn, x))
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
@@ -301,8 +302,8 @@ def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
         for oa, ob in zip(a.objects, b.objects):
             assert (oa.mask == ob.mask).all() and oa.area == ob.area and oa.box == ob.box
     assert not captured
-    assert tr.runner.io[('in', 48, 64)].graph.replays == 4
-    assert tr.runner.io[('out', 2, 48, 64)].graph.replays >= 3
+    assert tr.runner.io[FrameInKey(48, 64)].graph.replays == 4
+    assert tr.runner.io[MasksOutKey(2, 48, 64)].graph.replays >= 3
     with pytest.raises(ValueError, match='io_resolution'):
         cfg.replace(io_resolution=(64,)).validate()
 
@@ -323,7 +324,7 @@ def test_label_graph_ignores_padding_rows(monkeypatch):
         assert (l4 == 4).all() and m4.shape == (4, h, w)
         m3, st3, l3 = tr.runner.results(logits[:3], scores[:3], h, w, [1, 2, 7])
         em3, est3, el3 = eager.results(logits[:3], scores[:3], h, w, [1, 2, 7])
-    assert ('out', 4, h, w) in tr.runner.io        # both calls used the batch-4 mask graph
+    assert MasksOutKey(4, h, w) in tr.runner.io    # both calls used the batch-4 mask graph
     assert (l3[: h // 2] == 7).all() and (l3[h // 2:] == 0).all(), 'stale row 4 leaked'
     assert (l3 == el3).all() and (m3 == em3).all() and (st3 == est3).all()
 

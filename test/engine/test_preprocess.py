@@ -137,15 +137,16 @@ def test_frame_in_graph_bitwise_equals_official_loader(tmp_path):
     """The captured frame-in graph (cuda/io_graphs.py) writes the official loader's input into the
     encoder graph's static input, for two source sizes (one of each pass order)."""
     from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.cuda.buckets import FrameInKey
     from sam2_ros.engine.tracker import StreamingTracker
     tr = StreamingTracker(TrackerConfig(model_size='tiny', image_size=512, device='cuda',
                                         random_weights=True, max_objects=2))
     for h, w in [(720, 1280), (1600, 700)]:
         img = random_image(h, w, 9)
         with torch.inference_mode():          # as track() runs it
-            assert tr.runner.graph_io.load_frame(img)
-        assert ('in', h, w) in tr.runner.io
-        got = tr.runner.encoder.inputs.cpu()
+            assert tr.runner.graphs.io.load_frame(img)
+        assert FrameInKey(h, w) in tr.runner.io
+        got = tr.runner.graphs.encoder.inputs.cpu()
         assert torch.equal(got, official_frame(img, 512, tmp_path)), (h, w)
 
 

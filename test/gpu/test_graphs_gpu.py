@@ -21,6 +21,7 @@ import torch
 from reference import drive
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.cuda.buckets import StepKey
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.tracker import StreamingTracker
 from sam2_ros.engine.types import FrameResult
@@ -228,7 +229,7 @@ def test_replay_failure_falls_back_for_that_step():
     tr.add_prompt(schedule(360, 640, 5, 6, 7, 8)[0][0][1])
     for fr in frames[1:20]:
         tr.track(fr)
-    cap = tr.runner.steps[(1, 1)]
+    cap = tr.runner.steps[StepKey(1, 1)]
     real = cap.graph
 
     class Broken:

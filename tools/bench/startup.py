@@ -45,7 +45,7 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument('--checkpoint', default=None,
                    help='a SAM 2.1 checkpoint; default: a random model saved in that format')
     p.add_argument('--warmup-iters', type=int, default=None,
-                   help='eager runs before each graph capture (default: graphs.WARMUP_ITERS)')
+                   help='eager runs before each graph capture (default: capture.WARMUP_ITERS)')
     p.add_argument('--precompile', default='',
                    help='TrackerConfig.precompile, comma-separated (e.g. encoder,heads); the '
                         'first start compiles into --precompile-dir, later ones load')
@@ -74,8 +74,8 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
         kw['precompile'] = tuple(csv(spec['precompile']))
         kw['precompile_dir'] = spec['precompile_dir']
     if spec.get('warmup_iters') is not None:
-        from sam2_ros.engine.cuda import runner as graphs
-        graphs.WARMUP_ITERS = int(spec['warmup_iters'])
+        from sam2_ros.engine.cuda import capture
+        capture.WARMUP_ITERS = int(spec['warmup_iters'])
     tracker = StreamingTracker(TrackerConfig(**kw))
     if torch.device(spec['device']).type == 'cuda':
         torch.cuda.synchronize()

@@ -1,116 +1,106 @@
-"""The prompted-step CUDA graphs of the graph runner: clicks, boxes and masks replay too.
+"""The prompted-step graphs: clicks, boxes and masks replay too.
 
-Why: a prompt (a new object, a correction click) ran eagerly, about 3-4x a replayed step and
+Why: a prompt (a new object, a correction click) run eagerly costs several replayed steps, and
 far more on its first occurrence (cuDNN builds an attention plan for each new memory length),
 exactly when the user interacts. A prompted step's shape depends on what the prompt is, so
-one graph is captured per kind, batch 1:
+one graph is captured per kind and point count, batch 1 (``buckets.prompt_keys``): a new
+object's first frame, with or without output on the frame; a correction, reading memories
+padded to bucket c exactly as the padded track-step graphs do (``attention.py``); a mask.
 
-* ('init', P, prev): an initial conditioning frame with P points (a box is 2 points), no
-  memory; prev=True when the object already has output on this frame (sam2 then feeds those
-  logits to the decoder with the points);
-* ('corr', c, P): a correction with P points and the previous logits, reading memories
-  padded to bucket c exactly as the tracking graphs do (``attention.py``);
-* ('mask',): a mask prompt.
-
-P runs over ``TrackerConfig.prompt_point_buckets``; a prompt of another point count runs
-eagerly and is counted as a fallback with its reason. Without padded graphs (``compile_mode``
-set) corrections run eagerly. ``PromptGraphs`` belongs to a ``GraphRunner`` (``cuda/runner.py``):
-it captures with the runner's ``_capture`` (same memory pool) on the runner's encoder-graph
-features, always with sam2's plain modules: with ``compile_mode`` each prompt shape would
-otherwise add a compile to start-up, for steps that run a few times a minute.
+A prompt of another point count runs eagerly and is counted as a fallback with its reason.
+Without padded graphs (``compile_mode`` set) corrections run eagerly. The graphs run sam2's
+plain modules, whatever the track-step graphs run: with ``compile_mode`` each prompt shape
+would otherwise add a compile to start-up, for steps that run a few times a minute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
-from sam2_ros.engine import step
+from sam2_ros.engine import encoder, step
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.cuda import buckets
+from sam2_ros.engine.cuda.buckets import (CorrectionKey, InitPromptKey, MaskPromptKey,
+                                          MemoryCounts, PromptKey)
+from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
+from sam2_ros.engine.cuda.step_graphs import static_memory
 from sam2_ros.engine.memory import MemoryBank, Selection
-
-if TYPE_CHECKING:
-    from sam2_ros.engine.cuda.runner import GraphRunner, _Captured
 
 
 @dataclass
 class PromptInputs:
-    """Static inputs of one prompt graph."""
+    """Static inputs of one point/box prompt graph."""
 
-    coords: Optional[torch.Tensor]     # [1, P, 2] float, model pixels
-    labels: Optional[torch.Tensor]     # [1, P] int32
+    coords: torch.Tensor               # [1, P, 2] float, model pixels
+    labels: torch.Tensor               # [1, P] int32
     prev: Optional[torch.Tensor]       # [1, 1, S/4, S/4] previous logits
     mem: Optional[step.Memory]         # padded memories of a correction
-    mask: Optional[torch.Tensor] = None    # [1, 1, S, S] mask prompt
 
 
 class PromptGraphs:
-    """Prompt graphs of one ``GraphRunner``, keyed as in the module docstring."""
+    """Prompt graphs over one bank, on the encoder graph's features ``feats``, keyed by
+    ``buckets.PromptKey``; ``on_fallback(reason)`` hears of prompts no graph fits."""
 
-    def __init__(self, runner: GraphRunner):
-        self.runner = runner
-        self.graphs: Dict[tuple, _Captured] = {}
-
-    def keys(self) -> List[tuple]:
-        """Every prompt graph captured at start-up."""
-        r = self.runner
-        pts = r.cfg.prompt_point_buckets
-        keys: List[tuple] = [('init', p, prev) for p in pts for prev in (False, True)]
-        if r.padded:
-            conds = sorted({c for _, c in r.padded_steps})
-            keys += [('corr', c, p) for c in conds for p in pts]
-        return keys + [('mask',)]
+    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model, bank: MemoryBank,
+                 maskmem_pos: torch.Tensor, feats: encoder.Features,
+                 on_fallback: Callable[[str], None]):
+        self.capturer, self.cfg, self.model, self.bank = capturer, cfg, model, bank
+        self.maskmem_pos, self.feats, self.on_fallback = maskmem_pos, feats, on_fallback
+        self.counts = MemoryCounts.of(model)
+        self.padded_on = buckets.padded_graphs_on(cfg)
+        self.graphs: Dict[PromptKey, CapturedGraph] = {}
 
     def capture(self) -> None:
-        for key in self.keys():
-            self.graphs[key] = self._capture(key)
+        for key in buckets.prompt_keys(self.cfg):
+            self.graphs[key] = self.capture_prompt(key)
 
-    def _capture(self, key: tuple) -> _Captured:
-        r, b = self.runner, self.runner.bank
-        dev, feats = b.feats.device, r.encoder.outputs
-        if key[0] == 'mask':
-            s = r.model.image_size
-            return r._capture(lambda m: step.mask_step(r.model, feats, m,
-                                                       fill_hole_area=r.cfg.fill_hole_area),
-                              torch.zeros(1, 1, s, s, device=dev))
-        if key[0] == 'init':
-            _, n_pts, has_prev = key
-            mem = None
+    def capture_prompt(self, key: PromptKey) -> CapturedGraph:
+        b, feats, fill = self.bank, self.feats, self.cfg.fill_hole_area
+        dev = b.feats.device
+        if isinstance(key, MaskPromptKey):
+            s = self.model.image_size
+            return self.capturer.capture(
+                lambda m: step.mask_step(self.model, feats, m, fill_hole_area=fill),
+                torch.zeros(1, 1, s, s, device=dev))
+        if isinstance(key, InitPromptKey):
+            has_prev, mem = key.has_prev, None
         else:
-            _, c, n_pts = key
-            has_prev, mem = True, r.step_memory(1, c, padded=True)
+            has_prev, mem = True, static_memory(b, self.counts, 1, key.cond, padded=True)
         inputs = PromptInputs(
-            coords=torch.zeros(1, n_pts, 2, device=dev),
-            labels=torch.ones(1, n_pts, dtype=torch.int32, device=dev),
+            coords=torch.zeros(1, key.points, 2, device=dev),
+            labels=torch.ones(1, key.points, dtype=torch.int32, device=dev),
             prev=b.logits.new_zeros(1, *b.logits.shape[1:]) if has_prev else None, mem=mem)
-        return r._capture(lambda x: step.track_step(
-            r.model, feats, x.mem, r.maskmem_pos,
+        return self.capturer.capture(lambda x: step.track_step(
+            self.model, feats, x.mem, self.maskmem_pos,
             points={'point_coords': x.coords, 'point_labels': x.labels},
-            prev_logits=x.prev, fill_hole_area=r.cfg.fill_hole_area), inputs)
+            prev_logits=x.prev, fill_hole_area=fill), inputs)
 
     def find(self, sel: Optional[Selection], points: dict, prev: Optional[torch.Tensor],
-             features) -> Optional[_Captured]:
-        """The graph for this prompt, or None (eager; a fallback is reported when graphs
-        could have run it but none fits)."""
-        r = self.runner
-        if not self.graphs or features is not r.encoder.outputs:
+             features: encoder.Features) -> Optional[CapturedGraph]:
+        """The graph for this point/box prompt, or None (eager; a fallback is reported when
+        graphs could have run it but none fits)."""
+        if not self.graphs or features is not self.feats:
             return None
         n_pts = points['point_coords'].shape[1]
+        key: Optional[PromptKey]
         if sel is None:
-            key = ('init', n_pts, prev is not None)
-        elif not r.padded:
+            key = InitPromptKey(n_pts, prev is not None)
+        elif not self.padded_on:
             return None
         else:
-            c = r.padded_bucket(sel)
-            key = None if c is None or prev is None else ('corr', c, n_pts)
+            conds = [k.cond for k in self.graphs if isinstance(k, CorrectionKey)]
+            c = self.counts.smallest_holding(sel.key, conds)
+            key = None if c is None or prev is None else CorrectionKey(c, n_pts)
         cap = self.graphs.get(key)
         if cap is None:
-            r.on_fallback(f'no prompt graph for {key or "this correction"} '
-                          f'({n_pts} points; buckets {r.cfg.prompt_point_buckets})')
+            self.on_fallback(f'no prompt graph for {key or "this correction"} '
+                             f'({n_pts} points; buckets {self.cfg.prompt_point_buckets})')
         return cap
 
-    def run(self, cap: _Captured, bank: MemoryBank, sel: Optional[Selection], points: dict,
+    def run(self, cap: CapturedGraph, sel: Optional[Selection], points: dict,
             prev: Optional[torch.Tensor]) -> step.StepOut:
         """Copy the prompt into the graph's static inputs and replay it."""
         x = cap.inputs
@@ -119,6 +109,16 @@ class PromptGraphs:
         if x.prev is not None:
             x.prev.copy_(prev)
         if x.mem is not None:
-            bank.gather([sel], out=x.mem)
+            self.bank.gather([sel], out=x.mem)
+        cap.graph.replay()
+        return cap.outputs
+
+    def run_mask(self, features: encoder.Features,
+                 mask: torch.Tensor) -> Optional[step.StepOut]:
+        """A mask prompt [1, 1, S, S] by its graph; None when there is none (eager)."""
+        cap = self.graphs.get(MaskPromptKey())
+        if cap is None or features is not self.feats:
+            return None
+        cap.inputs.copy_(mask)
         cap.graph.replay()
         return cap.outputs

@@ -1,0 +1,59 @@
+"""Capturing a function into a CUDA graph: warm-up, capture, one memory pool.
+
+A captured graph replays fixed kernels on fixed buffers: its inputs are written in place before
+each replay and its outputs read in place after it. Before a capture the function runs eagerly
+on a side stream, so that whatever it initialises lazily (cuBLAS/cuDNN handles and plans,
+sam2's RoPE tables) is not recorded into the graph. All graphs of one ``Capturer`` share one
+memory pool: a tracker never runs two of them concurrently, so their intermediates can share
+memory, while each graph's static outputs stay allocated and are never reused.
+
+The step, I/O and prompt graphs (``step_graphs``, ``io_graphs``, ``prompt_graphs``) and the
+graph runner's encoder graph all capture through the runner's one ``Capturer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+# Eager runs of a function before its capture. One suffices for lazy initialisation (graphs
+# equal eager on the GPU tests); each more lengthens configure by a run of every graph
+# (``python -m tools.bench.startup --warmup-iters`` measures it).
+WARMUP_ITERS = 1
+
+
+@dataclass
+class CapturedGraph:
+    """One captured graph with its static inputs and outputs; frame-in graphs also keep a
+    pinned host staging buffer and the event of the last copy that read it."""
+
+    graph: Any                      # torch.cuda.CUDAGraph, or anything with replay()
+    inputs: Any                     # written in place before each replay
+    outputs: Any                    # read in place after it
+    host: Optional[torch.Tensor] = None         # pinned staging buffer
+    event: Optional[torch.cuda.Event] = None    # the last copy out of ``host``
+
+
+class Capturer:
+    """Warms up and captures functions into graphs of one memory pool (created on the first
+    capture)."""
+
+    def __init__(self):
+        self.pool: Optional[tuple] = None
+
+    def capture(self, fn: Callable[[Any], Any], inputs: Any) -> CapturedGraph:
+        """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_ITERS):
+                fn(inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = fn(inputs)
+        return CapturedGraph(graph, inputs, outputs)

@@ -1,0 +1,180 @@
+"""The track-step graphs: exact and padded buckets, and which attention steady objects replay.
+
+An object in its steady state (``buckets.MemoryCounts.steady``) replays the exact graph of
+its bucket: sam2's own attention call, bitwise the eager step. With padded graphs an object
+with fewer memories (the frames after a prompt or a correction) runs in the smallest padded
+graph that holds it, its memories padded and flagged, and the memory attention attends only
+to the flagged ones (``attention.py``), so every tracking frame replays a graph; without them
+such frames run eagerly. Pointer distances are a device buffer written before each replay,
+so temporal distances stay true (no frame index frozen into a graph).
+
+At steady state the padded graph (FlashAttention's variable-length kernel), the exact one
+(cuDNN by default) and an exact one with split-KV attention differ in speed with model,
+resolution and batch, so ``steady_attention`` picks one per batch size ('auto': timed at
+capture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from sam2_ros.engine import attention, encoder, step
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.cuda import buckets, precompiled
+from sam2_ros.engine.cuda.buckets import MemoryCounts, StepBucket, StepKey
+from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
+from sam2_ros.engine.memory import MemoryBank, Selection
+
+log = logging.getLogger(__name__)
+AUTO_MARGIN = 0.05      # steady_attention='auto' leaves sam2's call only this much slower
+
+
+def static_memory(bank: MemoryBank, counts: MemoryCounts, batch: int, n_cond: int,
+                  padded: bool) -> step.Memory:
+    """Static memory buffers of bucket n_cond for ``batch`` objects; padded buffers carry
+    validity flags (all set: during capture every slot holds a memory)."""
+    n_s, n_p = counts.steady(n_cond)
+    dev = bank.feats.device
+
+    def valid(n: int) -> Optional[torch.Tensor]:
+        return torch.ones(n, batch, dtype=torch.bool, device=dev) if padded else None
+    return step.Memory(
+        feats=bank.feats.new_zeros(n_s, batch, *bank.feats.shape[2:]),
+        tpos_idx=torch.zeros(n_s, batch, dtype=torch.long, device=dev),
+        ptrs=bank.ptrs.new_zeros(n_p, batch, *bank.ptrs.shape[2:]),
+        ptr_dist=torch.ones(n_p, batch, device=dev),
+        feat_valid=valid(n_s), ptr_valid=valid(n_p))
+
+
+class StepGraphs:
+    """Track-step graphs over one bank, on the encoder graph's features ``feats``: ``exact``
+    and ``padded`` per ``StepKey``, and ``steady_choice``, the buckets whose exact entry is
+    not sam2's call ('flash': the padded graph, 'split': split-KV)."""
+
+    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model, bank: MemoryBank,
+                 maskmem_pos: torch.Tensor, feats: encoder.Features,
+                 store: Optional[precompiled.Store]):
+        self.capturer, self.cfg, self.model, self.bank = capturer, cfg, model, bank
+        self.maskmem_pos, self.feats, self.store = maskmem_pos, feats, store
+        self.counts = MemoryCounts.of(model)
+        self.padded_on = buckets.padded_graphs_on(cfg)
+        self.exact: Dict[StepKey, CapturedGraph] = {}
+        self.padded: Dict[StepKey, CapturedGraph] = {}
+        self.steady_choice: Dict[StepKey, str] = {}
+
+    # ---- capture ---------------------------------------------------------------------
+    def capture(self, keys: Sequence[StepKey], phase: Callable[[str], None]) -> None:
+        """The exact graph of every key, and its padded one when padded graphs are on;
+        ``phase(name)`` after each (the runner's capture timing)."""
+        for key in keys:
+            self.exact[key] = self.capture_step(key, padded=False)
+            phase('steps')
+            if self.padded_on:
+                self.padded[key] = self.capture_step(key, padded=True)
+                phase('padded_steps')
+
+    def capture_step(self, key: StepKey, padded: bool, split: bool = False) -> CapturedGraph:
+        mem = static_memory(self.bank, self.counts, key.batch, key.cond, padded)
+        heads = self._heads if self.store else None
+
+        def fn(m: step.Memory) -> step.StepOut:
+            split_kv = attention.split_kv(self.model) if split else contextlib.nullcontext()
+            with split_kv:
+                return step.track_step(self.model, encoder.expand(self.feats, key.batch), m,
+                                       self.maskmem_pos,
+                                       fill_hole_area=self.cfg.fill_hole_area, heads=heads,
+                                       batch_major=self.cfg.batch_major_memory)
+        return self.capturer.capture(fn, mem)
+
+    def _heads(self, pix_feat: torch.Tensor, feats: encoder.Features) -> step.StepOut:
+        """A tracking step's heads: the store's precompiled ones for this batch size (loaded or
+        compiled on first use, the warm-up before a capture) where it has them."""
+        heads = self.store.heads(pix_feat, self.feats)
+        if heads is None:
+            return step.tracking_heads(self.model, pix_feat, feats, self.cfg.fill_hole_area)
+        return heads(pix_feat, self.feats)
+
+    def choose_steady(self) -> None:
+        """Steady-state objects replay the exact bucket with sam2's attention call, the padded
+        one with every slot valid, or the exact bucket captured with split-KV memory attention
+        (``attention.split_kv``). 'flash' / 'split' force one; 'auto' times the candidates of
+        each batch size on its smallest conditioning bucket and leaves sam2's call only for
+        one at least AUTO_MARGIN faster (kernel speed depends on model, resolution and batch;
+        a near tie keeps sam2's). The choice holds for that batch size's other buckets, which
+        differ from it by one spatial memory per conditioning frame: timing and capturing
+        every candidate of every bucket would dominate configure of the large models."""
+        mode = self.cfg.steady_attention
+        choice_of_batch: Dict[int, str] = {}
+        for key in sorted(self.exact):              # smallest cond first within a batch
+            if mode == 'auto' and key.batch not in choice_of_batch:
+                options = self._steady_options(key, ('flash', 'split'))
+                times = {name: replay_s(cap) for name, cap in options.items()}
+                best = min(times, key=times.get)
+                choice = best if times[best] < (1 - AUTO_MARGIN) * times['sam2'] else 'sam2'
+                choice_of_batch[key.batch] = choice
+            else:
+                wanted = choice_of_batch.get(key.batch, mode)
+                options = self._steady_options(key, (wanted,))
+                choice = wanted if wanted in options else 'sam2'
+            self.exact[key] = options[choice]
+            if choice != 'sam2':
+                self.steady_choice[key] = choice
+        log.info('steady-state attention per (batch, cond) bucket: %s', self.steady_choice)
+
+    def _steady_options(self, key: StepKey, names: Sequence[str]) -> Dict[str, CapturedGraph]:
+        """sam2's exact graph of ``key`` and the candidates among ``names`` that exist:
+        'flash' (the padded graph, when padded graphs are on), 'split' (captured now)."""
+        options = {'sam2': self.exact[key]}
+        if 'flash' in names and self.padded_on:
+            options['flash'] = self.padded[key]
+        if 'split' in names:
+            try:
+                options['split'] = self.capture_step(key, padded=False, split=True)
+            except Exception as exc:  # noqa: BLE001 - sam2's call stays
+                log.warning('split-KV capture of bucket %s failed: %r', key, exc)
+        return options
+
+    # ---- replay ----------------------------------------------------------------------
+    def bucket_of(self, sel: Selection) -> Optional[StepBucket]:
+        """The graphs that run this object: the exact steady-state bucket of its
+        conditioning-frame count when it is in that state (sam2's attention call, bitwise the
+        eager step), else the smallest padded bucket its memories fit (the frames after a
+        prompt); None: eager."""
+        n_cond = self.counts.n_cond(sel.tpos_idx)
+        if sel.key == self.counts.steady(n_cond) and any(k.cond == n_cond for k in self.exact):
+            return StepBucket(False, n_cond)
+        c = self.counts.smallest_holding(sel.key, [k.cond for k in self.padded])
+        return None if c is None else StepBucket(True, c)
+
+    def graph_for(self, bucket: StepBucket, n: int) -> Optional[StepKey]:
+        """The key of the smallest graph of ``bucket`` that holds n objects, or None."""
+        graphs = self.padded if bucket.padded else self.exact
+        batch = buckets.smallest_batch([k.batch for k in graphs if k.cond == bucket.cond], n)
+        return None if batch is None else StepKey(batch, bucket.cond)
+
+    def replay(self, bucket: StepBucket, key: StepKey, sels: List[Selection]) -> step.StepOut:
+        """Gather ``sels`` into the static memory of graph ``key`` (padded up to its batch by
+        repeating the last object; padding rows are ignored), replay; its static outputs."""
+        cap = (self.padded if bucket.padded else self.exact)[key]
+        self.bank.gather(sels + [sels[-1]] * (key.batch - len(sels)), out=cap.inputs)
+        cap.graph.replay()
+        return cap.outputs
+
+    def __len__(self) -> int:
+        return len(self.exact) + len(self.padded)
+
+
+def replay_s(cap: CapturedGraph, n: int = 5) -> float:
+    """Seconds per replay of ``cap``, after one untimed replay."""
+    cap.graph.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        cap.graph.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n
