@@ -11,8 +11,8 @@ Files follow a frame through the engine::
 * ``memory.py``     ``MemoryBank``: per-object memories, preallocated rings
 * ``step.py``       memory attention, SAM heads, memory encoder for B objects
 * ``masks_out.py``  logits -> masks, box/area/centroid, label mask on the host
-* runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; frame-in and
-  masks-out graphs in ``cuda/io_graphs.py``), side by side with the same interface
+* runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; the graph
+  machinery in ``cuda/``, ``cuda/__init__.py`` lists it), side by side with the same interface
 * ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
 * ``image.py``      ``ImageSegmenter``: single images as sam2's image predictor computes them
   (no memory modules, no bank; prompts batched by ``image_prompts.py``, CUDA graphs in

@@ -1,5 +1,5 @@
 """How the per-frame steps are executed: eagerly here, or by the CUDA-graph runner
-(``cuda/runner.py``, a subclass of this one).
+(``cuda/runner.py``, which holds one of these for whatever a graph cannot run).
 
 Both runners have the same interface, so the tracker never knows which one it has:
 ``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),

@@ -69,11 +69,11 @@ def replay_ms(fn, n: int = 50) -> float:
 def graph_breakdown(model: str, res: int) -> None:
     trk, cam = tracker_for(model, res)
     r = trk.runner
-    emit(what='graph', name='encoder', ms=replay_ms(r.encoder.graph.replay))
+    emit(what='graph', name='encoder', ms=replay_ms(r.graphs.encoder.graph.replay))
     for key, cap in sorted(r.steps.items()):
-        if key[0] == 1:
-            emit(what='graph', name=f'step b{key[0]} c{key[1]}', ms=replay_ms(cap.graph.replay),
-                 choice=r.steady_choice.get(key))
+        if key.batch == 1:
+            emit(what='graph', name=f'step b{key.batch} c{key.cond}',
+                 ms=replay_ms(cap.graph.replay), choice=r.steady_choice.get(key))
     for key, cap in r.io.items():
         emit(what='graph', name=str(key), ms=replay_ms(cap.graph.replay))
     frames = cam.frames(40, start=30)

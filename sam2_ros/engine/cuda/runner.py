@@ -86,6 +86,8 @@ class GraphRunner:
 
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
                 features: encoder.Features) -> None:
+        """Capture every graph over ``bank`` (once, after the bank exists); any failure
+        leaves no graphs, and every step runs eagerly."""
         t0 = last = time.perf_counter()
 
         def phase(name: str) -> None:
