@@ -8,10 +8,18 @@ test needs neither torch nor ROS.
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, FrozenSet, List, Set
 
 PACKAGE = Path(__file__).resolve().parents[2] / 'sam2_ros'
 MAX_LINES = 400
+# Circles that exist and are to be cut (issue 31), each with the change that cuts it. The test
+# fails on any other circle, and on one of these once it is gone (then delete its line).
+KNOWN_CIRCLES = {
+    # the image path: image.make_graphs imports image_graphs, which imports image's types
+    frozenset({'sam2_ros.engine.image', 'sam2_ros.engine.image_graphs'}),
+    # the offline CLI: track_offline dispatches to image_mode, which imports its object_record
+    frozenset({'sam2_ros.cli.image_mode', 'sam2_ros.cli.track_offline'}),
+}
 
 
 def module_name(path: Path) -> str:
@@ -24,9 +32,9 @@ def modules() -> Dict[str, Path]:
 
 
 def imported(path: Path, name: str, known: Set[str]) -> Set[str]:
-    """The sam2_ros modules ``path`` (module ``name``) imports anywhere in its body: at top
-    level, inside functions, under ``if TYPE_CHECKING``, relative or absolute. ``from pkg
-    import x`` is an edge to pkg.x when that is a module, else to pkg."""
+    """The modules of ``known`` that ``path`` (module ``name``) imports anywhere in its body:
+    at top level, inside functions, under ``if TYPE_CHECKING``, relative or absolute.
+    ``from pkg import x`` is an edge to pkg.x when that is a module, else to pkg."""
     is_pkg = path.name == '__init__.py'
     out: Set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -49,45 +57,49 @@ def imported(path: Path, name: str, known: Set[str]) -> Set[str]:
     return out
 
 
-def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
-    """One import circle as [a, b, ..., a], or [] when the graph is acyclic."""
-    state: Dict[str, int] = {}          # 1: on the current path, 2: done
-    path: List[str] = []
+def circles(graph: Dict[str, Set[str]]) -> Set[FrozenSet[str]]:
+    """The groups of modules that import each other through a circle (the strongly connected
+    components of more than one module; Tarjan's algorithm)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: Set[FrozenSet[str]] = set()
 
-    def visit(n: str) -> List[str]:
-        state[n] = 1
-        path.append(n)
+    def visit(n: str) -> None:
+        index[n] = low[n] = len(index)
+        stack.append(n)
         for m in sorted(graph.get(n, ())):
-            if state.get(m) == 1:
-                return path[path.index(m):] + [m]
-            if m not in state:
-                found = visit(m)
-                if found:
-                    return found
-        state[n] = 2
-        path.pop()
-        return []
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in stack:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            group = []
+            while not group or group[-1] != n:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.add(frozenset(group))
     for n in sorted(graph):
-        if n not in state:
-            found = visit(n)
-            if found:
-                return found
-    return []
+        if n not in index:
+            visit(n)
+    return found
 
 
 def import_graph() -> Dict[str, Set[str]]:
     mods = modules()
-    known = set(mods)
-    return {n: imported(p, n, known) for n, p in mods.items()}
+    return {n: imported(p, n, set(mods)) for n, p in mods.items()}
 
 
 def test_no_import_circle():
     graph = import_graph()
     assert 'sam2_ros.engine.cuda.runner' in graph['sam2_ros.engine.tracker']   # in a function
-    assert find_cycle(graph) == [], ' -> '.join(find_cycle(graph))
+    found = circles(graph)
+    assert not found - KNOWN_CIRCLES, f'new import circles: {found - KNOWN_CIRCLES}'
+    assert not KNOWN_CIRCLES - found, f'cut, delete from KNOWN_CIRCLES: {KNOWN_CIRCLES - found}'
 
 
-def test_cycle_finder_sees_hidden_edges(tmp_path):
+def test_circle_finder_sees_hidden_edges(tmp_path):
     """The parser counts function-level and TYPE_CHECKING imports, relative ones too, and the
     finder reports a circle through them."""
     pkg = tmp_path / 'p'
@@ -97,11 +109,12 @@ def test_cycle_finder_sees_hidden_edges(tmp_path):
                               'if TYPE_CHECKING:\n    from p.b import B\n')
     (pkg / 'b.py').write_text('def f():\n    from . import c\n')
     (pkg / 'c.py').write_text('import p.a\n')
-    mods = {f'p.{m}': pkg / f'{m}.py' for m in 'abc'}
+    (pkg / 'd.py').write_text('from p import a\n')
+    mods = {f'p.{m}': pkg / f'{m}.py' for m in 'abcd'}
     graph = {n: imported(path, n, set(mods)) for n, path in mods.items()}
-    assert graph == {'p.a': {'p.b'}, 'p.b': {'p.c'}, 'p.c': {'p.a'}}
-    assert find_cycle(graph) == ['p.a', 'p.b', 'p.c', 'p.a']
-    assert find_cycle({'p.a': {'p.b'}, 'p.b': set()}) == []
+    assert graph == {'p.a': {'p.b'}, 'p.b': {'p.c'}, 'p.c': {'p.a'}, 'p.d': {'p.a'}}
+    assert circles(graph) == {frozenset({'p.a', 'p.b', 'p.c'})}
+    assert circles({'p.a': {'p.b'}, 'p.b': set()}) == set()
 
 
 def test_no_file_over_400_lines():
