@@ -38,7 +38,7 @@ def process(segmenter, source, by_frame: Dict[int, List[pf.PromptEvent]], output
     ``track_offline.process`` does."""
     from tqdm import tqdm
 
-    from sam2_ros.cli.track_offline import object_record
+    from sam2_ros.cli.records import object_record
     from sam2_ros.engine.errors import TrackerError
     from sam2_ros.engine.image import frame_result
 

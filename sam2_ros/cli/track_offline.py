@@ -31,6 +31,7 @@ import numpy as np
 from sam2_ros.cli import CliError
 from sam2_ros.cli import image_mode
 from sam2_ros.cli import prompts_file as pf
+from sam2_ros.cli.records import object_record
 from sam2_ros.cli.sources import FrameSource, open_source
 from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig
 
@@ -145,14 +146,6 @@ def prepare_out_dir(out: str, overwrite: bool) -> None:
         os.makedirs(masks, exist_ok=True)
     except OSError as exc:
         raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
-
-
-def object_record(o) -> dict:
-    """One ObjectResult as JSON-ready plain types (states.jsonl)."""
-    return {'object_id': int(o.obj_id), 'state': o.state, 'score': round(float(o.score), 4),
-            'box': None if o.box is None else [int(v) for v in o.box], 'area': int(o.area),
-            'centroid': None if o.centroid is None else [round(float(v), 2) for v in o.centroid],
-            'frames_since_prompt': int(o.frames_since_prompt)}
 
 
 class Outputs:

@@ -16,7 +16,7 @@ Files follow a frame through the engine::
 * ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
 * ``image.py``      ``ImageSegmenter``: single images as sam2's image predictor computes them
   (no memory modules, no bank; prompts batched by ``image_prompts.py``, CUDA graphs in
-  ``image_graphs.py``); ``StreamingTracker.segment_image`` runs it
+  ``cuda/image_graphs.py``); ``StreamingTracker.segment_image`` runs it
 
 The public API is re-exported here, imported on first use, so that ``import sam2_ros.engine``
 (or ``sam2_ros.engine.config``) stays light (no torch)::

@@ -18,7 +18,7 @@ No memory attention, memory encoder or bank; no hole filling (the predictor's de
 Ours on top: ``segment`` takes ``Prompt``s (validated, grouped by shape: ``image_prompts.py``)
 and returns one mask per prompt, the one of highest predicted IoU when ``multimask_output`` is
 on. Frames are copied to the device as uint8 and preprocessed there. The encoder and the
-decoder calls replay CUDA graphs (``image_graphs.py``; off: ``TrackerConfig.image_graphs``).
+decoder calls replay CUDA graphs (``cuda/image_graphs.py``; off: ``TrackerConfig.image_graphs``).
 
 ``ImageSegmenter(cfg)`` builds a model and nothing else (no memory bank); on a running
 tracker's model (``StreamingTracker.segment_image``) it keeps its own features and graphs and
@@ -41,36 +41,11 @@ from sam2_ros.engine import encoder, frame_in, image_prompts, masks_out
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.errors import PromptError, StepError
 from sam2_ros.engine.image_prompts import PromptBatch
+from sam2_ros.engine.image_types import ImageFeatures, Prediction, cat_predictions
 from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.types import OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ImageFeatures:
-    """One image's encoder output as ``set_image`` keeps it (its ``_features``)."""
-
-    image_embed: torch.Tensor        # [1, C, S/16, S/16], no_mem_embed added
-    high_res: List[torch.Tensor]     # [1, C0, S/4, S/4], [1, C1, S/8, S/8]
-
-
-@dataclass
-class Prediction:
-    """The decoder's outputs for N prompts (M = 3 masks each with multimask_output, else 1)."""
-
-    low_res_logits: torch.Tensor     # [N, M, S/4, S/4] mask logits, not clamped
-    iou: torch.Tensor                # [N, M] predicted IoU
-    object_score: torch.Tensor       # [N, 1] object score logits (> 0: an object is there)
-
-    def best(self) -> 'Prediction':
-        """Each prompt's mask of highest predicted IoU: [N, 1, ...] (itself when M = 1)."""
-        if self.iou.shape[1] == 1:
-            return self
-        rows = torch.arange(self.iou.shape[0], device=self.iou.device)
-        k = self.iou.argmax(1)
-        return Prediction(self.low_res_logits[rows, k].unsqueeze(1),
-                          self.iou[rows, k].unsqueeze(1), self.object_score)
 
 
 @dataclass
@@ -142,13 +117,6 @@ def decode(model, feats: ImageFeatures, batch: PromptBatch, multimask: bool) -> 
         multimask_output=multimask, repeat_image=points is not None and batch.n > 1,
         high_res_features=feats.high_res)
     return Prediction(low, iou, score)
-
-
-def cat_predictions(parts: Sequence[Prediction]) -> Prediction:
-    if len(parts) == 1:
-        return parts[0]
-    return Prediction(*(torch.cat(t) for t in zip(
-        *((p.low_res_logits, p.iou, p.object_score) for p in parts))))
 
 
 # ---- the segmenter ----------------------------------------------------------------------
@@ -299,6 +267,6 @@ def make_graphs(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
     imported only then)."""
     if not (cfg.use_cuda_graphs and cfg.image_graphs and torch.device(cfg.device).type == 'cuda'):
         return None
-    from sam2_ros.engine.image_graphs import ImageGraphs
+    from sam2_ros.engine.cuda.image_graphs import ImageGraphs
     return ImageGraphs(cfg, lambda x: encode(model, x),
                        lambda f, b, m: decode(model, f, b, m), on_fallback)

@@ -1,4 +1,4 @@
-"""The image path's CUDA-graph bookkeeping (engine/image_graphs.py), exercised on the CPU.
+"""The image path's CUDA-graph bookkeeping (engine/cuda/image_graphs.py), exercised on the CPU.
 
 Capture is replaced by a stand-in whose replay re-runs the captured function on the static
 inputs and writes the static outputs in place, the contract of a CUDA graph. Everything else
@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from conftest import shared_model, small_cfg, smooth_image
-from sam2_ros.engine import image_graphs
-from sam2_ros.engine.image import (ImageFeatures, ImageSegmenter, Prediction, decode, encode,
+from sam2_ros.engine.cuda import image_graphs
+from sam2_ros.engine.cuda.capture import CapturedGraph
+from sam2_ros.engine.image_types import ImageFeatures, Prediction
+from sam2_ros.engine.image import (ImageSegmenter, decode, encode,
                                    make_graphs)
 from sam2_ros.engine.types import Prompt
 
@@ -58,7 +60,7 @@ def graphed(cfg=None, fail_capture=(), fail_replay=()):
         if key in fail_capture:
             raise RuntimeError('capture failed (test)')
         out = fn(inputs)
-        return image_graphs.Captured(ReplayOnCpu(fn, inputs, out, key in fail_replay),
+        return CapturedGraph(ReplayOnCpu(fn, inputs, out, key in fail_replay),
                                      inputs, out)
     g.capture = capture
     seg.graphs = g

@@ -11,6 +11,7 @@ uses (no part reaches into the runner):
 * ``io_graphs.py``      frame-in and masks-out graphs with pinned staging
 * ``prompt_graphs.py``  prompted steps (clicks, boxes, masks) as graphs
 * ``precompiled.py``    inductor-compiled parts loaded from a cache
+* ``image_graphs.py``   the image path's encoder and batched-decoder graphs
 * ``runner.py``         the graph runner: captures the parts, replays them per frame, and
   falls back to the eager runner it holds
 """

@@ -1,4 +1,4 @@
-"""CUDA graphs of the lean image path (``image.py``): the encoder, and the batched decoder.
+"""CUDA graphs of the lean image path (``engine/image.py``): the encoder, and the batched decoder.
 
 Why: one image at 1024 px is a few hundred small kernels of the encoder and a few hundred of the
 prompt encoder and mask decoder; replaying them removes the launch overhead that dominates
@@ -27,20 +27,10 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from sam2_ros.engine.image import ImageFeatures, Prediction, cat_predictions
+from sam2_ros.engine.image_types import ImageFeatures, Prediction, cat_predictions
 from sam2_ros.engine.image_prompts import PromptBatch
 from sam2_ros.engine.config import TrackerConfig
-
-# Eager runs before a capture (lazy initialisation: cuBLAS/cuDNN handles, sam2's RoPE tables).
-WARMUP_ITERS = 1
-
-
-class Captured:
-    """One captured graph with its static inputs and outputs."""
-
-    def __init__(self, graph, inputs, outputs):
-        self.graph, self.inputs, self.outputs = graph, inputs, outputs
-
+from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 
 class ImageGraphs:
     """Captures and replays the image path's graphs; None from a method means: run eagerly."""
@@ -51,11 +41,11 @@ class ImageGraphs:
         self.cfg = cfg
         self.encode_fn, self.decode_fn, self.on_fallback = encode_fn, decode_fn, on_fallback
         self.buckets = tuple(sorted(set(cfg.image_prompt_buckets)))
-        self.pool = None
-        self.encoder: Optional[Captured] = None
+        self.capturer = Capturer()         # one memory pool for the image path's graphs
+        self.encoder: Optional[CapturedGraph] = None
         self.encoder_failed = False
         # (bucket, points, mask input, multimask) -> graph; None: its capture failed
-        self.decoders: Dict[Tuple[int, int, bool, bool], Optional[Captured]] = {}
+        self.decoders: Dict[Tuple[int, int, bool, bool], Optional[CapturedGraph]] = {}
 
     def encode(self, image: torch.Tensor) -> Optional[ImageFeatures]:
         """image [1, 3, S, S] -> the encoder graph's static output features (overwritten by
@@ -123,21 +113,10 @@ class ImageGraphs:
         return Prediction(o.low_res_logits[:n].clone(), o.iou[:n].clone(),
                           o.object_score[:n].clone())
 
-    def capture(self, fn, inputs) -> Captured:
-        """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph of the shared
-        pool (the caller's autocast and inference mode apply to both)."""
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_ITERS):
-                fn(inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = fn(inputs)
-        return Captured(graph, inputs, outputs)
+    def capture(self, fn, inputs) -> CapturedGraph:
+        """Warm up and capture ``fn(inputs)`` into a graph of the shared pool (the caller's
+        autocast and inference mode apply to both)."""
+        return self.capturer.capture(fn, inputs)
 
     def n_graphs(self) -> int:
         return (self.encoder is not None) + sum(c is not None for c in self.decoders.values())
