@@ -167,8 +167,9 @@ def _swapped(layers, name: str, attend) -> Iterator[None]:
     """Within the block, attribute ``name`` of every layer attends with ``attend``."""
     inner = [getattr(layer, name) for layer in layers]
     try:
-        for layer, mod in zip(layers, inner):
-            setattr(layer, name, _SwappedRoPEAttention(mod, attend))
+        for layer, mod in zip(layers, inner):     # a fused module swaps its own call
+            swap = getattr(mod, 'swapped', None)
+            setattr(layer, name, swap(attend) if swap else _SwappedRoPEAttention(mod, attend))
         yield
     finally:
         for layer, mod in zip(layers, inner):

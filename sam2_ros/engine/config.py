@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from sam2_ros.knobs import knob
 
@@ -20,6 +20,9 @@ GRAPH_MODES = ('swap', 'batched')
 STEADY_ATTENTION = ('auto', 'sam2', 'flash', 'split')
 COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 PRECOMPILE_PARTS = ('encoder', 'heads')
+# Groups of sam2 modules the captured graphs can run as fused Triton kernels of our own
+# (sam2_ros/engine/cuda/kernels/fused.py says what each one fuses).
+FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -176,6 +179,18 @@ class TrackerConfig:
     precast_weights: bool = knob(True, kind='bool', tuning=True, doc=(
         'bf16: Linear/Conv weights cast to bf16 once at start-up, not by autocast on every call '
         '(bit-identical; false: the official per-call casts)'))
+    # Fused kernels in the captured graphs (CUDA with triton importable, no compile_mode):
+    # the graphs run a copy of the model, sharing its weights, whose modules of these groups
+    # (FUSED_GROUPS) are replaced by Triton kernels of our own that do a residual add, its
+    # LayerNorm and the bf16 cast or window copy after it in one pass, RoPE in one kernel,
+    # ... True: every group; a tuple (from Python): those groups; False or (): sam2's modules
+    # throughout. The eager runner (the reference and every fallback) always runs sam2's
+    # modules; graph outputs differ from it by rounding (another summation order).
+    fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
+        "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
+        "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d; CUDA with triton, "
+        "not with compile_mode), within rounding of the eager reference; false: sam2's "
+        "modules"))
     extra_hydra_overrides: list = knob(default_factory=list, kind='str_array', tuning=True, doc=(
         'extra hydra overrides for the sam2 model config (expert use)'))
 
@@ -194,6 +209,11 @@ class TrackerConfig:
         if bad or len(set(self.precompile)) != len(tuple(self.precompile)):
             raise ValueError(f'precompile takes distinct parts of {PRECOMPILE_PARTS}, got '
                              f'{tuple(self.precompile)!r}')
+        if not isinstance(self.fused_kernels, bool) and (
+                not isinstance(self.fused_kernels, (tuple, list))
+                or any(g not in FUSED_GROUPS for g in self.fused_kernels)):
+            raise ValueError(f'fused_kernels must be True, False or a tuple of {FUSED_GROUPS}, '
+                             f'got {self.fused_kernels!r}')
         if self.precompile and self.compile_mode is not None:
             raise ValueError('precompile and compile_mode both compile the same modules: set '
                              'one of them')

@@ -39,6 +39,7 @@ from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import IOKey, StepBucket, StepKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.io_graphs import GraphIO
+from sam2_ros.engine.cuda.kernels.fused import fused_copy
 from sam2_ros.engine.cuda.prompt_graphs import PromptGraphs
 from sam2_ros.engine.cuda.step_graphs import StepGraphs
 from sam2_ros.engine.eager import EagerRunner
@@ -81,8 +82,10 @@ class GraphRunner:
     def graph_model(self):
         """The model the captured step graphs and the encoder graph run: the one place it is
         built. ``compile_mode``: a copy with ``torch.compile``d modules, sharing weights; the
-        eager fallback keeps ``self.model``, so a fallback never compiles mid-stream."""
-        return compiled_copy(self.model, self.cfg.compile_mode)
+        eager fallback keeps ``self.model``, so a fallback never compiles mid-stream. Else with
+        ``fused_kernels``: a copy whose modules run our Triton kernels (``kernels/fused.py``),
+        sharing weights; the eager fallback keeps sam2's modules."""
+        return fused_copy(compiled_copy(self.model, self.cfg.compile_mode), self.cfg)
 
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
                 features: encoder.Features) -> None:

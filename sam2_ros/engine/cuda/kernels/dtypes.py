@@ -1,0 +1,46 @@
+"""What dtype sam2's code would produce at a point, under the autocast state of the call.
+
+The fused modules write each intermediate in the dtype its consumer computes in: a tensor only
+Linears read is written in autocast's dtype (they would cast it), a LayerNorm's output read by
+anything else in the dtype autocast gives it, otherwise in the dtype of plain type promotion.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+
+def autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
+    """The lower-precision dtype of the active autocast on ``device``'s type, or None."""
+    kind = device.type
+    if not torch.is_autocast_enabled(kind):
+        return None
+    return torch.get_autocast_dtype(kind)
+
+
+def linear_input(x: torch.Tensor, natural: torch.dtype) -> torch.dtype:
+    """The dtype a Linear computes in on a value of dtype ``natural`` (on x's device)."""
+    return autocast_dtype(x.device) or natural
+
+
+def norm_output(x: torch.Tensor, natural: torch.dtype) -> torch.dtype:
+    """LayerNorm's output dtype for an input of dtype ``natural`` on x's device: float32
+    under CUDA autocast (layer_norm is on its float32 list); CPU autocast has no such entry,
+    so there (the CPU tests) it keeps the input's dtype."""
+    if x.device.type == 'cuda' and autocast_dtype(x.device):
+        return torch.float32
+    return natural
+
+
+def relu_linear(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """relu(linear(x)) for x [..., K] already in the Linear's compute dtype: one GEMM with a
+    bias + ReLU epilogue (cuBLASLt) where torch has one, the same values as the two ops."""
+    w = linear.weight if linear.weight.dtype == x.dtype else linear.weight.to(x.dtype)
+    b = linear.bias if linear.bias.dtype == x.dtype else linear.bias.to(x.dtype)
+    if not x.is_contiguous():
+        return F.relu(F.linear(x, w, b))
+    out = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t())
+    return out.view(*x.shape[:-1], w.shape[0])

@@ -1,0 +1,64 @@
+"""The keys' and values' inputs of attention over a fixed sequence, cast once.
+
+sam2 computes ``memory + pos`` and autocast casts it and ``memory`` to bf16 in every
+attention layer that reads them (the memory attention's four layers read the same memory,
+the mask decoder's cross-attentions the same image embedding): here both are made once per
+call, in one kernel. ``k = round_to(promote(m, p), m + p)`` then cast, as torch's add and
+autocast's cast round.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.rounding import cast_rne
+
+_TILE = 4096
+
+
+@jit
+def _add_cast_kernel(m_ptr, m_sb, m_sl, m_sc, p_ptr, p_sb, p_sl, p_sc, k_ptr, v_ptr, n_rows, L, C,
+                     HAS_P: tl.constexpr, SUM_BF16: tl.constexpr, BLOCK_R: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, BLOCK_C)
+    mask = (rows < n_rows)[:, None] & (cols < C)[None, :]
+    b = (rows // L).to(tl.int64)
+    l = (rows % L).to(tl.int64)
+    c64 = cols.to(tl.int64)
+    m = tl.load(m_ptr + (b * m_sb + l * m_sl)[:, None] + (c64 * m_sc)[None, :], mask=mask,
+                other=0.0).to(tl.float32)
+    out = (rows.to(tl.int64) * C)[:, None] + c64[None, :]
+    tl.store(v_ptr + out, cast_rne(m, v_ptr.dtype.element_ty), mask=mask)
+    if HAS_P:
+        p = tl.load(p_ptr + (b * p_sb + l * p_sl)[:, None] + (c64 * p_sc)[None, :], mask=mask,
+                    other=0.0).to(tl.float32)
+        k = m + p
+        if SUM_BF16:
+            k = cast_rne(k, tl.bfloat16).to(tl.float32)
+        tl.store(k_ptr + out, cast_rne(k, k_ptr.dtype.element_ty), mask=mask)
+
+
+def key_value_inputs(memory: torch.Tensor, pos: Optional[torch.Tensor],
+                     dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """memory, pos [B, L, C] (any strides) -> (dtype(memory + pos), dtype(memory)) as
+    contiguous [B, L, C]; with pos None the first is the second."""
+    bsz, length, c = memory.shape
+    assert pos is None or pos.shape == memory.shape, (memory.shape, pos.shape)
+    v = torch.empty(bsz, length, c, device=memory.device, dtype=dtype)
+    k = v if pos is None else torch.empty_like(v)
+    p = memory if pos is None else pos
+    sum_dtype = memory.dtype if pos is None else torch.promote_types(memory.dtype, pos.dtype)
+    block_c = next_pow2(c)
+    block_r = max(1, min(_TILE // block_c, next_pow2(bsz * length)))
+    n_rows = bsz * length
+    _add_cast_kernel[(triton.cdiv(n_rows, block_r),)](
+        memory, *memory.stride(), p, *p.stride(), k, v,
+        n_rows, length, c, HAS_P=pos is not None, SUM_BF16=sum_dtype == torch.bfloat16,
+        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return k, v

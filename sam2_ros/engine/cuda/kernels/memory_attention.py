@@ -1,0 +1,102 @@
+"""sam2's memory attention with fused norms, rotary encoding and key/value inputs.
+
+A ``MemoryAttentionLayer`` (sam2/modeling/memory_attention.py) runs three pre-norm sublayers
+(self-attention, cross-attention to the memory, MLP), each ``tgt = tgt + f(norm(tgt))``, and
+autocast casts every norm output, ``memory + pos`` and ``memory`` to bf16 in every layer.
+Here
+* each norm also does the residual add before it (the layer's input ``curr + 0.1 * pos`` in
+  the first), writing the residual in float32 and its output in the Linears' dtype;
+* ``memory + pos`` and ``memory`` are cast once for all layers (``elementwise.py``);
+* RoPE runs in one kernel per attention, self-attention projects q, k, v with one GEMM,
+  the MLP's first Linear applies its ReLU in the GEMM's epilogue;
+* the final norm writes [B, C, L] storage, so that the step's reshape to [B, C, h, w] is a
+  view.
+The module keeps ``layers`` with ``self_attn`` / ``cross_attn_image`` attributes, so the
+graph runner's attention swaps (``attention.py``) apply to it as to sam2's.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import torch
+from sam2.modeling.sam.transformer import RoPEAttention
+
+from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_linear
+from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
+from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
+from sam2_ros.engine.cuda.kernels.rope_attention import FusedRoPEAttention
+
+
+class FusedMemoryAttentionLayer(torch.nn.Module):
+    """One layer; forward takes and returns the residual as a pending sum (a, b)."""
+
+    def __init__(self, layer: torch.nn.Module, rope: bool):
+        super().__init__()
+        self.inner = layer
+        wrap = (lambda m, fuse: FusedRoPEAttention(m, fuse_qkv=fuse)
+                if rope and isinstance(m, RoPEAttention) else m)
+        self.self_attn = wrap(layer.self_attn, True)
+        self.cross_attn_image = wrap(layer.cross_attn_image, False)
+
+    def forward(self, a: torch.Tensor, b: Optional[torch.Tensor], b_scale: Optional[float],
+                kin: torch.Tensor, vin: torch.Tensor, query_pos: torch.Tensor,
+                num_k_exclude_rope: int):
+        """Input residual a + b_scale * b ([B, L, C]); returns (residual, MLP output)."""
+        ly = self.inner
+        sum_dtype = a.dtype if b is None else torch.promote_types(a.dtype, b.dtype)
+        dt = linear_input(a, norm_output(a, sum_dtype))
+        pe = query_pos if ly.pos_enc_at_attn else None
+        n1 = add_layernorm(ly.norm1, a, b, b_scale=b_scale, store_sum=True, y_dtype=dt,
+                           pe=pe, pe_dtype=dt)
+        q = n1.yp if pe is not None else n1.y
+        sa = self.self_attn(q, q, v=n1.y)
+        pe = query_pos if ly.pos_enc_at_cross_attn_queries else None
+        n2 = add_layernorm(ly.norm2, n1.s, sa, store_sum=True, y_dtype=dt, pe=pe, pe_dtype=dt)
+        kw = {'num_k_exclude_rope': num_k_exclude_rope} if num_k_exclude_rope > 0 else {}
+        ca = self.cross_attn_image(q=n2.yp if pe is not None else n2.y, k=kin, v=vin, **kw)
+        n3 = add_layernorm(ly.norm3, n2.s, ca, store_sum=True, y_dtype=dt)
+        if ly.activation_str == 'relu':
+            hidden = relu_linear(ly.linear1, n3.y)
+        else:
+            hidden = ly.activation(ly.linear1(n3.y))
+        return n3.s, ly.linear2(hidden)
+
+
+class FusedMemoryAttention(torch.nn.Module):
+    """Replaces ``model.memory_attention`` (a sam2 ``MemoryAttention``) in the fused model
+    copy; the same call signature and output ([L, B, C])."""
+
+    def __init__(self, inner: torch.nn.Module, rope: bool = True):
+        super().__init__()
+        self.inner = inner
+        self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope)
+                                          for ly in inner.layers)
+
+    def forward(self, curr: Union[torch.Tensor, List[torch.Tensor]],
+                memory: torch.Tensor, curr_pos: Union[None, torch.Tensor, List] = None,
+                memory_pos: Optional[torch.Tensor] = None,
+                num_obj_ptr_tokens: int = 0) -> torch.Tensor:
+        m = self.inner
+        if isinstance(curr, list):
+            assert isinstance(curr_pos, list) and len(curr) == len(curr_pos) == 1
+            curr, curr_pos = curr[0], curr_pos[0]
+        assert curr.shape[1] == memory.shape[1], 'Batch size must be the same'
+        assert m.batch_first
+        a = curr.transpose(0, 1)                           # [B, L, C]
+        qpos = curr_pos.transpose(0, 1)
+        b, scale = (qpos, 0.1) if m.pos_enc_at_input and curr_pos is not None else (None, None)
+        mem, mpos = memory.transpose(0, 1), memory_pos.transpose(0, 1)
+        kv_dtype = linear_input(mem, torch.promote_types(mem.dtype, mpos.dtype))
+        keys_pos = any(ly.pos_enc_at_cross_attn_keys for ly in m.layers)
+        assert keys_pos == all(ly.pos_enc_at_cross_attn_keys for ly in m.layers)
+        kin, vin = key_value_inputs(mem, mpos if keys_pos else None, kv_dtype)
+        for layer in self.layers:
+            n_ex = num_obj_ptr_tokens if isinstance(layer.cross_attn_image, RoPEAttention) else 0
+            a, b = layer(a, b, scale, kin, vin, qpos, n_ex)
+            scale = None
+        bsz, length, c = a.shape
+        sum_dtype = a.dtype if b is None else torch.promote_types(a.dtype, b.dtype)
+        out = torch.empty(bsz, c, length, device=a.device, dtype=norm_output(a, sum_dtype))
+        add_layernorm(m.norm, a, b, y=out.transpose(1, 2))
+        return out.permute(2, 0, 1)                       # [L, B, C] view of [B, C, L]

@@ -1,0 +1,99 @@
+"""sam2's axial rotary encoding of queries and keys in one kernel.
+
+sam2's ``apply_rotary_enc`` upcasts q and k to float32, views channel pairs as complex numbers,
+multiplies them by the ``freqs_cis`` table (repeated along the keys for cross-attention to
+memories: key j takes row j mod Lq), casts back, and the caller copies the rotated keys into a
+slice of k, leaving the last ``num_k_exclude_rope`` keys (object pointers) unrotated: some
+eight kernels per attention call. Here one kernel reads the projections where the Linear left
+them ([B, L, H*D], any row stride: also column slices of one fused q/k/v projection), and
+writes q and k as contiguous [B, H, L, D] in their dtype, the excluded keys copied unchanged.
+The products are those of sam2's complex multiply, (xr*c - xi*s, xr*s + xi*c), in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.rounding import cast_rne
+
+_TILE = 4096
+
+
+@jit
+def _rope_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sb, k_sl, cos_ptr, sin_ptr,
+                 qo_ptr, ko_ptr, Lq, Lk, n_rope, H, D2, n_q_blocks,
+                 BLOCK_L: tl.constexpr, BLOCK_D2: tl.constexpr):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    j = tl.arange(0, BLOCK_D2)
+    jm = j < D2
+    j64 = j.to(tl.int64)
+    if pid < n_q_blocks:            # queries: every row rotated, table row = query row
+        rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
+        rm = rows < Lq
+        m2 = rm[:, None] & jm[None, :]
+        r64 = rows.to(tl.int64)
+        src = q_ptr + (b * q_sb + r64 * q_sl + h * 2 * D2)[:, None] + 2 * j64[None, :]
+        xr = tl.load(src, mask=m2, other=0.0).to(tl.float32)
+        xi = tl.load(src + 1, mask=m2, other=0.0).to(tl.float32)
+        t = r64[:, None] * D2 + j64[None, :]
+        c = tl.load(cos_ptr + t, mask=m2, other=0.0)
+        s = tl.load(sin_ptr + t, mask=m2, other=0.0)
+        dst = qo_ptr + ((bh * Lq + r64) * 2 * D2)[:, None] + 2 * j64[None, :]
+        tl.store(dst, cast_rne(xr * c - xi * s, qo_ptr.dtype.element_ty), mask=m2)
+        tl.store(dst + 1, cast_rne(xr * s + xi * c, qo_ptr.dtype.element_ty), mask=m2)
+    else:                           # keys: rows < n_rope rotated by table row (row mod Lq)
+        rows = (pid - n_q_blocks) * BLOCK_L + tl.arange(0, BLOCK_L)
+        rm = rows < Lk
+        m2 = rm[:, None] & jm[None, :]
+        r64 = rows.to(tl.int64)
+        src = k_ptr + (b * k_sb + r64 * k_sl + h * 2 * D2)[:, None] + 2 * j64[None, :]
+        xr = tl.load(src, mask=m2, other=0.0).to(tl.float32)
+        xi = tl.load(src + 1, mask=m2, other=0.0).to(tl.float32)
+        rot = (rows < n_rope)[:, None]
+        t = (r64 % Lq)[:, None] * D2 + j64[None, :]
+        c = tl.load(cos_ptr + t, mask=m2 & rot, other=1.0)
+        s = tl.load(sin_ptr + t, mask=m2 & rot, other=0.0)
+        dst = ko_ptr + ((bh * Lk + r64) * 2 * D2)[:, None] + 2 * j64[None, :]
+        yr = tl.where(rot, xr * c - xi * s, xr)
+        yi = tl.where(rot, xr * s + xi * c, xi)
+        tl.store(dst, cast_rne(yr, ko_ptr.dtype.element_ty), mask=m2)
+        tl.store(dst + 1, cast_rne(yi, ko_ptr.dtype.element_ty), mask=m2)
+
+
+def rope_tables(freqs_cis: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """sam2's complex table [Lq, D/2] -> (cos, sin) float32 [Lq, D/2], contiguous."""
+    return freqs_cis.real.float().contiguous(), freqs_cis.imag.float().contiguous()
+
+
+def rotary_qk(q: torch.Tensor, k: torch.Tensor, heads: int, cos: torch.Tensor,
+              sin: torch.Tensor, num_k_exclude_rope: int = 0,
+              repeat_k: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """q [B, Lq, H*D], k [B, Lk, H*D] (channels contiguous) -> rotated q, k as contiguous
+    [B, H, Lq, D], [B, H, Lk, D] in their own dtypes. The first Lk - num_k_exclude_rope keys
+    are rotated (with table row j mod Lq when repeat_k, as sam2 repeats its table), the rest
+    copied."""
+    bsz, lq, hd = q.shape
+    lk = k.shape[1]
+    assert q.stride(2) == 1 and k.stride(2) == 1 and k.shape[0] == bsz and k.shape[2] == hd
+    d2 = hd // heads // 2
+    assert cos.shape == (lq, d2) and sin.shape == (lq, d2), (cos.shape, lq, d2)
+    n_rope = lk - num_k_exclude_rope
+    assert n_rope == lq or (repeat_k and n_rope % lq == 0), (lq, lk, num_k_exclude_rope)
+    qo = torch.empty(bsz, heads, lq, 2 * d2, device=q.device, dtype=q.dtype)
+    ko = torch.empty(bsz, heads, lk, 2 * d2, device=k.device, dtype=k.dtype)
+    block_d2 = next_pow2(d2)
+    block_l = max(1, _TILE // (2 * block_d2))
+    n_q = triton.cdiv(lq, block_l)
+    grid = (n_q + triton.cdiv(lk, block_l), bsz * heads)
+    _rope_kernel[grid](q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), cos, sin,
+                       qo, ko, lq, lk, n_rope, heads, d2, n_q,
+                       BLOCK_L=block_l, BLOCK_D2=block_d2, num_warps=4)
+    return qo, ko

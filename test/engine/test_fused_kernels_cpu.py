@@ -1,0 +1,262 @@
+"""Our Triton kernels (sam2_ros/engine/cuda/kernels) against the sam2 modules they replace, on
+the CPU: each launch on CPU tensors runs in Triton's interpreter (``launch.Kernel``), in any
+test order and whatever imported triton first.
+
+fp32: max |fused - sam2| <= 1e-5 x max(1, max |sam2|) (another summation order only).
+bf16 (CPU autocast): the kernels round as the GPU does (``rounding.py``), so single kernels are
+bitwise or one bf16 ulp (2^-8 relative) off where a float32 norm lands near a rounding
+boundary; through a stack of blocks those flips propagate, relative to max |sam2|: 2 ulps
+(2^-7) through the memory attention's 4 layers, 4 (2^-6) through the two-way transformer,
+8 (2^-5) through Hiera's 12 blocks (measured 0.2, 0.7, 1.1 % of max |sam2|).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip('triton')
+
+from sam2.modeling.backbones.utils import window_partition, window_unpartition  # noqa: E402
+from sam2.modeling.position_encoding import apply_rotary_enc, compute_axial_cis  # noqa: E402
+
+from conftest import LEAN, shared_model, small_cfg  # noqa: E402
+from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
+from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
+from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs  # noqa: E402
+from sam2_ros.engine.cuda.kernels.hiera import (FusedHiera, partition_rows,  # noqa: E402
+                                                unpartition_rows)
+from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm  # noqa: E402
+from sam2_ros.engine.cuda.kernels.memory_attention import FusedMemoryAttention  # noqa: E402
+from sam2_ros.engine.cuda.kernels.rope import rope_tables, rotary_qk  # noqa: E402
+from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+BF16_ULP = 2.0 ** -8
+
+
+def _close(out, ref, rel):
+    out, ref = out.float(), ref.float()
+    assert out.shape == ref.shape
+    err = (out - ref).abs().max().item()
+    assert err <= rel * max(1.0, ref.abs().max().item()), (err, ref.abs().max().item())
+    return err
+
+
+def _norm(c, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = torch.nn.LayerNorm(c, eps=1e-6)
+    with torch.no_grad():
+        n.weight.normal_(1.0, 0.3, generator=g)
+        n.bias.normal_(0.0, 0.3, generator=g)
+    return n
+
+
+def _rand(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('dtypes', [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                    (torch.bfloat16, torch.bfloat16)])
+def test_add_layernorm_equals_add_then_norm(dtypes):
+    n = _norm(96)
+    a, b = _rand(2, 37, 96, seed=1, dtype=dtypes[0]), _rand(2, 37, 96, seed=2, dtype=dtypes[1])
+    pe = _rand(2, 37, 96, seed=3)
+    out = add_layernorm(n, a, b, store_sum=True, y_dtype=torch.float32, pe=pe,
+                        pe_dtype=torch.bfloat16, yc_dtype=torch.bfloat16)
+    s = a + b
+    assert out.s.dtype == s.dtype and torch.equal(out.s, s)       # the add rounds as torch's
+    y = n(s.float())
+    _close(out.y, y, 1e-5)
+    # bf16 outputs: torch's cast of (nearly) the same float32 values, at most one ulp apart
+    _close(out.yc, y.bfloat16(), BF16_ULP)
+    _close(out.yp, (y + pe).bfloat16(), BF16_ULP)
+    assert (out.yc != y.bfloat16()).float().mean() < 0.01
+
+
+@torch.no_grad()
+def test_add_layernorm_scale_and_strided_output():
+    n = _norm(64)
+    a = _rand(5, 3, 64, seed=1).transpose(0, 1)             # [3, 5, 64] strided, as [L, B, C].T
+    b = _rand(5, 3, 64, seed=2).transpose(0, 1)
+    out = torch.full((3, 64, 5), float('nan'))
+    add_layernorm(n, a, b, b_scale=0.1, y=out.transpose(1, 2))
+    _close(out.transpose(1, 2), n(a + 0.1 * b), 1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('hw, ws', [((10, 13), 4), ((8, 8), 4), ((7, 7), 7)])
+def test_window_maps_equal_sam2_partition(hw, ws):
+    h, w = hw
+    x = _rand(1, h, w, 32, seed=4)
+    windows, pad_hw = window_partition(x, ws)
+    rows = partition_rows(h, w, ws, 'cpu')
+    flat = x.reshape(h * w, 32)
+    gathered = torch.where(rows[:, None] >= 0, flat[rows.clamp(min=0).long()], 0.0)
+    assert torch.equal(gathered, windows.reshape(-1, 32))
+    back = windows.reshape(-1, 32)[unpartition_rows(h, w, ws, 'cpu').long()]
+    assert torch.equal(back, window_unpartition(windows, ws, pad_hw, hw).reshape(-1, 32))
+    # the kernel: partitioned norm of a + b, padding rows zero, the sum at the source rows
+    n = _norm(32)
+    out = add_layernorm(n, x.reshape(1, h * w, 32), x.reshape(1, h * w, 32), a_rows=rows,
+                        store_sum=True)
+    ref, _ = window_partition(n(x + x), ws)
+    _close(out.y.reshape(ref.shape), ref, 1e-5)
+    assert torch.equal(out.s, (x + x).reshape(1, h * w, 32))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('heads, n_ex, repeat', [(1, 0, False), (2, 8, True), (1, 12, True)])
+def test_rotary_qk_equals_apply_rotary_enc(dtype, heads, n_ex, repeat):
+    d, side, bsz = 32, 4, 2
+    lq = side * side
+    lk = (3 if repeat else 1) * lq + n_ex
+    freqs = compute_axial_cis(dim=d, end_x=side, end_y=side)
+    q = _rand(bsz, lq, heads * d, seed=5, dtype=dtype)
+    k = _rand(bsz, lk, heads * d, seed=6, dtype=dtype)
+    qo, ko = rotary_qk(q, k, heads, *rope_tables(freqs), n_ex, repeat)
+    qh = q.reshape(bsz, lq, heads, d).transpose(1, 2)
+    kh = k.reshape(bsz, lk, heads, d).transpose(1, 2).clone()
+    rq, rk = apply_rotary_enc(qh, kh[:, :, :lk - n_ex], freqs_cis=freqs, repeat_freqs_k=repeat)
+    kh[:, :, :lk - n_ex] = rk
+    assert qo.is_contiguous() and ko.is_contiguous()
+    assert torch.equal(qo, rq) and torch.equal(ko, kh)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('dtypes', [(torch.bfloat16, torch.float32),
+                                    (torch.bfloat16, torch.bfloat16)])
+def test_key_value_inputs_equal_add_then_cast(dtypes):
+    m = _rand(40, 2, 64, seed=7, dtype=dtypes[0]).transpose(0, 1)     # [B, L, C] strided
+    p = _rand(40, 2, 64, seed=8, dtype=dtypes[1]).transpose(0, 1)
+    k, v = key_value_inputs(m, p, torch.bfloat16)
+    assert torch.equal(k, (m + p).bfloat16()) and torch.equal(v, m.bfloat16())
+
+
+def _perturbed(module, seed=0):
+    """``module`` with random norm affines (sam2's init has weight 1, bias 0, which would hide
+    a wrong affine) - on a private copy of the norms, the shared model stays untouched."""
+    import copy
+    module = copy.deepcopy(module)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mod in module.modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.weight.normal_(1.0, 0.2, generator=g)
+                mod.bias.normal_(0.0, 0.2, generator=g)
+    return module
+
+
+def _both(fn, autocast):
+    with torch.inference_mode(), torch.autocast('cpu', torch.bfloat16, enabled=autocast):
+        return fn()
+
+
+@pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -5)])
+def test_fused_hiera_equals_sam2_trunk(autocast, tol):
+    trunk = _perturbed(shared_model(64).image_encoder.trunk)
+    with torch.no_grad():
+        trunk.pos_embed.normal_(generator=torch.Generator().manual_seed(3))
+    x = _rand(1, 3, 64, 64, seed=9)
+    ref = _both(lambda: trunk(x), autocast)
+    out = _both(lambda: FusedHiera(trunk)(x), autocast)
+    assert len(out) == len(ref) == 4
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype
+        _close(o, r, tol)
+
+
+def _memory_inputs(bsz, length, n_s, n_p, bf16):
+    curr = _rand(length, bsz, 256, seed=10, dtype=torch.bfloat16 if bf16 else torch.float32)
+    mem = _rand(n_s * length + 4 * n_p, bsz, 64, seed=12,
+                dtype=torch.bfloat16 if bf16 else torch.float32)
+    return dict(curr=[curr], curr_pos=[_rand(length, bsz, 256, seed=11)], memory=mem,
+                memory_pos=_rand(*mem.shape, seed=13), num_obj_ptr_tokens=4 * n_p)
+
+
+@pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -7)])
+@pytest.mark.parametrize('rope', [True, False])
+def test_fused_memory_attention_equals_sam2(autocast, tol, rope):
+    ma = _perturbed(shared_model(64).memory_attention)
+    kw = _memory_inputs(2, 16, 3, 5, autocast)
+    ref = _both(lambda: ma(**kw), autocast)
+    out = _both(lambda: FusedMemoryAttention(ma, rope=rope)(**kw), autocast)
+    assert out.dtype == ref.dtype
+    _close(out, ref, tol)
+
+
+@pytest.mark.parametrize('swap', ['split', 'masked'])
+def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
+    """The graph runner swaps the attention call of every memory-attention layer
+    (attention.split_kv, attention.masked_memory); the fused layers take the same swaps."""
+    from sam2_ros.engine import attention
+    model = shared_model(64)
+    twin = fused.fused_model(model, ('memory_attention', 'rope'))
+    kw = _memory_inputs(2, 16, 3, 5, False)
+    valid = torch.ones(2, kw['memory'].shape[0], dtype=torch.bool)
+    valid[1, 20:40] = False
+    ctx = (lambda m: attention.split_kv(m)) if swap == 'split' else \
+        (lambda m: attention.masked_memory(m, valid))
+    with torch.inference_mode():
+        with ctx(model):
+            ref = model.memory_attention(**kw)
+        with ctx(twin):
+            assert all(type(ly.cross_attn_image).__name__ == 'FusedRoPEAttention'
+                       for ly in twin.memory_attention.layers)
+            out = twin.memory_attention(**kw)
+    _close(out, ref, 1e-5)
+    assert type(model.memory_attention).__name__ == 'MemoryAttention'   # the original intact
+
+
+@pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -6)])
+def test_fused_two_way_transformer_equals_sam2(autocast, tol):
+    tw = _perturbed(shared_model(64).sam_mask_decoder.transformer)
+    img, pe = _rand(3, 256, 4, 4, seed=14), _rand(1, 256, 4, 4, seed=15)
+    pts = _rand(3, 7, 256, seed=16)
+    ref = _both(lambda: tw(img, pe, pts), autocast)
+    out = _both(lambda: FusedTwoWayTransformer(tw)(img, pe, pts), autocast)
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype
+        _close(o, r, tol)
+
+
+def test_fused_groups_are_off_on_the_cpu_and_validated():
+    cfg = small_cfg()
+    assert fused.enabled_groups(cfg) == ()                 # device cpu: sam2's modules
+    model = shared_model(64)
+    assert fused.fused_copy(model, cfg) is model
+    assert fused.enabled_groups(small_cfg(fused_kernels=False), 'cuda') == ()
+    with pytest.raises(ValueError, match='fused_kernels'):
+        small_cfg(fused_kernels=('hiera', 'nope')).validate()
+    twin = fused.fused_model(model, FUSED_GROUPS)
+    assert twin is not model and twin.image_encoder.trunk is not model.image_encoder.trunk
+    shared = {id(p) for p in model.parameters()}
+    assert all(id(p) in shared for p in twin.parameters())    # the same weights, no copies
+
+
+def test_fused_model_runs_a_stream_as_sam2_does():
+    """End to end, fp32: a tracker's eager runner on the fused copy (every group) against one
+    on sam2's modules, over a stream with a click, a box, a mask, a correction and a removal:
+    the same logits on every frame of every object."""
+    from conftest import make_tracker
+    from scenarios import schedule, synthetic_frames
+    h, w, n = 48, 64, 8
+    events = schedule(h, w, add2=2, add3=4, fix=5, remove=6)
+    runs = []
+    for fuse in (False, True):
+        tr = make_tracker(image_size=64, max_objects=3, extra_hydra_overrides=list(LEAN))
+        if fuse:
+            tr.runner.model = fused.fused_model(tr.runner.model, FUSED_GROUPS)
+        logits = []
+        for f, frame in enumerate(synthetic_frames(n, h, w)):
+            res = tr.track(frame)
+            for kind, arg in events.get(f, []):
+                res = tr.add_prompt(arg) if kind == 'add' else tr.remove_object(arg) or res
+            logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
+        runs.append(logits)
+    for ref, out in zip(*runs):
+        assert ref.keys() == out.keys()
+        for k in ref:
+            _close(out[k], ref[k], 1e-4)
+    assert np.isfinite([v.abs().max().item() for f in runs[1] for v in f.values()]).all()
