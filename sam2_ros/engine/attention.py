@@ -20,6 +20,7 @@ RoPE, the layers and their norms and MLPs are sam2's own modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 import torch
@@ -104,13 +105,15 @@ def kv_splits(batch: int, heads: int, lq: int, lk: int, max_splits: int = 8,
 
 
 def split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    splits: int) -> torch.Tensor:
+                    splits: int, merge=None) -> torch.Tensor:
     """Split-KV attention: ``splits`` chunks of the keys attended in parallel, as extra heads
     of one kernel call, merged by their log-sum-exp. The same softmax over the same keys as
     one call (only the summation order differs), for calls whose few heads and queries leave
     most of the GPU idle.
 
     q [B, H, Lq, D], k/v [B, H, Lk, D] with Lk % splits == 0 -> [B, H, Lq, D] in q's dtype.
+    merge: (out, lse, H, splits, dtype) -> merged, one kernel for the merge below (the fused
+    memory attention's, ``split_merge`` of its module); None: PyTorch ops.
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -118,6 +121,8 @@ def split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ks = k.reshape(b, h * splits, lk // splits, d)      # chunk j of head i: keys [j*Lk/S, ...)
     vs = v.reshape(b, h * splits, lk // splits, d)
     out, lse = _attention_with_lse(qs, ks, vs)          # [B, H*S, Lq, D], [B, H*S, Lq] fp32
+    if merge is not None:
+        return merge(out, lse, h, splits, q.dtype)
     lse = lse[..., :lq].reshape(b, h, splits, lq, 1)
     w = torch.softmax(lse, dim=2)                       # each chunk's share of the softmax
     merged = (out.reshape(b, h, splits, lq, d).float() * w).sum(2)
@@ -186,9 +191,10 @@ def masked_memory(model, valid: torch.Tensor) -> Iterator[None]:
         yield
 
 
-def _split_attend(q, k, v):
+def _split_attend(q, k, v, merge=None):
     s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    return F.scaled_dot_product_attention(q, k, v) if s == 1 else split_attention(q, k, v, s)
+    return F.scaled_dot_product_attention(q, k, v) if s == 1 else \
+        split_attention(q, k, v, s, merge)
 
 
 @contextlib.contextmanager
@@ -196,6 +202,8 @@ def split_kv(model) -> Iterator[None]:
     """Within the block, the memory attention's self- and cross-attention calls run split-KV
     (``split_attention``) wherever ``kv_splits`` finds the call too small for the GPU."""
     layers = model.memory_attention.layers
-    with _swapped(layers, 'self_attn', _split_attend), \
-            _swapped(layers, 'cross_attn_image', _split_attend):
+    # a fused memory attention (TrackerConfig.fused_kernels) merges the splits in one kernel
+    merge = getattr(model.memory_attention, 'split_merge', None)
+    attend = functools.partial(_split_attend, merge=merge)
+    with _swapped(layers, 'self_attn', attend), _swapped(layers, 'cross_attn_image', attend):
         yield

@@ -186,6 +186,19 @@ def test_fused_memory_attention_equals_sam2(autocast, tol, rope):
     _close(out, ref, tol)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_merge_splits_equals_split_attention_merge(dtype):
+    from sam2_ros.engine.attention import split_attention
+    from sam2_ros.engine.cuda.kernels.split_merge import merge_splits
+    q, k, v = (_rand(2, 2, n, 16, seed=s, dtype=dtype) for s, n in ((17, 10), (18, 512),
+                                                                       (19, 512)))
+    ref = split_attention(q, k, v, 4)
+    out = split_attention(q, k, v, 4, merge=merge_splits)
+    assert out.dtype == ref.dtype and out.is_contiguous()
+    _close(out, ref, 1e-6 if dtype == torch.float32 else BF16_ULP)
+
+
 @pytest.mark.parametrize('swap', ['split', 'masked'])
 def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
     """The graph runner swaps the attention call of every memory-attention layer
@@ -193,7 +206,7 @@ def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
     from sam2_ros.engine import attention
     model = shared_model(64)
     twin = fused.fused_model(model, ('memory_attention', 'rope'))
-    kw = _memory_inputs(2, 16, 3, 5, False)
+    kw = _memory_inputs(2, 16, 16, 5, False)     # 276 keys: split in two (attention.kv_splits)
     valid = torch.ones(2, kw['memory'].shape[0], dtype=torch.bool)
     valid[1, 20:40] = False
     ctx = (lambda m: attention.split_kv(m)) if swap == 'split' else \

@@ -10,7 +10,9 @@ Here
 * RoPE runs in one kernel per attention, self-attention projects q, k, v with one GEMM,
   the MLP's first Linear applies its ReLU in the GEMM's epilogue;
 * the final norm writes [B, C, L] storage, so that the step's reshape to [B, C, h, w] is a
-  view.
+  view;
+* split-KV attention (``attention.split_kv``) merges its chunks in one kernel
+  (``split_merge.py``).
 The module keeps ``layers`` with ``self_attn`` / ``cross_attn_image`` attributes, so the
 graph runner's attention swaps (``attention.py``) apply to it as to sam2's.
 """
@@ -26,6 +28,7 @@ from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_
 from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.rope_attention import FusedRoPEAttention
+from sam2_ros.engine.cuda.kernels.split_merge import merge_splits
 
 
 class FusedMemoryAttentionLayer(torch.nn.Module):
@@ -72,6 +75,7 @@ class FusedMemoryAttention(torch.nn.Module):
         self.inner = inner
         self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope)
                                           for ly in inner.layers)
+        self.split_merge = merge_splits     # attention.split_kv merges with this kernel
 
     def forward(self, curr: Union[torch.Tensor, List[torch.Tensor]],
                 memory: torch.Tensor, curr_pos: Union[None, torch.Tensor, List] = None,

@@ -1,0 +1,64 @@
+"""The merge of split-KV attention (``attention.split_attention``) in one kernel.
+
+Split-KV attends over S chunks of the keys as S extra heads and merges the chunk outputs by
+the softmax of their log-sum-exps: in PyTorch a softmax, an upcast, a product, a sum and a
+cast (five kernels per attention call). Here one kernel computes, per query, in float32,
+w_s = exp(lse_s - max) / sum_j exp(lse_j - max) and out = sum_s w_s * out_s, cast to the
+output dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.rounding import cast_rne
+
+_TILE = 4096
+
+
+@jit
+def _merge_kernel(o_ptr, o_sb, o_sh, o_sl, lse_ptr, l_sb, l_sh, l_sl, y_ptr, H, Lq, D,
+                  SPLITS: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
+    rm = rows < Lq
+    r64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    m2 = rm[:, None] & (cols < D)[None, :]
+    m = tl.full([BLOCK_L], float('-inf'), tl.float32)
+    for s in tl.static_range(SPLITS):
+        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
+        m = tl.maximum(m, lse)
+    total = tl.zeros([BLOCK_L], tl.float32)
+    for s in tl.static_range(SPLITS):
+        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
+        total += tl.exp(lse - m)
+    acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
+    for s in tl.static_range(SPLITS):
+        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
+        w = tl.exp(lse - m) / total
+        o = tl.load(o_ptr + (b * o_sb + (h * SPLITS + s) * o_sh + r64 * o_sl)[:, None]
+                    + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+        acc += o * w[:, None]
+    tl.store(y_ptr + ((bh * Lq + r64) * D)[:, None] + cols[None, :],
+             cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
+
+
+def merge_splits(out: torch.Tensor, lse: torch.Tensor, heads: int, splits: int,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """out [B, H*S, Lq, D] (head dim contiguous), lse [B, H*S, >= Lq] float32 (any strides) -> the merged
+    attention [B, H, Lq, D] (contiguous) in dtype."""
+    bsz, hs, lq, d = out.shape
+    assert hs == heads * splits and out.stride(3) == 1, (out.shape, out.stride())
+    y = torch.empty(bsz, heads, lq, d, device=out.device, dtype=dtype)
+    block_d = next_pow2(d)
+    block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
+    grid = (triton.cdiv(lq, block_l), bsz * heads)
+    _merge_kernel[grid](out, out.stride(0), out.stride(1), out.stride(2), lse, *lse.stride(), y, heads, lq, d, SPLITS=splits, BLOCK_L=block_l,
+                        BLOCK_D=block_d, num_warps=4)
+    return y
