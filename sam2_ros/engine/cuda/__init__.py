@@ -12,6 +12,7 @@ uses (no part reaches into the runner):
 * ``prompt_graphs.py``  prompted steps (clicks, boxes, masks) as graphs
 * ``precompiled.py``    inductor-compiled parts loaded from a cache
 * ``image_graphs.py``   the image path's encoder and batched-decoder graphs
+* ``kernels/``          Triton kernels of our own and the fused model copy the graphs capture
 * ``runner.py``         the graph runner: captures the parts, replays them per frame, and
   falls back to the eager runner it holds
 """
