@@ -234,6 +234,42 @@ def test_fused_two_way_transformer_equals_sam2(autocast, tol):
         _close(o, r, tol)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('gelu', [False, True])
+def test_fused_layernorm2d_equals_sam2(dtype, gelu):
+    """LayerNorm2d rounds each of its ops to the input dtype: with bf16 input (a conv's output
+    under autocast) the kernel does the same roundings, so bitwise; fp32 within 1e-5."""
+    from sam2.modeling.sam2_utils import LayerNorm2d
+    from sam2_ros.engine.cuda.kernels.layernorm2d import FusedLayerNorm2d
+    n = LayerNorm2d(64, eps=1e-6)
+    n.weight.normal_(generator=torch.Generator().manual_seed(1))
+    n.bias.normal_(generator=torch.Generator().manual_seed(2))
+    x = (3 * _rand(2, 64, 9, 7, seed=20) + 1).to(dtype)
+    ref = n(x)
+    ref = torch.nn.functional.gelu(ref) if gelu else ref
+    out = FusedLayerNorm2d(n, gelu=gelu)(x)
+    if dtype == torch.bfloat16 and not gelu:
+        assert torch.equal(out, ref)
+    _close(out, ref, 1e-5)
+    with torch.autocast('cpu', torch.bfloat16):      # consumers are convs: written in bf16
+        assert FusedLayerNorm2d(n, gelu=gelu)(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -6)])
+def test_swapped_layernorm2d_memory_encoder_and_decoder_equal_sam2(autocast, tol):
+    from sam2_ros.engine.cuda.kernels.layernorm2d import FusedLayerNorm2d, swap_layernorm2d
+    model = shared_model(64)
+    twin = swap_layernorm2d(model)
+    fused_mods = [m for m in twin.modules() if isinstance(m, FusedLayerNorm2d)]
+    assert len(fused_mods) == 9 and sum(m.gelu for m in fused_mods) == 7   # 4 + 2 + 2 + 1
+    assert not any(isinstance(m, FusedLayerNorm2d) for m in model.modules())
+    pix = _rand(2, 256, 4, 4, seed=21)
+    masks = _rand(2, 1, 64, 64, seed=22)
+    run = (lambda m: m.memory_encoder(pix, masks, skip_mask_sigmoid=True)['vision_features'])
+    _close(_both(lambda: run(twin), autocast), _both(lambda: run(model), autocast), tol)
+
+
 def test_fused_groups_are_off_on_the_cpu_and_validated():
     cfg = small_cfg()
     assert fused.enabled_groups(cfg) == ()                 # device cpu: sam2's modules

@@ -3,7 +3,7 @@
 Module level, tiny@512 shapes, against the sam2 module each replaces: fp32 (TF32 matmuls off)
 within 1e-4 x max |sam2|; bf16 autocast within the CPU tests' bounds one step looser (the GPU
 also runs other GEMM kernels: the fused q/k/v projection), relative to max |sam2|: 2^-5
-Hiera, 2^-6 memory attention and two-way transformer.
+Hiera, 2^-6 memory attention, two-way transformer and memory encoder (LayerNorm2d).
 Tracker level, 60 frames, 3 objects (box mid-stream, mask, correction, removal), graphs with
 fused kernels against graphs with sam2's modules (fused_kernels=False) and against the eager
 reference: logits within 1e-3 (fp32) and 0.5 (bf16, as test_graphs_gpu.py: logits reach
@@ -24,7 +24,8 @@ from sam2_ros.engine.tracker import StreamingTracker
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
 OUT = os.environ.get('OUT', 'out')
-BF16 = {'hiera': 2.0 ** -5, 'memory_attention': 2.0 ** -6, 'decoder': 2.0 ** -6}
+BF16 = {'hiera': 2.0 ** -5, 'memory_attention': 2.0 ** -6, 'decoder': 2.0 ** -6,
+        'layernorm2d': 2.0 ** -6}
 
 
 def _record(name, value):
@@ -107,6 +108,18 @@ def test_fused_two_way_transformer_gpu(model, precision):
         _rand(3, 7, 256, seed=8)
     _compare('two_way', 'decoder', lambda: tw(img, pe, pts),
              lambda: FusedTwoWayTransformer(tw)(img, pe, pts), precision)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_layernorm2d_memory_encoder_gpu(model, precision):
+    from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
+    twin = swap_layernorm2d(model)
+    pix, masks = _rand(3, 256, 32, 32, seed=9), _rand(3, 1, 512, 512, seed=10)
+
+    def run(m):
+        return m.memory_encoder(pix, masks, skip_mask_sigmoid=True)['vision_features']
+    _compare('memory_encoder_layernorm2d', 'layernorm2d', lambda: run(model), lambda: run(twin),
+             precision)
 
 
 def _stream(cfg, frames, events):

@@ -14,6 +14,8 @@ Groups:
                       (``rope_attention.py``)
   'decoder'           the mask decoder's two-way transformer: fused norms and attention inputs
                       (``two_way.py``)
+  'layernorm2d'       every LayerNorm2d (memory encoder, mask decoder upscaling), with the GELU
+                      after it (``layernorm2d.py``)
 """
 
 from __future__ import annotations
@@ -85,7 +87,11 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         dec = model.sam_mask_decoder
         parts['sam_mask_decoder'] = with_children(
             dec, transformer=FusedTwoWayTransformer(dec.transformer))
-    return with_children(model, **parts)
+    twin = with_children(model, **parts)
+    if 'layernorm2d' in groups:
+        from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
+        twin = swap_layernorm2d(twin)
+    return twin
 
 
 def _rope_only(memory_attention: torch.nn.Module) -> torch.nn.Module:
