@@ -56,7 +56,8 @@ def _rand(*shape, seed=0, dtype=torch.float32):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize('dtypes', [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+@pytest.mark.parametrize('dtypes', [(torch.float32, torch.float32),
+                                    (torch.bfloat16, torch.float32),
                                     (torch.bfloat16, torch.bfloat16)])
 def test_add_layernorm_equals_add_then_norm(dtypes):
     n = _norm(96)

@@ -86,8 +86,8 @@ def _add_ln_kernel(
     tl.store(y_ptr + (bi * y_sb + li_ * y_sl)[:, None] + (c64 * y_sc)[None, :],
              cast_rne(y, y_ptr.dtype.element_ty), mask=om)
     if HAS_PE:          # y + pe in float32 (pe float32 or bf16), then cast to yp's dtype
-        pe = tl.load(pe_ptr + (bi * pe_sb + li_ * pe_sl)[:, None] + (c64 * pe_sc)[None, :], mask=om,
-                     other=0.0).to(tl.float32)
+        pe = tl.load(pe_ptr + (bi * pe_sb + li_ * pe_sl)[:, None] + (c64 * pe_sc)[None, :],
+                     mask=om, other=0.0).to(tl.float32)
         y_ = cast_rne(y, y_ptr.dtype.element_ty).to(tl.float32)
         tl.store(yp_ptr + (bi * yp_sb + li_ * yp_sl)[:, None] + c64[None, :],
                  cast_rne(y_ + pe, yp_ptr.dtype.element_ty), mask=om)

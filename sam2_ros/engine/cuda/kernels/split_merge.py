@@ -30,18 +30,16 @@ def _merge_kernel(o_ptr, o_sb, o_sh, o_sl, lse_ptr, l_sb, l_sh, l_sl, y_ptr, H, 
     r64 = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
     m2 = rm[:, None] & (cols < D)[None, :]
+    lse_row = lse_ptr + b * l_sb + h * SPLITS * l_sh + r64 * l_sl       # split s: + s * l_sh
     m = tl.full([BLOCK_L], float('-inf'), tl.float32)
     for s in tl.static_range(SPLITS):
-        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
-        m = tl.maximum(m, lse)
+        m = tl.maximum(m, tl.load(lse_row + s * l_sh, mask=rm, other=0.0))
     total = tl.zeros([BLOCK_L], tl.float32)
     for s in tl.static_range(SPLITS):
-        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
-        total += tl.exp(lse - m)
+        total += tl.exp(tl.load(lse_row + s * l_sh, mask=rm, other=0.0) - m)
     acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
     for s in tl.static_range(SPLITS):
-        lse = tl.load(lse_ptr + b * l_sb + (h * SPLITS + s) * l_sh + r64 * l_sl, mask=rm, other=0.0)
-        w = tl.exp(lse - m) / total
+        w = tl.exp(tl.load(lse_row + s * l_sh, mask=rm, other=0.0) - m) / total
         o = tl.load(o_ptr + (b * o_sb + (h * SPLITS + s) * o_sh + r64 * o_sl)[:, None]
                     + cols[None, :], mask=m2, other=0.0).to(tl.float32)
         acc += o * w[:, None]
@@ -51,14 +49,15 @@ def _merge_kernel(o_ptr, o_sb, o_sh, o_sl, lse_ptr, l_sb, l_sh, l_sl, y_ptr, H, 
 
 def merge_splits(out: torch.Tensor, lse: torch.Tensor, heads: int, splits: int,
                  dtype: torch.dtype) -> torch.Tensor:
-    """out [B, H*S, Lq, D] (head dim contiguous), lse [B, H*S, >= Lq] float32 (any strides) -> the merged
-    attention [B, H, Lq, D] (contiguous) in dtype."""
+    """out [B, H*S, Lq, D] (head dim contiguous), lse [B, H*S, >= Lq] float32 (any strides)
+    -> the merged attention [B, H, Lq, D] (contiguous) in dtype."""
     bsz, hs, lq, d = out.shape
     assert hs == heads * splits and out.stride(3) == 1, (out.shape, out.stride())
     y = torch.empty(bsz, heads, lq, d, device=out.device, dtype=dtype)
     block_d = next_pow2(d)
     block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
     grid = (triton.cdiv(lq, block_l), bsz * heads)
-    _merge_kernel[grid](out, out.stride(0), out.stride(1), out.stride(2), lse, *lse.stride(), y, heads, lq, d, SPLITS=splits, BLOCK_L=block_l,
-                        BLOCK_D=block_d, num_warps=4)
+    _merge_kernel[grid](out, out.stride(0), out.stride(1), out.stride(2), lse, *lse.stride(), y,
+                        heads, lq, d, SPLITS=splits, BLOCK_L=block_l, BLOCK_D=block_d,
+                        num_warps=4)
     return y
