@@ -112,5 +112,8 @@ def fused_copy(model: torch.nn.Module, cfg: TrackerConfig) -> torch.nn.Module:
     """The model the graph runner captures: ``fused_model`` of the groups enabled for cfg."""
     groups = enabled_groups(cfg)
     if groups:
-        log.info('fused_kernels: captured graphs run fused kernels of %s', ', '.join(groups))
+        import os
+        cache = os.environ.get('TRITON_CACHE_DIR') or os.path.expanduser('~/.triton/cache')
+        log.info('fused_kernels: captured graphs run fused kernels of %s (Triton compiles them '
+                 'on the first start and caches them in %s)', ', '.join(groups), cache)
     return fused_model(model, groups)
