@@ -20,7 +20,6 @@ Groups:
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Tuple
 
@@ -28,6 +27,7 @@ import torch
 
 from sam2_ros.engine.config import FUSED_GROUPS, TrackerConfig
 from sam2_ros.engine.cuda.kernels.launch import triton_importable
+from sam2_ros.engine.cuda.kernels.swap import with_children
 
 log = logging.getLogger(__name__)
 _SAID = set()          # reasons already logged (once per process)
@@ -54,16 +54,6 @@ def enabled_groups(cfg: TrackerConfig, device=None) -> Tuple[str, ...]:
             log.info('fused_kernels: %s, running sam2\'s modules', reason)
         return ()
     return groups
-
-
-def with_children(module: torch.nn.Module, **children: torch.nn.Module) -> torch.nn.Module:
-    """A shallow copy of ``module`` (shares every parameter) with the named submodules
-    replaced; ``module`` is unchanged."""
-    twin = copy.copy(module)
-    twin._modules = dict(module._modules)    # a shallow copy shares the dict: give it its own
-    for name, child in children.items():
-        twin._modules[name] = child
-    return twin
 
 
 def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Module:

@@ -20,6 +20,7 @@ import triton.language as tl
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
+from sam2_ros.engine.cuda.kernels.swap import with_children
 
 _TILE = 4096
 
@@ -83,8 +84,6 @@ def swap_layernorm2d(module: torch.nn.Module) -> torch.nn.Module:
     """``module`` (a shallow copy where anything changes) with every ``LayerNorm2d`` below it
     fused; in a Sequential, one followed by an exact ``nn.GELU`` takes the GELU in."""
     from sam2.modeling.sam2_utils import LayerNorm2d
-
-    from sam2_ros.engine.cuda.kernels.fused import with_children
     names = list(module._modules)
     changed = {}
     for i, name in enumerate(names):
