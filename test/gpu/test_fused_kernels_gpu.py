@@ -150,9 +150,9 @@ def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
     base = dict(precision=precision, steady_attention=steady)
     fused, fstats, tr = _stream(_cfg(**base), frames, events)
-    assert type(tr.runner.cmodel.memory_attention).__name__ == 'FusedMemoryAttention'
+    assert type(tr.runner.graphs.model.memory_attention).__name__ == 'FusedMemoryAttention'
     plain, _, tr0 = _stream(_cfg(fused_kernels=False, **base), frames, events)
-    assert tr0.runner.cmodel is tr0.runner.model
+    assert tr0.runner.graphs.model is tr0.runner.model
     eager, _, _ = _stream(_cfg(use_cuda_graphs=False, **base), frames, events)
     worst = {'fused_vs_sam2_graphs': _worst(fused, plain), 'fused_vs_eager': _worst(fused, eager),
              'sam2_graphs_vs_eager': _worst(plain, eager)}
