@@ -5,7 +5,7 @@ import json
 from tools.bench import cli, profiling, results
 
 KEYS = {'model', 'res', 'objects', 'variant', 'ms_p50', 'ms_p99', 'fps', 'gpu_kernel_ms',
-        'peak_mib', 'compile_s', 'run', 'date', 'commit', 'gpu', 'command'}
+        'kernels_per_frame', 'peak_mib', 'compile_s', 'run', 'date', 'commit', 'gpu', 'command'}
 
 
 def test_cli_rows_and_table(tmp_path):
@@ -21,6 +21,7 @@ def test_cli_rows_and_table(tmp_path):
         assert set(r) == KEYS
         assert r['ms_p50'] > 0 and r['fps'] > 0 and r['compile_s'] is None
         assert r['gpu_kernel_ms'] is None and r['peak_mib'] is None      # CPU run
+        assert r['kernels_per_frame'] is None
         assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
     assert rows[0]['run'] == rows[1]['run'] and rows[0]['run']       # one id per invocation
     text = md.read_text()
@@ -44,3 +45,21 @@ def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
     assert t['host_gaps_per_frame'] == 0.5 and t['host_gaps_ms_per_frame'] == 0.25
     assert t['busy_ms_per_frame'] == 0.036                      # 0..40 minus 4 us of gaps
     assert profiling.gpu_timeline([], frames=2) == {}
+
+
+def test_census_line_lists_groups_by_time():
+    row = dict(model='tiny', res=512, objects=1, variant='ours_graph_batched',
+               kernels_per_frame=654.0, gpu_kernel_ms=2.71)
+    line = cli.census_line(row, {'gemm': [158.0, 0.73], 'copy': [69.0, 0.13]})
+    assert line == ('census tiny@512 x1 ours_graph_batched: 654.0 kernels, 2.71 ms | '
+                    'gemm 158/0.730, copy 69/0.130')
+
+
+def test_kernel_groups_of_names():
+    from tools.bench.profiling import group_of
+    assert group_of('_add_ln_kernel') == 'ours_triton'
+    assert group_of('_ln2d_kernel') == 'ours_triton'
+    assert group_of('void at::native::vectorized_elementwise_kernel<4>') == \
+        'cast_or_elementwise'
+    assert group_of('sm90_xmma_gemm_bf16bf16') == 'gemm'
+    assert group_of('something_else') == 'other'

@@ -55,6 +55,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help='measured frames for official_eager rows with objects*model weight > 6')
     p.add_argument('--warmup', type=int, default=16, help='unmeasured frames after the prompts')
     p.add_argument('--profile-frames', type=int, default=5)
+    p.add_argument('--census', action='store_true',
+                   help='print each row\'s kernel census (kernel groups: count and ms per frame)')
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     p.add_argument('--out', default=None,
@@ -117,6 +119,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
             compile_s = setup_s + sum(warm) - (1 + a.warmup) * p50 / 1e3
         stats = dict(run.info.get('stats') or {})
         top = run.info.get('top_kernels_ms')
+        n_kernels = run.info.get('kernels_per_frame')
+        groups = run.info.get('kernel_groups')
         timeline = run.info.get('gpu_timeline')
     finally:
         run.close()
@@ -126,6 +130,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
     row = dict(model=model, res=res, objects=objects, variant=variant,
                ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
                gpu_kernel_ms=None if gk is None else round(gk, 3),
+               kernels_per_frame=n_kernels,
                peak_mib=None if peak is None else round(peak, 1),
                compile_s=None if compile_s is None else round(compile_s, 2))
     extra = {'measured_frames': n_meas, 'setup_s': round(setup_s, 2)}
@@ -135,6 +140,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
         extra['stats'] = {k: int(v) for k, v in stats.items()}
     if top:
         extra['top_kernels_ms'] = top
+    if groups:
+        extra['kernel_groups'] = groups
     if timeline:
         extra['gpu_timeline'] = timeline
     return row, extra
@@ -152,6 +159,13 @@ def _rows(a):
             for o in a.objects:
                 for v in a.variants:
                     yield m, r, o, v
+
+
+def census_line(row: dict, groups: Dict[str, list]) -> str:
+    """'census model@res xN variant: K kernels, T ms | group count/ms, ...' (most time first)."""
+    body = ', '.join(f'{g} {c:g}/{ms:.3f}' for g, (c, ms) in groups.items())
+    return (f"census {row['model']}@{row['res']} x{row['objects']} {row['variant']}: "
+            f"{row['kernels_per_frame']} kernels, {row['gpu_kernel_ms']} ms | {body}")
 
 
 def environment(device: str) -> Dict[str, str]:
@@ -190,6 +204,8 @@ def main(argv=None) -> int:
         rows.append(stamp(row, prov))
         extras['|'.join(map(str, row_key(row)))] = extra
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', extra, flush=True)
+        if a.census and extra.get('kernel_groups'):
+            print(census_line(row, extra['kernel_groups']), flush=True)
         if a.out:                            # after every row: a timeout keeps what was done
             save_json(a.out, rows)
             json.dump({'env': env, 'rows': extras, 'failed': failed}, open(side, 'w'), indent=1)

@@ -7,10 +7,29 @@ measure, nothing else; each returns None on the CPU, where there is no device ti
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Dict, List, Optional
 
 TOP_KERNELS = 12   # kernels with the most GPU time per frame, kept in the extra JSON
+GROUPS = (   # (group, pattern on the lower-cased kernel name), first match wins
+    ('ours_triton', r'^_(add_ln|ln2d|rope|add_cast|merge)_kernel'),
+    ('layer_norm', r'layer_norm'),
+    ('flash', r'flash'),
+    ('cudnn_sdpa', r'cudnn|fmha|sdpa|attention'),
+    ('gemm', r'gemm|nvjet|cutlass|xmma|cublas|sm90_|splitk'),
+    ('conv', r'conv|implicit|winograd|dgrad|wgrad'),
+    ('copy', r'copy'),
+    ('cast_or_elementwise', r'elementwise|vectorized|unrolled'),
+    ('reduce', r'reduce|softmax|norm'),
+    ('gather_scatter', r'index|gather|scatter|cat'),
+    ('upsample', r'upsample|interp'),
+)
+
+
+def group_of(name: str) -> str:
+    low = name.lower()
+    return next((g for g, pat in GROUPS if re.search(pat, low)), 'other')
 
 
 def sync(device: str) -> None:
@@ -32,8 +51,9 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
         for _ in range(frames):
             run.step()
         sync(device)
-    total_us = 0.0
+    total_us, count = 0.0, 0
     per_name: Dict[str, float] = {}
+    groups: Dict[str, List[float]] = {}
     intervals = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -45,10 +65,18 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
                 continue
             us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
             total_us += us
+            count += 1
             per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
+            g = groups.setdefault(group_of(e.name), [0, 0.0])
+            g[0] += 1
+            g[1] += us
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
     run.info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
     run.info['gpu_timeline'] = gpu_timeline(intervals, frames)
+    run.info['kernels_per_frame'] = round(count / frames, 1)
+    # the kernel census: per group, kernels and kernel ms per frame, most time first
+    run.info['kernel_groups'] = {k: [round(c / frames, 1), round(us / 1e3 / frames, 4)]
+                                 for k, (c, us) in sorted(groups.items(), key=lambda kv: -kv[1][1])}
     return total_us / 1e3 / frames
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -20,25 +19,7 @@ from typing import Dict, List
 
 import torch
 
-GROUPS = (   # (group, pattern on the lower-cased kernel name), first match wins
-    ('ours_triton', r'^_(add_ln|rope|add_cast|merge)_kernel'),
-    ('layer_norm', r'layer_norm'),
-    ('flash', r'flash'),
-    ('cudnn_sdpa', r'cudnn|fmha|sdpa|attention'),
-    ('gemm', r'gemm|nvjet|cutlass|xmma|cublas|sm90_|splitk'),
-    ('conv', r'conv|implicit|winograd|dgrad|wgrad'),
-    ('copy', r'copy'),
-    ('cast_or_elementwise', r'elementwise|vectorized|unrolled'),
-    ('reduce', r'reduce|softmax|norm'),
-    ('gather_scatter', r'index|gather|scatter|cat'),
-    ('upsample', r'upsample|interp'),
-)
-
-
-def group_of(name: str) -> str:
-    low = name.lower()
-    return next((g for g, pat in GROUPS if re.search(pat, low)), 'other')
-
+from tools.bench.profiling import group_of
 
 def make(model: str, res: int, objects: int, fused, precision: str):
     from sam2_ros.engine.config import TrackerConfig
