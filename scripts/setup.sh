@@ -30,7 +30,7 @@ tools() {  # build tools for the messages (present on project machines; Debian p
 
 venv() { "$PYTHON" -m venv "$V"; }
 
-torch() {  # cpu: CPU build lying on local disk (~0.9 GB); cuda: CUDA build (~5.5 GB)
+torch() {  # cpu: the CPU build (small, enough for the tests); cuda: the CUDA build (several GB)
   if [ "$VARIANT" = cuda ]; then "${PIP[@]}" torch==2.14.1 torchvision==0.29.1
   else "${PIP[@]}" torch==2.13.0; fi
 }
@@ -117,7 +117,7 @@ run_step editable "$ROOT/setup.py"
 run_step ros_layout "$ROOT/CMakeLists.txt" <(ls "$ROOT/launch" "$ROOT/config")
 run_step colcon
 # ../shared/ros_cli (launch, launch_ros, the ros2 CLI; not on PyPI) when present; without it the
-# tests that run `ros2 launch` / `ros2 ...` skip and say why. Its own stamp makes a re-run ~1 s.
+# tests that run `ros2 launch` / `ros2 ...` skip and say why. Its own stamp makes a re-run skip it.
 ROS_CLI=${ROS_CLI:-$ROOT/../shared/ros_cli}
 if [ -f "$ROS_CLI/install.sh" ]; then ros_cli
 else echo "[setup] ros_cli: $ROS_CLI absent, ros2 launch/CLI not installed"; fi

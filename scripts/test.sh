@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite in the venv made by scripts/setup.sh (GPU tests deselected), on
-# TEST_WORKERS pytest-xdist workers (default 3 on CI's 2 cores: many tests wait on node
-# processes and DDS, and a third worker fills that time; measured on a 2-core VM, whole suite
-# 4 min 17-20 s with 2 workers, 4 min 00-02 s with 3; 0: one process), a test module per
+# TEST_WORKERS pytest-xdist workers (default 3, one more than CI's 2 cores: many tests wait on
+# node processes and DDS, and a third worker fills that time; 0: one process), a test module per
 # worker at a time (--dist loadscope: module fixtures such as a shared node stay in one process;
 # every ROS test leases a ROS domain of its own, so workers never see each other's nodes).
 # Extra arguments go to both pytest runs, e.g.  bash scripts/test.sh -k messages -x
@@ -13,9 +12,8 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 # The tests of the ros2 / colcon command-line tools run in a pytest process of their own (in a
 # worker that had run hundreds of other tests, `ros2 launch` ignored the SIGINT of their Ctrl-C
 # checks), alongside the workers: they mostly wait on process starts, discovery and the
-# compiler (measured: 77 s of CPU in 69 s alone, a little over one of two cores), so side by
-# side they fill the workers' idle time instead of adding a minute. Their output follows the
-# workers'. ROS_CLI_AFTER=1 runs them afterwards instead.
+# compiler, using about one core, so side by side they fill the workers' idle time instead of
+# adding their own. Their output follows the workers'. ROS_CLI_AFTER=1 runs them afterwards.
 cli_out=$(mktemp -d)
 trap 'rm -rf "$cli_out"' EXIT
 cli_tests() {
