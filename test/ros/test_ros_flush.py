@@ -2,10 +2,9 @@
 acknowledge what was already published before destroying the publishers.
 
 Why: destroying a reliable Fast DDS writer right after ``publish`` can discard samples not yet
-taken by the readers. ``.venv/bin/python scripts/dds_flush_probe.py 150`` (publish one message,
-destroy the publisher, 150 times, CPU loaded; 2-core CI-like machine) received 132, 150 and
-142 (an earlier ad-hoc form) of 150 without the wait, 150 of 150 with ``wait_for_all_acked``
-every time. In the node this lost the state of the frame in progress at deactivate
+taken by the readers (a probe that published one message and destroyed the publisher, many
+times on a loaded machine, lost some without the wait and none with ``wait_for_all_acked``;
+retired to git history at commit 705f4c5). In the node this lost the state of the frame in progress at deactivate
 (its frame index used, its TrackingState never seen: one CI failure of
 test_ros_lifecycle_orders). These tests call the node's methods on a stand-in ``self`` (no
 DDS, no model) to check the order and the time bound.
