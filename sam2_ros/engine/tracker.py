@@ -70,14 +70,11 @@ class StreamingTracker:
     def __init__(self, cfg: TrackerConfig, model=None):
         """Build (or take) the model, preallocate the memory bank and warm every code path.
 
-        Args:
-            cfg: the whole configuration; validated here (``ValueError`` if inconsistent).
-            model: an already built ``SAM2Base`` of ``cfg``'s size to share (it holds no
-                tracking state, so several trackers may use one); None builds one from
-                ``cfg.checkpoint`` (or random weights when ``cfg.random_weights``).
-
-        Raises:
-            CheckpointError: missing, unreadable or mismatched checkpoint.
+        ``cfg`` is the whole configuration, validated here (``ValueError`` if inconsistent).
+        ``model`` is an already built ``SAM2Base`` of ``cfg``'s size to share (it holds no
+        tracking state, so several trackers may use one); None builds one from
+        ``cfg.checkpoint`` (or random weights when ``cfg.random_weights``): CheckpointError
+        when that is missing, unreadable or mismatched.
         """
         self.cfg = cfg.validate()
         self.device = torch.device(cfg.device)
@@ -109,6 +106,11 @@ class StreamingTracker:
     def object_ids(self) -> List[int]:
         """Ids of the tracked objects, ascending (queued ones not yet started excluded)."""
         return sorted(self._objects)
+
+    @property
+    def queued_ids(self) -> List[int]:
+        """Ids with a prompt queued for the next frame (new or tracked objects), ascending."""
+        return sorted(self._queued)
 
     @property
     def frame_index(self) -> int:

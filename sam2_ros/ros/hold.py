@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from sam2_ros.engine.types import Prompt
+from sam2_ros.ros.inputs import ACTION_ADD
 from sam2_ros.ros.mailbox import PromptItem
 
 DETECTIONS = 'detections'   # PromptItem.kind of a vision_msgs Detection2DArray
@@ -49,6 +50,11 @@ class StampHold:
 
     def full(self, detections: bool) -> bool:
         return self.count(detections) >= self.capacity
+
+    def object_ids(self) -> List[int]:
+        """Object ids of the held add prompts (objects about to start or be corrected)."""
+        return [h.prompt.obj_id for h in self._items
+                if not h.detections and h.action == ACTION_ADD and h.prompt is not None]
 
     def hold(self, held: Held) -> None:
         self._items = self._items + [held]

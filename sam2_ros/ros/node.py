@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, List, Optional, Set
+from typing import Any, List, Optional
 
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -65,7 +65,6 @@ class TrackerNode(LifecycleNode):
         self.input_subs: List[Any] = []
         self.totals = Totals()                       # counters over all activations
         self.log = FilteredLog(self.get_logger)      # identical lines within 2 s are counted
-        self.new_ids: Set[int] = set()   # ids started by click_mode 'new' (not handed out twice)
         # ~/detections in, ~/objects out: None while vision_msgs is importable, else why not
         self.vision_off: Optional[str] = None
         self.association = det.Association()   # kept over deactivate, like the tracker
@@ -135,7 +134,8 @@ class TrackerNode(LifecycleNode):
             return ret
         o = self.opts
         self.mailbox = Mailbox(o.process_every_frame, o.fifo_size, o.prompt_queue_size)
-        host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log, self.new_ids)
+        host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log,
+                        held_ids=lambda: self.worker.hold.object_ids())
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline)
         self.worker.start()

@@ -6,14 +6,13 @@ the tracker.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from sam2_ros.engine.errors import CapacityError
 from sam2_ros.engine.types import Prompt
+from sam2_ros.ros import click_ids, images, inputs, runtime_params
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import images, inputs, runtime_params
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import PromptItem
 
@@ -21,13 +20,14 @@ from sam2_ros.ros.mailbox import PromptItem
 class NodeHost:
     """What the worker asks of the node. ``node`` gives the run-time parameters (read per
     message) and sets click_object_id for click_mode 'new'; ``tracker`` and ``cfg`` are those
-    configure built; ``bridge`` decodes images."""
+    configure built; ``bridge`` decodes images; ``held_ids()`` are the object ids of the add
+    prompts the worker holds for future frames."""
 
     def __init__(self, node: Any, tracker: Any, cfg: Any, opts: Any, bridge: Any,
-                 log: FilteredLog, new_ids: Set[int]) -> None:
+                 log: FilteredLog, held_ids: Callable[[], Iterable[int]]) -> None:
         self.node, self.tracker, self.cfg, self.opts = node, tracker, cfg, opts
         self.bridge, self._log = bridge, log
-        self.new_ids = new_ids   # ids started by click_mode 'new' (never handed out twice)
+        self.held_ids = held_ids
 
     def value(self, name: str) -> Any:
         return self.node.get_parameter(name).value
@@ -55,11 +55,9 @@ class NodeHost:
         mode = self.value('click_mode')
         obj_id = int(self.value('click_object_id'))
         if mode == 'new':
-            used = set(self.tracker.object_ids) | self.new_ids
-            obj_id = next((i for i in range(1, 256) if i not in used), 0)
-            if not obj_id:
-                raise CapacityError('click_mode new: all object ids 1..255 are in use')
-            self.new_ids.add(obj_id)
+            in_use = (set(self.tracker.object_ids) | set(self.tracker.queued_ids)
+                      | set(self.held_ids()))
+            obj_id = click_ids.new_object_id(in_use, self.cfg.max_objects)
             from rclpy.parameter import Parameter
 
             self.node.set_parameters([Parameter('click_object_id', value=obj_id)])

@@ -209,8 +209,9 @@ def test_queue_before_first_frame_applies_on_frame_0():
     a = make_tracker(image_size=64)
     a.queue_prompt(click(1))
     assert a.add_prompt(click(2, x=45.0)).frame_index == -1    # before any frame: queued too
-    assert a.object_ids == [] and sorted(a._queued) == [1, 2]
+    assert a.object_ids == [] and sorted(a._queued) == [1, 2] == a.queued_ids
     ra = a.track(frame(0))
+    assert a.queued_ids == []
     assert ra.frame_index == 0 and [o.obj_id for o in ra.objects] == [1, 2]
     for oid in (1, 2):
         o = a._objects[oid]
