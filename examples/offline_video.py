@@ -80,6 +80,7 @@ def first_prompt(a: argparse.Namespace, camera) -> 'Prompt':
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     from sam2_ros.engine import StreamingTracker, TrackerConfig
+    from sam2_ros.engine.config import default_precision
     from sam2_ros.overlay import render_overlay
     from sam2_ros.synthetic import SyntheticCamera
 
@@ -91,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         frames = (camera.frame(i) for i in range(a.frames or 30))
     cfg = TrackerConfig(model_size=a.model, image_size=a.image_size, device=a.device,
                         checkpoint=a.checkpoint, random_weights=a.random_weights,
-                        precision='bf16' if a.device.startswith('cuda') else 'fp32',
+                        precision=default_precision(a.device),
                         use_cuda_graphs=a.device.startswith('cuda'))
     tracker = StreamingTracker(cfg)
     writer = None

@@ -44,9 +44,7 @@ def _setup(context, *args, **kwargs):
     for cam, topic, dev in zip(cameras, topics, devices):
         fixed = {'image_topic': topic, 'autostart': True}
         if dev is not None:
-            fixed['device'] = dev
-            if dev == 'cpu' and not arg('precision'):
-                fixed['precision'] = 'fp32'
+            fixed['device'] = dev   # precision: the device's unless given (the node's rule)
         nodes.append(common.tracker_node(context, namespace=cam, **fixed))
     return common.dds_profile_actions(context) + nodes
 

@@ -33,7 +33,7 @@ from sam2_ros.cli import image_mode
 from sam2_ros.cli import prompts_file as pf
 from sam2_ros.cli.records import object_record
 from sam2_ros.cli.sources import FrameSource, open_source
-from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig
+from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig, default_precision
 
 PROG = 'sam2-ros-track'
 DEFAULT_FPS = 30.0
@@ -114,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> TrackerConfig:
     cfg = TrackerConfig(
         model_size=args.model, image_size=args.image_size, checkpoint=args.checkpoint or None,
         random_weights=bool(args.random_weights), device=device,
-        precision=args.precision or ('bf16' if kind == 'cuda' else 'fp32'),
+        precision=args.precision or default_precision(device),
         use_cuda_graphs=not args.no_cuda_graphs, max_objects=args.max_objects,
         fill_hole_area=args.fill_hole_area,
         precompile=tuple(p for p in args.precompile.split(',') if p))

@@ -33,6 +33,13 @@ MODEL_CONFIGS = {
 }
 
 
+def default_precision(device: str) -> str:
+    """The precision where none is given: bf16 on CUDA, fp32 elsewhere (bf16 autocast on the
+    CPU is several times slower than fp32). The node, the launch files, the offline CLI and
+    the demo all take it from here."""
+    return 'bf16' if str(device).startswith('cuda') else 'fp32'
+
+
 @dataclass
 class TrackerConfig:
     """Everything the streaming tracker needs to know before the first frame."""
@@ -50,7 +57,10 @@ class TrackerConfig:
     # Seed for random weights, so two processes build the same random model.
     seed: int = knob(0, kind='int', doc='seed of random weights (same seed, same model)')
     device: str = knob('cuda', kind='str', doc='torch device, e.g. cuda, cuda:1, cpu')
-    precision: str = knob('bf16', kind='str', doc='bf16 or fp32 (fp32 on CPU)')
+    # The default device's precision; the ROS parameter's '' and the CLIs' default are the
+    # device's, default_precision(device).
+    precision: str = knob('bf16', kind='str', doc=(
+        "bf16 or fp32; '' = by device: bf16 on CUDA, fp32 on the CPU"))
     max_objects: int = knob(8, kind='int', doc=(
         'capacity of the preallocated object table; more objects are rejected'))
     # Conditioning (prompted) frames kept per object. The first prompt frame is always

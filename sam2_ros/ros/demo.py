@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import yaml
 
+from sam2_ros.engine.config import default_precision
 from sam2_ros.ros.images import image_msg
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.harness import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
@@ -97,7 +98,7 @@ def node_params(args: argparse.Namespace, device: str) -> Dict[str, Any]:
     values = yaml.safe_load(path.read_text())['/**']['ros__parameters']
     cuda = device.startswith('cuda')
     values.update(model_size=args.model, image_size=args.image_size, device=device,
-                  precision='bf16' if cuda else 'fp32', use_cuda_graphs=cuda,
+                  precision=default_precision(device), use_cuda_graphs=cuda,
                   checkpoint=args.checkpoint or '', random_weights=args.checkpoint is None,
                   autostart=True, process_every_frame=True)
     return values

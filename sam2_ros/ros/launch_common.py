@@ -37,9 +37,9 @@ OVERRIDES = (
     Override('model', 'model_size', str, 'SAM 2.1 size: tiny, small, base_plus, large'),
     Override('checkpoint', 'checkpoint', str, 'official SAM 2.1 .pt file matching the model'),
     Override('image_size', 'image_size', int, 'model input side in px, multiple of 32'),
-    Override('device', 'device', str, "torch device: cuda, cuda:1, cpu (cpu implies "
-                                      "precision fp32 unless precision is given)"),
-    Override('precision', 'precision', str, 'bf16 or fp32'),
+    Override('device', 'device', str, 'torch device: cuda, cuda:1, cpu'),
+    Override('precision', 'precision', str, 'bf16 or fp32; by default the node picks bf16 on '
+                                            'CUDA, fp32 on the CPU'),
     Override('random_weights', 'random_weights', bool,
              'true: random model weights (tests and demos only, masks are meaningless)'),
     Override('use_cuda_graphs', 'use_cuda_graphs', bool, 'CUDA graphs on CUDA devices'),
@@ -103,8 +103,6 @@ def overrides(context: LaunchContext, **fixed: Any) -> Dict[str, Any]:
         text = context.launch_configurations.get(o.arg, '')   # undeclared in some files
         if text != '':
             values[o.param] = to_value(o.kind, text, o.arg)
-    if values.get('device') == 'cpu' and 'precision' not in values:
-        values['precision'] = 'fp32'   # bf16 autocast on CPU is slow and not what we test
     values.update(fixed)
     return values
 

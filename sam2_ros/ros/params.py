@@ -4,7 +4,8 @@
 Names, types, descriptions, run-time flags and defaults are read from the two dataclasses
 (:mod:`sam2_ros.knobs` metadata), never restated here, so a knob changes in exactly one place.
 ROS parameters cannot be ``None`` or an untyped empty list, hence the few conversions below:
-an empty ``checkpoint`` string means ``None``; unset array parameters mean ``None`` / ``[]``.
+an empty ``checkpoint`` string means ``None``; unset array parameters mean ``None`` / ``[]``;
+an empty ``precision`` (its ROS default) means the device's, ``config.default_precision``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, NamedTuple, Tuple
 
-from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.config import TrackerConfig, default_precision
 from sam2_ros.knobs import knobs
 from sam2_ros.ros.options import NodeOptions
 
@@ -35,10 +36,15 @@ PARAMS: Tuple[ParamSpec, ...] = tuple(
     for target, cls in CONFIGS for f, k in knobs(cls))
 # Parameters that take effect at once when set at run time; all others are read at configure.
 RUNTIME_PARAMS = tuple(s.name for s in PARAMS if s.runtime)
+# '' (the ROS default) means the device's precision: config.default_precision
+BY_DEVICE = ('precision',)
 
 
 def _field_default(spec: ParamSpec) -> Any:
-    """The dataclass default of the parameter's field (the one place defaults live)."""
+    """The dataclass default of the parameter's field (the one place defaults live); None
+    for a field chosen by device (BY_DEVICE)."""
+    if spec.field in BY_DEVICE:
+        return None
     return getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
 
 
@@ -115,6 +121,9 @@ def build(values: Dict[str, Any]) -> Tuple[TrackerConfig, NodeOptions]:
             continue
         (tracker_kw if spec.target == T else node_kw)[spec.field] = to_field_value(
             spec, values[spec.name])
+    if tracker_kw.get('precision') is None:   # not given, or '': the device's
+        tracker_kw['precision'] = default_precision(tracker_kw.get('device',
+                                                                   TrackerConfig.device))
     cfg = dataclasses.replace(TrackerConfig(), **tracker_kw).validate()
     opts = dataclasses.replace(NodeOptions(), **node_kw).validate()
     return cfg, opts

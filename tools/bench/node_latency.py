@@ -66,6 +66,7 @@ from tools.bench import node_latency_rows as report
 from tools.bench.camera_process import CameraConfig, CameraProcess, node_name
 from tools.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, camera_ns,
                                          image_topic, start_node, transport_env)
+from sam2_ros.engine.config import default_precision
 from sam2_ros.ros.domain import lease_domain
 from sam2_ros.ros.harness import NodeProcess, node_prefix
 
@@ -139,7 +140,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     if args.warmup >= args.frames:
         args.warmup = 0
     if args.precision is None:
-        args.precision = 'fp32' if args.device == 'cpu' else 'bf16'
+        args.precision = default_precision(args.device)
     if args.cuda_graphs is None:
         args.cuda_graphs = args.device.startswith('cuda')
     return args
