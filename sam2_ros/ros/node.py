@@ -262,12 +262,15 @@ class TrackerNode(LifecycleNode):
                 f'{item.kind}')
 
     def on_set_parameters(self, changes: List[Any]) -> Any:
-        """click_mode, click_object_id and detection_* take effect at once; bad values are
-        refused with the reason (`ros2 param set` prints it)."""
+        """click_mode, click_object_id and detection_* take effect at once, the others at the
+        next configure (logged); bad values are refused with the reason (`ros2 param set`
+        prints it)."""
         from rcl_interfaces.msg import SetParametersResult
 
-        reason = runtime_params.refusal({p.name: p.value for p in changes},
-                                        lambda name: self.get_parameter(name).value)
+        new = {p.name: p.value for p in changes}
+        reason = runtime_params.refusal(new, lambda name: self.get_parameter(name).value)
+        for line in [] if reason else runtime_params.applies_later(new):
+            self.get_logger().info(line)
         return SetParametersResult(successful=not reason, reason=reason)
 
     def on_diagnostics(self) -> None:

@@ -155,6 +155,23 @@ def read(node: Any) -> Tuple[TrackerConfig, NodeOptions]:
     return build(values)
 
 
+def refusal(current: Dict[str, Any], changes: Dict[str, Any]) -> str:
+    """Why setting ``changes`` over ``current`` (name -> ROS value; None = unset) at run time
+    makes the configuration invalid, or ''. A configure-time parameter is only read at the
+    next configure; checked now, `ros2 param set` refuses a bad value with the reason instead
+    of the next configure failing. A problem that ``current`` already has (say, no checkpoint
+    yet) is not this change's: it does not refuse it."""
+    def error(values: Dict[str, Any]) -> str:
+        try:
+            build({k: v for k, v in values.items() if v is not None})
+        except ValueError as exc:
+            return str(exc)
+        return ''
+
+    after = error({**current, **changes})
+    return after if after and after != error(current) else ''
+
+
 def names() -> List[str]:
     return [s.name for s in PARAMS]
 

@@ -1,13 +1,16 @@
 """Run-time parameters of the tracker node (`ros2 param set`): click_mode, click_object_id and
-the detection_* rules take effect at once; bad values are refused with the reason. Pure
-functions of the parameter values (the node's callback reads them and hands them in).
+the detection_* rules take effect at once; bad values are refused with the reason. The others
+are read at configure: a value that would fail the next configure is refused now, a valid one
+applies at the next configure. Pure functions of the parameter values (the node's callback
+reads them and hands them in).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 from sam2_ros.ros import detections as det
+from sam2_ros.ros import params
 from sam2_ros.ros.options import CLICK_MODES
 
 DETECTION_FLOATS = ('detection_min_score', 'detection_match_iou', 'detection_drift_iou')
@@ -25,8 +28,8 @@ def rules(value: Callable[[str], Any], max_objects: int) -> det.Rules:
 
 def refusal(changes: Dict[str, Any], value: Callable[[str], Any]) -> str:
     """Why these changes (name -> new value) must be refused, or '' to accept them; the
-    values not changed are ``value(name)``. Parameters that are not run-time ones are only
-    checked at configure."""
+    values not changed are ``value(name)``. Parameters read at configure are checked as the
+    whole configuration with the changes (:func:`sam2_ros.ros.params.refusal`)."""
     mode = changes.get('click_mode', CLICK_MODES[0])
     if mode not in CLICK_MODES:
         return f'click_mode must be one of {CLICK_MODES}, got {mode!r}'
@@ -34,7 +37,23 @@ def refusal(changes: Dict[str, Any], value: Callable[[str], Any]) -> str:
         v = changes['click_object_id']
         if not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 255):
             return f'click_object_id must be an integer in 1..255, got {v!r}'
-    return _detection_refusal(changes, value)
+    reason, later = _detection_refusal(changes, value), configure_time(changes)
+    if reason or not later:
+        return reason
+    return params.refusal({n: value(n) for n in params.names()}, later)
+
+
+def configure_time(changes: Dict[str, Any]) -> Dict[str, Any]:
+    """The changes of parameters read only at configure (not run-time ones)."""
+    return {n: v for n, v in changes.items()
+            if n in params.names() and n not in params.RUNTIME_PARAMS}
+
+
+def applies_later(changes: Dict[str, Any]) -> List[str]:
+    """The log lines for accepted changes of configure-time parameters."""
+    return [f'{n} set to {v!r}: it is read at configure, so it applies at the next configure '
+            f'(cleanup, then configure, when configured now)'
+            for n, v in configure_time(changes).items()]
 
 
 def _detection_refusal(new: Dict[str, Any], value: Callable[[str], Any]) -> str:

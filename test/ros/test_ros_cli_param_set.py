@@ -1,0 +1,72 @@
+"""`ros2 param set` of a parameter read only at configure (issue 32, defect 6), with the real
+CLI as a user types it: an invalid value is refused at once with the reason (it used to be
+accepted and fail the next configure); a valid one is accepted and the node logs that it
+applies at the next configure; the next configure then uses it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from ros_helpers import DomainLease, start_node
+from test_ros_launch_run import cli_env, cli_until, ros2, run_cli, stop_daemon
+
+from sam2_ros.ros import params
+
+pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
+
+
+def test_refusal_names_the_reason_and_ignores_what_was_already_wrong():
+    current = {'random_weights': True, 'image_size': 64}
+    assert 'image_size must be a multiple of 32' in params.refusal(current, {'image_size': 100})
+    assert params.refusal(current, {'image_size': 128}) == ''
+    assert 'integer' in params.refusal(current, {'max_objects': 'many'})
+    # no checkpoint yet is the configuration's problem, not this change's
+    assert params.refusal({'image_size': 64}, {'image_size': 128}) == ''
+
+
+def test_param_set_callback_checks_configure_parameters_and_says_when_they_apply():
+    from sam2_ros.ros import runtime_params
+
+    values = {s.name: params.default_value(s) for s in params.PARAMS}
+    values.update(random_weights=True, image_size=64)
+    assert 'image_size must be a multiple of 32' in runtime_params.refusal({'image_size': 100},
+                                                                           values.get)
+    assert runtime_params.refusal({'image_size': 128}, values.get) == ''
+    assert runtime_params.refusal({'click_mode': 'new', 'click_object_id': 3}, values.get) == ''
+    assert runtime_params.applies_later({'click_mode': 'new', 'use_sim_time': True}) == []
+    assert runtime_params.applies_later({'image_size': 96}) == [
+        'image_size set to 96: it is read at configure, so it applies at the next configure '
+        '(cleanup, then configure, when configured now)']
+
+
+def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
+    ros2()
+    lease = DomainLease()
+    env = cli_env(lease)
+    proc = start_node(lease, tmp_path, 'param_set', autostart=False)
+    try:
+        proc.wait_log(r'waiting unconfigured', 120)
+        # the first call after the daemon starts may not see the node yet
+        cli_until(env, ['param', 'get', '/sam2_tracker', 'image_size'], r'Integer value is: 64',
+                  60)
+        bad = subprocess.run([ros2(), 'param', 'set', '/sam2_tracker', 'image_size', '100'],
+                             env=env, cwd='/', capture_output=True, text=True, timeout=60)
+        out = bad.stdout + bad.stderr
+        assert 'Setting parameter failed' in out, out
+        assert 'image_size must be a multiple of 32 >= 64, got 100' in out, out
+        assert 'Integer value is: 64' in run_cli(env, 'param', 'get', '/sam2_tracker',
+                                                 'image_size')
+        assert 'Set parameter successful' in run_cli(env, 'param', 'set', '/sam2_tracker',
+                                                     'image_size', '96')
+        proc.wait_log(r'image_size set to 96: it is read at configure, so it applies at the '
+                      r'next configure', 30)
+        assert 'Transitioning successful' in run_cli(env, 'lifecycle', 'set', '/sam2_tracker',
+                                                     'configure', timeout=180)
+        assert re.search(r'tracker ready in .* tiny@96 ', proc.log()), proc.log()[-2000:]
+    finally:
+        proc.stop()
+        stop_daemon(env)
+        lease.release()
