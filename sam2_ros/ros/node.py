@@ -29,6 +29,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
 from sam2_ros.ros import runtime_params
+from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem
 from sam2_ros.ros.node_cli import check_device, input_topic
@@ -98,8 +99,15 @@ class TrackerNode(LifecycleNode):
             from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
-            with device_context(self.cfg.device):
+            with device_context(self.cfg.device), SIGINT.interruptible(self.context.ok):
+                pause_for_test('tracker', self.get_logger().info)
                 self.tracker = StreamingTracker(self.cfg)
+            SIGINT.check(self.context.ok)
+        except Interrupted as exc:   # Ctrl-C: one line, nothing kept; the node then exits
+            self.tracker = None
+            self.get_logger().info(f'configure interrupted ({exc}): stopped before the tracker '
+                                   f'was ready; exiting')
+            return TransitionCallbackReturn.FAILURE
         except Exception as exc:  # CheckpointError, ValueError, ImportError, CUDA errors...
             self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
             self.tracker = None

@@ -13,9 +13,11 @@ from typing import Any, Callable, List, Optional
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.signals import SignalHandlerOptions
 
 from sam2_ros.ros import params
 from sam2_ros.ros.executor import make_executor
+from sam2_ros.ros.interruption import SIGINT
 
 USAGE = '''usage: sam2-ros-node [--ros-args -p NAME:=VALUE ... --params-file FILE ...]
 
@@ -72,13 +74,14 @@ def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:
 
 
 def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
-    # Ctrl-C ends the spin loop below through rclpy's own SIGINT handler, which shuts the
-    # context down (rclpy.ok() turns false) and then chains to Python's handler, installed
-    # here to do nothing: a KeyboardInterrupt raised at an arbitrary point of the executor
-    # left a half-built rclpy Task whose finalizer printed a traceback under `ros2 launch`
-    # (CI, test_ros_colcon).
-    signal.signal(signal.SIGINT, lambda signum, frame: None)
-    rclpy.init(args=args)
+    # Ctrl-C is ours, SIGTERM rclpy's (it shuts the context down). Our handler only notes
+    # Ctrl-C, and the spin loop below ends on it with the context still up, so what is
+    # released after it (the configure it interrupted included) can still publish and log. A
+    # KeyboardInterrupt raised at an arbitrary point of the executor left a half-built rclpy
+    # Task whose finalizer printed a traceback under `ros2 launch` (CI, test_ros_colcon); only
+    # inside configure does the handler raise, to stop the model build (interruption.py).
+    signal.signal(signal.SIGINT, SIGINT.on_sigint)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.SIGTERM)
     node = node_cls()
     # One executor thread: callbacks only hand messages to the worker, which does the work in
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
@@ -93,7 +96,7 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
         if node.get_parameter('autostart').value is True:
             ok = node.trigger_configure() == TransitionCallbackReturn.SUCCESS
             ok = ok and node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-            if not ok:
+            if not ok and not (SIGINT.requested or not rclpy.ok()):
                 node.get_logger().fatal('autostart failed (see the error above); exiting')
                 rc = 1
         else:
@@ -101,7 +104,7 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
                 f'waiting unconfigured (autostart is false): `ros2 lifecycle set '
                 f'{node.get_fully_qualified_name()} configure`, then `activate`; or start with '
                 f'-p autostart:=true')
-        while rc == 0 and rclpy.ok() and not node.finished:
+        while rc == 0 and rclpy.ok() and not node.finished and not SIGINT.requested:
             try:
                 executor.spin_once(timeout_sec=0.2)
             except Exception:  # noqa: BLE001 - re-raised unless Ctrl-C caused it
@@ -114,9 +117,8 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        # rclpy's SIGINT handler shuts the context down and chains to Python's, whose
-        # KeyboardInterrupt may surface later, e.g. inside the release below (seen under
-        # `ros2 launch`: exit -2 with a traceback). Ctrl-C has been heard: ignore repeats.
+        # Ctrl-C has been heard (or the context is gone): a repeat must not raise inside the
+        # release below (seen under `ros2 launch`: exit -2 with a traceback). Ignore repeats.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         node.release()
         executor.shutdown()
