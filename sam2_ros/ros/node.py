@@ -28,7 +28,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
-from sam2_ros.ros import runtime_params
+from sam2_ros.ros import runtime_params, time_jump
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem
@@ -85,6 +85,8 @@ class TrackerNode(LifecycleNode):
         period = float(period) if isinstance(period, (int, float)) and period > 0 else 1.0
         self.diag_timer = self.create_timer(period, self.on_diagnostics,
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
+        # /clock jumping back (use_sim_time): a reset after the prompts received (time_jump.py)
+        self.clock_jumps = time_jump.watch_clock(self.get_clock(), self.on_clock_jump)
 
     # ------------------------------------------------------------------ lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -259,6 +261,10 @@ class TrackerNode(LifecycleNode):
         """A geometry_msgs/Point from rqt_image_view: no stamp, and the user clicked what is
         on screen, i.e. the latest processed frame (the next one before any frame)."""
         self._enqueue(PromptItem(msg, 'click', LATEST))
+
+    def on_clock_jump(self) -> None:
+        if self.worker is not None:
+            self._enqueue(PromptItem(None, time_jump.TIME_JUMP, 0))
 
     def _queue(self, msg: Any, kind: str, payload: Any) -> None:
         self._enqueue(PromptItem(payload, kind, inputs.stamp_ns(msg.header.stamp)))

@@ -13,7 +13,8 @@ stamped for a future frame wait in one :class:`~sam2_ros.ros.hold.StampHold`; de
 turned into prompts by :mod:`sam2_ros.ros.worker_detections`. A prompt's header stamp picks
 its frame: zero -> the next frame; equal to the last processed frame -> applied to that frame
 now; older -> applied to the latest frame with a warning; newer -> held until the first frame
-whose stamp is >= it, and applied before tracking it.
+whose stamp is >= it, and applied before tracking it. Time going backwards
+(:mod:`~sam2_ros.ros.time_jump`) resets the objects, the held items and the stamp table.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
+from sam2_ros.ros import time_jump
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
@@ -66,6 +68,10 @@ class TrackingWorker:
         self._thread: Optional[threading.Thread] = None
         self.last_stamp_ns: Optional[int] = None
         self._last: Optional[Tuple[np.ndarray, Any]] = None  # (rgb, header) of the last frame
+        # prompts older than the latest frame applied to it since that frame: if the next
+        # frame's stamp jumps back to theirs, they were the new time line's (a replay
+        # restarted, its first prompt ahead of its first frame) and are held for it instead
+        self._applied_old: List[Held] = []
 
     # ------------------------------------------------------------------ thread control
     def start(self) -> None:
@@ -147,6 +153,9 @@ class TrackingWorker:
 
     def _on_prompt(self, item: PromptItem) -> None:
         """A prompt, click or detections message: applied now, or held for its frame."""
+        if item.kind == time_jump.TIME_JUMP:
+            self.time_jumped(time_jump.CLOCK_JUMP_REASON)
+            return
         what = f'{item.kind} (stamp {item.stamp_ns} ns)'
         held = Held(item, what)
         if held.detections:
@@ -170,7 +179,23 @@ class TrackingWorker:
         if item.stamp_ns < last:
             self.host.log('warn', f'{what} is older than the latest frame ({last} ns): '
                                   f'applied to the latest frame')
+            self._applied_old.append(held)
         self._apply(held, now=True)
+
+    def time_jumped(self, why: str, to_ns: Optional[int] = None) -> None:
+        """Time went backwards (time_jump.py): as ROS nodes handle a clock reset, forget what
+        was kept by time (objects, items held for frames, the stamp table). With ``to_ns``
+        (the frame that jumped back), prompts applied as old since the last frame whose
+        stamps are >= it are held for their frames of the new time line."""
+        self.tracker.reset()
+        self.hold.drain()
+        for held in self._applied_old:
+            if to_ns is not None and held.item.stamp_ns >= to_ns:
+                self.hold.hold(held)
+        self._applied_old = []
+        self.detections.forget_frames()
+        self.last_stamp_ns, self._last = None, None
+        self.host.log('warn', f'{why}: objects, held prompts and the stamp table were reset')
 
     def _on_detections(self, held: Held) -> None:
         """A Detection2DArray: associated now when its frame was processed, held until its
@@ -224,12 +249,16 @@ class TrackingWorker:
             self._frame_failed(f'frame skipped: {exc}')
             return
         decode_ms = (time.perf_counter() - t0) * 1e3
+        if time_jump.went_back(self.last_stamp_ns, item.stamp_ns):
+            self.time_jumped(time_jump.image_jump_reason(self.last_stamp_ns, item.stamp_ns),
+                             item.stamp_ns)
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
         res = self._track(rgb)
         if res is None:
             return
         self.counters.processed += 1
+        self._applied_old = []
         self.counters.consecutive_failures = 0
         self.counters.objects = len(res.objects)
         self.last_stamp_ns = item.stamp_ns

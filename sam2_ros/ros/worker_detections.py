@@ -45,6 +45,10 @@ class DetectionPrompts:
             self._seen.popitem(last=False)
         self.association.observe(tracked)
 
+    def forget_frames(self) -> None:
+        """Time went back (time_jump.py): the processed stamps are of another time line."""
+        self._seen.clear()
+
     def reject(self, item: PromptItem, why: str) -> None:
         self.counters.prompt_errors += 1
         self.counts['rejected'] += 1
