@@ -11,7 +11,11 @@ The bag's images (``sensor_msgs/Image`` on the node's image topic) and any promp
 with them (``sam2_ros/msg/Prompt`` on ``/sam2_tracker/prompt``, applied to the frame their
 stamp names) are played with their recorded timing by ``sam2_ros.ros.replay.BagPlayer`` (no
 rosbag2 needed; ``ros2 launch sam2_ros replay.launch.py bag:=my_bag`` does the same without
-the CSV). Each ``~/state`` becomes CSV rows: stamp, frame, object id, state, area, box.
+the CSV). Each frame's last ``~/state`` becomes CSV rows: stamp, frame, object id, state,
+area, box. A prompt that arrives just after its frame is applied to it and the frame's state
+is published again with the object; only that last state per stamp is written, so the CSV of a
+replay is the same however the prompt and the frame interleave. Playing the bag again into the
+same node works too: the node sees the stamps jump back and resets (docs/ros.md).
 
 No bag, no checkpoint? ``--random-weights`` starts the node itself (CPU, random weights, every
 frame processed) and, without a bag, records one first: the synthetic camera
@@ -31,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 STATES = ('tracking', 'occluded', 'lost')
 IMAGE_TOPIC, PROMPT_TOPIC = '/camera/image_raw', '/sam2_tracker/prompt'
@@ -113,6 +117,15 @@ def last_image_stamp(bag: str) -> int:
     return st.sec * 10**9 + st.nanosec
 
 
+def last_per_stamp(states: List[Any]) -> List[Any]:
+    """The last TrackingState of each stamp, in the order the stamps first came (a frame's
+    state is published again when a prompt for it arrives after it)."""
+    last: Dict[int, Any] = {}
+    for s in list(states):
+        last[s.header.stamp.sec * 10**9 + s.header.stamp.nanosec] = s
+    return list(last.values())
+
+
 def rows(st: Any) -> List[list]:
     stamp = st.header.stamp.sec * 10**9 + st.header.stamp.nanosec
     return [[stamp, st.frame_index, o.object_id, STATES[o.state], o.area, o.box.x_offset,
@@ -157,7 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(a.out, 'w', newline='') as fh:
             out = csv.writer(fh)
             out.writerow(['stamp_ns', 'frame', 'object_id', 'state', 'area', 'x', 'y', 'w', 'h'])
-            for s in list(states):
+            for s in last_per_stamp(states):
                 out.writerows(rows(s))
         print(f'played {sum(player.counts.values())} messages in {seconds:.1f} s; '
               f'{len(states)} states -> {a.out}', flush=True)

@@ -85,3 +85,18 @@ def test_bag_replay_example_writes_a_row_per_frame(tmp_path):
     assert 'played 4 messages' in out, out               # 3 images + 1 prompt
     rows = list(csv.DictReader(states.open()))
     assert [(r['frame'], r['object_id']) for r in rows] == [('0', '1'), ('1', '1'), ('2', '1')]
+
+
+def test_bag_replay_example_keeps_the_last_state_per_stamp():
+    """A frame's state published twice (without, then with the object of a prompt that came
+    just after the frame) is one set of rows in the CSV: the last."""
+    from types import SimpleNamespace as NS
+
+    mod = load('bag_replay')
+
+    def state(sec, tag):
+        return NS(header=NS(stamp=NS(sec=sec, nanosec=0)), tag=tag)
+
+    got = mod.last_per_stamp([state(1, 'a'), state(1, 'b'), state(2, 'c'), state(3, 'd'),
+                              state(2, 'e')])
+    assert [s.tag for s in got] == ['b', 'e', 'd']
