@@ -308,7 +308,8 @@ def _summary(args, cfg, events, source, fps, stats, build_s, track_s, tracker, s
         'config': {'model_size': cfg.model_size, 'image_size': cfg.image_size,
                    'checkpoint': cfg.checkpoint, 'random_weights': cfg.random_weights,
                    'device': cfg.device, 'precision': cfg.precision,
-                   'use_cuda_graphs': cfg.use_cuda_graphs, 'max_objects': cfg.max_objects},
+                   'use_cuda_graphs': cfg.cuda_graphs_in_use,   # effective: False on the CPU
+                   'max_objects': cfg.max_objects},
         'model_build_s': round(build_s, 3), 'track_wall_s': round(track_s, 3),
         'wall_fps': round(stats['frames'] / track_s, 3) if track_s > 0 else None,
         'engine_ms_mean': round(float(ms.mean()), 3) if ms.size else None,

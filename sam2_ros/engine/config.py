@@ -259,5 +259,10 @@ class TrackerConfig:
                              '(or random_weights=True for tests)')
         return self
 
+    @property
+    def cuda_graphs_in_use(self) -> bool:
+        """use_cuda_graphs as it takes effect: graphs exist on CUDA devices only."""
+        return bool(self.use_cuda_graphs) and str(self.device).startswith('cuda')
+
     def replace(self, **changes) -> 'TrackerConfig':
         return dataclasses.replace(self, **changes)

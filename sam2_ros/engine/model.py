@@ -59,8 +59,10 @@ def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
     try:
         blob = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # truncated zip, pickle garbage, not a torch file
-        raise CheckpointError(f'cannot read checkpoint {path!r} '
-                              f'(truncated or not a PyTorch file): {exc}') from exc
+        # torch's own text may be a bare number (a key of a corrupt pickle) or a page long
+        why = f'{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ""}'
+        raise CheckpointError(f'{path!r} is not a valid checkpoint (truncated, corrupt or not a '
+                              f'PyTorch file; torch.load raised {why})') from exc
     state = blob.get('model') if isinstance(blob, dict) else None
     if not isinstance(state, dict):
         keys = list(blob)[:5] if isinstance(blob, dict) else type(blob).__name__

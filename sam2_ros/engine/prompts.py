@@ -111,7 +111,8 @@ def _numbers(a, what: str) -> np.ndarray:
 
 def _finite(a: np.ndarray, what: str) -> np.ndarray:
     if not np.all(np.isfinite(a)):
-        raise PromptError(f'{what} contain NaN or inf')
+        verb = 'contain' if what == 'points' else 'contains'   # the box, the mask
+        raise PromptError(f'{what} {verb} NaN or inf')
     return a
 
 

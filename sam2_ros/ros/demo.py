@@ -237,6 +237,12 @@ def summarize(r: Dict, args: argparse.Namespace, values: Dict, device: str,
     }
 
 
+def final_areas(per_object_area: Dict[str, List[Optional[int]]]) -> Dict[str, int]:
+    """Area per object at the last frame, for the objects still tracked there (a removed
+    object has None from its removal on and is left out)."""
+    return {k: v[-1] for k, v in per_object_area.items() if v and v[-1] is not None}
+
+
 def write_video(path: Path, overlays: List[Any], fps: float, cv2: Any) -> int:
     frames = [np.frombuffer(bytes(m.data), np.uint8).reshape(m.height, m.width, 3)
               for m in overlays if m is not None]
@@ -265,9 +271,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f'[demo] latency p50 {s["latency_ms"]["p50"]:.0f} ms, p99 '
           f'{s["latency_ms"]["p99"]:.0f} ms; engine p50 {s["engine_ms"]["p50"]:.0f} ms; '
           f'modes {s["engine_modes"]}; errors {len(s["errors"])}')
-    last = {k: next((a for a in reversed(v) if a is not None), None)
-            for k, v in s['per_object_area'].items()}
-    print(f'[demo] final areas (px): {last}; wrote {args.out}/overlay.mp4, summary.json')
+    print(f'[demo] final areas (px): {final_areas(s["per_object_area"])}; wrote '
+          f'{args.out}/overlay.mp4, summary.json')
     if args.checkpoint is None:
         print(RANDOM_WARNING, flush=True)
     return 0

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from sam2_ros.engine.errors import FrameError, PromptError
-from sam2_ros.ros import cv_bridge_compat
+from sam2_ros.ros import cv_bridge_compat, native_stderr
 from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
 
 COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
@@ -136,12 +136,16 @@ def compressed_to_rgb(msg: Any, bridge: Any,
     if bits != 8:
         raise FrameError(f'{kind} has {bits} bits per sample; only 8-bit images are tracked '
                          f'(convert it, e.g. depth, to 8-bit colour first)')
-    try:
-        img = bridge.compressed_imgmsg_to_cv2(msg)  # passthrough: what cv2.imdecode gives
-    except Exception as exc:
-        raise FrameError(f'cv_bridge could not decode {msg.format!r}: {exc}') from exc
+    with native_stderr.captured() as said:   # libpng's own lines: this error's reason
+        try:   # passthrough: what cv2.imdecode gives
+            img, failed = bridge.compressed_imgmsg_to_cv2(msg), None
+        except Exception as exc:
+            img, failed = None, exc
+    why = f' ({"; ".join(said)[:300]})' if said else ''
+    if failed is not None:
+        raise FrameError(f'cv_bridge could not decode {msg.format!r}: {failed}{why}') from failed
     if img is None or img.size == 0:
-        raise FrameError(f'could not decode {msg.format!r} image ({len(msg.data)} bytes)')
+        raise FrameError(f'could not decode {msg.format!r} image ({len(msg.data)} bytes){why}')
     if img.dtype != np.uint8:
         raise FrameError(f'decoded {msg.format!r} image is {img.dtype}, expected 8-bit')
     if img.ndim == 2:

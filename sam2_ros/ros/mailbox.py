@@ -26,6 +26,15 @@ from sam2_ros.engine.types import FrameResult
 LATEST = -1
 
 
+def describe(kind: str, stamp_ns: int) -> str:
+    """A prompt's name in messages: its kind and the frame its stamp names."""
+    if stamp_ns == LATEST:
+        return f'{kind} (no stamp: the latest frame)'
+    if stamp_ns == 0:
+        return f'{kind} (stamp 0: the next frame)'
+    return f'{kind} (stamp {stamp_ns} ns)'
+
+
 @dataclass
 class FrameItem:
     msg: Any            # the raw ROS image message; decoded by the worker, not the callback

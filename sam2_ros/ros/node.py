@@ -31,7 +31,7 @@ from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_
 from sam2_ros.ros import runtime_params, time_jump
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
-from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem
+from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
 from sam2_ros.ros.node_cli import check_device, input_topic
 from sam2_ros.ros.node_host import NodeHost
 from sam2_ros.ros.options import NodeOptions
@@ -115,7 +115,7 @@ class TrackerNode(LifecycleNode):
             self.tracker = None
             return TransitionCallbackReturn.FAILURE
         c = self.cfg
-        graphs = c.use_cuda_graphs and str(c.device).startswith('cuda')  # CUDA only
+        graphs = c.cuda_graphs_in_use
         if self.opts.gc_freeze:
             frozen = gc_policy.freeze()
             self.gc_frozen = True
@@ -272,8 +272,8 @@ class TrackerNode(LifecycleNode):
     def _enqueue(self, item: PromptItem) -> None:
         if not self.mailbox.put_prompt(item):
             self.worker.errors.report(
-                f'prompt queue full ({self.mailbox.prompt_queue_size}): rejected the newest '
-                f'{item.kind}')
+                f'rejected {describe(item.kind, item.stamp_ns)}: the prompt queue is full '
+                f'({self.mailbox.prompt_queue_size}, prompt_queue_size)')
 
     def on_set_parameters(self, changes: List[Any]) -> Any:
         """click_mode, click_object_id and detection_* take effect at once, the others at the

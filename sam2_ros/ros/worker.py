@@ -33,7 +33,7 @@ from sam2_ros.ros import time_jump
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
-    LATEST, FrameItem, LatencyWindow, Mailbox, PromptItem, Published)
+    LATEST, FrameItem, LatencyWindow, Mailbox, PromptItem, Published, describe)
 from sam2_ros.ros.pipeline import OutputStage, Outputs
 from sam2_ros.ros.worker_detections import DetectionPrompts
 from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
@@ -131,9 +131,10 @@ class TrackingWorker:
             done = time.monotonic()
             self.latency.add(done, (done - p.recv_t) * 1e3)
 
-    def _refused(self, text: str) -> None:
+    def _refused(self, what: str, why: str) -> None:
+        """One style for every refused prompt: 'rejected <what>: <why>'."""
         self.counters.prompt_errors += 1
-        self.errors.report(text)
+        self.errors.report(f'rejected {what}: {why}')
 
     # ------------------------------------------------------------------ main loop
     def _run(self) -> None:
@@ -156,7 +157,7 @@ class TrackingWorker:
         if item.kind == time_jump.TIME_JUMP:
             self.time_jumped(time_jump.CLOCK_JUMP_REASON)
             return
-        what = f'{item.kind} (stamp {item.stamp_ns} ns)'
+        what = describe(item.kind, item.stamp_ns)
         held = Held(item, what)
         if held.detections:
             self._on_detections(held)
@@ -164,15 +165,17 @@ class TrackingWorker:
         try:
             held.action, held.prompt = self.host.convert(item)
         except TrackerError as exc:
-            self._refused(f'rejected {what}: {exc}')
+            self._refused(what, f'{type(exc).__name__}: {exc}')
             return
         last = self.last_stamp_ns
         if item.stamp_ns == LATEST:
             item.stamp_ns = 0 if last is None else last
         if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
             if self.hold.full(detections=False):
-                self._refused(f'rejected {what}: {self.hold.count(False)} prompts already wait '
-                              f'for future frames (prompt_queue_size)')
+                size = self.hold.capacity
+                self._refused(what, f'{self.hold.count(False)} prompts already wait for the next '
+                                    f'frame or later ones (prompt_queue_size {size}); send them '
+                                    f'once that frame is processed, or raise prompt_queue_size')
                 return
             self.hold.hold(held)
             return
@@ -239,7 +242,7 @@ class TrackingWorker:
             else:
                 self.tracker.queue_prompt(prompt)
         except TrackerError as exc:
-            self._refused(f'{held.what}: {type(exc).__name__}: {exc}')
+            self._refused(held.what, f'{type(exc).__name__}: {exc}')
 
     def _on_frame(self, item: FrameItem) -> None:
         t0 = time.perf_counter()

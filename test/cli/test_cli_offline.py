@@ -116,6 +116,7 @@ def test_folder_outputs(folder_run):
     assert summary['object_ids'] == [1, 2, 3, 4]
     assert summary['events_not_applied'] == [7]   # frame 50 is past the input
     assert summary['config']['precision'] == 'fp32'
+    assert summary['config']['use_cuda_graphs'] is False   # the effective value on the CPU
 
 
 def test_states_follow_events(folder_run):

@@ -90,9 +90,24 @@ def test_unreadable_file(saved, tmp_path, kind):
                    'random_bytes': np.random.default_rng(0).bytes(4096)}[kind]
     path = tmp_path / f'{kind}.pt'
     path.write_bytes(content)
-    with pytest.raises(CheckpointError, match='cannot read checkpoint') as err:
+    with pytest.raises(CheckpointError, match='is not a valid checkpoint') as err:
         StreamingTracker(ckpt_cfg(path))
     assert str(path) in str(err.value)
+
+
+def test_corrupt_file_is_named_not_a_bare_number(tmp_path, monkeypatch):
+    """torch.load's error can be a bare key of a corrupt pickle (issue 32: '...: 174812789'):
+    the message names the file, says it is no valid checkpoint and the error's type."""
+    path = tmp_path / 'corrupt.pt'
+    path.write_bytes(b'\x80\x02corrupt')
+
+    def load(*args, **kwargs):
+        raise KeyError(174812789)
+    monkeypatch.setattr(torch, 'load', load)
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(str(path))
+    assert str(err.value) == (f"{str(path)!r} is not a valid checkpoint (truncated, corrupt or "
+                              f"not a PyTorch file; torch.load raised KeyError: 174812789)")
 
 
 class NotATensor:
@@ -105,7 +120,7 @@ class NotATensor:
     ([torch.zeros(1)], 'no "model" state dict'),
     ({'model': {'image_encoder.trunk.pos_embed': 5}}, 'other than a tensor'),
     ({'model': {'a': torch.zeros(1), 3: torch.zeros(1)}}, 'other than a tensor'),
-    ({'model': NotATensor()}, 'cannot read checkpoint'),     # refused by weights_only
+    ({'model': NotATensor()}, 'is not a valid checkpoint'),  # refused by weights_only
 ])
 def test_not_a_sam2_checkpoint(tmp_path, blob, match):
     path = tmp_path / 'other.pt'

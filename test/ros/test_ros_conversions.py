@@ -384,3 +384,26 @@ def test_raw_view_honours_step_without_copying():
     np.testing.assert_array_equal(view, px)
     assert view.strides == (msg.step, 4, 1) and np.shares_memory(view, np.frombuffer(msg.data,
                                                                                       np.uint8))
+
+
+def test_corrupt_png_error_names_libpng_and_nothing_reaches_stderr(bridge, capfd):
+    """libpng printed 'libpng error: ...' to fd 2 beside the node's own error (issue 32, 7):
+    its text is now the reason in the FrameError, and only other output reaches stderr."""
+    import os
+
+    from sam2_ros.ros import native_stderr
+
+    ok, buf = cv2.imencode('.png', np.random.default_rng(0).integers(0, 255, (40, 50, 3),
+                                                                     np.uint8))
+    data = bytearray(buf.tobytes())
+    data[data.index(b'IDAT') + 20] ^= 0xFF            # corrupt compressed data
+    msg = compressed_msg(np.zeros((4, 4, 3), np.uint8), 1)
+    msg.data = bytes(data)
+    capfd.readouterr()
+    with pytest.raises(FrameError, match=r'\(libpng error: '):
+        images.compressed_to_rgb(msg, bridge)
+    with native_stderr.captured() as said:
+        os.write(2, b'another thread\n')
+    assert said == []
+    err = capfd.readouterr().err
+    assert 'libpng' not in err and 'another thread' in err

@@ -34,6 +34,9 @@ def test_demo_small(tmp_path):
     a1, a2 = s['per_object_area']['1'], s['per_object_area']['2']
     assert a1[0] is not None and a1[script['remove_object_1']] is None   # added, removed
     assert a2[script['points_object_2'] - 1] is None and a2[-1] is not None  # added mid-stream
+    # the final areas list the objects still tracked: 2, not the removed 1 (issue 32, 7)
+    final = next(ln for ln in p.stdout.splitlines() if 'final areas' in ln)
+    assert f"{{'2': {a2[-1]}}}" in final, final
     assert s['engine_modes'] == {'eager': 8} and s['dropped_frames'] == 0
     assert s['latency_ms']['p50'] > 0 and s['latency_ms']['p99'] >= s['latency_ms']['p50']
     cap = cv2.VideoCapture(str(out / 'overlay.mp4'))
