@@ -343,3 +343,35 @@ def test_frame_result_label_is_rebuilt_when_objects_change():
     assert res.label_mask() is given                # the tracker's precomputed one, as is
     res.objects.pop()                               # objects changed: built from the masks
     assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()
+
+
+def test_failed_fused_capture_captures_sam2s_modules(monkeypatch):
+    """A fused kernel that fails to build or run at capture costs the fused kernels only: the
+    runner captures sam2's modules instead (reported once), and frames still replay graphs."""
+    class Broken(torch.nn.Module):          # stands in for a fused copy whose kernel fails
+        def __init__(self, model):
+            super().__init__()
+            self.image_size = model.image_size
+
+        def forward_image(self, image):
+            raise RuntimeError('triton compile failed (test)')
+
+    monkeypatch.setattr(runner, 'fused_copy', lambda model, cfg: Broken(model))
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
+                        max_cond_frames=1, steady_attention='sam2',
+                        extra_hydra_overrides=list(LEAN))
+    tr = tracker_on_shared_model(cfg)
+    reasons = []
+    tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert len(reasons) == 1 and 'fused kernels failed' in reasons[0], reasons
+    assert tr.runner.graphs is not None and tr.runner.graphs.model is tr.model
+    frames = synthetic_frames(3, h=48, w=64)
+    tr.track(frames[0])
+    tr.add_prompt(schedule(48, 64, 1, 2, 3, 4)[0][0][1])
+    assert tr.track(frames[1]).mode == 'graph'

@@ -79,13 +79,15 @@ class GraphRunner:
         self.capture_phases: Dict[str, float] = {}
 
     # ---- capture ---------------------------------------------------------------------
-    def graph_model(self):
-        """The model the captured step graphs and the encoder graph run: the one place it is
-        built. ``compile_mode``: a copy with ``torch.compile``d modules, sharing weights; the
-        eager fallback keeps ``self.model``, so a fallback never compiles mid-stream. Else with
+    def graph_models(self) -> Tuple[torch.nn.Module, torch.nn.Module]:
+        """(the model the captured step and encoder graphs run, the one to capture instead if
+        that fails); the one place they are built, the same object when nothing is fused.
+        ``compile_mode``: a copy with ``torch.compile``d modules, sharing weights; the eager
+        fallback keeps ``self.model``, so a fallback never compiles mid-stream. Else with
         ``fused_kernels``: a copy whose modules run our Triton kernels (``kernels/fused.py``),
-        sharing weights; the eager fallback keeps sam2's modules."""
-        return fused_copy(compiled_copy(self.model, self.cfg.compile_mode), self.cfg)
+        sharing weights, and sam2's modules as the second; the eager fallback keeps them."""
+        plain = compiled_copy(self.model, self.cfg.compile_mode)
+        return fused_copy(plain, self.cfg), plain
 
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
                 features: encoder.Features) -> None:
@@ -100,10 +102,20 @@ class GraphRunner:
             now = time.perf_counter()
             self.capture_phases[name] = self.capture_phases.get(name, 0.0) + now - last
             last = now
+        fused, plain = self.graph_models()
         try:
-            self.graphs = self._capture(bank, maskmem_pos, phase)
+            self.graphs = self._capture(fused, bank, maskmem_pos, phase)
         except Exception as exc:  # noqa: BLE001 - any capture failure means eager
-            self.report(f'graph capture failed, eager throughout: {exc!r}')
+            if fused is plain:
+                self.report(f'graph capture failed, eager throughout: {exc!r}')
+            else:       # a fused kernel failed to build or run: graphs of sam2's modules
+                self.report(f'graph capture with fused kernels failed, capturing sam2\'s '
+                            f'modules instead: {exc!r}')
+                self.capturer = Capturer()
+                try:
+                    self.graphs = self._capture(plain, bank, maskmem_pos, phase)
+                except Exception as exc2:  # noqa: BLE001 - eager throughout
+                    self.report(f'graph capture failed, eager throughout: {exc2!r}')
         if self.graphs is not None and self.cfg.io_resolution:
             self.graphs.io.prepare(*self.cfg.io_resolution)
         phase('io')                                 # (synchronizes)
@@ -111,9 +123,9 @@ class GraphRunner:
         log.info('captured %d CUDA graphs in %.2f s (%s)', self.n_graphs(), self.capture_s,
                  ', '.join(f'{k} {v:.2f} s' for k, v in self.capture_phases.items()))
 
-    def _capture(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
+    def _capture(self, model, bank: MemoryBank, maskmem_pos: torch.Tensor,
                  phase: Callable[[str], None]) -> Graphs:
-        model, cfg = self.graph_model(), self.cfg
+        cfg = self.cfg
         s = model.image_size
         image = torch.zeros(1, 3, s, s, device=bank.feats.device)
         fn = self.store.encoder(image) if self.store else None
