@@ -28,3 +28,14 @@ def test_rows_merge_into_the_startup_section(tmp_path):
     data = json.load(open(path))
     assert data['rows'] == {'x': 1}                             # other sections kept
     assert sorted((r['start'], r['total_s']) for r in data['startup']) == [(1, 7.0), (2, 5.0)]
+
+
+def test_rows_name_their_configuration(tmp_path):
+    """Rows of TrackerConfig's defaults say `config: default`; others name what changed."""
+    path = str(tmp_path / 'extra.json')
+    assert startup.main(['--model', 'tiny', '--res', '64', '--device', 'cpu', '--starts', '1',
+                         '--out', path]) == 0
+    assert startup.main(['--model', 'tiny', '--res', '64', '--device', 'cpu', '--starts', '1',
+                         '--graph-mode', 'swap', '--out', path]) == 0
+    rows = json.load(open(path))['startup']
+    assert sorted(r['config'] for r in rows) == ['default', 'graph_mode=swap']

@@ -145,9 +145,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.precompile and not args.precompile_dir:
             args.precompile_dir = os.path.join(tmp, 'precompiled')
         rows = []
+        changed = [f'{k}={v}' for k, v in (('graph_mode', args.graph_mode),
+                                           ('warmup_iters', args.warmup_iters),
+                                           ('precompile', args.precompile)) if v]
+        config = ' '.join(changed) or 'default'     # 'default': TrackerConfig's defaults
         for start in range(1, args.starts + 1):
             r = one_start(args, ckpt)
-            rows.append({'model': args.model, 'res': args.res,
+            rows.append({'model': args.model, 'res': args.res, 'config': config,
                          'graph_mode': args.graph_mode or 'default', 'start': start,
                          'warmup_iters': args.warmup_iters or 'default',
                          'precompile': args.precompile or '-',
