@@ -102,6 +102,16 @@ def ours_graph_batched(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched')
 
 
+def ours_graph_batched_unfused(spec: Spec) -> Run:
+    """ours_graph_batched with sam2's modules in the graphs (the off switch of
+    fused_kernels)."""
+    return _ours(spec, graphs=True, mode='batched', fused_kernels=False)
+
+
+def ours_graph_unfused(spec: Spec) -> Run:
+    return _ours(spec, graphs=True, mode='swap', fused_kernels=False)
+
+
 def ours_graph_batched_seqmajor(spec: Spec) -> Run:
     """ours_graph_batched with sam2's [L, B, C] memory-attention inputs (the off switch of
     batch_major_memory)."""
@@ -266,6 +276,8 @@ VARIANTS = {
     'ours_eager': ours_eager,
     'ours_graph': ours_graph,
     'ours_graph_batched': ours_graph_batched,
+    'ours_graph_batched_unfused': ours_graph_batched_unfused,
+    'ours_graph_unfused': ours_graph_unfused,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,
