@@ -136,8 +136,8 @@ _MATMUL_MODULES = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
 
 def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
     """``model`` with its Linear and Conv weights and biases stored in ``dtype``: a copy that
-    shares every other parameter and buffer with ``model`` (left unchanged), or with
-    copy=False ``model`` itself, cast in place (no transient second set of weights).
+    shares every other tensor with ``model`` (left unchanged), or with copy=False ``model``
+    itself, cast in place (no transient second set of weights).
 
     Why: under bf16 autocast each of these modules casts its fp32 weight and bias to bf16 on
     every call (autocast caches no cast under inference_mode, so the casts are captured into
@@ -145,13 +145,13 @@ def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
     Autocast leaves a tensor that is already bf16 alone, and the cast itself is the same
     round-to-nearest-even, so every output is bit-identical to the official per-call casts
     (``test_precast_bitwise_*``). Only valid where these modules always run under bf16
-    autocast, as everything the tracker runs does."""
-    import copy as copy_
-    import itertools
-    twin = model
-    if copy:
-        shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-        twin = copy_.deepcopy(model, memo=shared)   # new module objects, same tensors
+    autocast, as everything the tracker runs does.
+
+    The copy (``module_copy``) has modules of its own but shares every tensor that is not
+    cast, also those that are neither parameters nor buffers (sam2's positional-encoding
+    caches and RoPE tables live on the device as plain attributes): a copy of a model that is
+    already cast holds no device memory of its own."""
+    twin = module_copy(model) if copy else model
     with torch.no_grad():
         for mod in twin.modules():
             if not isinstance(mod, _MATMUL_MODULES):
@@ -162,6 +162,27 @@ def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
                     setattr(mod, name, torch.nn.Parameter(p.detach().to(dtype),
                                                           requires_grad=False))
     return twin
+
+
+def module_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the module tree: new module objects with their own ``_modules``,
+    ``_parameters`` and ``_buffers`` dicts (so replacing a parameter of the copy leaves
+    ``model`` alone), every other attribute shared as it is, tensors included (a deepcopy
+    would duplicate the tensors that are not parameters or buffers on the device). A module
+    reached twice is copied once."""
+    import copy as copy_
+    done: Dict[int, torch.nn.Module] = {}
+
+    def visit(mod: torch.nn.Module) -> torch.nn.Module:
+        if id(mod) not in done:
+            twin = copy_.copy(mod)           # a new object whose __dict__ shares the values
+            done[id(mod)] = twin
+            twin._parameters = dict(mod._parameters)
+            twin._buffers = dict(mod._buffers)
+            twin._modules = {k: None if m is None else visit(m)
+                             for k, m in mod._modules.items()}
+        return done[id(mod)]
+    return visit(model)
 
 
 def autocast(cfg: TrackerConfig):

@@ -13,13 +13,12 @@ where torchvision is installed (scripts/gpu/gpu_image_mode.sh installs its wheel
   (the repo's, test_fidelity_gpu.py): fp32 low-res logits 1e-3, IoU 1e-3, mask pixels of
   another sign <= 0.1%; bf16 logits 0.5, IoU 0.05, mask pixels <= 1%. Measured maxima go to
   $OUT/gpu_image.json.
-* Peak memory of a standalone segmenter (tiny@1024 bf16, 8 boxes, graphs) <= 1.1x the
-  predictor's in the same process (issue 30's target).
+* Peak memory of ours (tiny@1024 bf16, 1 and 8 boxes, graphs) <= 1.1x the predictor's,
+  measured by the benchmark's own rows (issue 30's target, as the docs report it).
 * A running tracker with CUDA graphs is not disturbed by segment_image: its next frame equals
   that of a twin that never segmented an image, bitwise.
 """
 
-import gc
 import json
 import os
 
@@ -185,37 +184,24 @@ def test_gpu_path_within_tolerance_of_real_predictor(gpu_model, precision, graph
         assert worst[key] <= bound, (key, worst)
 
 
-def test_peak_memory_within_10_percent_of_predictor():
-    from sam2.build_sam import build_sam2
-
-    from sam2_ros.engine.config import MODEL_CONFIGS
-    img, boxes = image(1024, 1024), grid_boxes(8, 1024, 1024)
-    cfg = TrackerConfig(image_size=1024, device='cuda', precision='bf16', random_weights=True)
-    peaks = {}
-    for name in ('predictor', 'ours'):
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        if name == 'predictor':
-            torch.manual_seed(0)
-            pred = real_predictor(build_sam2(MODEL_CONFIGS['tiny'], ckpt_path=None,
-                                             device='cuda'))
-            for _ in range(3):
-                with torch.inference_mode(), autocast(cfg):
-                    pred.set_image(img)
-                    pred.predict(box=boxes, multimask_output=False)
-            del pred
-        else:
-            seg = ImageSegmenter(cfg)
-            prompts = [Prompt(i + 1, box=tuple(map(float, b))) for i, b in enumerate(boxes)]
-            for _ in range(3):
-                res = seg.segment(img, prompts)
-            assert res.mode == 'graph'
-            del seg
-        torch.cuda.synchronize()
-        peaks[name] = torch.cuda.max_memory_allocated() / 2 ** 20
-    _record('peak_mib_tiny_1024_bf16_8_boxes', peaks)
-    assert peaks['ours'] <= 1.1 * peaks['predictor'], peaks
+def test_peak_memory_within_10_percent_of_predictor(tmp_path):
+    """Issue 30's memory target, measured by the benchmark itself (tools/bench/image_mode.py:
+    the same rows, the same peak definition: max allocated since the model was built, model
+    included, both prompt counts of a row set), with fewer images. Per row: ours' peak <=
+    1.1x the predictor's, and ours holds no more than one model's tensors and its graphs."""
+    from tools.bench import image_mode
+    out = tmp_path / 'image_memory.json'
+    assert image_mode.main(['--res', '1024', '--prompts', '1,8', '--variants',
+                            'sam2_predictor,ours', '--sam2-models', 'tiny', '--precision',
+                            'bf16', '--images', '5', '--warmup', '2', '--profile-images', '1',
+                            '--out', str(out)]) == 0
+    rows = {(r['variant'], r['prompts']): r for r in json.loads(out.read_text())}
+    _record('peak_mib_tiny_1024_bf16', {f'{v}_{n}': (r['peak_mib'], r['held_mib'])
+                                        for (v, n), r in rows.items()})
+    for n in (1, 8):
+        ours, theirs = rows['ours', n], rows['sam2_predictor', n]
+        assert ours['peak_mib'] <= 1.1 * theirs['peak_mib'], (n, ours, theirs)
+        assert ours['held_mib'] <= theirs['held_mib'], (n, ours, theirs)   # bf16 weights
 
 
 def test_tracker_with_graphs_undisturbed_by_segment_image(gpu_model):

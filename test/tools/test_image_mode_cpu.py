@@ -32,6 +32,7 @@ def test_ours_rows_counts_and_table(tmp_path):
         assert r['ms_p50'] > 0 and r['ms_p99'] >= r['ms_p50'] and r['encoder_ms_p50'] > 0
         assert r['encoder_ms_p50'] + r['decoder_ms_p50'] == pytest.approx(r['ms_p50'], abs=2e-3)
         assert r['gpu_kernel_ms'] is None and r['peak_mib'] is None         # CPU run
+        assert r['held_mib'] > 0                 # the model's tensors, counted (held.py)
         assert r['gpu'] == 'cpu' and r['run'] == rows[0]['run'] and r['command'].endswith(
             ' '.join(argv))
         # image mode runs no memory module (sam2's image-predictor computation)

@@ -20,7 +20,9 @@ masks at source resolution delivered to the host. Per row (variant, model, res, 
 precision): wall ms per image p50/p99 over ``--images`` images after ``--warmup``;
 ``encoder_ms_p50`` (``set_image``; for ours ``ImageSegmenter.set_image``, timed in a loop of
 its own) and ``decoder_ms_p50`` (the rest); ``gpu_kernel_ms`` (CUDA kernel time per image under
-torch.profiler); ``peak_mib`` (max allocated since the model was built, model included);
+torch.profiler); ``peak_mib`` (max allocated since the model was built, model included;
+the same definition for every variant); ``held_mib`` (the distinct tensor storages on the
+device that the variant's objects keep alive after the row: ``held.py``, on the CPU too);
 ``memory_attention_calls`` / ``memory_encoder_calls`` per image (forward calls of sam2's
 MemoryAttention / MemoryEncoder modules, counted on one eager image; ours counted on an eager
 twin, since graph replays call no module). bf16 runs every variant under bf16 autocast (sam2's
@@ -44,6 +46,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from tools.bench.held import held_bytes
 from tools.bench.image_variants import BUILDERS, Variant
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv, fmt as _fmt, save_json
@@ -172,6 +175,11 @@ def _peak_mib(device: str) -> Optional[float]:
     return round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
 
 
+def torch_device_type(device: str) -> str:
+    import torch
+    return torch.device(device).type
+
+
 def _reset_peak(device: str) -> None:
     import torch
     gc.collect()
@@ -197,6 +205,8 @@ def model_rows(family: str, model: str, a: argparse.Namespace, imgs, save) -> No
                 v = BUILDERS[family](model, a, precision, cache)
                 row.update(measure(v, family, a, imgs, boxes(n, w, h)))
                 row['peak_mib'] = _peak_mib(a.device)
+                row['held_mib'] = round(held_bytes(*v.holds, device=torch_device_type(a.device))
+                                        / 2 ** 20, 1)
             except Exception as exc:  # noqa: BLE001 - one failed row must not end the run
                 traceback.print_exc()
                 row['error'] = f'{type(exc).__name__}: {exc}'[:300]

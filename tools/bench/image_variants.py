@@ -16,11 +16,13 @@ from tools.bench.profiling import sync
 class Variant:
     """One model under test: ``run(img, boxes)`` segments an image (masks on the host),
     ``encode(img)`` runs its image encoder alone, ``counted(img, boxes)`` runs one image where
-    module calls can be counted (eager)."""
+    module calls can be counted (eager); ``holds``: the objects it keeps alive (what
+    ``held.held_bytes`` counts: models, caches, graphs)."""
 
     def __init__(self, run: Callable, encode: Optional[Callable] = None,
-                 counted: Optional[Callable] = None):
+                 counted: Optional[Callable] = None, holds: tuple = ()):
         self.run, self.encode, self.counted = run, encode, counted or run
+        self.holds = holds
 
 
 def _autocast(device: str, precision: str):
@@ -32,7 +34,9 @@ def _autocast(device: str, precision: str):
 def ours(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> Variant:
     """``ImageSegmenter.segment`` (engine/image.py), built once per precision on a model of its
     own (bf16 precasts its weights in place, as a standalone segmenter does), and an eager twin
-    on the same model where module calls are counted."""
+    on that segmenter's model where module calls are counted: its model copy shares every
+    tensor (``precast`` finds nothing left to cast), so the twin holds only the features of the
+    image it counted; ``held_mib`` in the rows shows it."""
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.image import ImageSegmenter
     from sam2_ros.engine.types import Prompt
@@ -51,7 +55,7 @@ def ours(model_size: str, a: argparse.Namespace, precision: str, cache: dict) ->
         seg.set_image(img)
         sync(a.device)
     return Variant(lambda img, bx: seg.segment(img, prompts(bx)).masks, encode,
-                   lambda img, bx: twin.segment(img, prompts(bx)))
+                   lambda img, bx: twin.segment(img, prompts(bx)), holds=(seg, twin))
 
 
 def sam2_predictor(model_size: str, a: argparse.Namespace, precision: str,
@@ -103,7 +107,7 @@ def _predictor(pred, a: argparse.Namespace, precision: str, decode: Callable) ->
             t = time.perf_counter()
             masks = decode(img, bx)
         return masks, time.perf_counter() - t
-    return Variant(run, encode)
+    return Variant(run, encode, holds=(pred,))
 
 
 BUILDERS = {'ours': ours, 'sam2_predictor': sam2_predictor, 'sam': sam}
