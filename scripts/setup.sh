@@ -59,7 +59,7 @@ ros() {  # ROS 2 Kilted wheels: runtime + the rosidl build set
     -e "s#/opt/python/cp3[0-9]*-cp3[0-9]*/include/python3\.[0-9]*#$pyinc#g"
 }
 
-msgs() (  # generate + compile msg/*.msg into the venv prefix (messages only, see CMakeLists.txt)
+msgs() (  # generate + compile msg/*.msg, srv/*.srv into the venv prefix (see CMakeLists.txt)
   local b sp
   b=$(mktemp -d)
   export PATH="$V/bin:$PATH" AMENT_PREFIX_PATH="$V" CMAKE_PREFIX_PATH="$V"
@@ -112,7 +112,7 @@ run_step torch
 run_step python_deps
 run_step sam2
 run_step ros
-run_step msgs "$ROOT"/msg/*.msg "$ROOT/CMakeLists.txt" "$ROOT/package.xml"
+run_step msgs "$ROOT"/msg/*.msg "$ROOT"/srv/*.srv "$ROOT/CMakeLists.txt" "$ROOT/package.xml"
 run_step editable "$ROOT/setup.py"
 run_step ros_layout "$ROOT/CMakeLists.txt" <(ls "$ROOT/launch" "$ROOT/config")
 run_step colcon

@@ -233,25 +233,24 @@ class StreamingTracker:
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
                       multimask_output: bool = False) -> FrameResult:
-        """Image mode: segment one still as sam2's ``SAM2ImagePredictor`` does (``image.py``:
-        its preprocessing, the encoder once, all prompts of a shape in one decoder call); no
-        memory read or written.
+        """Image mode: one still segmented as sam2's ``SAM2ImagePredictor`` does (``image.py``),
+        no memory read or written. ``frame`` [H, W, 3] uint8 RGB of any size; ``prompts`` one
+        per object (ids need not be tracked; a mask prompt is a mask input);
+        ``multimask_output`` as the predictor's (each prompt's mask of highest IoU).
 
-        Args:
-            frame: [H, W, 3] uint8 RGB of any size (independent of the stream's size).
-            prompts: one per object (ids need not be tracked); a mask prompt is a mask input.
-            multimask_output: as the predictor's; each prompt's mask of highest predicted IoU.
+        Returns a ``FrameResult`` of frame_index 0, one ``ObjectResult`` per prompt in order
+        (score: the object score logit). Objects, memory, features and frame counter are
+        unchanged."""
+        return image_frame_result(self.image_mode().segment(frame, prompts, multimask_output),
+                                  prompts)
 
-        Returns:
-            ``FrameResult`` with frame_index 0, one ``ObjectResult`` per prompt (in the
-            prompts' order, ``frames_since_prompt`` 0, score the object score logit). The
-            tracker's objects, memory, features and frame counter are unchanged.
-        """
+    def image_mode(self) -> ImageSegmenter:
+        """The image-mode segmenter on this model (built on first use, fallbacks counted in
+        ``stats``); its ``ImageResult`` has each mask's IoU. Touches no tracking state."""
         if self._image is None:
             self._image = ImageSegmenter(self.cfg, model=self.model,
                                          on_fallback=self._count_fallback)
-        return image_frame_result(self._image.segment(frame, prompts, multimask_output),
-                                  prompts)
+        return self._image
 
     # ---- internals -------------------------------------------------------------------
     def _warm_up(self) -> None:

@@ -7,6 +7,8 @@ subscription then keeps all history, so DDS holds the backlog instead of losing 
 
 Prompts: a FIFO of ``prompt_queue_size``; when full the NEWEST prompt is rejected with an error
 (the user sees it and can resend; silently dropping an older accepted prompt would be worse).
+Jobs (``~/segment_image`` requests, :mod:`~sam2_ros.ros.segment_service`): run by the worker
+between frames, before the frame taken with them; closing abandons those not started.
 Nothing here imports ROS: items carry the raw messages, converted by the worker.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -64,8 +66,16 @@ class Published:
     dropped: int = 0          # frames dropped in this activation (newest-frame policy)
 
 
+class Job(Protocol):
+    """Work for the worker thread (the one that may touch the tracker)."""
+
+    def run(self) -> None: ...                       # on the worker thread; never raises
+
+    def abandon(self, reason: str) -> bool: ...      # it will not run: answer ``reason``
+
+
 class Mailbox:
-    """Frames and prompts waiting for the worker, behind one condition variable."""
+    """Frames, prompts and jobs waiting for the worker, behind one condition variable."""
 
     def __init__(self, every_frame: bool, fifo_size: int, prompt_queue_size: int) -> None:
         self.every_frame = every_frame
@@ -73,6 +83,7 @@ class Mailbox:
         self.prompt_queue_size = max(1, int(prompt_queue_size))
         self._frames: Deque[FrameItem] = collections.deque()
         self._prompts: Deque[PromptItem] = collections.deque()
+        self._jobs: Deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
         self.received = 0
@@ -105,10 +116,26 @@ class Mailbox:
             self._cond.notify_all()
             return True
 
+    def put_job(self, job: Job) -> bool:
+        """Queue a job for the worker; False when the mailbox is closed (the worker stops)."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._jobs.append(job)
+            self._cond.notify_all()
+            return True
+
+    def take_jobs(self) -> List[Job]:
+        """The jobs waiting now (the worker runs them in order)."""
+        with self._cond:
+            jobs = list(self._jobs)
+            self._jobs.clear()
+            return jobs
+
     def take(self, timeout: float) -> Tuple[Optional[FrameItem], List[PromptItem]]:
         """Wait up to ``timeout`` s; return (oldest frame or None, all waiting prompts)."""
         with self._cond:
-            if not self._frames and not self._prompts and not self._closed:
+            if not (self._frames or self._prompts or self._jobs or self._closed):
                 self._cond.wait(timeout)
             prompts = list(self._prompts)
             self._prompts.clear()
@@ -129,7 +156,11 @@ class Mailbox:
             self._closed = True
             self._frames.clear()
             self._prompts.clear()
+            jobs = list(self._jobs)
+            self._jobs.clear()
             self._cond.notify_all()
+        for job in jobs:
+            job.abandon('the tracker stopped (deactivated) before the request ran')
 
 
 class LatencyWindow:

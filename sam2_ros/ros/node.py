@@ -28,7 +28,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
-from sam2_ros.ros import runtime_params, time_jump
+from sam2_ros.ros import runtime_params, segment_service, time_jump
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
@@ -76,6 +76,8 @@ class TrackerNode(LifecycleNode):
                 f'unknown parameter {name!r} ignored' + (f' (did you mean {close!r}? '
                                                          f'configure will fail)' if close else ''))
         self.add_on_set_parameters_callback(self.on_set_parameters)
+        # ~/segment_image in every state (inactive: answered so); run by the worker
+        self.image_service = segment_service.create(self)
         # /diagnostics in every lifecycle state (a plain publisher, a steady-clock timer), so a
         # monitor sees an unconfigured or inactive tracker instead of silence.
         from diagnostic_msgs.msg import DiagnosticArray

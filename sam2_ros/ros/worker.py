@@ -146,6 +146,8 @@ class TrackingWorker:
             try:
                 for item in prompts:
                     self._on_prompt(item)
+                for job in self.mailbox.take_jobs():   # ~/segment_image requests
+                    job.run()
                 if frame is not None:
                     self._on_frame(frame)
             except Exception as exc:  # never let the worker die silently

@@ -223,3 +223,22 @@ def test_one_hold_serves_prompts_and_detections():
     w._on_prompt(prompt(ADD, 3, 500))
     assert w.drop_pending() == ['prompt (stamp 500 ns)'] + ['detections (stamp 400 ns)'] * 3
     assert w.waiting_prompts == 0
+
+
+def test_jobs_run_on_the_worker_thread_after_prompts_before_the_frame():
+    """~/segment_image's requests (segment_service.SegmentJob) run on the worker's thread,
+    the only one touching the tracker, between the prompts and the frame taken with them."""
+    import threading
+    from sam2_ros.ros.segment_service import SegmentJob
+    w, tr, pub, _ = make_worker()
+    seen = []
+    job = SegmentJob(lambda: seen.append((threading.current_thread().name, list(tr.calls))),
+                     seen.append)
+    w.mailbox.put_prompt(prompt(ADD, 1, 0))     # held for the frame: applied before tracking
+    w.mailbox.put_job(job)
+    w.mailbox.put_frame(frame(3, 1))
+    w.start()
+    job.wait(30.0)
+    w.stop()
+    assert seen == [('sam2_tracker_worker', [])]
+    assert tr.calls == [('queue', 1), ('track', 3)] and len(pub) == 1
