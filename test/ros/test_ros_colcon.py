@@ -33,7 +33,7 @@ from test_ros_launch_run import (CPU_ARGS, echo_state_once, launched, node_pids,
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 VENV = Path(sys.prefix)
-# What CMakeLists.txt installs: the messages and the service, the Python package, launch/ and config/.
+# What CMakeLists.txt installs: the interfaces, the Python package, launch/ and config/.
 PACKAGE = ('package.xml', 'CMakeLists.txt', 'msg', 'srv', 'launch', 'config', 'sam2_ros')
 
 
