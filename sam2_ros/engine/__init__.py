@@ -13,21 +13,26 @@ Files follow a frame through the engine::
 * ``masks_out.py``  logits -> masks, box/area/centroid, label mask on the host
 * runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; the graph
   machinery in ``cuda/``, ``cuda/__init__.py`` lists it), side by side with the same interface
-* ``tracker.py``    ``StreamingTracker``: object ids, frame numbers, prompts, states
+* ``stream.py``     one camera's objects, queued prompts, frame counter and size
+* ``multistream.py`` ``MultiStreamTracker``: N cameras on one model, one batch per step
+* ``tracker.py``    ``StreamingTracker``: the one-camera tracker
 * ``image.py``      ``ImageSegmenter``: single images as sam2's image predictor computes them
   (no memory modules, no bank; prompts batched by ``image_prompts.py``, CUDA graphs in
-  ``cuda/image_graphs.py``); ``StreamingTracker.segment_image`` runs it
+  ``cuda/image_graphs.py``); the trackers' ``segment_image`` runs it
 
 The public API is re-exported here, imported on first use, so that ``import sam2_ros.engine``
 (or ``sam2_ros.engine.config``) stays light (no torch)::
 
     from sam2_ros.engine import Prompt, StreamingTracker, TrackerConfig
+    from sam2_ros.engine import MultiStreamTracker     # several cameras
 """
 
 import importlib
 
 _EXPORTS = {
     'StreamingTracker': 'tracker',
+    'MultiStreamTracker': 'multistream',
+    'StreamsResult': 'types',
     'ImageSegmenter': 'image',
     'TrackerConfig': 'config',
     'Prompt': 'types',

@@ -201,6 +201,13 @@ class TrackerConfig:
         "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d; CUDA with triton, "
         "not with compile_mode), within rounding of the eager reference; false: sam2's "
         "modules"))
+    # MultiStreamTracker (several cameras on one model): the present frames of a step are
+    # encoded as one batch and every object of every camera runs in one track call. False: one
+    # encode and one track call per camera, in camera order (the reference path).
+    batch_streams: bool = knob(True, kind='bool', tuning=True, doc=(
+        'several cameras on one tracker: their frames of a step encoded as one batch and every '
+        'object of every camera in one track step (false: one encode and one track step per '
+        'camera, the reference)'))
     extra_hydra_overrides: list = knob(default_factory=list, kind='str_array', tuning=True, doc=(
         'extra hydra overrides for the sam2 model config (expert use)'))
 

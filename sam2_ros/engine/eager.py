@@ -3,9 +3,11 @@
 
 Both runners have the same interface, so the tracker never knows which one it has:
 ``prepare`` (once, after the bank exists), ``encode_frame`` (raw frame -> Features),
+``encode_streams`` (the frames of several cameras -> one Features holding them all),
 ``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
-'graph' or 'eager' per object), ``prompt`` / ``mask_prompt`` (one object's prompted step,
-plus 'graph' or 'eager') and ``results`` (logits -> masks, stats and the label mask on
+'graph' or 'eager' per object; with several cameras' features each object reads its own),
+``prompt`` / ``mask_prompt`` (one object's prompted step, plus 'graph' or 'eager') and
+``results`` (logits -> masks, stats and the label mask on
 the host).
 The eager runner is the reference path and the off switch of the graph path
 (``TrackerConfig.use_cuda_graphs=False``). Both fill holes of the logits as sam2 does
@@ -14,7 +16,7 @@ The eager runner is the reference path and the off switch of the graph path
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -43,6 +45,27 @@ class EagerRunner:
     def encode(self, image: torch.Tensor) -> encoder.Features:
         return encoder.encode_image(self.model, image)
 
+    def encode_streams(self, frames: Sequence[Optional[frame_in.Frame]]
+                       ) -> Tuple[encoder.Features, List[Optional[int]]]:
+        """The validated frames of N cameras (None: no frame this step) as one encoder batch
+        -> (Features [HW_l, n, C_l] of the n present frames, each camera's position in them or
+        None). One camera is ``encode_frame``; several are ``encode_batch``."""
+        if len(frames) == 1:
+            return self.encode_frame(frames[0]), [0]
+        present = [f for f in frames if f is not None]
+        positions, n = [], 0
+        for f in frames:
+            positions.append(None if f is None else n)
+            n += f is not None
+        dev, size = torch.device(self.cfg.device), self.model.image_size
+        image = torch.cat([frame_in.to_model_input(f, size, dev) for f in present])
+        return self.encode_batch(image), positions
+
+    def encode_batch(self, image: torch.Tensor) -> encoder.Features:
+        """image [n, 3, S, S] -> Features [HW_l, n, C_l], eagerly (a runner's single-frame
+        buffers, such as the graph runner's encoder graph, stay untouched)."""
+        return encoder.encode_image(self.model, image)
+
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
                 ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """logits [B, 1, s, s], scores [B], ids [B] -> masks [B, H, W] bool, stats [B, 8] and
@@ -51,10 +74,13 @@ class EagerRunner:
 
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
-        outs = [step.track_step(self.model, features, bank.gather([s]), maskmem_pos,
-                                fill_hole_area=self.cfg.fill_hole_area) for s in sels]
+        """Steps for all objects, one at a time; features [HW_l, N, C_l] of N cameras: each
+        object reads frame ``Selection.stream`` of them."""
+        several = features.vision_feats[-1].shape[1] > 1
+        outs = [step.track_step(self.model, features, bank.gather([s], streams=several),
+                                maskmem_pos, fill_hole_area=self.cfg.fill_hole_area)
+                for s in sels]
         return cat_outputs(outs), ['eager'] * len(outs)
-
 
     def prompt(self, features: encoder.Features, bank: MemoryBank, sel: Optional[Selection],
                points: dict, prev: Optional[torch.Tensor],

@@ -18,7 +18,7 @@ Tensors live on the model device; frame numbers are host-side numpy bookkeeping 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ class Selection:
     tpos_idx: List[int]      # maskmem_tpos_enc index of each spatial memory
     ptr_rows: List[int]      # rows of the flat pointer pool
     ptr_dist: List[int]      # signed temporal distance of each pointer
+    stream: int = 0          # which frame of the step's features the object reads (its camera's)
 
     @property
     def key(self) -> Tuple[int, int]:
@@ -156,9 +157,12 @@ class MemoryBank:
                 dist.append(t_diff)
         return Selection(feat_rows, tpos, ptr_rows, dist)
 
-    def gather(self, sels: List[Selection], out: Optional[Memory] = None) -> Memory:
+    def gather(self, sels: List[Selection], out: Optional[Memory] = None,
+               streams: bool = False) -> Memory:
         """Stack the selected memories of B objects into a step's Memory: feats
-        [n_s, B, ...], tpos_idx [n_s, B], ptrs [n_p, B, C], ptr_dist [n_p, B].
+        [n_s, B, ...], tpos_idx [n_s, B], ptrs [n_p, B, C], ptr_dist [n_p, B], and with
+        ``streams`` (features of several cameras) stream_of [B] (each ``Selection.stream``;
+        with ``out``, written when out has a stream_of buffer).
 
         Without ``out`` all selections have the same key and the Memory is exactly theirs.
         With ``out`` (a graph's static buffers) everything is written in place; buffers with
@@ -180,15 +184,18 @@ class MemoryBank:
             _table([sel.ptr_dist for sel in sels], n_p, 1),
             _table([sel.tpos_idx for sel in sels], n_s, 0),
             (np.arange(n_s)[:, None] < n_feat).ravel(),
-            (np.arange(n_p)[:, None] < n_ptr).ravel()]))
-        f_i, p_i, d_i, t_i, fv, pv = host.split(
-            [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch])
+            (np.arange(n_p)[:, None] < n_ptr).ravel(),
+            np.array([sel.stream for sel in sels], np.int64)]))
+        f_i, p_i, d_i, t_i, fv, pv, s_i = host.split(
+            [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch,
+             batch])
         flat_f = self.feats.flatten(0, 1)
         flat_p = self.ptrs.flatten(0, 1)
         if out is None:
             feats = flat_f.index_select(0, f_i).view(n_s, batch, *flat_f.shape[1:])
             ptrs = flat_p.index_select(0, p_i).view(n_p, batch, *flat_p.shape[1:])
-            return Memory(feats, t_i.view(n_s, batch), ptrs, d_i.view(n_p, batch).float())
+            return Memory(feats, t_i.view(n_s, batch), ptrs, d_i.view(n_p, batch).float(),
+                          stream_of=s_i if streams else None)
         torch.index_select(flat_f, 0, f_i, out=out.feats.view(n_s * batch, *flat_f.shape[1:]))
         torch.index_select(flat_p, 0, p_i, out=out.ptrs.view(n_p * batch, *flat_p.shape[1:]))
         out.ptr_dist.copy_(d_i.view(n_p, batch))
@@ -196,6 +203,8 @@ class MemoryBank:
         if padded:
             out.feat_valid.copy_(fv.view(n_s, batch))
             out.ptr_valid.copy_(pv.view(n_p, batch))
+        if out.stream_of is not None:
+            out.stream_of.copy_(s_i)
         return out
 
     def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,
@@ -222,24 +231,29 @@ class MemoryBank:
         self.ptrs[slot, k + frame % pring].copy_(ptr)
         self.ptr_frame[slot, frame % pring] = frame
 
-    def write_tracked(self, slots: List[int], frame: int, feats: torch.Tensor,
-                      ptrs: torch.Tensor, logits: torch.Tensor, scores: torch.Tensor) -> None:
+    def write_tracked(self, slots: List[int], frame: Union[int, Sequence[int]],
+                      feats: torch.Tensor, ptrs: torch.Tensor, logits: torch.Tensor,
+                      scores: torch.Tensor) -> None:
         """Store the ordinary (non-conditioning) memory of B tracked objects for ``frame``
-        with one index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s],
+        (one frame number, or one per slot: cameras count their own frames) with one
+        index_copy per tensor: feats [B, Cm, h, w], ptrs [B, C], logits [B, 1, s, s],
         scores [B, 1]. Equivalent to ``write(..., as_cond=False)`` per object, with O(1)
         kernel launches."""
         k = self.max_cond
         ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
         n = len(slots)
-        rows = [self._feat_row(s, k + frame % ring) for s in slots]
-        rows += [self._ptr_row(s, k + frame % pring) for s in slots] + list(slots)
+        frames = [frame] * n if isinstance(frame, (int, np.integer)) else list(frame)
+        assert len(frames) == n, 'one frame number per slot'
+        rows = [self._feat_row(s, k + f % ring) for s, f in zip(slots, frames)]
+        rows += [self._ptr_row(s, k + f % pring) for s, f in zip(slots, frames)] + list(slots)
         idx = self.stage(rows)
         self.feats.view(-1, *self.feats.shape[2:]).index_copy_(0, idx[:n], feats)
         self.ptrs.view(-1, *self.ptrs.shape[2:]).index_copy_(0, idx[n:2 * n], ptrs)
         self.logits.index_copy_(0, idx[2 * n:], logits)
         self.scores.index_copy_(0, idx[2 * n:], scores.reshape(-1).float())
-        self.ring_frame[slots, frame % ring] = frame
-        self.ptr_frame[slots, frame % pring] = frame
+        f = np.asarray(frames, np.int64)
+        self.ring_frame[slots, f % ring] = f
+        self.ptr_frame[slots, f % pring] = f
 
     def _cond_row_for(self, slot: int, frame: int) -> int:
         """Row for a new conditioning frame: the same frame's row, a free row, or, at the

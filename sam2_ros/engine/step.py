@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
-from sam2_ros.engine import attention
+from sam2_ros.engine import attention, streams
 from sam2_ros.engine.encoder import Features, high_res_features
 from sam2_ros.engine.holes import fill_holes
 
@@ -40,6 +40,9 @@ class Memory:
     feat_valid: [n_s, B] bool, ptr_valid: [n_p, B] bool: which slots hold a memory, for a
                 graph bucket padded beyond an object's memories (``attention.py``); None
                 when every slot is a memory (sam2's own attention call is used then)
+    stream_of:  [B] long, the frame of the step's features object b reads (its camera's),
+                when the features hold the frames of several cameras ([HW_l, N, C_l],
+                ``streams.py``); None: one frame shared by all B objects
     """
 
     feats: torch.Tensor
@@ -48,6 +51,7 @@ class Memory:
     ptr_dist: torch.Tensor
     feat_valid: Optional[torch.Tensor] = None
     ptr_valid: Optional[torch.Tensor] = None
+    stream_of: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -150,7 +154,12 @@ def track_step(model, features: Features, mem: Optional[Memory],
     heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
     ``cuda/precompiled.py``); None: sam2's modules.
     batch_major: the memory attention's inputs laid out batch-major (``condition_on_memory``).
+    features: one frame's [HW_l, 1 or B, C_l] (shared by the B objects), or with
+    ``mem.stream_of`` the frames of several cameras [HW_l, N, C_l], object b reading frame
+    ``mem.stream_of[b]``.
     """
+    if mem is not None and mem.stream_of is not None:
+        features = streams.select(features, mem.stream_of)
     pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major)
     if points is None and prev_logits is None and mem is not None:
         if heads is not None:

@@ -100,3 +100,16 @@ class FrameResult:
             if o.obj_id == obj_id:
                 return o
         raise KeyError(obj_id)
+
+
+@dataclass
+class StreamsResult:
+    """One step of a ``MultiStreamTracker`` over N cameras, indexed by camera.
+
+    results[c]: camera c's ``FrameResult``; None where it had no frame this step or its frame
+    failed. errors[c]: the ``TrackerError`` of camera c's failed frame (``FrameError``,
+    ``PromptError``, ``StepError``, as ``StreamingTracker.track`` raises them), else None.
+    """
+
+    results: List[Optional[FrameResult]]
+    errors: List[Optional[Exception]]

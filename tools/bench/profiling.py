@@ -129,9 +129,10 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             return out
         return wrapper
 
+    core = tr.core            # StreamingTracker's steps are its MultiStreamTracker's
     tr.runner.encode_frame = timed('preprocess+encoder', tr.runner.encode_frame)
-    tr._track_objects = timed('objects', tr._track_objects)
-    tr._result = timed('results', tr._result)
+    core._track_objects = timed('objects', core._track_objects)
+    core._result = timed('results', core._result)
     try:
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -140,7 +141,7 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
         total = time.perf_counter() - t
     finally:
         for k in ('_track_objects', '_result'):
-            tr.__dict__.pop(k, None)
+            core.__dict__.pop(k, None)
         tr.runner.__dict__.pop('encode_frame', None)
     out = {k: round(v * 1e3 / frames, 3) for k, v in acc.items()}
     out['total'] = round(total * 1e3 / frames, 3)

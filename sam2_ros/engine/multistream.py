@@ -1,0 +1,363 @@
+"""One streaming SAM 2 tracker for N camera streams on one model, runner and memory bank.
+
+A stereo rig (or any N cameras on one GPU) steps all its cameras at once: ``track(frames)``
+takes one frame (or None) per camera, encodes the present ones as ONE image-encoder batch,
+runs each camera's queued prompts, then ONE track call over every object of every camera, each
+object reading its own camera's features (``streams.py``), and returns each camera's results.
+Per camera it keeps ``StreamingTracker``'s semantics (``stream(c)``: prompts, corrections,
+removal, reset, frame numbers), and its failures are its own: a bad frame, a prompt that does
+not fit, or a size change on one camera is reported for that camera and the others are
+tracked; a failure of the shared computation (the encoder batch, the track call) fails that
+step for the cameras in it. ``TrackerConfig.batch_streams=False`` is the reference: one encode
+and one track call per camera, which equals N independent ``StreamingTracker``s bitwise.
+``StreamingTracker`` is the one-camera case of this class. Imports no ROS.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from sam2_ros.engine import encoder, frame_in, masks_out, step
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.eager import EagerRunner
+from sam2_ros.engine.errors import FrameError, StepError, TrackerError
+from sam2_ros.engine.image import ImageSegmenter
+from sam2_ros.engine.image import frame_result as image_frame_result
+from sam2_ros.engine.memory import MemoryBank
+from sam2_ros.engine.model import autocast, build_model, precast
+from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
+from sam2_ros.engine.stream import ObjectInfo, Stream
+from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
+                                   StreamsResult)
+
+log = logging.getLogger(__name__)
+
+
+class StreamHandle:
+    """Camera c of a ``MultiStreamTracker`` (``tracker.stream(c)``): the prompt and object calls
+    of ``StreamingTracker``, with the same semantics and errors, on this camera alone."""
+
+    def __init__(self, tracker: 'MultiStreamTracker', stream: Stream):
+        self.tracker = tracker
+        self.stream = stream
+
+    @property
+    def object_ids(self) -> List[int]:
+        """Ids of this camera's tracked objects, ascending (queued ones excluded)."""
+        return sorted(self.stream.objects)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of this camera's latest tracked frame (-1 before the first)."""
+        return self.stream.frame
+
+    def add_prompt(self, prompt: Prompt) -> FrameResult:
+        """As ``StreamingTracker.add_prompt``, on this camera's latest frame."""
+        return self.tracker.add_prompt(self.stream, prompt)
+
+    def queue_prompt(self, prompt: Prompt) -> None:
+        """As ``StreamingTracker.queue_prompt``: for this camera's next frame."""
+        self.stream.queue(dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id)))
+
+    def remove_object(self, obj_id: int) -> None:
+        """As ``StreamingTracker.remove_object``."""
+        self.stream.remove(obj_id)
+
+    def reset(self) -> None:
+        """As ``StreamingTracker.reset``: this camera's objects only; its next frame may have
+        another size."""
+        self.stream.reset()
+
+
+class MultiStreamTracker:
+    """Streaming multi-object SAM 2 tracker over N camera streams sharing one model.
+
+    Memory is preallocated at construction for ``cfg.max_objects`` objects per camera (camera
+    c owns bank slots [c * M, (c + 1) * M)). The guarantees of ``StreamingTracker`` hold per
+    camera. Not thread safe: call it from one thread.
+    """
+
+    def __init__(self, cfg: TrackerConfig, cameras: int = 1, model=None):
+        """Build (or take) the model, preallocate the bank for every camera, warm up.
+
+        Args:
+            cfg: the whole configuration; validated here (``ValueError`` if inconsistent).
+            cameras: N, the number of streams (>= 1).
+            model: an already built ``SAM2Base`` of ``cfg``'s size to share, or None (built
+                from ``cfg.checkpoint``, or random weights when ``cfg.random_weights``).
+        """
+        self.cfg = cfg.validate()
+        if isinstance(cameras, bool) or not isinstance(cameras, int) or cameras < 1:
+            raise ValueError(f'cameras must be an int >= 1, got {cameras!r}')
+        self.cameras = cameras
+        self.device = torch.device(cfg.device)
+        # weights as ordinary tensors even when the caller is in inference mode: precompiled
+        # functions (precompile) take them as inputs, which inference tensors cannot be
+        with torch.inference_mode(False):
+            self.model = model if model is not None else build_model(cfg)
+            if cfg.precision == 'bf16' and cfg.precast_weights:
+                # a model of the caller's stays unchanged (it may serve fp32 or the official
+                # predictor too); our own is cast in place
+                self.model = precast(self.model, copy=model is not None)
+        self.size = self.model.image_size
+        self.stats: Dict[str, object] = collections.Counter()
+        self.fallback_reasons: Dict[str, int] = collections.Counter()
+        self.runner = make_runner(self.model, cfg, self.count_fallback)
+        self.maskmem_pos, self.bank = self._warm_up()
+        m = cfg.max_objects
+        self.streams = [Stream(c, range(c * m, (c + 1) * m), self.bank, self.size)
+                        for c in range(cameras)]
+        self.handles = [StreamHandle(self, s) for s in self.streams]
+        self.image: Optional[ImageSegmenter] = None     # image mode, built on first use
+
+    def stream(self, camera: int) -> StreamHandle:
+        """The per-camera API of camera ``camera`` (0..N-1)."""
+        return self.handles[camera]
+
+    @torch.inference_mode()
+    def track(self, frames: Sequence[Optional[frame_in.Frame]]) -> StreamsResult:
+        """Track every object of every camera on the frames of one step.
+
+        Args:
+            frames: N entries, camera c's [H, W, 3] uint8 RGB frame or None (no frame of that
+                camera this step: its frame counter does not move). Cameras may differ in
+                size; each camera's size may change only while it tracks no object.
+
+        Returns:
+            ``StreamsResult``: per camera its ``FrameResult`` (as ``StreamingTracker.track``
+            returns it) or the error its frame failed with (what ``StreamingTracker.track``
+            would raise, with the same effect on that camera). Nothing is raised for one
+            camera's failure.
+
+        Raises:
+            FrameError: ``frames`` does not hold one entry per camera (nothing changed).
+        """
+        if len(frames) != self.cameras:
+            raise FrameError(f'one frame (or None) per camera: {self.cameras} expected, '
+                             f'got {len(frames)}')
+        out = StreamsResult([None] * self.cameras, [None] * self.cameras)
+        sizes: Dict[int, Tuple[int, int]] = {}
+        for c, frame in enumerate(frames):
+            if frame is None:
+                continue
+            try:
+                hw = frame_in.frame_size(frame)
+                self.streams[c].check_frame(hw)
+            except TrackerError as exc:
+                out.errors[c] = exc
+                continue
+            sizes[c] = hw
+        live = sorted(sizes)
+        for group in ([live] if self.cfg.batch_streams else [[c] for c in live]):
+            if group:
+                self._step(group, [frames[c] if c in group else None
+                                   for c in range(self.cameras)], sizes, out)
+        return out
+
+    @torch.inference_mode()
+    def add_prompt(self, stream: Stream, prompt: Prompt) -> FrameResult:
+        """``StreamHandle.add_prompt``: apply a prompt to the stream's latest frame."""
+        prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
+        if stream.step_features is None:
+            stream.queue(prompt)
+            return FrameResult(-1, 0, 0)
+        stream.validate(prompt)
+        obj = stream.objects.get(prompt.obj_id)
+        # An object prompted only on this very frame has not been tracked yet: sam2 treats
+        # another prompt there as initial too (is_init_cond_frame).
+        init = obj is None or obj.created_frame == stream.frame
+        t0 = time.perf_counter()
+        with autocast(self.cfg):
+            mode = self._prompt_step(stream, prompt, init=init)
+        return self._result(stream, mode, t0)
+
+    def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
+                      multimask_output: bool = False) -> FrameResult:
+        """Image mode (``StreamingTracker.segment_image``, sam2's image-predictor computation in
+        ``image.py``): one still, no memory read or written, no stream changed."""
+        return image_frame_result(self.image_mode().segment(frame, prompts, multimask_output),
+                                  prompts)
+
+    def image_mode(self) -> ImageSegmenter:
+        """The image-mode segmenter on this model (built on first use, fallbacks counted in
+        ``stats``); touches no tracking state."""
+        if self.image is None:
+            self.image = ImageSegmenter(self.cfg, model=self.model,
+                                        on_fallback=self.count_fallback)
+        return self.image
+
+    # ---- one step --------------------------------------------------------------------
+    def _step(self, group: List[int], frames: List[Optional[frame_in.Frame]],
+              sizes: Dict[int, Tuple[int, int]], out: StreamsResult) -> None:
+        """Encode the frames of the cameras in ``group`` as one batch, run each camera's
+        queued prompts, track all their objects in one call, fill ``out`` for them."""
+        t0 = time.perf_counter()
+        try:
+            with autocast(self.cfg):
+                features, positions = self.runner.encode_streams(frames)
+        except Exception as exc:  # noqa: BLE001 - any failure: these frames fail, nothing changes
+            self._fail(group, out, exc, lambda s: (
+                f'frame failed in the image encoder: {exc!r}; tracker unchanged, pass the '
+                f'next frame'))
+            return
+        streams = [self.streams[c] for c in group]
+        queued = [s.begin_frame(sizes[s.index], features, positions[s.index]) for s in streams]
+        live, started = [], []
+        for s, prompts in zip(streams, queued):     # a camera's prompts are its own computation
+            try:
+                with autocast(self.cfg):
+                    for p in prompts.values():
+                        self._prompt_step(s, p, init=True)
+            except Exception as exc:  # noqa: BLE001 - this camera's frame fails
+                self._fail([s.index], out, exc, self._step_failed(exc))
+                continue
+            live.append(s)
+            started.append(prompts)
+        tracked = [(s, o) for s, prompts in zip(live, started)
+                   for o in s.objects.values() if o.obj_id not in prompts]
+        try:
+            with autocast(self.cfg):
+                modes = self._track_objects(tracked) if tracked else []
+        except Exception as exc:  # noqa: BLE001 - the frames fail, memory stays consistent
+            self._fail([s.index for s in live], out, exc, self._step_failed(exc))
+            return
+        for s in live:
+            self.stats['frames'] += 1
+            mode = _mode([m for (t, _), m in zip(tracked, modes) if t is s])
+            out.results[s.index] = self._result(s, mode, t0, tracked=True)
+
+    @staticmethod
+    def _step_failed(exc: Exception) -> Callable[[Stream], str]:
+        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it '
+                          f'(steps read memories by frame number, so the gap is skipped), '
+                          f'tracking continues with the next frame')
+
+    def _fail(self, cameras: List[int], out: StreamsResult, exc: Exception,
+              message: Callable[[Stream], str]) -> None:
+        """Report a StepError (caused by exc) for each camera of the failed computation."""
+        for c in cameras:
+            err = StepError(message(self.streams[c]))
+            err.__cause__ = exc
+            out.errors[c] = err
+            self.stats['failed_frames'] += 1
+
+    def _prompt_step(self, stream: Stream, prompt: Prompt, init: bool) -> str:
+        """Run a prompted step for one object on the stream's latest frame and store it.
+
+        As sam2, a click on a frame where the object already has an output feeds that
+        output's logits to the decoder with the points; a queued prompt (a frame not yet
+        tracked) has none. init=False reads memory (a correction); init=True does not."""
+        f, (h, w) = stream.frame, stream.hw
+        obj = stream.objects.get(prompt.obj_id)
+        queued = obj is None or init and obj.created_frame != f
+        prev = None if queued else self.bank.logits[obj.slot:obj.slot + 1]
+        if obj is None:
+            obj = ObjectInfo(prompt.obj_id, stream.free_slot(), f, f)
+            self.bank.clear(obj.slot)
+        sel = None if init else self.bank.select(obj.slot, f)
+        out, mode = self._run_prompt(prompt, stream.features(), h, w, sel, prev)
+        self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
+                        out.low_res_logits[0], out.score,
+                        as_cond=init or self.cfg.corrections_as_cond)
+        obj.last_prompt_frame = f
+        stream.objects[prompt.obj_id] = obj
+        self.stats['prompt_steps'] += 1
+        self.stats[f'prompt_{mode}_steps'] += 1
+        return mode
+
+    def _run_prompt(self, prompt, feats, h, w, sel, prev) -> Tuple[step.StepOut, str]:
+        """The prompted step through the runner (a graph where one fits): (outputs, mode)."""
+        if prompt.mask is not None:
+            mask = prompt_mask(prompt, h, w, self.size, self.device)
+            return self.runner.mask_prompt(feats, mask)
+        points = prompt_points(prompt, h, w, self.size, self.device)
+        return self.runner.prompt(feats, self.bank, sel, points, prev, self.maskmem_pos)
+
+    def _track_objects(self, tracked: List[Tuple[Stream, ObjectInfo]]) -> List[str]:
+        """One tracking step for every object of the step's cameras, each on its camera's
+        latest frame and features; returns 'graph' or 'eager' per object."""
+        sels = [self.bank.select(o.slot, s.frame) for s, o in tracked]
+        for sel, (s, _) in zip(sels, tracked):
+            sel.stream = s.position
+        features = tracked[0][0].step_features         # one encoder batch for the step
+        outs, modes = self.runner.track(features, self.bank, sels, self.maskmem_pos)
+        self.bank.write_tracked([o.slot for _, o in tracked], [s.frame for s, _ in tracked],
+                                outs.mem_feats, outs.obj_ptr, outs.low_res_logits, outs.score)
+        for m in modes:
+            self.stats[f'{m}_steps'] += 1
+        return modes
+
+    def _result(self, stream: Stream, mode: str, t0: float,
+                tracked: bool = False) -> FrameResult:
+        """Results of every object of the stream on its latest frame, read back in one
+        device-to-host copy. engine_ms runs from t0 to the end of that copy (so it includes
+        the GPU work). tracked=True (a new frame) advances each object's occluded/lost run."""
+        f, (h, w) = stream.frame, stream.hw
+        objs = stream.sorted_objects()
+        slots = self.bank.stage([o.slot for o in objs])
+        logits = self.bank.logits.index_select(0, slots)
+        scores = self.bank.scores.index_select(0, slots)
+        ids = [o.obj_id for o in objs]
+        masks, stats, label = self.runner.results(logits, scores, h, w, ids)
+        res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
+        res.set_label(label, ids)
+        for o, m, s, lg in zip(objs, masks, stats, logits):
+            o.score = float(s[7])
+            if tracked or o.score > 0:
+                o.hidden_run = 0 if o.score > 0 else o.hidden_run + 1
+            area, box, cen = masks_out.unpack(s)
+            state = TRACKING if o.score > 0 else (
+                LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
+            res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
+                                            f - o.last_prompt_frame, lg[0]))
+        return res
+
+    # ---- start-up --------------------------------------------------------------------
+    def _warm_up(self) -> Tuple[torch.Tensor, MemoryBank]:
+        """Run one frame through every code path, to size the bank (shapes and dtypes come
+        from the model) and to let sam2 compute lazily built tables (RoPE at non-default
+        sizes) before any graph capture. Returns the memories' positional encoding and the
+        bank (max_objects slots per camera)."""
+        with torch.inference_mode(), autocast(self.cfg):
+            img = torch.zeros(1, 3, self.size, self.size, device=self.device)
+            feats = encoder.encode_image(self.model, img)
+            points = {'point_coords': torch.tensor([[[self.size / 2, self.size / 2]]],
+                                                   device=self.device),
+                      'point_labels': torch.ones(1, 1, dtype=torch.int32, device=self.device)}
+            first = step.track_step(self.model, feats, None, None, points=points)
+            pos_dtype = torch.bfloat16 if self.cfg.precision == 'bf16' else torch.float32
+            maskmem_pos = step.maskmem_pos_enc(self.model, feats).to(pos_dtype)
+            bank = MemoryBank.allocate(
+                self.cameras * self.cfg.max_objects, self.cfg.max_cond_frames,
+                self.model.num_maskmem, self.model.max_obj_ptrs_in_encoder,
+                first.mem_feats[0], first.obj_ptr[0], first.low_res_logits[0])
+            self.runner.prepare(bank, maskmem_pos, feats)
+        return maskmem_pos, bank
+
+    def count_fallback(self, reason: str) -> None:
+        """Count a graph fallback (the runner's ``on_fallback``) and log its reason."""
+        self.stats['fallbacks'] += 1
+        self.fallback_reasons[reason] += 1
+        log.warning('CUDA graph fallback to eager: %s', reason)
+
+
+def _mode(modes: List[str]) -> str:
+    """A frame's mode from its objects' step modes ('eager' with no tracked object)."""
+    if modes and all(m == 'graph' for m in modes):
+        return 'graph'
+    return 'eager' if all(m == 'eager' for m in modes) else 'mixed'
+
+
+def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
+    imported only then)."""
+    if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
+        from sam2_ros.engine.cuda.runner import GraphRunner
+        return GraphRunner(model, cfg, on_fallback)
+    return EagerRunner(model, cfg)

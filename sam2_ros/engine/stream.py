@@ -1,0 +1,164 @@
+"""The state of one camera stream of the tracker: its objects, queued prompts, frame counter and
+frame size, and the checks that decide whether a frame or prompt fits it.
+
+A ``MultiStreamTracker`` (``multistream.py``) holds one ``Stream`` per camera over one shared
+model, runner and memory bank; ``StreamingTracker`` is its one-camera case. Camera c owns the
+bank's object slots ``[c * M, (c + 1) * M)`` (M = ``TrackerConfig.max_objects``), so capacity,
+ids and frame numbers are per camera: two cameras may track the same object id, and their
+frame counters diverge when one camera's frame is missing from a step. Everything here is
+host-side bookkeeping; the computation is the tracker's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from sam2_ros.engine import encoder, streams
+from sam2_ros.engine.errors import CapacityError, FrameError, PromptError, UnknownObjectError
+from sam2_ros.engine.memory import MemoryBank
+from sam2_ros.engine.prompts import prompt_mask, prompt_points
+from sam2_ros.engine.types import Prompt
+
+
+@dataclass
+class ObjectInfo:
+    """Host-side facts of one tracked object (its tensors live in the bank's slot)."""
+
+    obj_id: int
+    slot: int
+    created_frame: int        # the object's first (initial conditioning) frame
+    last_prompt_frame: int
+    score: float = 0.0
+    hidden_run: int = 0       # consecutive frames with score <= 0
+
+
+class Stream:
+    """One camera's objects, queued prompts, frame counter and size."""
+
+    def __init__(self, index: int, slots: range, bank: MemoryBank, model_size: int):
+        """index: the camera's number; slots: the bank slots it owns; model_size: S."""
+        self.index = index
+        self.slots = slots
+        self.bank = bank
+        self.model_size = model_size
+        self.objects: Dict[int, ObjectInfo] = {}
+        self.queued: Dict[int, Prompt] = {}
+        self.frame = -1
+        self.hw: Optional[Tuple[int, int]] = None
+        # True after reset(): the next frame may have another size, so prompts queued for it
+        # are checked against that frame (in track), not against the last one's size.
+        self.size_open = False
+        # Features of the step that encoded this camera's latest frame ([HW_l, n, C_l]) and
+        # this camera's position in them; ``features()`` gives its own [HW_l, 1, C_l].
+        self.step_features: Optional[encoder.Features] = None
+        self.position = 0
+        self.own: Optional[encoder.Features] = None
+
+    @property
+    def capacity(self) -> int:
+        return len(self.slots)
+
+    # ---- frames ------------------------------------------------------------------------
+    def check_frame(self, hw: Tuple[int, int]) -> None:
+        """FrameError for a size change while objects are tracked; PromptError (the misfits
+        dropped) for prompts queued while the size was open that do not fit this frame."""
+        if self.hw is not None and hw != self.hw and self.objects:
+            raise FrameError(f'resolution changed from {self.hw[1]}x{self.hw[0]} to '
+                             f'{hw[1]}x{hw[0]} while tracking {len(self.objects)} objects; '
+                             f'reset() to track at the new resolution')
+        self.check_queued(hw)
+
+    def check_queued(self, hw: Tuple[int, int]) -> None:
+        """Validate prompts queued before the frame size was known against this frame. Bad
+        ones are dropped and reported by raising PromptError before anything else changes,
+        so the caller can report it and pass the same frame again."""
+        if not self.queued or (hw == self.hw and not self.size_open):
+            return
+        bad = []
+        for obj_id, p in list(self.queued.items()):
+            try:
+                self.validate_shape(p, hw)
+            except PromptError as exc:
+                bad.append(f'object {obj_id}: {exc}')
+                del self.queued[obj_id]
+        if bad:
+            raise PromptError('dropped queued prompts that do not fit the frame: '
+                              + '; '.join(bad))
+
+    def begin_frame(self, hw: Tuple[int, int], features: encoder.Features,
+                    position: int) -> Dict[int, Prompt]:
+        """Count a new frame of size hw whose features are ``features`` at ``position``;
+        returns the prompts queued for it (the queue is emptied)."""
+        self.frame += 1
+        self.hw, self.size_open = hw, False
+        self.step_features, self.position, self.own = features, position, None
+        queued, self.queued = self.queued, {}
+        return queued
+
+    def features(self) -> encoder.Features:
+        """This camera's features of its latest frame, [HW_l, 1, C_l] (the step's own when it
+        encoded this camera alone; else taken from the batch once per frame)."""
+        feats = self.step_features
+        if feats.vision_feats[-1].shape[1] == 1:
+            return feats
+        if self.own is None:
+            idx = torch.tensor([self.position], device=feats.vision_feats[-1].device)
+            self.own = streams.select(feats, idx)
+        return self.own
+
+    # ---- prompts and objects -------------------------------------------------------------
+    def validate(self, prompt: Prompt) -> None:
+        """PromptError unless the prompt fits the latest frame; CapacityError for a new id
+        with no slot left."""
+        self.validate_shape(prompt, self.hw)
+        if prompt.obj_id not in self.objects and prompt.obj_id not in self.queued:
+            self.check_capacity()
+
+    def validate_shape(self, prompt: Prompt, hw: Tuple[int, int]) -> None:
+        """Raise PromptError unless the prompt fits a frame of size hw."""
+        h, w = hw
+        if prompt.mask is not None:
+            prompt_mask(prompt, h, w, self.model_size, torch.device('cpu'))
+        else:
+            prompt_points(prompt, h, w, self.model_size, torch.device('cpu'))
+
+    def check_capacity(self) -> None:
+        """Room for one more object, counting objects queued to start on the next frame."""
+        queued_new = sum(1 for i in self.queued if i not in self.objects)
+        if len(self.objects) + queued_new + 1 > self.capacity:
+            raise CapacityError(f'cannot add object: {len(self.objects)} tracked and '
+                                f'{queued_new} queued, max_objects={self.capacity}')
+
+    def queue(self, prompt: Prompt) -> None:
+        """Queue a prompt (its id already checked) for the next frame."""
+        if self.hw is not None and not self.size_open:
+            self.validate(prompt)
+        elif prompt.obj_id not in self.objects and prompt.obj_id not in self.queued:
+            self.check_capacity()
+        self.queued[prompt.obj_id] = prompt
+
+    def free_slot(self) -> int:
+        used = {o.slot for o in self.objects.values()}
+        return next(s for s in self.slots if s not in used)
+
+    def remove(self, obj_id: int) -> None:
+        obj = self.objects.pop(obj_id, None)
+        queued = self.queued.pop(obj_id, None)
+        if obj is None and queued is None:
+            raise UnknownObjectError(f'cannot remove object {obj_id}: not tracked '
+                                     f'(tracked: {sorted(self.objects)})')
+        if obj is not None:
+            self.bank.clear(obj.slot)
+
+    def reset(self) -> None:
+        for obj in self.objects.values():
+            self.bank.clear(obj.slot)
+        self.objects.clear()
+        self.queued.clear()
+        self.size_open = True
+
+    def sorted_objects(self) -> List[ObjectInfo]:
+        return sorted(self.objects.values(), key=lambda o: o.obj_id)
