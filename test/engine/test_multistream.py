@@ -252,3 +252,43 @@ def test_a_failed_prompt_fails_its_camera_only(one_thread, monkeypatch):
     assert [o.obj_id for o in out.results[1].objects] == [1]
     monkeypatch.setattr(m.runner, 'prompt', real)
     assert m.stream(0).object_ids == [] and m.stream(0).frame_index == 1
+
+
+def test_graph_runner_serves_several_cameras_eagerly_for_now(one_thread, monkeypatch):
+    """The graph runner's graphs take one camera (a [1, 3, S, S] encoder graph, steps on
+    expanded features); with N > 1 it runs the encoder batch and the steps by its eager
+    fallback (its graphs' static buffers untouched, so no camera reads another's features, the
+    unpaired steps included) and its mask graphs per camera: equal to the eager runner. (The
+    CUDA graph stand-in of test_graph_logic_cpu replays on the CPU.)"""
+    from sam2_ros.engine.cuda import runner
+    from test_graph_logic_cpu import fake_capture_same_outputs
+    monkeypatch.setattr(runner.GraphRunner, '_capture', fake_capture_same_outputs)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    cfg = cfg_of(batch_buckets=(1, 2), max_cond_frames=2)
+    g, e = multi(cfg), multi(cfg)
+    reasons = []
+    g.runner = runner.GraphRunner(g.model, cfg, reasons.append)
+    with torch.inference_mode():
+        g.runner.prepare(g.bank, g.maskmem_pos, None)
+    assert not reasons, reasons
+    for t in (g, e):
+        t.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+        t.stream(1).queue_prompt(Prompt(1, box=(20, 8, 50, 40)))
+    steps = [[frame(0, i), frame(1, i)] for i in range(4)] + [[None, frame(1, 4)],
+                                                             [frame(0, 4), None]]
+    for i, frames in enumerate(steps):
+        a, b = g.track(frames), e.track(frames)
+        if i == 2:
+            for t in (g, e):
+                t.stream(1).add_prompt(Prompt(1, points=np.array([[30.0, 20.0]]),
+                                              labels=np.array([1])))
+        for ra, rb in zip(a.results, b.results):
+            assert (ra is None) == (rb is None)
+            if ra is not None:
+                assert ra.frame_index == rb.frame_index
+                for oa, ob in zip(ra.objects, rb.objects):
+                    assert torch.equal(oa.low_res_logits, ob.low_res_logits)
+                    assert (oa.mask == ob.mask).all()
+    assert g.stats['graph_steps'] == 0 and g.stats['eager_steps'] > 0 and not reasons
+    assert g.runner.io       # the results went through the mask graphs
