@@ -13,6 +13,7 @@ Files follow a frame through the engine::
 * ``masks_out.py``  logits -> masks, box/area/centroid, label mask on the host
 * runners: ``eager.py`` (reference path) and ``cuda/runner.py`` (CUDA graphs; the graph
   machinery in ``cuda/``, ``cuda/__init__.py`` lists it), side by side with the same interface
+* ``runners.py``    which runner a configuration gets (``make_runner``)
 * ``stream.py``     one camera's objects, queued prompts, frame counter and size
 * ``multistream.py`` ``MultiStreamTracker``: N cameras on one model, one batch per step
 * ``tracker.py``    ``StreamingTracker``: the one-camera tracker

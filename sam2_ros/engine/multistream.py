@@ -25,13 +25,13 @@ import torch
 
 from sam2_ros.engine import encoder, frame_in, masks_out, step
 from sam2_ros.engine.config import TrackerConfig
-from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.image import frame_result as image_frame_result
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
+from sam2_ros.engine.runners import make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
                                    StreamsResult)
@@ -353,11 +353,3 @@ def _mode(modes: List[str]) -> str:
         return 'graph'
     return 'eager' if all(m == 'eager' for m in modes) else 'mixed'
 
-
-def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
-    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
-    imported only then)."""
-    if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
-        from sam2_ros.engine.cuda.runner import GraphRunner
-        return GraphRunner(model, cfg, on_fallback)
-    return EagerRunner(model, cfg)

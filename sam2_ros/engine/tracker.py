@@ -10,7 +10,7 @@ front). It keeps sam2's semantics, driven frame by frame:
     the predictor has not reached yet: an initial conditioning frame);
   * object ids, frame numbers and eviction stay in ``stream.py`` and ``memory.py``; the
     per-frame computation is ``encoder.py`` and ``step.py``, run eagerly (``eager.py``) or as
-    CUDA graphs (``cuda/runner.py``) by the runner ``make_runner`` picks.
+    CUDA graphs (``cuda/runner.py``) by the runner ``runners.make_runner`` picks.
 It is the one-camera case of ``MultiStreamTracker`` (``multistream.py``), which steps the
 frames of several cameras in one batch. Imports no ROS.
 """
@@ -25,11 +25,11 @@ from sam2_ros.engine import frame_in
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.memory import MemoryBank
-from sam2_ros.engine.multistream import MultiStreamTracker, make_runner
+from sam2_ros.engine.multistream import MultiStreamTracker
 from sam2_ros.engine.stream import ObjectInfo
 from sam2_ros.engine.types import FrameResult, Prompt
 
-__all__ = ['StreamingTracker', 'ObjectInfo', 'make_runner']
+__all__ = ['StreamingTracker', 'ObjectInfo']
 
 
 class StreamingTracker:

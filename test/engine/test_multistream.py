@@ -260,9 +260,9 @@ def test_graph_runner_serves_several_cameras_eagerly_for_now(one_thread, monkeyp
     fallback (its graphs' static buffers untouched, so no camera reads another's features, the
     unpaired steps included) and its mask graphs per camera: equal to the eager runner. (The
     CUDA graph stand-in of test_graph_logic_cpu replays on the CPU.)"""
-    from sam2_ros.engine.cuda import runner
+    from sam2_ros.engine.cuda import capture, runner
     from test_graph_logic_cpu import fake_capture_same_outputs
-    monkeypatch.setattr(runner.GraphRunner, '_capture', fake_capture_same_outputs)
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
     cfg = cfg_of(batch_buckets=(1, 2), max_cond_frames=2)

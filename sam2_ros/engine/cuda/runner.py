@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -185,6 +185,20 @@ class GraphRunner:
                                                        torch.device(self.cfg.device)))
         self.graphs.encoder.graph.replay()
         return self.graphs.encoder.outputs
+
+    def encode_streams(self, frames: Sequence[Optional[frame_in.Frame]]
+                       ) -> Tuple[encoder.Features, List[Optional[int]]]:
+        """As ``EagerRunner.encode_streams``. One camera: ``encode_frame`` (the frame-in and
+        encoder graphs). Several: the eager runner's batch, as the graphs take one camera's
+        [1, 3, S, S] input; their static buffers stay untouched, so the steps of such a
+        frame run eagerly too (``track`` replays only on the encoder graph's features)."""
+        if len(frames) == 1:
+            return self.encode_frame(frames[0]), [0]
+        return self.eager.encode_streams(frames)
+
+    def encode_batch(self, image: torch.Tensor) -> encoder.Features:
+        """image [n, 3, S, S] -> Features [HW_l, n, C_l], by the eager runner."""
+        return self.eager.encode_batch(image)
 
     def encode(self, image: torch.Tensor) -> encoder.Features:
         if self.graphs is None:

@@ -1,0 +1,25 @@
+"""Which runner executes the per-frame steps: the CUDA-graph runner (``cuda/runner.py``) when
+enabled and on CUDA, else the eager reference runner (``eager.py``).
+
+A module of its own so that the trackers and the graph layer need not import each other: the
+trackers ask this for a runner, and the graph layer (imported only when it is picked) knows
+nothing of the trackers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.eager import EagerRunner
+
+
+def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
+    imported only then, so a CPU tracker never loads it)."""
+    if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
+        from sam2_ros.engine.cuda.runner import GraphRunner
+        return GraphRunner(model, cfg, on_fallback)
+    return EagerRunner(model, cfg)
