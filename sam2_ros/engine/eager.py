@@ -6,7 +6,8 @@ Both runners have the same interface, so the tracker never knows which one it ha
 ``encode_streams`` (the frames of several cameras -> one Features holding them all),
 ``track`` (Features + the bank rows each object reads -> StepOut for all objects, plus
 'graph' or 'eager' per object; with several cameras' features each object reads its own),
-``prompt`` / ``mask_prompt`` (one object's prompted step, plus 'graph' or 'eager') and
+``prompt`` / ``mask_prompt`` (one object's prompted step on frame ``position`` of the
+features, plus 'graph' or 'eager') and
 ``results`` (logits -> masks, stats and the label mask on
 the host).
 The eager runner is the reference path and the off switch of the graph path
@@ -21,7 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from sam2_ros.engine import encoder, frame_in, masks_out, step
+from sam2_ros.engine import encoder, frame_in, masks_out, step, streams
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank, Selection
 
@@ -83,20 +84,22 @@ class EagerRunner:
         return cat_outputs(outs), ['eager'] * len(outs)
 
     def prompt(self, features: encoder.Features, bank: MemoryBank, sel: Optional[Selection],
-               points: dict, prev: Optional[torch.Tensor],
-               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, str]:
-        """A point/box prompt for one object: sel=None is an initial conditioning frame (no
-        memory read), else a correction reading sel's memories; prev [1, 1, s, s] are the
-        frame's previous logits (a click on a frame the object already has output on)."""
+               points: dict, prev: Optional[torch.Tensor], maskmem_pos: torch.Tensor,
+               position: int = 0) -> Tuple[step.StepOut, str]:
+        """A point/box prompt for one object on frame ``position`` of the features (its
+        camera's): sel=None is an initial conditioning frame (no memory read), else a
+        correction reading sel's memories; prev [1, 1, s, s] are the frame's previous logits
+        (a click on a frame the object already has output on)."""
         mem = None if sel is None else bank.gather([sel])
+        features = streams.frame(features, position)
         return step.track_step(self.model, features, mem, maskmem_pos, points=points,
                                prev_logits=prev,
                                fill_hole_area=self.cfg.fill_hole_area), 'eager'
 
-    def mask_prompt(self, features: encoder.Features,
-                    mask: torch.Tensor) -> Tuple[step.StepOut, str]:
-        """A mask prompt [1, 1, S, S] for one object."""
-        return step.mask_step(self.model, features, mask,
+    def mask_prompt(self, features: encoder.Features, mask: torch.Tensor,
+                    position: int = 0) -> Tuple[step.StepOut, str]:
+        """A mask prompt [1, 1, S, S] for one object on frame ``position`` of the features."""
+        return step.mask_step(self.model, streams.frame(features, position), mask,
                               fill_hole_area=self.cfg.fill_hole_area), 'eager'
 
 

@@ -108,7 +108,7 @@ class MultiStreamTracker:
         self.size = self.model.image_size
         self.stats: Dict[str, object] = collections.Counter()
         self.fallback_reasons: Dict[str, int] = collections.Counter()
-        self.runner = make_runner(self.model, cfg, self.count_fallback)
+        self.runner = make_runner(self.model, cfg, self.count_fallback, cameras)
         self.maskmem_pos, self.bank = self._warm_up()
         m = cfg.max_objects
         self.streams = [Stream(c, range(c * m, (c + 1) * m), self.bank, self.size)
@@ -261,7 +261,7 @@ class MultiStreamTracker:
             obj = ObjectInfo(prompt.obj_id, stream.free_slot(), f, f)
             self.bank.clear(obj.slot)
         sel = None if init else self.bank.select(obj.slot, f)
-        out, mode = self._run_prompt(prompt, stream.features(), h, w, sel, prev)
+        out, mode = self._run_prompt(prompt, stream, h, w, sel, prev)
         self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
                         out.low_res_logits[0], out.score,
                         as_cond=init or self.cfg.corrections_as_cond)
@@ -271,13 +271,15 @@ class MultiStreamTracker:
         self.stats[f'prompt_{mode}_steps'] += 1
         return mode
 
-    def _run_prompt(self, prompt, feats, h, w, sel, prev) -> Tuple[step.StepOut, str]:
-        """The prompted step through the runner (a graph where one fits): (outputs, mode)."""
+    def _run_prompt(self, prompt, stream: Stream, h, w, sel, prev) -> Tuple[step.StepOut, str]:
+        """The prompted step through the runner (a graph where one fits) on the stream's
+        frame of its latest step's features: (outputs, mode)."""
+        feats, pos = stream.step_features, stream.position
         if prompt.mask is not None:
             mask = prompt_mask(prompt, h, w, self.size, self.device)
-            return self.runner.mask_prompt(feats, mask)
+            return self.runner.mask_prompt(feats, mask, pos)
         points = prompt_points(prompt, h, w, self.size, self.device)
-        return self.runner.prompt(feats, self.bank, sel, points, prev, self.maskmem_pos)
+        return self.runner.prompt(feats, self.bank, sel, points, prev, self.maskmem_pos, pos)
 
     def _track_objects(self, tracked: List[Tuple[Stream, ObjectInfo]]) -> List[str]:
         """One tracking step for every object of the step's cameras, each on its camera's

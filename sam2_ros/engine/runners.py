@@ -16,10 +16,11 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
 
 
-def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
-    """The graph runner when enabled and on CUDA, else the eager runner (the graph module is
-    imported only then, so a CPU tracker never loads it)."""
+def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None],
+                cameras: int = 1):
+    """The graph runner (for ``cameras`` streams) when enabled and on CUDA, else the eager
+    runner (the graph module is imported only then, so a CPU tracker never loads it)."""
     if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':
         from sam2_ros.engine.cuda.runner import GraphRunner
-        return GraphRunner(model, cfg, on_fallback)
+        return GraphRunner(model, cfg, on_fallback, cameras)
     return EagerRunner(model, cfg)

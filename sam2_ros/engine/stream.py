@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from sam2_ros.engine import encoder, streams
+from sam2_ros.engine import encoder
 from sam2_ros.engine.errors import CapacityError, FrameError, PromptError, UnknownObjectError
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.prompts import prompt_mask, prompt_points
@@ -52,10 +52,9 @@ class Stream:
         # are checked against that frame (in track), not against the last one's size.
         self.size_open = False
         # Features of the step that encoded this camera's latest frame ([HW_l, n, C_l]) and
-        # this camera's position in them; ``features()`` gives its own [HW_l, 1, C_l].
+        # this camera's position in them (its prompts read that frame: ``streams.frame``).
         self.step_features: Optional[encoder.Features] = None
         self.position = 0
-        self.own: Optional[encoder.Features] = None
 
     @property
     def capacity(self) -> int:
@@ -94,20 +93,9 @@ class Stream:
         returns the prompts queued for it (the queue is emptied)."""
         self.frame += 1
         self.hw, self.size_open = hw, False
-        self.step_features, self.position, self.own = features, position, None
+        self.step_features, self.position = features, position
         queued, self.queued = self.queued, {}
         return queued
-
-    def features(self) -> encoder.Features:
-        """This camera's features of its latest frame, [HW_l, 1, C_l] (the step's own when it
-        encoded this camera alone; else taken from the batch once per frame)."""
-        feats = self.step_features
-        if feats.vision_feats[-1].shape[1] == 1:
-            return feats
-        if self.own is None:
-            idx = torch.tensor([self.position], device=feats.vision_feats[-1].device)
-            self.own = streams.select(feats, idx)
-        return self.own
 
     # ---- prompts and objects -------------------------------------------------------------
     def validate(self, prompt: Prompt) -> None:

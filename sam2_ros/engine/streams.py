@@ -34,3 +34,11 @@ def select(features: Features, stream_of: torch.Tensor) -> Features:
     return Features([x.index_select(1, stream_of) for x in features.vision_feats],
                     [x.index_select(1, stream_of) for x in features.vision_pos],
                     features.feat_sizes)
+
+
+def frame(features: Features, position: int) -> Features:
+    """Frame ``position`` of features of several streams as one frame's [HW_l, 1, C_l] (a
+    prompted step reads one camera's); one frame's features are returned as they are."""
+    if features.vision_feats[-1].shape[1] == 1:
+        return features
+    return select(features, torch.tensor([position], device=features.vision_feats[-1].device))

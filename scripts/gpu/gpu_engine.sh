@@ -24,7 +24,8 @@ if [ "${1:-}" = precompile ]; then
   exit 0
 fi
 if [ "${ENGINE_TESTS:-1}" = 1 ]; then    # ENGINE_TESTS=0: benchmarks only (tests separately)
-  python3 -m pytest -q test/gpu/test_graphs_gpu.py -m gpu -k "not compiled" 2>&1 | tail -n 3
+  python3 -m pytest -q test/gpu/test_graphs_gpu.py test/gpu/test_multistream_gpu.py -m gpu \
+    -k "not compiled" 2>&1 | tail -n 3
   [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 fi
 T=tiny@512; L=large@1024

@@ -254,12 +254,13 @@ def test_a_failed_prompt_fails_its_camera_only(one_thread, monkeypatch):
     assert m.stream(0).object_ids == [] and m.stream(0).frame_index == 1
 
 
-def test_graph_runner_serves_several_cameras_eagerly_for_now(one_thread, monkeypatch):
-    """The graph runner's graphs take one camera (a [1, 3, S, S] encoder graph, steps on
-    expanded features); with N > 1 it runs the encoder batch and the steps by its eager
-    fallback (its graphs' static buffers untouched, so no camera reads another's features, the
-    unpaired steps included) and its mask graphs per camera: equal to the eager runner. (The
-    CUDA graph stand-in of test_graph_logic_cpu replays on the CPU.)"""
+def test_one_camera_graph_runner_serves_several_cameras_eagerly(one_thread, monkeypatch):
+    """A graph runner of one camera (a [1, 3, S, S] encoder graph, steps on expanded features;
+    test_multistream_graphs_cpu has the graphs of several) given N > 1 cameras runs the encoder
+    batch and the steps by the eager runner it holds (its graphs' static buffers untouched, so
+    no camera reads another's features, the unpaired steps included) and its mask graphs per
+    camera: equal to the eager runner. (The CUDA graph stand-in of test_graph_logic_cpu
+    replays on the CPU.)"""
     from sam2_ros.engine.cuda import capture, runner
     from test_graph_logic_cpu import fake_capture_same_outputs
     monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)

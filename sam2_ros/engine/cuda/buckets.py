@@ -10,7 +10,7 @@ from the configuration and the bank's capacity alone (nothing here touches a ten
   after a prompt). Batch sizes are 1 in 'swap' mode, else ``batch_buckets`` or, by default,
   the masks-out buckets, so any object count runs in one replay per c;
 * masks out: powers of two up to the capacity, and the capacity itself; frames in: one per
-  source resolution;
+  source resolution and camera;
 * prompts: one graph per kind (a new object with or without output on the frame, a
   correction reading memories padded to bucket c, a mask) and point count.
 """
@@ -41,10 +41,12 @@ class StepBucket:
 
 @dataclass(frozen=True)
 class FrameInKey:
-    """The frame-in graph of one source resolution."""
+    """The frame-in graph of one source resolution, writing camera ``camera``'s slot of
+    the encoder graph's input (0: the only one of a one-camera runner)."""
 
     h: int
     w: int
+    camera: int = 0
 
     @property
     def hw(self) -> Tuple[int, int]:

@@ -31,8 +31,9 @@ IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older on
 
 
 class GraphIO:
-    """Frame-in graphs writing into ``image`` (the encoder graph's static input [1, 3, S, S])
-    and masks-out graphs over the bank's rows, keyed by ``buckets.IOKey``."""
+    """Frame-in graphs writing into ``image`` (the encoder graph's static input [N, 3, S, S],
+    camera c's frame into row c) and masks-out graphs over the bank's rows, keyed by
+    ``buckets.IOKey``."""
 
     def __init__(self, capturer: Capturer, cfg: TrackerConfig, bank: MemoryBank,
                  image: torch.Tensor, on_fallback: Callable[[str], None]):
@@ -42,22 +43,26 @@ class GraphIO:
         self.failed: Set[IOKey] = set()
         self.cuda = torch.device(cfg.device).type == 'cuda'
         self.out_buckets = buckets.out_buckets(bank.capacity)
+        # every camera may have a resolution of its own: keep at least one per camera
+        self.resolutions = max(IO_RESOLUTIONS, image.shape[0])
 
     def prepare(self, w: int, h: int) -> None:
         """The I/O graphs of a known source resolution, now rather than on the first frame:
         frame in (under the caller's autocast, as ``track`` encodes), masks out for every
         object bucket (without autocast, as ``track`` builds its results). A failure makes
         that I/O eager, as on first use."""
-        self.get(FrameInKey(h, w))
+        for camera in range(self.image.shape[0]):
+            self.get(FrameInKey(h, w, camera))
         with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
             for b in self.out_buckets:
                 self.get(MasksOutKey(b, h, w))
 
     # ---- frame in, masks out ------------------------------------------------------------
-    def load_frame(self, frame: frame_in.Frame) -> bool:
-        """Frame -> the encoder graph's static input (resized, normalized) by the frame-in
-        graph; False when there is none for this resolution (the caller encodes eagerly)."""
-        cap = self.get(FrameInKey(*frame_in.frame_size(frame)))
+    def load_frame(self, frame: frame_in.Frame, camera: int = 0) -> bool:
+        """Frame -> row ``camera`` of the encoder graph's static input (resized, normalized)
+        by the frame-in graph; False when there is none for this resolution (the caller
+        encodes eagerly)."""
+        cap = self.get(FrameInKey(*frame_in.frame_size(frame), camera))
         if cap is None:
             return False
         self._stage_frame(frame, cap)
@@ -130,17 +135,18 @@ class GraphIO:
         return cap
 
     def _drop_old_resolutions(self, hw: Tuple[int, int]) -> None:
-        """Keep the I/O graphs of the IO_RESOLUTIONS most recently used source resolutions."""
+        """Keep the I/O graphs of the ``resolutions`` most recently used source resolutions."""
         # resolutions in use order, least recent first
         seen = list(dict.fromkeys(k.hw for k in reversed(self.graphs)))[::-1]
-        if hw in seen or len(seen) < IO_RESOLUTIONS:
+        if hw in seen or len(seen) < self.resolutions:
             return
         for k in [k for k in self.graphs if k.hw == seen[0]]:
             del self.graphs[k]
 
     def capture_frame_in(self, key: FrameInKey) -> CapturedGraph:
-        """The graph that resizes and normalizes a [H, W, 3] uint8 frame into ``image``."""
-        size, target = self.image.shape[-1], self.image
+        """The graph that resizes and normalizes a [H, W, 3] uint8 frame into row
+        ``key.camera`` of ``image``."""
+        size, target = self.image.shape[-1], self.image[key.camera:key.camera + 1]
         frame = torch.zeros(key.h, key.w, 3, dtype=torch.uint8, device=target.device)
         cap = self.capturer.capture(lambda x: target.copy_(frame_in.normalize(x, size)),
                                     frame)

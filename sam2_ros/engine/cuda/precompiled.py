@@ -36,7 +36,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -56,7 +56,7 @@ def default_dir() -> Path:
 
 # ---- the compiled functions (module level: aot_compile saves their bytecode) -------------
 def encode_fn(model, image: torch.Tensor, bf16: bool):
-    """image [1, 3, S, S] -> (3 vision feats, 3 vision pos) as ``encoder.encode_image``."""
+    """image [N, 3, S, S] (one frame per camera) -> (3 vision feats, 3 vision pos) as ``encoder.encode_image``."""
     with torch.autocast(image.device.type, dtype=torch.bfloat16, enabled=bf16):
         f = encoder.encode_image(model, image)
     return (*f.vision_feats, *f.vision_pos)
@@ -64,7 +64,8 @@ def encode_fn(model, image: torch.Tensor, bf16: bool):
 
 def heads_fn(model, pix_feat: torch.Tensor, vf0: torch.Tensor, vf1: torch.Tensor,
              vf2: torch.Tensor, fill_hole_area: int, bf16: bool):
-    """pix_feat [B, C, h, w], the frame's vision feats (batch 1) -> ``tracking_heads``."""
+    """pix_feat [B, C, h, w], the frame's vision feats (batch 1, shared by the B objects) or
+    each object's (batch B, several cameras) -> ``tracking_heads``."""
     sizes = encoder.feat_sizes(model.image_size)
     feats = encoder.expand(encoder.Features([vf0, vf1, vf2], [], sizes), pix_feat.shape[0])
     with torch.autocast(pix_feat.device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -83,7 +84,8 @@ class Store:
         self.dir = Path(cfg.precompile_dir) if cfg.precompile_dir else default_dir()
         self.bf16 = cfg.precision == 'bf16'
         self.events: List[dict] = []      # one per part: loaded / compiled / failed, seconds
-        self._heads: Dict[int, Optional[_Bound]] = {}       # batch -> heads (None: failed)
+        # (batch, features' batch: 1 or B) -> heads (None: failed)
+        self._heads: Dict[Tuple[int, int], Optional[_Bound]] = {}
 
     def encoder(self, image: torch.Tensor) -> Optional[Callable]:
         """image -> Features by the precompiled encoder; None when the encoder is not a
@@ -105,15 +107,17 @@ class Store:
         """(pix_feat, feats) -> StepOut by the precompiled tracking heads of pix_feat's batch
         size (loaded or compiled on first use), or None: not a precompiled part, failed, or
         pix_feat not of the layout they were compiled for. ``feats`` are the frame's (batch
-        1) features, the encoder graph's outputs."""
-        batch = pix_feat.shape[0]
+        1) features, the encoder graph's outputs, or with several cameras each object's
+        (batch B, selected from them)."""
+        batch, fb = pix_feat.shape[0], feats.vision_feats[0].shape[1]
         if 'heads' not in self.cfg.precompile:
             return None
-        if batch not in self._heads:
-            self._heads[batch] = self._get(f'heads_b{batch}', heads_fn,
-                                           (pix_feat, *feats.vision_feats[:3]),
-                                           (self.cfg.fill_hole_area, self.bf16))
-        fn = self._heads[batch]
+        if (batch, fb) not in self._heads:
+            name = f'heads_b{batch}' + ('' if fb == 1 else '_streams')
+            self._heads[batch, fb] = self._get(name, heads_fn,
+                                               (pix_feat, *feats.vision_feats[:3]),
+                                               (self.cfg.fill_hole_area, self.bf16))
+        fn = self._heads[batch, fb]
         if fn is None or not fn.fits(pix_feat):
             return None
         return lambda pix, f: step.StepOut(*fn(pix, *f.vision_feats[:3]))

@@ -11,6 +11,10 @@ A prompt of another point count runs eagerly and is counted as a fallback with i
 Without padded graphs (``compile_mode`` set) corrections run eagerly. The graphs run sam2's
 plain modules, whatever the track-step graphs run: with ``compile_mode`` each prompt shape
 would otherwise add a compile to start-up, for steps that run a few times a minute.
+
+Several cameras (the encoder graph's features [HW_l, N, C_l]): every prompt graph reads the
+frame of one static camera index, written before each replay (``streams.select`` inside the
+graph), so one graph per kind serves every camera.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from sam2_ros.engine import encoder, step
+from sam2_ros.engine import encoder, step, streams
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.cuda.buckets import (CorrectionKey, InitPromptKey, MaskPromptKey,
@@ -52,18 +56,28 @@ class PromptGraphs:
         self.counts = MemoryCounts.of(model)
         self.padded_on = buckets.padded_graphs_on(cfg)
         self.graphs: Dict[PromptKey, CapturedGraph] = {}
+        # [1] long: the prompted camera's frame of feats, with several cameras
+        several = feats.vision_feats[-1].shape[1] > 1
+        self.camera = torch.zeros(1, dtype=torch.long, device=bank.feats.device) \
+            if several else None
+
+    def frame_feats(self) -> encoder.Features:
+        """The prompted camera's features [HW_l, 1, C_l] (called inside the captured
+        functions: with several cameras the selection by ``camera`` is part of the graph)."""
+        return self.feats if self.camera is None else streams.select(self.feats, self.camera)
 
     def capture(self) -> None:
         for key in buckets.prompt_keys(self.cfg):
             self.graphs[key] = self.capture_prompt(key)
 
     def capture_prompt(self, key: PromptKey) -> CapturedGraph:
-        b, feats, fill = self.bank, self.feats, self.cfg.fill_hole_area
+        b, fill = self.bank, self.cfg.fill_hole_area
         dev = b.feats.device
         if isinstance(key, MaskPromptKey):
             s = self.model.image_size
             return self.capturer.capture(
-                lambda m: step.mask_step(self.model, feats, m, fill_hole_area=fill),
+                lambda m: step.mask_step(self.model, self.frame_feats(), m,
+                                         fill_hole_area=fill),
                 torch.zeros(1, 1, s, s, device=dev))
         if isinstance(key, InitPromptKey):
             has_prev, mem = key.has_prev, None
@@ -74,7 +88,7 @@ class PromptGraphs:
             labels=torch.ones(1, key.points, dtype=torch.int32, device=dev),
             prev=b.logits.new_zeros(1, *b.logits.shape[1:]) if has_prev else None, mem=mem)
         return self.capturer.capture(lambda x: step.track_step(
-            self.model, feats, x.mem, self.maskmem_pos,
+            self.model, self.frame_feats(), x.mem, self.maskmem_pos,
             points={'point_coords': x.coords, 'point_labels': x.labels},
             prev_logits=x.prev, fill_hole_area=fill), inputs)
 
@@ -101,8 +115,10 @@ class PromptGraphs:
         return cap
 
     def run(self, cap: CapturedGraph, sel: Optional[Selection], points: dict,
-            prev: Optional[torch.Tensor]) -> step.StepOut:
-        """Copy the prompt into the graph's static inputs and replay it."""
+            prev: Optional[torch.Tensor], position: int = 0) -> step.StepOut:
+        """Copy the prompt (on frame ``position`` of the features) into the graph's static
+        inputs and replay it."""
+        self._set_camera(position)
         x = cap.inputs
         x.coords.copy_(points['point_coords'])
         x.labels.copy_(points['point_labels'])
@@ -113,12 +129,19 @@ class PromptGraphs:
         cap.graph.replay()
         return cap.outputs
 
-    def run_mask(self, features: encoder.Features,
-                 mask: torch.Tensor) -> Optional[step.StepOut]:
-        """A mask prompt [1, 1, S, S] by its graph; None when there is none (eager)."""
+    def run_mask(self, features: encoder.Features, mask: torch.Tensor,
+                 position: int = 0) -> Optional[step.StepOut]:
+        """A mask prompt [1, 1, S, S] on frame ``position`` of the features by its graph;
+        None when there is none (eager)."""
         cap = self.graphs.get(MaskPromptKey())
         if cap is None or features is not self.feats:
             return None
+        self._set_camera(position)
         cap.inputs.copy_(mask)
         cap.graph.replay()
         return cap.outputs
+
+    def _set_camera(self, position: int) -> None:
+        """Which camera's frame the next replay reads (nothing to set with one camera)."""
+        if self.camera is not None:
+            self.camera.fill_(position)

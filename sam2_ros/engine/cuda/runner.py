@@ -5,8 +5,12 @@ GPU idle most of the wall time); replaying captured graphs removes the launch ov
 runner has the eager runner's interface (``eager.py``) and holds one for every step a graph
 cannot take, so the tracker never knows which one it has.
 
-* The image encoder (Hiera + FPN) is one graph over a static [1, 3, S, S] input; its static
-  outputs are the features every step of that frame reads (no copy).
+* The image encoder (Hiera + FPN) is one graph over a static [N, 3, S, S] input, one frame
+  per camera (N: the tracker's cameras with ``batch_streams``, else 1); its static outputs are
+  the features every step of that frame reads (no copy). With N > 1 camera c's frame-in graph
+  writes row c, a camera without a frame in a step replays its last input (so its latest
+  features stay what they were), and the step and prompt graphs select each object's camera
+  inside the graph.
 * Track steps (``step_graphs.py``), prompted steps (``prompt_graphs.py``), frame in and masks
   out (``io_graphs.py``) are graphs per shape bucket (``buckets.py``), all captured through
   one ``capture.Capturer`` and its one memory pool.
@@ -55,7 +59,7 @@ class Graphs:
     capture."""
 
     model: object                  # the model the graphs run (``GraphRunner.graph_model``)
-    encoder: CapturedGraph         # [1, 3, S, S] image -> Features
+    encoder: CapturedGraph         # [N, 3, S, S] images (one per camera) -> Features
     steps: StepGraphs
     prompts: PromptGraphs
     io: GraphIO
@@ -63,11 +67,15 @@ class Graphs:
 
 
 class GraphRunner:
-    """CUDA-graph runner; ``eager`` (an ``EagerRunner`` on the plain model) is its fallback."""
+    """CUDA-graph runner; ``eager`` (an ``EagerRunner`` on the plain model) is its fallback.
+    ``cameras``: the streams of the tracker; graphs take them as one batch when
+    ``cfg.batch_streams``, else one camera's frame (several cameras then run eagerly)."""
 
-    def __init__(self, model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+    def __init__(self, model, cfg: TrackerConfig, on_fallback: Callable[[str], None],
+                 cameras: int = 1):
         self.model, self.cfg, self.on_fallback = model, cfg, on_fallback
         self.eager = EagerRunner(model, cfg)
+        self.cameras = cameras if cfg.batch_streams else 1     # the encoder graph's batch
         self.capturer = Capturer()
         self.store = precompiled.Store(model, cfg) if cfg.precompile else None
         self.graphs: Optional[Graphs] = None          # set by a successful prepare
@@ -127,7 +135,7 @@ class GraphRunner:
                  phase: Callable[[str], None]) -> Graphs:
         cfg = self.cfg
         s = model.image_size
-        image = torch.zeros(1, 3, s, s, device=bank.feats.device)
+        image = torch.zeros(self.cameras, 3, s, s, device=bank.feats.device)
         fn = self.store.encoder(image) if self.store else None
         enc = self.capturer.capture(fn or (lambda x: encoder.encode_image(model, x)), image)
         phase('encoder')
@@ -180,7 +188,7 @@ class GraphRunner:
     def encode_frame(self, frame: frame_in.Frame) -> encoder.Features:
         """A validated frame [H, W, 3] uint8 -> the encoder graph's Features: the frame-in
         graph writes its input where there is one, else the eager preprocessing."""
-        if self.graphs is None or not self.graphs.io.load_frame(frame):
+        if self.graphs is None or self.cameras > 1 or not self.graphs.io.load_frame(frame):
             return self.encode(frame_in.to_model_input(frame, self.model.image_size,
                                                        torch.device(self.cfg.device)))
         self.graphs.encoder.graph.replay()
@@ -188,20 +196,32 @@ class GraphRunner:
 
     def encode_streams(self, frames: Sequence[Optional[frame_in.Frame]]
                        ) -> Tuple[encoder.Features, List[Optional[int]]]:
-        """As ``EagerRunner.encode_streams``. One camera: ``encode_frame`` (the frame-in and
-        encoder graphs). Several: the eager runner's batch, as the graphs take one camera's
-        [1, 3, S, S] input; their static buffers stay untouched, so the steps of such a
-        frame run eagerly too (``track`` replays only on the encoder graph's features)."""
+        """As ``EagerRunner.encode_streams``. One camera: ``encode_frame``. Graphs of as many
+        cameras: each present frame into its camera's row of the encoder graph's input, one
+        replay, its static outputs (camera c at position c). Otherwise (no graphs, or graphs of
+        one camera with ``batch_streams`` off) the eager runner's batch; the graphs' buffers
+        stay untouched, so the steps of such a frame run eagerly too (``track`` replays only
+        on the encoder graph's features)."""
         if len(frames) == 1:
             return self.encode_frame(frames[0]), [0]
-        return self.eager.encode_streams(frames)
+        g = self.graphs
+        if g is None or len(frames) != self.cameras:
+            return self.eager.encode_streams(frames)
+        dev, size = torch.device(self.cfg.device), self.model.image_size
+        for c, frame in enumerate(frames):
+            if frame is not None and not g.io.load_frame(frame, c):
+                g.encoder.inputs[c:c + 1].copy_(frame_in.to_model_input(frame, size, dev))
+        g.encoder.graph.replay()
+        return g.encoder.outputs, [None if f is None else c for c, f in enumerate(frames)]
 
     def encode_batch(self, image: torch.Tensor) -> encoder.Features:
         """image [n, 3, S, S] -> Features [HW_l, n, C_l], by the eager runner."""
         return self.eager.encode_batch(image)
 
     def encode(self, image: torch.Tensor) -> encoder.Features:
-        if self.graphs is None:
+        """image [1, 3, S, S] -> Features (eagerly when the encoder graph is several
+        cameras')."""
+        if self.graphs is None or self.cameras > 1:
             return self.eager.encode(image)
         self.graphs.encoder.inputs.copy_(image)
         self.graphs.encoder.graph.replay()
@@ -283,18 +303,19 @@ class GraphRunner:
         return self.eager.track(features, bank, sels, maskmem_pos)[0]
 
     def prompt(self, features: encoder.Features, bank: MemoryBank, sel: Optional[Selection],
-               points: dict, prev: Optional[torch.Tensor],
-               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, str]:
+               points: dict, prev: Optional[torch.Tensor], maskmem_pos: torch.Tensor,
+               position: int = 0) -> Tuple[step.StepOut, str]:
         g = self.graphs
         cap = g.prompts.find(sel, points, prev, features) if g else None
         if cap is not None:
             try:
-                return g.prompts.run(cap, sel, points, prev), 'graph'
+                return g.prompts.run(cap, sel, points, prev, position), 'graph'
             except Exception as exc:  # noqa: BLE001 - the prompt is redone eagerly
                 self.report(f'prompt graph replay failed: {exc!r}')
-        return self.eager.prompt(features, bank, sel, points, prev, maskmem_pos)
+        return self.eager.prompt(features, bank, sel, points, prev, maskmem_pos, position)
 
-    def mask_prompt(self, features: encoder.Features,
-                    mask: torch.Tensor) -> Tuple[step.StepOut, str]:
-        out = self.graphs.prompts.run_mask(features, mask) if self.graphs else None
-        return self.eager.mask_prompt(features, mask) if out is None else (out, 'graph')
+    def mask_prompt(self, features: encoder.Features, mask: torch.Tensor,
+                    position: int = 0) -> Tuple[step.StepOut, str]:
+        out = self.graphs.prompts.run_mask(features, mask, position) if self.graphs else None
+        return self.eager.mask_prompt(features, mask, position) if out is None else \
+            (out, 'graph')

@@ -12,6 +12,11 @@ At steady state the padded graph (FlashAttention's variable-length kernel), the 
 (cuDNN by default) and an exact one with split-KV attention differ in speed with model,
 resolution and batch, so ``steady_attention`` picks one per batch size ('auto': timed at
 capture).
+
+Several cameras (``feats`` of the encoder graph's N frames, [HW_l, N, C_l]): each graph also
+takes a static ``Memory.stream_of`` [B], written with the objects' memories before each
+replay, and selects each object's camera features inside the graph (``streams.select``); with
+one camera the features are shared by a view (``encoder.expand``), as before.
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ AUTO_MARGIN = 0.05      # steady_attention='auto' leaves sam2's call only this m
 
 
 def static_memory(bank: MemoryBank, counts: MemoryCounts, batch: int, n_cond: int,
-                  padded: bool) -> step.Memory:
+                  padded: bool, streams: bool = False) -> step.Memory:
     """Static memory buffers of bucket n_cond for ``batch`` objects; padded buffers carry
-    validity flags (all set: during capture every slot holds a memory)."""
+    validity flags (all set: during capture every slot holds a memory); ``streams``: a
+    stream_of buffer (each object's camera, 0 during capture)."""
     n_s, n_p = counts.steady(n_cond)
     dev = bank.feats.device
 
@@ -48,19 +54,22 @@ def static_memory(bank: MemoryBank, counts: MemoryCounts, batch: int, n_cond: in
         tpos_idx=torch.zeros(n_s, batch, dtype=torch.long, device=dev),
         ptrs=bank.ptrs.new_zeros(n_p, batch, *bank.ptrs.shape[2:]),
         ptr_dist=torch.ones(n_p, batch, device=dev),
-        feat_valid=valid(n_s), ptr_valid=valid(n_p))
+        feat_valid=valid(n_s), ptr_valid=valid(n_p),
+        stream_of=torch.zeros(batch, dtype=torch.long, device=dev) if streams else None)
 
 
 class StepGraphs:
     """Track-step graphs over one bank, on the encoder graph's features ``feats``: ``exact``
     and ``padded`` per ``StepKey``, and ``steady_choice``, the buckets whose exact entry is
-    not sam2's call ('flash': the padded graph, 'split': split-KV)."""
+    not sam2's call ('flash': the padded graph, 'split': split-KV). ``feats`` hold one frame
+    per camera, [HW_l, cameras, C_l]."""
 
     def __init__(self, capturer: Capturer, cfg: TrackerConfig, model, bank: MemoryBank,
                  maskmem_pos: torch.Tensor, feats: encoder.Features,
                  store: Optional[precompiled.Store]):
         self.capturer, self.cfg, self.model, self.bank = capturer, cfg, model, bank
         self.maskmem_pos, self.feats, self.store = maskmem_pos, feats, store
+        self.cameras = feats.vision_feats[-1].shape[1]
         self.counts = MemoryCounts.of(model)
         self.padded_on = buckets.padded_graphs_on(cfg)
         self.exact: Dict[StepKey, CapturedGraph] = {}
@@ -79,13 +88,16 @@ class StepGraphs:
                 phase('padded_steps')
 
     def capture_step(self, key: StepKey, padded: bool, split: bool = False) -> CapturedGraph:
-        mem = static_memory(self.bank, self.counts, key.batch, key.cond, padded)
+        several = self.cameras > 1
+        mem = static_memory(self.bank, self.counts, key.batch, key.cond, padded, several)
         heads = self._heads if self.store else None
+        # several cameras: track_step selects each object's frame by m.stream_of
+        feats = self.feats if several else encoder.expand(self.feats, key.batch)
 
         def fn(m: step.Memory) -> step.StepOut:
             split_kv = attention.split_kv(self.model) if split else contextlib.nullcontext()
             with split_kv:
-                return step.track_step(self.model, encoder.expand(self.feats, key.batch), m,
+                return step.track_step(self.model, feats, m,
                                        self.maskmem_pos,
                                        fill_hole_area=self.cfg.fill_hole_area, heads=heads,
                                        batch_major=self.cfg.batch_major_memory)
@@ -93,11 +105,13 @@ class StepGraphs:
 
     def _heads(self, pix_feat: torch.Tensor, feats: encoder.Features) -> step.StepOut:
         """A tracking step's heads: the store's precompiled ones for this batch size (loaded or
-        compiled on first use, the warm-up before a capture) where it has them."""
-        heads = self.store.heads(pix_feat, self.feats)
+        compiled on first use, the warm-up before a capture) where it has them. They take the
+        frame's features (batch 1) with one camera, each object's selected ones with several."""
+        frame = feats if self.cameras > 1 else self.feats
+        heads = self.store.heads(pix_feat, frame)
         if heads is None:
             return step.tracking_heads(self.model, pix_feat, feats, self.cfg.fill_hole_area)
-        return heads(pix_feat, self.feats)
+        return heads(pix_feat, frame)
 
     def choose_steady(self) -> None:
         """Steady-state objects replay the exact bucket with sam2's attention call, the padded

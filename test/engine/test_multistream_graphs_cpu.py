@@ -1,0 +1,127 @@
+"""The graph path of several cameras (sam2_ros/engine/cuda/, cameras > 1 with batch_streams),
+exercised on the CPU by the CUDA-graph stand-in of test_graph_logic_cpu (a replay re-runs the
+captured function on the static buffers): one [2, 3, S, S] encoder graph fed by per-camera
+frame-in graphs, step graphs selecting each object's camera by a static stream_of buffer,
+prompt graphs reading a static camera index, must equal the eager multi-stream runner.
+
+Prompts and steps replay graphs, on paired and unpaired steps (an absent camera's row of the
+encoder input replays its last frame, so a prompt on it after such a step still reads its own
+features). Logits within 1e-4 (as test_graph_logic_cpu: batched step graphs and the encoder
+at batch 2 where the eager runner encodes an unpaired frame alone round in another order).
+batch_streams=False, the off switch, leaves graphs of one camera and steps the cameras
+eagerly, bitwise the eager runner.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from test_graph_logic_cpu import fake_capture_same_outputs
+from test_multistream import H, W, cfg_of, frame, multi
+from sam2_ros.engine.cuda import capture, runner
+from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
+from sam2_ros.engine.types import Prompt
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def graph_and_eager(monkeypatch, **changes):
+    """A two-camera tracker on a GraphRunner of two cameras (graphs replayed on the CPU) and
+    one on the eager runner, same model and config; the fallback reasons heard."""
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    cfg = cfg_of(batch_buckets=(1, 2), max_cond_frames=2, **changes)
+    g, e = multi(cfg), multi(cfg)
+    reasons = []
+    g.runner = runner.GraphRunner(g.model, cfg, reasons.append, cameras=2)
+    with torch.inference_mode():
+        g.runner.prepare(g.bank, g.maskmem_pos, None)
+    assert not reasons, reasons
+    return g, e, reasons
+
+
+def disc(h, w, cx, cy, r):
+    yy, xx = np.mgrid[:h, :w]
+    return (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+
+
+# per step: the frames, then the prompts added on each camera's latest frame
+STEPS = [
+    ((0, 0), [(0, Prompt(2, mask=disc(H, W, 40, 24, 8)))]),
+    ((1, 1), [(1, Prompt(3, mask=disc(H, W, 20, 30, 7)))]),   # a mask on camera 1's frame
+    ((2, 2), [(1, Prompt(1, points=np.array([[30.0, 20.0]]), labels=np.array([1])))]),
+    ((3, 3), []),
+    ((None, 4), [(0, Prompt(1, points=np.array([[12.0, 14.0]]), labels=np.array([0])))]),
+    ((4, None), [(1, Prompt(3, box=(35, 5, 60, 30)))]),      # camera 1 absent: its own frame
+    ((5, 5), []), ((6, 6), []), ((None, 7), []), ((7, 8), []),
+]
+
+
+def drive(t, steps=STEPS):
+    """Run the scenario; [per step: per camera None or [(id, logits, mask, score)]]."""
+    t.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    t.stream(1).queue_prompt(Prompt(1, box=(20, 8, 50, 40)))
+    t.stream(1).queue_prompt(Prompt(2, points=np.array([[12.0, 30.0]]), labels=np.array([1])))
+    out = []
+    for idx, prompts in steps:
+        res = t.track([None if i is None else frame(c, i) for c, i in enumerate(idx)])
+        assert not any(res.errors), res.errors
+        for cam, p in prompts:
+            t.stream(cam).add_prompt(p)
+        out.append([None if r is None else
+                     [(o.obj_id, o.low_res_logits.clone(), o.mask.copy(), o.score)
+                      for o in r.objects] for r in res.results])
+    return out
+
+
+def compare(a, b, exact: bool):
+    worst = 0.0
+    for step_a, step_b in zip(a, b):
+        for ra, rb in zip(step_a, step_b):
+            assert (ra is None) == (rb is None)
+            for (ia, la, ma, sa), (ib, lb, mb, sb) in zip(ra or [], rb or []):
+                assert ia == ib
+                if exact:
+                    assert torch.equal(la, lb) and (ma == mb).all() and sa == sb
+                worst = max(worst, float((la - lb).abs().max()))
+                assert (ma == mb).mean() > 0.999 and sa == pytest.approx(sb, abs=1e-4)
+            assert [o[0] for o in ra or []] == [o[0] for o in rb or []]
+    assert worst <= 1e-4, worst
+
+
+@pytest.mark.parametrize('mode', ['batched', 'swap'])
+def test_graphs_of_two_cameras_equal_the_eager_runner(monkeypatch, mode):
+    g, e, reasons = graph_and_eager(monkeypatch, graph_mode=mode)
+    r = g.runner
+    assert r.cameras == 2 and r.graphs.encoder.inputs.shape[0] == 2
+    assert all(c.inputs.stream_of is not None for c in r.steps.values())
+    assert r.graphs.prompts.camera is not None
+    compare(drive(g), drive(e), exact=False)
+    assert not reasons, reasons
+    st = g.stats
+    # every tracking step and every prompt replayed a graph (padded graphs after prompts)
+    assert st['graph_steps'] > 30 and st['eager_steps'] == 0, dict(st)
+    assert st['prompt_graph_steps'] == st['prompt_steps'] > 0, dict(st)
+    assert r.graphs.prompts.graphs[MaskPromptKey()].graph.replays == 2   # camera 0 and 1
+    assert r.graphs.encoder.graph.replays == len(STEPS)      # one encode per step
+    # one frame-in graph per camera, each writing its own row (8 / 9 frames of its camera)
+    assert r.io[FrameInKey(H, W, 0)].graph.replays == 8
+    assert r.io[FrameInKey(H, W, 1)].graph.replays == 9
+    if mode == 'batched':       # objects of both cameras stacked in one replay
+        assert any(k.batch == 2 and c.graph.replays for k, c in r.steps.items())
+    assert st['graph_steps'] == e.stats['eager_steps']
+
+
+def test_batch_streams_off_steps_the_cameras_eagerly(monkeypatch):
+    """The off switch: graphs of one camera (the encoder graph's input [1, 3, S, S]), each
+    camera encoded and stepped by the eager runner the graph runner holds, bitwise the eager
+    runner (the graphs untouched)."""
+    g, e, reasons = graph_and_eager(monkeypatch, batch_streams=False)
+    r = g.runner
+    assert r.cameras == 1 and r.graphs.encoder.inputs.shape[0] == 1
+    compare(drive(g), drive(e), exact=True)
+    assert not reasons and g.stats['graph_steps'] == 0 and g.stats['eager_steps'] > 0
+    assert r.graphs.encoder.graph.replays == 0

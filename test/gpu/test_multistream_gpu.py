@@ -1,0 +1,130 @@
+"""The graph path of several cameras on the GPU machine (marked gpu: CI has no GPU; run through
+the device tool): a MultiStreamTracker of 2 cameras on the graph runner (one [2, 3, S, S]
+encoder graph, per-camera frame-in graphs, step graphs selecting each object's camera, prompt
+graphs with a camera index) against the same tracker on the eager runner, over 120 steps with
+prompts of every kind on both cameras, a correction and a removal on each, and unpaired steps
+(either camera absent).
+
+Tolerances as test_graphs_gpu.py's graph-vs-eager test: logits <= 1e-3 (fp32) / 0.5 (bf16),
+mask pixels < 0.1% / 1%; pointers and memory features at the end <= 1e-3 / 0.1. Every tracking
+step and every prompt replays a graph, no fallback. batch_streams=False (the off switch) on
+the graph runner steps the cameras eagerly: bitwise the eager runner.
+"""
+
+import json
+import os
+
+import pytest
+import torch
+
+from scenarios import schedule, synthetic_frames
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.model import build_model
+from sam2_ros.engine.multistream import MultiStreamTracker
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
+OUT = os.environ.get('OUT', 'out')
+TOLS = {'fp32': 1e-3, 'bf16': 0.5}
+MEM_TOLS = {'fp32': 1e-3, 'bf16': 0.1}
+PX_TOLS = {'fp32': 1e-3, 'bf16': 1e-2}
+H, W, STEPS = 360, 640, 120
+
+
+def _cfg(**kw):
+    base = dict(model_size='tiny', image_size=512, device='cuda', random_weights=True,
+                max_objects=4, fill_hole_area=0)
+    base.update(kw)
+    return TrackerConfig(**base)
+
+
+def _record(name, value):
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, 'gpu_equivalence.json')
+    data = json.load(open(path)) if os.path.exists(path) else {}
+    data[name] = value
+    json.dump(data, open(path, 'w'), indent=1)
+
+
+def _frames(step):
+    """Both cameras' frames of a step; camera 1 misses every 10th step, camera 0 every 17th."""
+    return [None if step % 17 == 16 else FRAMES[0][step],
+            None if step % 10 == 9 else FRAMES[1][step]]
+
+
+FRAMES = [synthetic_frames(STEPS, h=H, w=W, seed=0), synthetic_frames(STEPS, h=H, w=W, seed=1)]
+EVENTS = [schedule(H, W, add2=20, add3=30, fix=60, remove=90),
+          schedule(H, W, add2=25, add3=36, fix=66, remove=95)]
+
+
+def _run(tracker):
+    """Per step, per camera None or {obj_id: (logits, mask, score)}."""
+    out = []
+    for step in range(STEPS):
+        res = tracker.track(_frames(step))
+        assert not any(res.errors), res.errors
+        out.append([None if r is None else
+                    {o.obj_id: (o.low_res_logits.clone(), o.mask, o.score) for o in r.objects}
+                    for r in res.results])
+        for cam, events in enumerate(EVENTS):
+            for kind, p in events.get(step, []):
+                handle = tracker.stream(cam)
+                handle.remove_object(p) if kind == 'remove' else handle.add_prompt(p)
+    return out
+
+
+def _compare(a_run, b_run):
+    worst, bad_px = 0.0, 0.0
+    for sa, sb in zip(a_run, b_run):
+        for ra, rb in zip(sa, sb):
+            assert (ra is None) == (rb is None)
+            assert list(ra or {}) == list(rb or {})
+            for k in ra or {}:
+                worst = max(worst, float((ra[k][0] - rb[k][0]).abs().max()))
+                bad_px = max(bad_px, float((ra[k][1] != rb[k][1]).mean()))
+    return worst, bad_px
+
+
+def _bank_diff(a, b):
+    """Max abs difference of the pointers and memory features of every live object."""
+    slots = [o.slot for s in a.streams for o in s.objects.values()]
+    assert slots == [o.slot for s in b.streams for o in s.objects.values()]
+    return max(float((getattr(a.bank, n)[s].float() - getattr(b.bank, n)[s].float())
+                     .abs().max()) for n in ('ptrs', 'feats') for s in slots)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+@pytest.mark.parametrize('graph_mode', ['swap', 'batched'])
+def test_graphs_of_two_cameras_equal_eager(precision, graph_mode):
+    torch.backends.cudnn.benchmark = False
+    cfg = _cfg(precision=precision, graph_mode=graph_mode)
+    model = build_model(cfg)
+    g = MultiStreamTracker(cfg, cameras=2, model=model)
+    e = MultiStreamTracker(cfg.replace(use_cuda_graphs=False), cameras=2, model=model)
+    assert g.runner.cameras == 2 and g.runner.graphs is not None
+    a, b = _run(g), _run(e)
+    worst, bad_px = _compare(a, b)
+    mem = _bank_diff(g, e)
+    stats = dict(g.stats)
+    _record(f'multistream_graph_vs_eager_{graph_mode}_{precision}',
+            {'worst_logits': worst, 'mask_px_differ': bad_px, 'worst_memory': mem,
+             'stats': stats})
+    print(precision, graph_mode, worst, bad_px, mem, stats)
+    assert stats.get('fallbacks', 0) == 0, g.fallback_reasons
+    assert stats.get('graph_steps', 0) > 300 and stats.get('eager_steps', 0) == 0, stats
+    assert stats.get('prompt_eager_steps', 0) == 0, stats
+    assert worst <= TOLS[precision], worst
+    assert mem <= MEM_TOLS[precision], mem
+    assert bad_px == 0.0 if worst == 0.0 else bad_px < PX_TOLS[precision], bad_px
+
+
+def test_batch_streams_off_is_the_eager_reference():
+    torch.backends.cudnn.benchmark = False
+    cfg = _cfg(precision='bf16', batch_streams=False)
+    model = build_model(cfg)
+    g = MultiStreamTracker(cfg, cameras=2, model=model)
+    e = MultiStreamTracker(cfg.replace(use_cuda_graphs=False), cameras=2, model=model)
+    assert g.runner.cameras == 1
+    worst, bad_px = _compare(_run(g), _run(e))
+    assert g.stats.get('graph_steps', 0) == 0 and g.stats.get('fallbacks', 0) == 0
+    assert worst == 0.0 and bad_px == 0.0, (worst, bad_px)
