@@ -6,27 +6,23 @@ publisher can produce becomes a :class:`FrameError` with a sentence a user can a
 frame is then a numpy view of the message's bytes honouring ``step`` (:func:`raw_view`, no
 copy), decoded by cv_bridge with what that bridge needs worked around
 (:mod:`sam2_ros.ros.cv_bridge_compat`). Compressed frames are checked from their header before
-decoding. Outgoing images are built here with one copy of the pixels (:func:`image_msg`).
+decoding, by :mod:`sam2_ros.engine.decode` (one header parser for the host and GPU decoders).
+Outgoing images are built here with one copy of the pixels (:func:`image_msg`).
 Pure functions of their inputs, tested without DDS.
 """
 
 from __future__ import annotations
 
 import array
-import struct
-from typing import Any, Optional, Tuple
+from typing import Any
 
-import cv2
 import numpy as np
 
+from sam2_ros.engine import decode
+from sam2_ros.engine.decode import MAX_IMAGE_PIXELS
 from sam2_ros.engine.errors import FrameError, PromptError
 from sam2_ros.ros import cv_bridge_compat, native_stderr
 from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
-
-COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
-# Compressed images declaring more pixels are refused before decoding (the default of the
-# node's max_image_pixels): 8K UHD.
-MAX_IMAGE_PIXELS = 7680 * 4320
 
 
 # ----------------------------------------------------------------------------- raw in
@@ -84,75 +80,19 @@ def mask_to_bool(msg: Any, bridge: Any) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- compressed in
 
-def compressed_header(data: bytes) -> Optional[Tuple[str, int, int, int]]:
-    """(kind, width, height, bits per sample) read from a PNG or JPEG header without
-    decoding it; None when neither header is found. Neither OpenCV nor Pillow reports a
-    JPEG's or PNG's bit depth without decoding, hence the few lines of header reading."""
-    if data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) >= 26 and data[12:16] == b'IHDR':
-        w, h = struct.unpack('>II', data[16:24])
-        return 'png', w, h, data[24]
-    if data[:2] == b'\xff\xd8':
-        i = 2
-        while i + 9 < len(data):
-            if data[i] != 0xFF:
-                return None
-            marker = data[i + 1]
-            if marker == 0xFF:          # fill byte
-                i += 1
-                continue
-            if 0xD0 <= marker <= 0xD9 or marker == 0x01:   # markers without a length
-                i += 2
-                continue
-            seg = struct.unpack('>H', data[i + 2:i + 4])[0]
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):   # SOFn
-                bits = data[i + 4]
-                h, w = struct.unpack('>HH', data[i + 5:i + 9])
-                return 'jpeg', w, h, bits
-            i += 2 + seg
-    return None
+def compressed_to_rgb(msg: Any, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png, 8 bit) -> [H, W, 3] uint8 RGB on the host.
 
-
-def compressed_to_rgb(msg: Any, bridge: Any,
-                      max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
-    """sensor_msgs/CompressedImage (jpeg or png, 8 bit) -> [H, W, 3] uint8 RGB.
-
-    The header is checked before decoding: a small PNG can declare 20000x20000 (1.2 GB
-    decoded, and the allocator keeps it), so more than ``max_pixels`` is refused; 16-bit
-    images (depth, HDR) are refused rather than silently cut to 8 bit.
+    Checked from the header before decoding (a small PNG can declare 20000x20000: 1.2 GB
+    decoded, and the allocator keeps it; 16-bit images are refused rather than cut to 8 bit;
+    truncated data is refused) and decoded by ``cv2.imdecode`` as cv_bridge's
+    ``compressed_imgmsg_to_cv2`` does (the same pixels), both by the ROS-free
+    :mod:`sam2_ros.engine.decode`, whose :class:`~sam2_ros.engine.decode.FrameDecoder` the node
+    uses to decode JPEG on the GPU. What libpng / libjpeg print meanwhile is the error's
+    reason, not stray stderr lines (:mod:`~sam2_ros.ros.native_stderr`).
     """
-    fmt = (msg.format or '').lower()
-    if not any(f in fmt for f in COMPRESSED_FORMATS) or 'compresseddepth' in fmt:
-        raise FrameError(f'unsupported compressed format {msg.format!r}; accepted: jpeg, png')
-    if len(msg.data) == 0:
-        raise FrameError('compressed image with no data')
-    head = compressed_header(bytes(msg.data[:65536]))
-    if head is None:
-        raise FrameError(f'cannot decode compressed image ({msg.format!r}, '
-                         f'{len(msg.data)} bytes): no PNG or JPEG header')
-    kind, w, h, bits = head
-    if w * h > max_pixels:
-        raise FrameError(f'{kind} declares {w}x{h} = {w * h} pixels, more than '
-                         f'max_image_pixels {max_pixels}: not decoded')
-    if bits != 8:
-        raise FrameError(f'{kind} has {bits} bits per sample; only 8-bit images are tracked '
-                         f'(convert it, e.g. depth, to 8-bit colour first)')
-    with native_stderr.captured() as said:   # libpng's own lines: this error's reason
-        try:   # passthrough: what cv2.imdecode gives
-            img, failed = bridge.compressed_imgmsg_to_cv2(msg), None
-        except Exception as exc:
-            img, failed = None, exc
-    why = f' ({"; ".join(said)[:300]})' if said else ''
-    if failed is not None:
-        raise FrameError(f'cv_bridge could not decode {msg.format!r}: {failed}{why}') from failed
-    if img is None or img.size == 0:
-        raise FrameError(f'could not decode {msg.format!r} image ({len(msg.data)} bytes){why}')
-    if img.dtype != np.uint8:
-        raise FrameError(f'decoded {msg.format!r} image is {img.dtype}, expected 8-bit')
-    if img.ndim == 2:
-        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
-    if img.shape[2] == 4:
-        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    head = decode.check_compressed(msg.data, msg.format or '', max_pixels)
+    return decode.decode_cpu(msg.data, head, native_stderr.captured)
 
 
 # ----------------------------------------------------------------------------- images out

@@ -45,7 +45,7 @@ class NodeHost:
     def decode(self, msg: Any) -> np.ndarray:
         if self.opts.input_type == 'raw':
             return images.image_to_rgb(msg, self.bridge)
-        return images.compressed_to_rgb(msg, self.bridge, self.opts.max_image_pixels)
+        return images.compressed_to_rgb(msg, self.opts.max_image_pixels)
 
     def convert(self, item: PromptItem) -> Tuple[int, Optional[Prompt]]:
         """A prompt message, or a click following the run-time parameters click_mode and

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
+from sam2_ros.engine.decode import MAX_IMAGE_PIXELS
 from sam2_ros.knobs import knob
-from sam2_ros.ros.images import MAX_IMAGE_PIXELS
 
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')

@@ -81,7 +81,7 @@ def request_image(request: Any, bridge: Any, max_pixels: int) -> np.ndarray:
     if request.image.width or request.image.height:
         return images.image_to_rgb(request.image, bridge)
     if len(request.compressed_image.data):
-        return images.compressed_to_rgb(request.compressed_image, bridge, max_pixels)
+        return images.compressed_to_rgb(request.compressed_image, max_pixels)
     raise FrameError('no image: set image (sensor_msgs/Image) or compressed_image')
 
 

@@ -231,6 +231,30 @@ def test_io_graph_results_are_not_overwritten_and_any_frame_layout_stages(monkey
     assert (a.objects[0].mask == b.objects[0].mask).all()
 
 
+def test_io_graph_stages_tensor_frames(monkeypatch):
+    """Tensor frames through the frame-in graph's staging: a contiguous [H, W, 3] tensor and
+    the channels-last view of a [3, H, W] one (what nvJPEG's output is handed on as,
+    engine/decode.py) give the results of the same pixels as numpy arrays."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref, _ = graph_tracker('swap', monkeypatch)
+    frames = synthetic_frames(3, h=48, w=64)
+    given = [torch.from_numpy(frames[0].copy()),
+             torch.from_numpy(frames[1]).permute(2, 0, 1).contiguous().permute(1, 2, 0),
+             torch.from_numpy(frames[2]).permute(2, 0, 1).contiguous().permute(1, 2, 0)]
+    assert not given[1].is_contiguous()
+    for k, (t, fr) in enumerate(zip(given, frames)):
+        a, b = tr.track(t), ref.track(fr)
+        if k == 0:
+            a = tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+            b = ref.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+        assert len(a.objects) == len(b.objects) == 1
+        for oa, ob in zip(a.objects, b.objects):
+            assert torch.equal(oa.low_res_logits, ob.low_res_logits)
+            assert (oa.mask == ob.mask).all()
+    assert tr.runner.io[FrameInKey(48, 64)].graph.replays == 3 == \
+        ref.runner.io[FrameInKey(48, 64)].graph.replays
+
+
 def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
     tr, cfg = graph_tracker('swap', monkeypatch)
     ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)

@@ -147,7 +147,7 @@ def compressed_images(draw):
 @given(compressed_images())
 def test_compressed_decode(bridge, m):
     try:
-        out = images.compressed_to_rgb(m, bridge)
+        out = images.compressed_to_rgb(m)
     except FrameError:
         count('test_compressed_decode', 'rejected')
         return

@@ -16,6 +16,7 @@ import pytest
 from ros_helpers import (PYTHON, ROOT, Client, Lifecycle, frames, image_msg, prompt_msg,
                          stamp, start_node, wait_until)
 
+from sam2_ros.engine import decode
 from sam2_ros.engine.errors import FrameError
 from sam2_ros.ros import images
 from sam2_ros.ros import node as node_mod
@@ -54,23 +55,23 @@ def test_oversized_compressed_image_is_refused_before_decoding(bridge):
     rgb = np.zeros((300, 400, 3), np.uint8)
     ok, buf = cv2.imencode('.png', rgb)
     with pytest.raises(FrameError, match='400x300 = 120000 pixels, more than'):
-        images.compressed_to_rgb(compressed(buf.tobytes()), bridge, max_pixels=100_000)
+        images.compressed_to_rgb(compressed(buf.tobytes()), max_pixels=100_000)
     ok, buf = cv2.imencode('.jpg', rgb)
     with pytest.raises(FrameError, match='jpeg declares 400x300'):
-        images.compressed_to_rgb(compressed(buf.tobytes(), 'jpeg'), bridge, max_pixels=100_000)
+        images.compressed_to_rgb(compressed(buf.tobytes(), 'jpeg'), max_pixels=100_000)
     # the 20000x20000 PNG of the issue: refused from its header with the default limit
     with pytest.raises(FrameError, match='20000x20000'):
-        images.compressed_to_rgb(compressed(png_declaring(20000, 20000)), bridge)
-    assert images.compressed_to_rgb(compressed(buf.tobytes(), 'jpeg'), bridge,
-                                  max_pixels=120_000).shape == (300, 400, 3)
+        images.compressed_to_rgb(compressed(png_declaring(20000, 20000)))
+    assert images.compressed_to_rgb(compressed(buf.tobytes(), 'jpeg'),
+                                    max_pixels=120_000).shape == (300, 400, 3)
 
 
 def test_16_bit_png_is_refused_not_cut_to_8_bit(bridge):
     img = (np.arange(64 * 48 * 3, dtype=np.uint32).reshape(48, 64, 3) * 37 % 65535)
     ok, buf = cv2.imencode('.png', img.astype(np.uint16))
-    assert images.compressed_header(buf.tobytes())[3] == 16
+    assert decode.compressed_header(buf.tobytes())[3] == 16
     with pytest.raises(FrameError, match='16 bits per sample'):
-        images.compressed_to_rgb(compressed(buf.tobytes()), bridge)
+        images.compressed_to_rgb(compressed(buf.tobytes()))
 
 
 # ----------------------------------------------------------------------------- defect 10

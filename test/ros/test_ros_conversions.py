@@ -58,10 +58,10 @@ def test_padded_rows_and_bigendian_flag(bridge, rgb):
 
 
 def test_png_exact_and_jpeg_close(bridge, rgb):
-    np.testing.assert_array_equal(images.compressed_to_rgb(compressed_msg(rgb, 1, 'png'), bridge),
+    np.testing.assert_array_equal(images.compressed_to_rgb(compressed_msg(rgb, 1, 'png')),
                                   rgb)
     smooth = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (24, 1, 3))
-    out = images.compressed_to_rgb(compressed_msg(smooth, 1, 'jpeg'), bridge)
+    out = images.compressed_to_rgb(compressed_msg(smooth, 1, 'jpeg'))
     assert out.shape == smooth.shape
     assert np.abs(out.astype(int) - smooth.astype(int)).mean() < 4
 
@@ -211,11 +211,11 @@ def test_bad_compressed(bridge, rgb):
     msg = compressed_msg(rgb, 1, 'png')
     msg.format = 'tiff'
     with pytest.raises(FrameError, match='unsupported compressed format'):
-        images.compressed_to_rgb(msg, bridge)
+        images.compressed_to_rgb(msg)
     msg = compressed_msg(rgb, 1, 'png')
     msg.data = b'not a png at all'
     with pytest.raises(FrameError, match='decode'):
-        images.compressed_to_rgb(msg, bridge)
+        images.compressed_to_rgb(msg)
 
 
 def test_prompt_mapping(bridge):
@@ -401,7 +401,7 @@ def test_corrupt_png_error_names_libpng_and_nothing_reaches_stderr(bridge, capfd
     msg.data = bytes(data)
     capfd.readouterr()
     with pytest.raises(FrameError, match=r'\(libpng error: '):
-        images.compressed_to_rgb(msg, bridge)
+        images.compressed_to_rgb(msg)
     with native_stderr.captured() as said:
         os.write(2, b'another thread\n')
     assert said == []

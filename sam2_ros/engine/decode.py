@@ -1,0 +1,248 @@
+"""Compressed camera frames (JPEG or PNG bytes) -> frames for the tracker, validated first.
+
+JPEG on a CUDA device goes through nvJPEG (``torchvision.io.decode_jpeg`` with a CUDA
+``device``) straight into a [H, W, 3] uint8 CUDA tensor, which the engine's frame-in stage
+copies device to device: the pixels are never decoded on, or copied to, the host. Everything
+else (PNG, JPEG kinds nvJPEG is not given, a machine without CUDA or torchvision, the GPU path
+switched off) is decoded on the host by ``cv2.imdecode`` exactly as the ROS node always did.
+
+Both paths run the same checks BEFORE decoding, from the header alone: the format is named and
+sniffed, the declared size is held against a pixel limit (a 425 KB PNG can declare
+20000x20000: 1.2 GB decoded, kept by the allocator), 16-bit images are refused rather than cut
+to 8 bit, and truncated data (no JPEG end-of-image marker after the scan, no PNG IEND chunk) is
+refused; each defect is a :class:`FrameError` saying what is wrong. The two decoders do not give
+the same pixels (chroma upsampling, IDCT and colour conversion differ):
+``test/gpu/test_decode_gpu.py`` bounds the difference.
+
+No ROS here: the node hands in the message's ``data`` (any buffer: bytes, array.array, numpy)
+and ``format``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, List, Optional, Tuple
+
+import cv2
+import numpy as np
+import torch
+
+from sam2_ros.engine.errors import FrameError
+from sam2_ros.engine.frame_in import Frame
+
+# Format names accepted in a CompressedImage's ``format`` (image_transport writes e.g.
+# 'rgb8; jpeg compressed bgr8' or 'png').
+COMPRESSED_FORMATS = ('jpeg', 'jpg', 'png')
+# Default pixel limit (the node's max_image_pixels): 8K UHD.
+MAX_IMAGE_PIXELS = 7680 * 4320
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+# JPEG frame headers nvJPEG is given: baseline, extended sequential and progressive Huffman
+# (the others, lossless, hierarchical and arithmetic-coded, are rare and go to the host).
+GPU_SOF = (0xC0, 0xC1, 0xC2)
+# A JPEG's end-of-image marker is searched for in this many trailing bytes (a few drivers pad).
+EOI_SEARCH = 1024
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What the header of a compressed image declares (nothing decoded)."""
+
+    kind: str           # 'jpeg' | 'png'
+    width: int
+    height: int
+    bits: int           # bits per sample
+    components: int     # JPEG: colour components (1 gray, 3 YCbCr, 4 CMYK); PNG: 0
+    sof: int            # JPEG: its frame header marker (0xC0 baseline, 0xC2 progressive); PNG: 0
+    complete: bool      # JPEG: an end-of-image marker after the scan; PNG: an IEND chunk
+
+
+def _buffer(data: Any) -> memoryview:
+    return memoryview(data).cast('B')
+
+
+def parse_header(data: Any) -> Optional[ImageHeader]:
+    """The header of PNG or JPEG ``data`` (any buffer), read without decoding; None when
+    neither header is found (or the JPEG's frame header is missing)."""
+    mv = _buffer(data)
+    n = len(mv)
+    if bytes(mv[:8]) == PNG_SIGNATURE and n >= 26 and bytes(mv[12:16]) == b'IHDR':
+        w, h = struct.unpack_from('>II', mv, 16)
+        return ImageHeader('png', w, h, mv[24], 0, 0, b'IEND' in bytes(mv[-64:]))
+    if bytes(mv[:2]) != b'\xff\xd8':
+        return None
+    i, sof = 2, None
+    while i + 3 < n:
+        if mv[i] != 0xFF:
+            return None
+        marker = mv[i + 1]
+        if marker == 0xFF:                                # fill byte
+            i += 1
+            continue
+        if 0xD0 <= marker <= 0xD9 or marker == 0x01:      # markers without a length
+            i += 2
+            continue
+        if marker == 0xDA:                                # start of scan: the header is over
+            break
+        seg = struct.unpack_from('>H', mv, i + 2)[0]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and i + 9 < n:  # SOFn
+            h, w = struct.unpack_from('>HH', mv, i + 5)
+            sof = (marker, w, h, mv[i + 4], mv[i + 9])
+        i += 2 + seg
+    if sof is None:
+        return None
+    scan = i if i + 3 < n and mv[i + 1] == 0xDA else None
+    start = max(scan or n, n - EOI_SEARCH)
+    complete = scan is not None and bytes(mv[start:]).rfind(b'\xff\xd9') >= 0
+    marker, w, h, bits, comps = sof
+    return ImageHeader('jpeg', w, h, bits, comps, marker, complete)
+
+
+def compressed_header(data: Any) -> Optional[Tuple[str, int, int, int]]:
+    """(kind, width, height, bits per sample) of a PNG or JPEG header; None when neither is
+    found."""
+    head = parse_header(data)
+    return None if head is None else (head.kind, head.width, head.height, head.bits)
+
+
+def check_compressed(data: Any, fmt: Optional[str],
+                     max_pixels: int = MAX_IMAGE_PIXELS) -> ImageHeader:
+    """Validate compressed ``data`` before any decoding; return its header.
+
+    ``fmt``: the message's format string, which must name jpeg or png (None: not checked, the
+    bytes decide). Raises FrameError for another format, no data, no PNG/JPEG header, more
+    than ``max_pixels`` declared, a zero size, not 8 bits per sample, or truncated data."""
+    if fmt is not None:
+        low = fmt.lower()
+        if not any(f in low for f in COMPRESSED_FORMATS) or 'compresseddepth' in low:
+            raise FrameError(f'unsupported compressed format {fmt!r}; accepted: jpeg, png')
+    n = len(_buffer(data))
+    if n == 0:
+        raise FrameError('compressed image with no data')
+    head = parse_header(data)
+    if head is None:
+        raise FrameError(f'cannot decode compressed image ({fmt!r}, {n} bytes): no PNG or '
+                         f'JPEG header')
+    kind, w, h = head.kind, head.width, head.height
+    if w * h > max_pixels:
+        raise FrameError(f'{kind} declares {w}x{h} = {w * h} pixels, more than '
+                         f'max_image_pixels {max_pixels}: not decoded')
+    if w == 0 or h == 0:
+        raise FrameError(f'{kind} declares a zero size ({w}x{h})')
+    if head.bits != 8:
+        raise FrameError(f'{kind} has {head.bits} bits per sample; only 8-bit images are '
+                         f'tracked (convert it, e.g. depth, to 8-bit colour first)')
+    if not head.complete:
+        what = 'no end-of-image marker after its scan' if kind == 'jpeg' else 'no IEND chunk'
+        raise FrameError(f'{kind} of {n} bytes is truncated ({what}): not decoded')
+    return head
+
+
+def decode_cpu(data: Any, head: ImageHeader,
+               capture: Optional[Callable[[], ContextManager[List[str]]]] = None) -> np.ndarray:
+    """Checked ``data`` -> [H, W, 3] uint8 RGB on the host: ``cv2.imdecode`` with
+    IMREAD_UNCHANGED (what cv_bridge's compressed_imgmsg_to_cv2 calls: no EXIF rotation, as
+    nvJPEG), gray and alpha converted to RGB. ``capture()``: a context around the decode that
+    yields the lines libpng / libjpeg print (the node's keeps them off stderr); they become
+    the reason of a failed decode."""
+    buf = np.frombuffer(_buffer(data), np.uint8)
+    with (capture() if capture is not None else contextlib.nullcontext([])) as said:
+        img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+    if img is None or img.size == 0:
+        why = f' ({"; ".join(said)[:300]})' if said else ''
+        raise FrameError(f'could not decode {head.kind} image ({buf.size} bytes){why}')
+    if img.dtype != np.uint8:
+        raise FrameError(f'decoded {head.kind} image is {img.dtype}, expected 8-bit')
+    if img.shape[:2] != (head.height, head.width):
+        raise FrameError(f'{head.kind} decoded to {img.shape[1]}x{img.shape[0]}, its header '
+                         f'declares {head.width}x{head.height}')
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+    if img.shape[2] == 4:
+        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def decode_jpeg_gpu(data: Any, device: torch.device) -> torch.Tensor:
+    """Checked JPEG ``data`` -> [H, W, 3] uint8 RGB on the CUDA ``device`` by nvJPEG. The
+    compressed bytes are the only host-to-device copy; the result is a channels-last view of
+    torchvision's [3, H, W] output (the frame-in stage copies it into its own buffer). Ordered
+    on the current stream (torchvision makes it wait for its decoder stream)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    src = np.frombuffer(_buffer(data), np.uint8)
+    if not src.flags.writeable:    # bytes: torch warns on read-only memory; 0.3 MB at 720p
+        src = src.copy()
+    img = decode_jpeg(torch.from_numpy(src), mode=ImageReadMode.RGB, device=device)
+    return img.permute(1, 2, 0)
+
+
+def gpu_unavailable(device: Any) -> Optional[str]:
+    """None when nvJPEG can decode on ``device``, else why not (a sentence for the log)."""
+    dev = torch.device(device)
+    if dev.type != 'cuda':
+        return f'device {dev} is not CUDA'
+    if not torch.cuda.is_available():
+        return 'CUDA is not available'
+    try:
+        import torchvision.io  # noqa: F401
+    except Exception as exc:  # ImportError, or an ABI mismatch with this torch
+        return f'torchvision is not importable ({type(exc).__name__}: {exc})'
+    return None
+
+
+@dataclass
+class DecodeCounts:
+    gpu: int = 0              # frames decoded by nvJPEG
+    cpu: int = 0              # frames decoded on the host
+    gpu_failures: int = 0     # nvJPEG failed on a valid-looking JPEG; the host decoded it
+
+
+class FrameDecoder:
+    """Compressed bytes -> a frame for ``StreamingTracker.track``: a CUDA tensor where nvJPEG
+    can decode (JPEG, ``gpu`` on, CUDA and torchvision present), a numpy array otherwise.
+
+    ``gpu=False`` is the off switch (the host decoder, the reference). At construction one
+    tiny JPEG is decoded on the device, so a torchvision without nvJPEG support turns the GPU
+    path off once (``gpu_off``) instead of failing on every frame. A JPEG nvJPEG still refuses
+    is decoded on the host (``counts.gpu_failures``, ``last_gpu_error``)."""
+
+    def __init__(self, device: Any = 'cpu', gpu: bool = True,
+                 max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+        self.device = torch.device(device)
+        self.max_pixels = int(max_pixels)
+        self.counts = DecodeCounts()
+        self.last_gpu_error: Optional[str] = None
+        self.gpu_off: Optional[str] = 'off (gpu=False)' if not gpu else \
+            gpu_unavailable(self.device)
+        if self.gpu_off is None:
+            self.gpu_off = self._probe()
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpu_off is None
+
+    def _probe(self) -> Optional[str]:
+        ok, buf = cv2.imencode('.jpg', np.full((16, 16, 3), 128, np.uint8))
+        try:
+            decode_jpeg_gpu(buf, self.device)
+        except Exception as exc:  # RuntimeError: no nvJPEG in this build, a driver error
+            return f'nvJPEG probe failed ({type(exc).__name__}: {exc})'
+        return None
+
+    def decode(self, data: Any, fmt: Optional[str] = None) -> Frame:
+        """Validate (:func:`check_compressed`), then decode ``data``: [H, W, 3] uint8 RGB."""
+        head = check_compressed(data, fmt, self.max_pixels)
+        if self.on_gpu and head.kind == 'jpeg' and head.sof in GPU_SOF \
+                and head.components in (1, 3):
+            try:
+                frame = decode_jpeg_gpu(data, self.device)
+                self.counts.gpu += 1
+                return frame
+            except RuntimeError as exc:   # corrupt scan data: the host decoder says more
+                self.counts.gpu_failures += 1
+                self.last_gpu_error = f'{type(exc).__name__}: {exc}'
+        frame = decode_cpu(data, head)
+        self.counts.cpu += 1
+        return frame
