@@ -46,6 +46,24 @@ class FrameItem:
 
 
 @dataclass
+class FrameTimes:
+    """When one frame passed each stage of the node, on ``time.monotonic()`` (one clock for
+    every process of the host, so a benchmark can put them between its camera's publish and
+    its mask receipt). Filled by the worker (receipt to engine end) and the publisher (mask
+    sent); written out by :mod:`sam2_ros.ros.timing_log` when the node's ``timing_log`` is set."""
+
+    recv: float = 0.0          # image callback (message taken and converted by rclpy)
+    decode0: float = 0.0       # the worker took the frame and starts decoding
+    decode1: float = 0.0
+    engine0: float = 0.0       # tracker.track() called (due prompts applied before it)
+    engine1: float = 0.0
+    out0: float = 0.0          # the publisher starts on this frame (the mask message built)
+    mask0: float = 0.0         # mask publish() called
+    mask1: float = 0.0         # mask publish() returned
+    state1: float = 0.0        # state publish() returned
+
+
+@dataclass
 class PromptItem:
     msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
     kind: str           # 'prompt' | 'click' | 'detections' (vision_msgs Detection2DArray)
@@ -64,6 +82,7 @@ class Published:
     errors: List[str]
     processed: int = 0        # frames processed in this activation when it was handed over
     dropped: int = 0          # frames dropped in this activation (newest-frame policy)
+    times: Optional[FrameTimes] = None   # None for a re-publish after a prompt
 
 
 class Job(Protocol):

@@ -137,7 +137,7 @@ class TrackerNode(LifecycleNode):
         self.outputs = Publishers.create(
             self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
             self.opts.publish_overlay, self.totals, self.association.class_of,
-            serial=not self.opts.pipeline)
+            serial=not self.opts.pipeline, timing_log=self.opts.timing_log)
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:

@@ -84,6 +84,12 @@ class NodeOptions:
         'compressed images declaring more pixels (header) are refused before decoding (default '
         '8K UHD)'))
     autostart: bool = knob(False, kind='bool', doc='configure and activate on start-up')
+    # One JSON line of time.monotonic() stamps per published frame (sam2_ros/ros/timing_log.py),
+    # so a benchmark on the same host can split image -> mask into its stages.
+    timing_log: str = knob('', kind='str', doc=(
+        'a file that gets one JSON line per published frame: its stamp and when it was '
+        'received, decoded, tracked and its mask and state sent (time.monotonic(), one clock '
+        "for the host's processes); for benchmarks; '' = off"))
     # Detections (vision_msgs/Detection2DArray on ~/detections) as box prompts; all settable at
     # run time. See sam2_ros/ros/detections.py and docs/ros.md "Detector in, objects out".
     detection_min_score: float = knob(0.5, kind='float', runtime=True, doc=(

@@ -2,8 +2,10 @@
 destroyed at cleanup / shutdown; what a frame sends, and the overlay.
 
 Mask, state (and objects) first, each built with one copy of the image data
-(:func:`sam2_ros.ros.images.image_msg`); the overlay only while someone subscribes to it (RViz,
-a recorder). Whether these run in the worker thread or on their own threads is the output
+(:func:`sam2_ros.ros.images.image_msg`); the mask and the overlay only while someone subscribes
+to them (RViz, a recorder: a reliable writer delivers only to matched readers anyway). With
+``timing_log`` set, each frame's timestamps are appended there
+(:mod:`sam2_ros.ros.timing_log`). Whether these run in the worker thread or on their own threads is the output
 stage's business (:mod:`sam2_ros.ros.pipeline`, parameter ``pipeline``); this object is its
 :class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live from configure to cleanup: a reliable
 writer destroyed at deactivate would need to wait for acknowledgements, which for small
@@ -19,8 +21,9 @@ from rclpy.duration import Duration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from sam2_ros.overlay import render_overlay
-from sam2_ros.ros import images, messages
-from sam2_ros.ros.mailbox import Published
+from sam2_ros.ros import images, inputs, messages
+from sam2_ros.ros.mailbox import FrameTimes, Published
+from sam2_ros.ros.timing_log import TimingLog
 from sam2_ros.ros.totals import Totals
 
 OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -41,13 +44,16 @@ class Publishers:
     ``node`` is the lifecycle node (its publishers, context and logger); ``pubs`` maps the
     names above to publishers (None: off); ``totals`` gives the counts of earlier activations
     (TrackingState counts since start); ``class_of(obj_id)`` the class an object was prompted
-    with (``~/objects``); ``serial``: the overlay delays the next frame (``pipeline: false``).
+    with (``~/objects``); ``serial``: the overlay delays the next frame (``pipeline: false``);
+    ``timing_log``: where each frame's times go (None: nowhere), closed at release.
     """
 
     def __init__(self, node: Any, pubs: Dict[str, Any], totals: Totals,
-                 class_of: Callable[[int], str], serial: bool) -> None:
+                 class_of: Callable[[int], str], serial: bool,
+                 timing_log: Optional[TimingLog] = None) -> None:
         self.node, self.pubs, self.totals = node, pubs, totals
         self.class_of, self.serial = class_of, serial
+        self.timing_log = timing_log
         self.has_overlay = pubs.get('overlay') is not None
         self.last_publish_ms = 0.0
         self.last_overlay_ms = 0.0
@@ -56,8 +62,10 @@ class Publishers:
 
     @classmethod
     def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
-               totals: Totals, class_of: Callable[[int], str], serial: bool) -> 'Publishers':
-        """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``."""
+               totals: Totals, class_of: Callable[[int], str], serial: bool,
+               timing_log: str = '') -> 'Publishers':
+        """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
+        ``timing_log``: a file for the frames' times ('' = off)."""
         from sensor_msgs.msg import Image
 
         make = node.create_lifecycle_publisher
@@ -66,7 +74,8 @@ class Publishers:
                 'state': make(state_type, '~/state', OUTPUT_QOS),
                 'objects': (make(objects_type, '~/objects', OUTPUT_QOS)
                             if objects_type is not None else None)}
-        return cls(node, pubs, totals, class_of, serial)
+        return cls(node, pubs, totals, class_of, serial,
+                   TimingLog(timing_log) if timing_log else None)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -78,16 +87,25 @@ class Publishers:
         if not self.alive():    # Ctrl-C shut the context down: nothing can go out
             return
         t0 = time.perf_counter()
+        times = p.times or FrameTimes()      # a re-published frame's are not logged
+        times.out0 = time.monotonic()
         pubs, done = self.pubs, self.totals.done
-        pubs['mask'].publish(images.image_msg(p.result.label_mask(), 'mono8', p.header))
+        if pubs['mask'].get_subscription_count() > 0:   # no reader: 0.9 MB at 720p not built
+            msg = images.image_msg(p.result.label_mask(), 'mono8', p.header)
+            times.mask0 = time.monotonic()
+            pubs['mask'].publish(msg)
+            times.mask1 = time.monotonic()
         pubs['state'].publish(messages.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self.publish_ms(),
             dropped=done['dropped'] + p.dropped, processed=done['processed'] + p.processed,
             errors=messages.errors_text(p.errors)))
+        times.state1 = time.monotonic()
         if pubs.get('objects') is not None:
             pubs['objects'].publish(messages.objects_msg(p.result, p.header, self.class_of))
         now = time.monotonic()
         self.unacked.update({name: now for name in RESULT_TOPICS})
+        if self.timing_log is not None and p.times is not None:
+            self.timing_log.write(inputs.stamp_ns(p.header.stamp), p.times)
         self.last_publish_ms = (time.perf_counter() - t0) * 1e3
 
     def publish_ms(self) -> float:
@@ -112,12 +130,15 @@ class Publishers:
 
     # ------------------------------------------------------------------ release
     def release(self) -> None:
-        """Flush, then destroy every publisher."""
+        """Flush, then destroy every publisher; close the timing log."""
         self.flush()
         for pub in self.pubs.values():
             if pub is not None:
                 self.node.destroy_lifecycle_publisher(pub)
         self.pubs = {}
+        if self.timing_log is not None:
+            self.timing_log.close()
+            self.timing_log = None
 
     def flush(self) -> None:
         """Destroying a reliable writer discards samples its readers have not acknowledged yet:

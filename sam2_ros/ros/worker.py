@@ -33,7 +33,7 @@ from sam2_ros.ros import time_jump
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
-    LATEST, FrameItem, LatencyWindow, Mailbox, PromptItem, Published, describe)
+    LATEST, FrameItem, FrameTimes, LatencyWindow, Mailbox, PromptItem, Published, describe)
 from sam2_ros.ros.pipeline import OutputStage, Outputs
 from sam2_ros.ros.worker_detections import DetectionPrompts
 from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
@@ -111,12 +111,12 @@ class TrackingWorker:
         return self._thread is not None and self._thread.is_alive() and self.output.alive
 
     def _emit(self, res: FrameResult, rgb: np.ndarray, header: Any, decode_ms: float,
-              recv_t: Optional[float]) -> None:
+              recv_t: Optional[float], times: Optional[FrameTimes] = None) -> None:
         """Hand one result to the output stage with the errors since the last one and the
         counters as they are now (a pipelined publisher must not report later counts)."""
         self.output.put(Published(res, rgb, header, decode_ms, recv_t, self.errors.drain(),
                                   processed=self.counters.processed,
-                                  dropped=self.mailbox.dropped))
+                                  dropped=self.mailbox.dropped, times=times))
 
     def _emit_again(self, res: FrameResult) -> None:
         """A prompt changed the last processed frame: publish it again (same header), so a
@@ -247,21 +247,24 @@ class TrackingWorker:
             self._refused(held.what, f'{type(exc).__name__}: {exc}')
 
     def _on_frame(self, item: FrameItem) -> None:
-        t0 = time.perf_counter()
+        times = FrameTimes(recv=item.recv_t, decode0=time.monotonic())
         try:
             rgb = self.host.decode(item.msg)
         except TrackerError as exc:
             self._frame_failed(f'frame skipped: {exc}')
             return
-        decode_ms = (time.perf_counter() - t0) * 1e3
+        times.decode1 = time.monotonic()
+        decode_ms = (times.decode1 - times.decode0) * 1e3
         if time_jump.went_back(self.last_stamp_ns, item.stamp_ns):
             self.time_jumped(time_jump.image_jump_reason(self.last_stamp_ns, item.stamp_ns),
                              item.stamp_ns)
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
+        times.engine0 = time.monotonic()
         res = self._track(rgb)
         if res is None:
             return
+        times.engine1 = time.monotonic()
         self.counters.processed += 1
         self._applied_old = []
         self.counters.consecutive_failures = 0
@@ -269,7 +272,7 @@ class TrackingWorker:
         self.last_stamp_ns = item.stamp_ns
         self._last = (rgb, item.header)
         self.detections.remember(item.stamp_ns, res)
-        self._emit(res, rgb, item.header, decode_ms, item.recv_t)
+        self._emit(res, rgb, item.header, decode_ms, item.recv_t, times)
         for held in self.hold.take_due(item.stamp_ns, detections=True):
             if held.item.stamp_ns == item.stamp_ns:
                 self._associate(held.item)

@@ -136,23 +136,49 @@ def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for():
     assert self.logger.warnings == []
 
 
-def test_publishing_marks_the_result_publishers_unacknowledged():
+def test_publishing_marks_the_result_publishers_unacknowledged(tmp_path):
     """A published frame makes mask, state (and objects) waited for at the next release;
-    the overlay never is."""
+    the overlay never is. The mask is built and sent only while it has a reader; with a
+    timing log each frame's times are written, in publishing order, and the log is closed at
+    release."""
     import numpy as np
     from ros_helpers import require_messages
 
     from sam2_ros.engine.types import FrameResult
-    from sam2_ros.ros.mailbox import Published
+    from sam2_ros.ros import timing_log
+    from sam2_ros.ros.mailbox import FrameTimes, Published
 
     require_messages()
-    sent = []
-    pub = lambda name: SimpleNamespace(publish=lambda m: sent.append(name))  # noqa: E731
-    outputs = Publishers(SimpleNamespace(context=SimpleNamespace(ok=lambda: True)),
-                         {'mask': pub('mask'), 'state': pub('state'), 'objects': None,
-                          'overlay': pub('overlay')}, Totals(), lambda i: '', serial=False)
+    sent, readers = [], {'mask': 1, 'state': 1, 'overlay': 1}
+    pub = lambda name: SimpleNamespace(  # noqa: E731
+        publish=lambda m: sent.append(name), get_subscription_count=lambda: readers[name],
+        wait_for_all_acked=lambda timeout: True)
+    node = SimpleNamespace(context=SimpleNamespace(ok=lambda: True), get_logger=FakeLogger,
+                           destroy_lifecycle_publisher=lambda p: None)
+    path = tmp_path / 't.jsonl'
+    outputs = Publishers(node, {'mask': pub('mask'), 'state': pub('state'), 'objects': None,
+                                'overlay': pub('overlay')}, Totals(), lambda i: '',
+                         serial=False, timing_log=timing_log.TimingLog(str(path)))
     from std_msgs.msg import Header
     p = Published(FrameResult(0, 4, 4), np.zeros((4, 4, 3), np.uint8), Header(), 0.0, 0.0, [])
-    outputs.publish(p)
+    outputs.publish(p)                   # a re-publish (no times): no line
     assert sent == ['mask', 'state']
     assert set(outputs.unacked) == {'mask', 'state', 'objects'}
+    readers['mask'] = 0                  # nobody reads the mask: not built, not sent
+    header = Header()
+    header.stamp.sec = 3
+    times = FrameTimes(recv=1.0, decode0=1.1, decode1=1.2, engine0=1.3, engine1=1.4)
+    outputs.publish(Published(FrameResult(1, 4, 4), np.zeros((4, 4, 3), np.uint8), header,
+                              0.0, 0.0, [], times=times))
+    readers['mask'] = 1
+    header2 = Header()
+    header2.stamp.sec = 4
+    outputs.publish(Published(FrameResult(2, 4, 4), np.zeros((4, 4, 3), np.uint8), header2,
+                              0.0, 0.0, [], times=FrameTimes(engine1=2.0)))
+    outputs.release()
+    assert outputs.timing_log is None
+    assert sent == ['mask', 'state', 'state', 'mask', 'state']
+    got = timing_log.read(str(path))
+    a, b = got[3_000_000_000], got[4_000_000_000]
+    assert a['mask0'] == a['mask1'] == 0.0 and 1.4 < a['out0'] < a['state1']
+    assert 2.0 < b['out0'] <= b['mask0'] <= b['mask1'] <= b['state1'] and len(got) == 2

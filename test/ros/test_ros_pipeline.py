@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sam2_ros.engine.types import FrameResult
+from sam2_ros.engine.types import FrameResult, Prompt
 from sam2_ros.ros.mailbox import FrameItem, Mailbox, PromptItem, Published
 from sam2_ros.ros.pipeline import OutputStage
 from sam2_ros.ros.worker import TrackingWorker
@@ -206,3 +206,37 @@ def test_the_tracker_is_built_on_its_own_cuda_device():
     assert isinstance(device_context('cuda'), contextlib.nullcontext)
     ctx = device_context('cuda:1')
     assert isinstance(ctx, torch.cuda.device) and ctx.idx == 1
+
+
+def test_frame_times_follow_each_frame_and_are_logged(tmp_path):
+    """Each tracked frame carries its stage times (receipt <= decode <= engine, in order) to the
+    publisher; a re-publish after a prompt carries none. The timing log writes one line per
+    frame, read back by stamp (what tools/bench/node_latency.py joins with its own times)."""
+    from sam2_ros.ros import timing_log
+
+    published = []
+    w = TrackingWorker(FakeTracker(), Mailbox(True, 4, 8),
+                       host(decode=lambda m: np.full((2, 2, 3), m, np.uint8),
+                            convert=lambda it: (0, Prompt(1, points=np.zeros((1, 2))))),
+                       outputs(published.append))
+    items = [frame(k + 1, 100 + k) for k in range(3)]
+    for it in items:
+        w._on_frame(it)
+    w._on_prompt(prompt(0, 1, 102))                 # on the last frame: re-published at once
+    assert [p.header.stamp for p in published] == [100, 101, 102, 102]
+    assert published[-1].times is None
+    for it, p in zip(items, published):
+        t = p.times
+        assert t.recv == it.recv_t <= t.decode0 <= t.decode1 <= t.engine0 <= t.engine1, t
+        assert abs(p.decode_ms - (t.decode1 - t.decode0) * 1e3) < 1e-9
+    log = timing_log.TimingLog(str(tmp_path / 'times.jsonl'))
+    for p in published[:3]:
+        p.times.mask0, p.times.mask1 = p.times.engine1 + 1, p.times.engine1 + 2
+        log.write(p.header.stamp, p.times)
+    log.write(100, published[1].times)               # a second line for a stamp: ignored
+    got = timing_log.read(str(tmp_path / 'times.jsonl'))   # flushed before close
+    log.close()
+    assert sorted(got) == [100, 101, 102]
+    assert got[100]['engine1'] == published[0].times.engine1
+    assert got[101]['mask1'] == published[1].times.engine1 + 2
+    assert timing_log.read(str(tmp_path / 'none.jsonl')) == {}
