@@ -36,6 +36,19 @@ def bench(tmp_path, *extra, timeout=150):
     return p, json.loads(out.read_text()), json.loads((tmp_path / 'rows.json').read_text())
 
 
+def check_split(f):
+    """The node's timing log split this frame's image -> mask: every part there, the parts
+    add up to it, each between causally ordered marks (the mask's DDS out can only be negative
+    by less than its publish() call), the worker's decode the one its state reports."""
+    from tools.bench.node_latency_frames import SPLIT
+
+    assert all(f[k] is not None for k in SPLIT), f
+    assert abs(sum(f[k] for k in SPLIT) - f['e2e_mask_ms']) < 0.01, f
+    assert all(f[k] >= 0 for k in SPLIT if k != 'dds_out_ms'), f
+    assert f['dds_out_ms'] + f['mask_publish_call_ms'] > 0, f
+    assert abs(f['node_decode_ms'] - f['decode_ms']) < 0.01, f
+
+
 def test_node_latency_smoke(tmp_path):
     p, r, rows = bench(tmp_path, '--rate', '4', '--objects', '2', '--device', 'cpu',
                        '--corrections-every', '0.4', '--transport', 'shm', '--pipeline')
@@ -59,6 +72,7 @@ def test_node_latency_smoke(tmp_path):
         assert abs(f['transport_ms'] - (f['e2e_mask_ms'] - f['decode_ms'] - f['engine_ms'])) \
             < 0.01 and f['transport_ms'] > 0
         assert abs(f['node_ms'] - (f['decode_ms'] + f['engine_ms'] + f['publish_ms'])) < 0.01
+        check_split(f)
         # a deadline miss: the mask came after the camera's next image (one period later
         # at 4 Hz once the paced warm-up is over)
         assert f['deadline_miss'] == (f['e2e_mask_ms'] > f['next_image_ms']), f
@@ -102,6 +116,24 @@ def test_node_latency_smoke(tmp_path):
             < 0.01, (f, nxt)
     assert (row['camera_gap_ms_p1'], row['camera_gap_ms_p50'], row['camera_gap_ms_p99']) == \
         (gap['p1'], gap['p50'], gap['p99'])
+
+
+def test_node_latency_jpeg_input(tmp_path):
+    """--input jpeg: the camera publishes JPEG CompressedImages on the node's compressed
+    topic, the node (input_type compressed) tracks them, the row says jpeg."""
+    p, r, rows = bench(tmp_path, '--rate', '4', '--objects', '1', '--device', 'cpu',
+                       '--input', 'jpeg', '--transport', 'shm', '--no-overlay')
+    assert r['config']['input'] == 'jpeg' and r['node_params']['input_type'] == 'compressed'
+    cam = r['cameras'][0]
+    assert cam['image_publishers'] == [cam['camera_node']]
+    assert 'jpeg q90' in p.stdout
+    for f in r['frames']:
+        assert f['objects'] == 1 and f['errors'] == [], f
+        assert 0 < f['image_bytes'] < 160 * 120 * 3            # compressed
+        check_split(f)
+    (row,) = rows
+    assert row['input'] == 'jpeg' and row['variant'].endswith('_jpeg')
+    assert row['dds_in_p50'] is not None and row['image_bytes_p50'] < 160 * 120 * 3
 
 
 def test_node_latency_two_cameras(tmp_path):

@@ -1,5 +1,6 @@
 """The node latency benchmark's camera: one process per synthetic camera that publishes its
-box prompts, correction clicks and rgb8 frames, and nothing else.
+box prompts, correction clicks and frames (rgb8 Images, or JPEG CompressedImages encoded
+before the run), and nothing else.
 
 Why a process of its own: a deadline miss is "the mask arrived after the camera's next image
 was published", so the next image's publish time is the deadline. When the camera shared the
@@ -55,6 +56,8 @@ class CameraConfig:
     corrections_every: float = 0.0
     tune_malloc: bool = True
     spin_ms: float = 1.0
+    input: str = 'raw'     # 'raw': rgb8 Image; 'jpeg': CompressedImage, encoded before the run
+    jpeg_quality: int = 90
 
 
 def node_name(pid: int) -> str:
@@ -76,6 +79,43 @@ def spin_until(t: float) -> None:
     tails there were CPU contention with the node either way."""
     while time.monotonic() < t:
         pass
+
+
+JPEG_FORMAT = 'rgb8; jpeg compressed bgr8'     # image_transport's format for an rgb8 camera
+
+
+def encode_jpeg(rgb: Any, quality: int) -> Any:
+    """[H, W, 3] uint8 RGB -> the JPEG's bytes as the ``array.array('B')`` rclpy keeps as a
+    message's data (cv2: libjpeg-turbo, 4:2:0, as camera drivers' compressed transport)."""
+    import array
+
+    import cv2
+    import numpy as np
+
+    ok, buf = cv2.imencode('.jpg', np.ascontiguousarray(rgb[..., ::-1]),
+                           [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise RuntimeError('JPEG encoding failed')
+    data = array.array('B')
+    data.frombytes(memoryview(buf.reshape(-1)))
+    return data
+
+
+def frame_messages(cfg: CameraConfig, cam: Any, total: int) -> Optional[List[Any]]:
+    """--input jpeg: every frame's CompressedImage, encoded now, before the run (so encoding
+    never delays a frame); raw: None (each rgb8 frame is drawn just before it is due)."""
+    if cfg.input == 'raw':
+        return None
+    from sensor_msgs.msg import CompressedImage
+
+    from sam2_ros.ros.harness import header_msg
+
+    msgs = []
+    for i in range(total):
+        m = CompressedImage(header=header_msg(0), format=JPEG_FORMAT)
+        m.data = encode_jpeg(cam.frame(i), cfg.jpeg_quality)
+        msgs.append(m)
+    return msgs
 
 
 def object_point(cam: Any, obj: int, i: int) -> tuple:
@@ -132,9 +172,10 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
     import rclpy
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rclpy.signals import SignalHandlerOptions
-    from sensor_msgs.msg import Image
+    from sensor_msgs.msg import CompressedImage, Image
 
     from sam2_ros.ros.messages import interfaces
+    from sam2_ros.synthetic import SyntheticCamera
 
     m = interfaces()
     ctx = rclpy.Context()
@@ -144,10 +185,14 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
     try:
         # the QoS the benchmark's image and prompt publishers always had
         pub_image = node.create_publisher(
-            Image, cfg.image_topic, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+            Image if cfg.input == 'raw' else CompressedImage, cfg.image_topic,
+            QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
         pub_prompt = node.create_publisher(
             m.Prompt, cfg.prompt_topic,
             QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        cam = SyntheticCamera(cfg.width, cfg.height, objects=max(2, cfg.objects),
+                              seed=cfg.index)
+        encoded = frame_messages(cfg, cam, cfg.frames + 1)   # before 'ready': not timed
         # publishers need no executor; discovery runs on the middleware's threads
         while pub_image.get_subscription_count() == 0 or \
                 pub_prompt.get_subscription_count() == 0:
@@ -155,7 +200,7 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
             time.sleep(0.05)
         conn.send(('ready', os.getpid()))
         _recv(conn)   # ('start',)
-        conn.send(('done', _publish(conn, cfg, pub_image, pub_prompt)))
+        conn.send(('done', _publish(conn, cfg, cam, encoded, pub_image, pub_prompt)))
         # Keep the publishers until told to stop: a RELIABLE writer destroyed right after its
         # last publish() can take unacknowledged samples with it (the last frame got lost).
         while True:
@@ -167,16 +212,15 @@ def camera_main(conn: Connection, cfg: CameraConfig) -> None:
         ctx.try_shutdown()
 
 
-def _publish(conn: Connection, cfg: CameraConfig, pub_image: Any,
-             pub_prompt: Any) -> Dict[str, Any]:
+def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[List[Any]],
+             pub_image: Any, pub_prompt: Any) -> Dict[str, Any]:
     """Prompts, then the frames at ``cfg.rate`` with clicks: the order and timing of the
     single-process benchmark (prompts 0.3 s before frame 0, a click right before the frame it
-    precedes), now without subscribers sharing the process."""
+    precedes), now without subscribers sharing the process. ``encoded``: the JPEG messages
+    (None: rgb8 frames drawn as they come)."""
     from sam2_ros.ros.images import image_msg
     from sam2_ros.ros.harness import header_msg, set_stamp
-    from sam2_ros.synthetic import SyntheticCamera
 
-    cam = SyntheticCamera(cfg.width, cfg.height, objects=max(2, cfg.objects), seed=cfg.index)
     prompt_ns = time.time_ns()
     send_prompts(pub_prompt, cam, cfg.objects, prompt_ns)
     time.sleep(0.3)
@@ -186,7 +230,8 @@ def _publish(conn: Connection, cfg: CameraConfig, pub_image: Any,
     sent: List[Dict[str, Any]] = []
     t_start, last_click, n_clicks = time.monotonic(), None, 0
     for i in range(total):
-        msg = image_msg(cam.frame(i), 'rgb8', header_msg(0))   # stamped at publish
+        msg = (image_msg(cam.frame(i), 'rgb8', header_msg(0)) if encoded is None
+               else encoded[i])                                 # stamped at publish
         _check_stop(conn)
         if i <= cfg.warmup and sent:
             # Warm-up is paced: each frame waits for the previous one's state, so one-off
@@ -212,7 +257,7 @@ def _publish(conn: Connection, cfg: CameraConfig, pub_image: Any,
         t_ret = time.monotonic()
         sent.append({'index': i, 'stamp_ns': ns, 't_pub': t_pub, 't_ret': t_ret,
                      'late_ms': (t_pub - due) * 1e3, 'correction': click,
-                     'publish_call_ms': (t_ret - t_pub) * 1e3})
+                     'publish_call_ms': (t_ret - t_pub) * 1e3, 'bytes': len(msg.data)})
     return {'pid': os.getpid(), 'node': node_name(os.getpid()), 'sent': sent,
             't_start': t_start, 'clicks': n_clicks, 'spin_ms': cfg.spin_ms}
 

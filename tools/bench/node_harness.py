@@ -49,6 +49,19 @@ def image_topic(ns: str) -> str:
     return f'/{ns}/image_raw' if ns else DEFAULT_IMAGE_TOPIC
 
 
+# --input: what the camera publishes, and the node's input_type for it
+INPUTS = ('raw', 'jpeg')
+INPUT_TYPE = {'raw': 'raw', 'jpeg': 'compressed'}
+
+
+def camera_topic(ns: str, input_kind: str = 'raw') -> str:
+    """Where the camera publishes: the image topic, or for JPEG the compressed topic the
+    node subscribes (image_transport's ``<topic>/compressed``, the node's own rule)."""
+    from sam2_ros.ros.node_cli import input_topic
+
+    return input_topic(image_topic(ns), INPUT_TYPE[input_kind])
+
+
 # ----------------------------------------------------------------------------- node process
 
 def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log_path: Path,
@@ -63,6 +76,9 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
         'checkpoint': args.checkpoint, 'random_weights': not args.checkpoint,
         'process_every_frame': True, 'publish_overlay': bool(args.overlay),
         'autostart': True, 'image_topic': image_topic(ns),
+        'input_type': INPUT_TYPE[getattr(args, 'input', 'raw')],
+        # each frame's receipt, decode, engine and publish times (node_latency_frames.py)
+        'timing_log': str(workdir / f'node_timing{ns}.jsonl'),
         # the camera's size is known, as on a rig: its I/O graphs are captured at configure
         'io_resolution': [args.width, args.height],
         'max_objects': max(int(values.get('max_objects', 8)), args.objects),
@@ -117,12 +133,14 @@ class Client(NodeClient):
     link_class = CameraLink
 
     def __init__(self, domain_id: int, overlay: bool = False,
-                 namespaces: Sequence[str] = ('',)) -> None:
+                 namespaces: Sequence[str] = ('',),
+                 image_topics: Optional[Sequence[str]] = None) -> None:
         outputs = ('mask', 'state') + (('overlay',) if overlay else ())
         # No rclpy signal handlers: ours (main) turn SIGINT/SIGTERM into exceptions, so the
         # finally block always stops the node subprocesses. The mask subscription first: when
         # both are ready the executor takes it first.
         super().__init__(f'sam2_node_latency_{os.getpid()}',
-                         [(node_prefix(ns), image_topic(ns)) for ns in namespaces],
+                         [(node_prefix(ns), topic) for ns, topic in zip(
+                             namespaces, image_topics or [image_topic(ns) for ns in namespaces])],
                          domain_id=domain_id, signal_handlers=False, publish=(),
                          subscribe=outputs, expect=outputs, depth=100, spin_period=0.02)

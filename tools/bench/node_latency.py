@@ -12,7 +12,9 @@ with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devic
 until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz
 would). The cameras are processes of their own (``camera_process.py``, one per camera, same
 domain, transport and malloc setting): each publishes box prompts and then rgb8
-``sensor_msgs/Image`` frames (``sam2_ros.synthetic``: one moving disc per object) at
+``sensor_msgs/Image`` frames (``--input jpeg``: ``sensor_msgs/CompressedImage`` JPEGs of
+quality ``--jpeg-quality`` encoded before the run, on ``<image topic>/compressed``, the node's
+``input_type`` compressed) (``sam2_ros.synthetic``: one moving disc per object) at
 ``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
 sends the publish times back. In this process the subscribers' callbacks would move the
 frames (and so the deadlines); apart, the misses are the node's alone. ``--corrections-every
@@ -34,7 +36,8 @@ seconds, cycling through the objects, as a surgeon correcting the tracker would.
 * ``node_ms`` = decode + engine + publish: the serial node's work per frame
 * ``transport_ms`` = e2e_mask - decode - engine: DDS transport of the image and of the mask,
   the mask message's conversion, the hand-offs inside the node and this process's callback
-  latency.
+  latency; split into DDS in, hand-offs, decode, engine, mask publishing and DDS out by the
+  node's ``timing_log`` (``node_latency_frames.py`` defines each part).
 
 Frames published before the previous frame's state came back are counted as ``queued``.
 The first ``--warmup`` frames are sent paced (each after the previous frame's state came back)
@@ -64,9 +67,11 @@ from typing import Any, Dict, List, Optional
 
 from tools.bench import node_latency_rows as report
 from tools.bench.camera_process import CameraConfig, CameraProcess, node_name
-from tools.bench.node_harness import (ROOT, TRANSPORTS, CameraLink, Client, camera_ns,
-                                         image_topic, start_node, transport_env)
+from tools.bench.node_harness import (INPUTS, ROOT, TRANSPORTS, CameraLink, Client,
+                                      camera_ns, camera_topic, start_node, transport_env)
+from tools.bench.node_latency_frames import frame_rows
 from sam2_ros.engine.config import default_precision
+from sam2_ros.ros import timing_log
 from sam2_ros.ros.domain import lease_domain
 from sam2_ros.ros.harness import NodeProcess, node_prefix
 
@@ -108,6 +113,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--transport', default='default', choices=sorted(TRANSPORTS),
                     help='Fast DDS transport of every process: default (builtin), udp, shm '
                          '(config/fastdds_large_frames.xml)')
+    ap.add_argument('--input', default='raw', choices=INPUTS,
+                    help="the camera's frames: raw (sensor_msgs/Image rgb8) or jpeg "
+                         "(sensor_msgs/CompressedImage on <image topic>/compressed, encoded "
+                         "ahead of time so the camera is never the bottleneck; the node's "
+                         "input_type compressed)")
+    ap.add_argument('--jpeg-quality', type=int, default=90, help='JPEG quality of --input jpeg')
     ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
                     'bf16 on cuda)')
     ap.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=None,
@@ -154,11 +165,12 @@ def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
     clicks leave from there, so this process's subscribers cannot move a frame's publish
     time, i.e. the deadline of the frame before it."""
     return [CameraProcess(CameraConfig(
-        index=k, domain_id=domain, image_topic=image_topic(ns),
+        index=k, domain_id=domain, image_topic=camera_topic(ns, args.input),
         prompt_topic=f'{node_prefix(ns)}/prompt', width=args.width, height=args.height,
         objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
         corrections_every=args.corrections_every, tune_malloc=tune_malloc,
-        spin_ms=args.camera_spin_ms)) for k, ns in enumerate(namespaces)]
+        spin_ms=args.camera_spin_ms, input=args.input, jpeg_quality=args.jpeg_quality))
+        for k, ns in enumerate(namespaces)]
 
 
 def image_publishers(client: Client, link: CameraLink) -> List[str]:
@@ -208,7 +220,13 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
             break
         time.sleep(0.05)
     t_start = min(c.result['t_start'] for c in cameras)   # CLOCK_MONOTONIC: host-wide
-    return {'frames': [_frames(args, link, s) for link, s in zip(client.links, sent)],
+    frames = []
+    for link, s, n in zip(client.links, sent, nodes):
+        with link.lock:   # publish times from the camera, receipts here, the node's own log
+            frames.append(frame_rows(s, args.frames, args.warmup, link.mask_t, link.state_t,
+                                     link.states_by_stamp,
+                                     timing_log.read(n.params['timing_log'])))
+    return {'frames': frames,
             'elapsed_s': round(time.monotonic() - t_start, 3),
             'clicks': cameras[0].result['clicks']}
 
@@ -216,46 +234,6 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
 def _complete(link: CameraLink, sent: List[Dict[str, Any]]) -> bool:
     with link.lock:
         return all(s['stamp_ns'] in link.state_t and s['stamp_ns'] in link.mask_t for s in sent)
-
-
-def _frames(args: argparse.Namespace, link: CameraLink,
-            sent: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Per-frame rows of one camera (the extra last frame left out). Publish times come from
-    the camera process, receipt times from this one: both CLOCK_MONOTONIC."""
-    frames: List[Dict[str, Any]] = []
-    with link.lock:
-        for k, s in enumerate(sent[:args.frames]):
-            ns, nxt = s['stamp_ns'], sent[k + 1]
-            by_stamp = link.states_by_stamp
-            st, st_next = by_stamp.get(ns), by_stamp.get(nxt['stamp_ns'])
-            tm, ts = link.mask_t.get(ns), link.state_t.get(ns)
-            # queued: the previous frame's state had not come back when publish() returned
-            prev_t = link.state_t.get(sent[k - 1]['stamp_ns']) if k else None
-            row: Dict[str, Any] = {
-                'index': s['index'], 'stamp_ns': ns, 'warmup': s['index'] < args.warmup,
-                'queued': k > 0 and (prev_t is None or prev_t > s['t_ret']),
-                'correction': s['correction'],
-                'publish_call_ms': round(s['publish_call_ms'], 3),
-                # publish() called this long after the frame was due (camera process)
-                'camera_late_ms': round(s['late_ms'], 3),
-                'e2e_mask_ms': None if tm is None else round((tm - s['t_pub']) * 1e3, 3),
-                'e2e_state_ms': None if ts is None else round((ts - s['t_pub']) * 1e3, 3),
-                # the mask came after the camera's next image (missing counts as missed)
-                'deadline_miss': tm is None or tm > nxt['t_pub'],
-                'next_image_ms': round((nxt['t_pub'] - s['t_pub']) * 1e3, 3),
-                'decode_ms': None if st is None else round(float(st.decode_ms), 3),
-                'engine_ms': None if st is None else round(float(st.engine_ms), 3),
-                'publish_ms': None if st_next is None else round(float(st_next.publish_ms), 3),
-                'objects': None if st is None else len(st.objects),
-                'engine_mode': None if st is None else st.engine_mode,
-                'errors': [] if st is None else list(st.errors),
-            }
-            parts = [row['decode_ms'], row['engine_ms'], row['publish_ms']]
-            row['node_ms'] = None if None in parts else round(sum(parts), 3)
-            row['transport_ms'] = (None if None in parts[:2] or row['e2e_mask_ms'] is None
-                                   else round(row['e2e_mask_ms'] - sum(parts[:2]), 3))
-            frames.append(row)
-    return frames
 
 
 def _wait_state(link: CameraLink, nodes: List[NodeProcess], stamp_ns: int,
@@ -309,7 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             keep_large_buffers()
         # the publishers: this environment (transport), the same malloc setting
         cameras = start_cameras(args, domain, namespaces, tune)
-        client = Client(domain, overlay=args.overlay, namespaces=namespaces)
+        client = Client(domain, overlay=args.overlay, namespaces=namespaces,
+                        image_topics=[camera_topic(ns, args.input) for ns in namespaces])
         t0 = time.monotonic()
         while not (all(c.pid is not None for c in cameras)
                    and client.connected()
@@ -361,7 +340,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
-                'cuda_graphs',
+                'cuda_graphs', 'input', 'jpeg_quality',
                 'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
@@ -380,6 +359,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'deadline_miss': "the mask arrived after the camera's next image was "
                                  "published (or never)",
                 'correction': 'object id clicked just before this frame was published',
+                'image_bytes': "the camera's message data (raw rgb8 or JPEG)",
             },
         }
         out.write_text(json.dumps(result, indent=1))

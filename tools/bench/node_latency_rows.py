@@ -17,8 +17,14 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from tools.bench.node_latency_frames import EXTRA, SPLIT
+
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
-         'transport_ms')
+         'transport_ms') + SPLIT + EXTRA
+# the transport split each row carries (p50 and p99): image -> mask in the node's order
+ROW_PARTS = {'dds_in': 'dds_in_ms', 'handoff': 'handoff_ms', 'decode': 'node_decode_ms',
+             'engine_span': 'node_engine_ms', 'publish_mask': 'publish_mask_ms',
+             'dds_out': 'dds_out_ms'}
 LABELS = {
     'e2e_mask_ms': 'end-to-end: image published -> mask received',
     'e2e_state_ms': 'end-to-end: image published -> state received',
@@ -27,6 +33,16 @@ LABELS = {
     'publish_ms': 'node: publish (mask, state; + overlay when serial)',
     'node_ms': 'node: decode + engine + publish',
     'transport_ms': 'rest: DDS in + mask out, hand-off (e2e_mask - decode - engine)',
+    'dds_in_ms': 'split: DDS in (camera publish() -> node image callback)',
+    'queue_ms': 'split: image callback -> worker (mailbox)',
+    'node_decode_ms': 'split: decode (worker)',
+    'prompts_ms': 'split: due prompts handed to the tracker',
+    'node_engine_ms': 'split: tracker.track() (worker)',
+    'handoff_out_ms': 'split: track() returned -> publisher starts (output stage)',
+    'publish_mask_ms': 'split: mask built and publish() returned',
+    'dds_out_ms': 'split: DDS out (mask publish() returned -> received here)',
+    'handoff_ms': 'hand-offs in the node (queue + prompts + output stage)',
+    'mask_publish_call_ms': 'of publish_mask: the publish() call',
 }
 # Targets of issue 13 at 720p60 on the H200: p99 image -> mask by object count, and no frame
 # whose mask arrives after the next image was published.
@@ -72,6 +88,7 @@ def summarize(frames: List[Dict[str, Any]]) -> Dict[str, Any]:
     stats['camera_late_ms'] = percentiles([f.get('camera_late_ms') for f in steady])
     stats['missing_frames'] = sum(1 for f in frames if f['e2e_mask_ms'] is None
                                   or f['e2e_state_ms'] is None)
+    stats['image_bytes'] = percentiles([f.get('image_bytes') for f in steady])
     return stats
 
 
@@ -82,7 +99,8 @@ def markdown(result: Dict[str, Any]) -> str:
         s = cam['summary']
         lines += [
             f"camera {cam['index']} ({cam['ns'] or 'default topics'}, {cam['device']}): "
-            f"{a['width']}x{a['height']} rgb8, {a['model']}@{a['image_size']} {a['precision']}, "
+            f"{a['width']}x{a['height']} {_input(a)}, {a['model']}@{a['image_size']} "
+            f"{a['precision']}, "
             f"{a['objects']} object(s), graph_mode {a.get('graph_mode') or 'yaml'}, "
             f"{a['rate']} Hz, transport {a['transport']}, pipeline "
             f"{cam['node_params'].get('pipeline', 'yaml')}, corrections every "
@@ -101,6 +119,11 @@ def markdown(result: Dict[str, Any]) -> str:
     return '\n'.join(lines)
 
 
+def _input(a: Dict[str, Any]) -> str:
+    kind = a.get('input', 'raw')
+    return 'rgb8' if kind == 'raw' else f"{kind} q{a.get('jpeg_quality')}"
+
+
 def _ms(v: Optional[float]) -> str:
     return '-' if v is None else f'{v:.1f}'
 
@@ -117,6 +140,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         f"corr{a['corrections_every']:g}" if a['corrections_every'] else 'nocorr',
         str(cam['node_params'].get('graph_mode')),
         'yaml' if pipe is None else ('pipeline' if pipe else 'serial')]
+        + ([a['input']] if a.get('input', 'raw') != 'raw' else [])
         + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
         + (['precompile'] if cam['node_params'].get('precompile') else []))
 
@@ -135,6 +159,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'tune_malloc': p.get('tune_malloc', True),
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
+            'input': a.get('input', 'raw'), 'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),
             'overlays_received': cam['overlays_received'],
@@ -143,6 +168,8 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'e2e_mask_p50': s['e2e_mask_ms']['p50'], 'e2e_mask_p99': s['e2e_mask_ms']['p99'],
             'e2e_state_p99': s['e2e_state_ms']['p99'],
             'engine_p50': s['engine_ms']['p50'], 'publish_p50': s['publish_ms']['p50'],
+            # the split of image -> mask (node_latency_frames.py), p50 and p99 of each
+            **{f'{name}_{q}': s[k][q] for name, k in ROW_PARTS.items() for q in ('p50', 'p99')},
             'deadline_misses': s['deadline_misses'], 'queued': s['queued_frames'],
             'missing': s['missing_frames'],
             # how regular the camera process kept its period (the deadlines' spread)

@@ -157,19 +157,21 @@ def node_latency(results: str) -> List[str]:
         body.append([
             f"{_f(r['camera_hz'], 0)} Hz {r['width']}x{r['height']}",
             f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
-            _f(r.get('graph_mode')), _f(r.get('transport')), 'yes' if r.get('overlay') else 'no',
+            _f(r.get('graph_mode')), _f(r.get('transport')), _f(r.get('input', 'raw')),
+            'yes' if r.get('overlay') else 'no',
             {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
             {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _f(r.get('precompile')),
             r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
-            '-' if misses is None else f"{misses} / {r['frames']}", _node_target(r),
+            '-' if misses is None else f"{misses} / {r['frames']}", _split(r), _node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
     out = _node_prov(rows) + [''] + _table(
-        ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport',
+        ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport', 'input',
          'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile', 'corrections',
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
+         'split p50 / p99 ms: DDS in, hand-offs, decode, engine, mask publish, DDS out',
          'target', 'date, commit'], body)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
               f"{p['received']} / {p['sent']}"] for p in probes]
@@ -177,6 +179,15 @@ def node_latency(results: str) -> List[str]:
                   'machine; the `dds_probe` rows of the same file):', ''] + _prov(probes) + [
         ''] + _table(
         ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
+
+
+def _split(r: dict) -> str:
+    """The row's image -> mask split (tools/bench/node_latency_frames.py), p50/p99 each;
+    '-' for rows measured before the node logged its timestamps."""
+    names = ('dds_in', 'handoff', 'decode', 'engine_span', 'publish_mask', 'dds_out')
+    if r.get('dds_in_p50') is None:
+        return '-'
+    return ', '.join(f"{_f(r.get(n + '_p50'), 1)}/{_f(r.get(n + '_p99'), 1)}" for n in names)
 
 
 def soak(results: str) -> List[str]:
