@@ -7,6 +7,9 @@
 #   bash scripts/gpu/gpu_node_latency.sh precompile  # 1 and 8 objects, precompile on
 #   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget;
 #                                                 # SHORT_OBJECTS="8" for other counts)
+#   bash scripts/gpu/gpu_node_latency.sh input    # issue 27: raw 1/3/8 and jpeg 1/8 objects,
+#     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
+#     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
 # a tracked object every 2 s, process_every_frame (nothing dropped: a slow node shows as
 # latency and deadline misses). 1-GPU matrix: 1/3/8 objects with the overlay subscribed and
@@ -37,6 +40,16 @@ else
   PY=/tmp/rosv/bin/python; D0=cuda:0; D1=cuda:1
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
+fi
+if [ "$MODE" = input ] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision, then its test
+  if [ ! -e /tmp/site/.installed_gpu ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
+  fi
+  $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision',
+torchvision.__version__)"
+  timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu test/gpu/test_decode_gpu.py -s \
+    2>&1 | tail -n 5
 fi
 unset FASTDDS_DEFAULT_PROFILES_FILE FASTDDS_BUILTIN_TRANSPORTS
 RESULTS=$OUT/h200_node_latency.json
@@ -74,6 +87,12 @@ elif [ "$MODE" = short ]; then   # the headline rows only (3 then 1 object), for
   for n in ${SHORT_OBJECTS:-3 1}; do
     run "shm_${n}obj_overlay" --objects "$n" --transport shm --overlay
   done
+elif [ "$MODE" = input ]; then   # raw and JPEG cameras; the target rows first
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
 elif [ "$MODE" = 2gpu ]; then
   for n in 1 3 8; do
     run "cams2_2gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D1"
@@ -96,12 +115,14 @@ tar czf "$OUT/node_latency.tgz" -C "$W" . && echo "wrote $OUT/node_latency.tgz"
 python3 - "$RESULTS" "$RUN" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r.get('run') == sys.argv[2]]
-print('cams cam objects transport(shm segs) overlay pipeline | mask p50 p99 | state p99 | '
-      'misses / frames')
+print('cams cam objects input transport(shm segs) overlay pipeline | mask p50 p99 | state p99 | '
+      'misses / frames | p50/p99 DDS in, hand-offs, decode, engine, mask publish, DDS out')
 for r in rows:
-    print(f"{r['cameras']} {r['camera']} {r['objects']} {r['transport']}"
-          f"({r.get('shm_large_segments')}) {r['overlay']} {r['pipeline']} | "
+    split = ', '.join(f"{r.get(n + '_p50')}/{r.get(n + '_p99')}" for n in (
+        'dds_in', 'handoff', 'decode', 'engine_span', 'publish_mask', 'dds_out'))
+    print(f"{r['cameras']} {r['camera']} {r['objects']} {r.get('input', 'raw')} "
+          f"{r['transport']}({r.get('shm_large_segments')}) {r['overlay']} {r['pipeline']} | "
           f"{r['e2e_mask_p50']} {r['e2e_mask_p99']} | {r['e2e_state_p99']} "
-          f"| {r['deadline_misses']} / {r['frames']}")
+          f"| {r['deadline_misses']} / {r['frames']} | {split}")
 EOF
 echo "elapsed $(( $(date +%s) - T0 )) s; rows in $RESULTS (run $RUN)"

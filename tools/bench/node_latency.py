@@ -11,11 +11,9 @@ sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights 
 with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
 until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz
 would). The cameras are processes of their own (``camera_process.py``, one per camera, same
-domain, transport and malloc setting): each publishes box prompts and then rgb8
-``sensor_msgs/Image`` frames (``--input jpeg``: ``sensor_msgs/CompressedImage`` JPEGs of
-quality ``--jpeg-quality`` encoded before the run, on ``<image topic>/compressed``, the node's
-``input_type`` compressed) (``sam2_ros.synthetic``: one moving disc per object) at
-``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
+domain, transport and malloc setting): each publishes box prompts and then frames
+(``sam2_ros.synthetic``: one moving disc per object; rgb8 Images, or with ``--input jpeg``
+CompressedImages encoded before the run, on the node's compressed topic) at ``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
 sends the publish times back. In this process the subscribers' callbacks would move the
 frames (and so the deadlines); apart, the misses are the node's alone. ``--corrections-every
 S`` sends a click (a one-point prompt for the next frame) on one tracked object every S
@@ -45,9 +43,8 @@ and left out of the percentiles (the cameras ask this process for each previous 
 processes time on CLOCK_MONOTONIC, one clock for the host. ``--results FILE`` merges one row
 per camera into the curated file (``tools.bench.cli.save_json``; docs/performance.md
 renders it). The node subprocesses are always stopped (SIGINT, then SIGKILL of the process
-group), the camera processes too (a stop message, then SIGKILL). The node processes and the
-client are in ``node_harness.py`` (on ``sam2_ros.ros.harness``), the cameras in
-``camera_process.py``, the summaries and rows in ``node_latency_rows.py``.
+group), the camera processes too (a stop message, then SIGKILL). Nodes and client:
+``node_harness.py``; cameras: ``camera_process.py``; rows: ``node_latency_(frames|rows).py``.
 """
 
 from __future__ import annotations
