@@ -12,8 +12,8 @@ CORE = ['sam2_ros.engine', 'sam2_ros.engine.config', 'sam2_ros.engine.types',
         'sam2_ros.engine.cuda.capture', 'sam2_ros.engine.cuda.buckets',
         'sam2_ros.engine.cuda.step_graphs', 'sam2_ros.engine.cuda.prompt_graphs',
         'sam2_ros.engine.tracker', 'sam2_ros.engine.streams', 'sam2_ros.engine.stream',
-        'sam2_ros.engine.multistream', 'sam2_ros.engine.runners', 'sam2_ros.overlay',
-        'sam2_ros.stereo', 'sam2_ros.cli.track_offline', 'tools.bench.cli']
+        'sam2_ros.engine.multistream', 'sam2_ros.engine.runners', 'sam2_ros.engine.decode',
+        'sam2_ros.overlay', 'sam2_ros.stereo', 'sam2_ros.cli.track_offline', 'tools.bench.cli']
 ROS = ('rclpy', 'sensor_msgs', 'std_msgs', 'geometry_msgs', 'cv_bridge', 'sam2_ros.msg',
        'builtin_interfaces', 'diagnostic_msgs')
 
