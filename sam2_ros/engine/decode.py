@@ -178,6 +178,14 @@ def decode_jpeg_gpu(data: Any, device: torch.device) -> torch.Tensor:
     return img.permute(1, 2, 0)
 
 
+def to_host(frame: Frame) -> np.ndarray:
+    """A decoded frame as [H, W, 3] uint8 numpy on the host: a CUDA frame (nvJPEG's) is made
+    contiguous on the device and copied once; a host frame is returned as it is."""
+    if isinstance(frame, np.ndarray):
+        return frame
+    return frame.contiguous().cpu().numpy()
+
+
 def gpu_unavailable(device: Any) -> Optional[str]:
     """None when nvJPEG can decode on ``device``, else why not (a sentence for the log)."""
     dev = torch.device(device)
@@ -214,7 +222,7 @@ class FrameDecoder:
         self.max_pixels = int(max_pixels)
         self.counts = DecodeCounts()
         self.last_gpu_error: Optional[str] = None
-        self.gpu_off: Optional[str] = 'off (gpu=False)' if not gpu else \
+        self.gpu_off: Optional[str] = 'switched off' if not gpu else \
             gpu_unavailable(self.device)
         if self.gpu_off is None:
             self.gpu_off = self._probe()

@@ -50,6 +50,7 @@ class Snapshot:
     gc_full_collections: int
     gc_max_pause_ms: float
     detections: Optional[Dict[str, int]] = field(default=None)   # None: vision_msgs is off
+    decode: Dict[str, Any] = field(default_factory=dict)          # decode_values()
 
 
 @dataclass
@@ -65,10 +66,27 @@ def model_name(cfg: Any) -> str:
     return f'{cfg.model_size}@{cfg.image_size} {cfg.device} {cfg.precision}'
 
 
+def decode_values(decoder: Any) -> Dict[str, Any]:
+    """Where frames are decoded: ``gpu_decode`` 'on (nvJPEG)' or 'off: <why>', and for a
+    compressed input the frames decoded on the GPU and on the host, and the JPEGs nvJPEG
+    refused (decoded on the host instead) with the last refusal. ``decoder``: the node's
+    :class:`~sam2_ros.engine.decode.FrameDecoder`, None for raw input."""
+    if decoder is None:
+        return {'gpu_decode': 'off: raw input (input_type raw)'}
+    c = decoder.counts
+    values: Dict[str, Any] = {
+        'gpu_decode': 'on (nvJPEG)' if decoder.on_gpu else f'off: {decoder.gpu_off}',
+        'decoded_on_gpu': c.gpu, 'decoded_on_host': c.cpu, 'gpu_decode_failures': c.gpu_failures}
+    if decoder.last_gpu_error:
+        values['last_gpu_decode_error'] = decoder.last_gpu_error[:200]
+    return values
+
+
 def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts: Any,
              totals: Totals, fallbacks_seen: int, gc_pauses: Any,
-             vision_on: bool) -> Snapshot:
-    """Read an active node's parts (takes the worker's error count: reported once)."""
+             vision_on: bool, decoder: Any = None) -> Snapshot:
+    """Read an active node's parts (takes the worker's error count: reported once);
+    ``decoder``: the compressed input's FrameDecoder (None: raw input)."""
     errors = worker.errors.take_count()
     stats = tracker.stats
     return Snapshot(
@@ -87,7 +105,8 @@ def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts
         overlays_dropped=worker.output.overlays_dropped, model=model_name(cfg),
         random_weights=cfg.random_weights, gc_full_collections=gc_pauses.full_collections,
         gc_max_pause_ms=gc_pauses.max_pause_ms,
-        detections=totals.detections_since_start(worker) if vision_on else None)
+        detections=totals.detections_since_start(worker) if vision_on else None,
+        decode=decode_values(decoder))
 
 
 def report(s: Snapshot) -> Report:
@@ -132,6 +151,7 @@ def _values(s: Snapshot) -> Dict[str, Any]:
         'gc_full_collections': s.gc_full_collections,
         'gc_max_pause_ms': round(s.gc_max_pause_ms, 2),
     })
+    values.update(s.decode)
     if s.detections is not None:
         for k in COUNT_KEYS:
             values[f'detections_{k}'] = s.detections.get(k, 0)

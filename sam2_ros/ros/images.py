@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 from typing import Any
 
+import cv2
 import numpy as np
 
 from sam2_ros.engine import decode
@@ -24,6 +25,10 @@ from sam2_ros.engine.errors import FrameError, PromptError
 from sam2_ros.ros import cv_bridge_compat, native_stderr
 from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
 
+# Outgoing JPEGs (the overlay of a compressed input): image_transport's format string for an
+# rgb8 image, and a quality for eyes (the overlay is never measured on).
+JPEG_FORMAT = 'rgb8; jpeg compressed bgr8'
+JPEG_QUALITY = 90
 
 # ----------------------------------------------------------------------------- raw in
 
@@ -109,6 +114,22 @@ def image_msg(img: np.ndarray, encoding: str, header: Any) -> Any:
     msg.is_bigendian = 0
     msg.step = msg.width * (1 if img.ndim == 2 else int(img.shape[2]))
     msg.data = image_data(img)
+    return msg
+
+
+def jpeg_msg(rgb: np.ndarray, header: Any, quality: int = JPEG_QUALITY) -> Any:
+    """[H, W, 3] uint8 RGB -> sensor_msgs/CompressedImage (JPEG, image_transport's format for
+    an rgb8 image) with ``header`` as given."""
+    from sensor_msgs.msg import CompressedImage
+
+    ok, buf = cv2.imencode('.jpg', np.ascontiguousarray(rgb[..., ::-1]),
+                           [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError(f'JPEG encoding of a {rgb.shape[1]}x{rgb.shape[0]} image failed')
+    msg = CompressedImage()
+    msg.header = header
+    msg.format = JPEG_FORMAT
+    msg.data = image_data(buf.reshape(-1))
     return msg
 
 

@@ -21,6 +21,7 @@ from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
+from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import FrameResult
 
 # PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
@@ -75,7 +76,7 @@ class Published:
     """What the node publishes for one frame (all ROS-free; the node builds the messages)."""
 
     result: FrameResult
-    rgb: np.ndarray
+    rgb: Frame          # [H, W, 3] uint8: numpy, or a CUDA tensor decoded by nvJPEG
     header: Any
     decode_ms: float
     recv_t: Optional[float]   # None when re-published after a prompt on an old frame

@@ -14,11 +14,12 @@ the message type when called.
 
 from __future__ import annotations
 
-import array
 from typing import Any
 
 import cv2
 import numpy as np
+
+from sam2_ros.ros.images import image_data
 
 MASK_FORMAT = 'mono8; png compressed '
 # zlib level 1 with the run-length strategy and no PNG row filter (see the module docstring)
@@ -44,7 +45,5 @@ def mask_msg(label: np.ndarray, header: Any) -> Any:
     msg = CompressedImage()
     msg.header = header
     msg.format = MASK_FORMAT
-    data = array.array('B')          # the type rclpy keeps as is (no conversion on assignment)
-    data.frombytes(memoryview(encode_label_png(label)))
-    msg.data = data
+    msg.data = image_data(encode_label_png(label))
     return msg

@@ -33,7 +33,7 @@ from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
 from sam2_ros.ros.node_cli import check_device, input_topic
-from sam2_ros.ros.node_host import NodeHost
+from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.totals import Totals
@@ -63,6 +63,7 @@ class TrackerNode(LifecycleNode):
         self.mailbox: Optional[Mailbox] = None
         self.worker: Optional[TrackingWorker] = None
         self.outputs: Optional[Publishers] = None
+        self.decoder: Any = None     # the compressed input's FrameDecoder (None: raw input)
         self.input_subs: List[Any] = []
         self.totals = Totals()                       # counters over all activations
         self.log = FilteredLog(self.get_logger)      # identical lines within 2 s are counted
@@ -106,6 +107,7 @@ class TrackerNode(LifecycleNode):
             with device_context(self.cfg.device), SIGINT.interruptible(self.context.ok):
                 pause_for_test('tracker', self.get_logger().info)
                 self.tracker = StreamingTracker(self.cfg)
+                self.decoder = frame_decoder(self.cfg, self.opts)
             SIGINT.check(self.context.ok)
         except Interrupted as exc:   # Ctrl-C: one line, nothing kept; the node then exits
             self.tracker = None
@@ -137,7 +139,13 @@ class TrackerNode(LifecycleNode):
         self.outputs = Publishers.create(
             self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
             self.opts.publish_overlay, self.totals, self.association.class_of,
-            serial=not self.opts.pipeline, timing_log=self.opts.timing_log)
+            serial=not self.opts.pipeline, timing_log=self.opts.timing_log,
+            compressed_overlay=self.opts.input_type == 'compressed')
+        d = self.decoder
+        if d is not None:
+            self.get_logger().info('compressed input: JPEG decoded on the GPU (nvJPEG)' if d.on_gpu
+                                   else f'compressed input decoded on the host (GPU decode off: '
+                                        f'{d.gpu_off})')
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -147,7 +155,7 @@ class TrackerNode(LifecycleNode):
         o = self.opts
         self.mailbox = Mailbox(o.process_every_frame, o.fifo_size, o.prompt_queue_size)
         host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log,
-                        held_ids=lambda: self.worker.hold.object_ids())
+                        held_ids=lambda: self.worker.hold.object_ids(), decoder=self.decoder)
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline)
         self.worker.start()
@@ -205,7 +213,7 @@ class TrackerNode(LifecycleNode):
         if self.gc_frozen:              # the released tracker's cycles are collectable again
             gc_policy.unfreeze()
             self.gc_frozen = False
-        self.tracker = None
+        self.tracker = self.decoder = None
         if dev.startswith('cuda'):
             import torch
 
@@ -298,7 +306,8 @@ class TrackerNode(LifecycleNode):
         else:
             snap = diagnostics.snapshot(time.monotonic(), w, mb, tr, self.cfg, self.opts,
                                         self.totals, self.fallbacks_seen, self.gc_pauses,
-                                        vision_on=self.vision_off is None)
+                                        vision_on=self.vision_off is None,
+                                        decoder=self.decoder)
             self.fallbacks_seen = max(self.fallbacks_seen, snap.fallbacks)
             report = diagnostics.report(snap)
         self.diag_pub.publish(messages.diagnostics_msg(

@@ -1,5 +1,6 @@
 """The node's side of the worker's protocol (:class:`~sam2_ros.ros.worker_types.WorkerHost`):
-decoding frames, converting prompts and clicks, reading detections and their run-time rules,
+decoding frames (compressed ones by a :class:`~sam2_ros.engine.decode.FrameDecoder`: JPEG on
+the GPU where it can), converting prompts and clicks, reading detections and their run-time rules,
 logging, and the worker threads' CUDA device. Runs in the worker thread, the only one touching
 the tracker.
 """
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, List, Optional, Tuple
 
-import numpy as np
-
+from sam2_ros.engine.decode import FrameDecoder
+from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import Prompt
 from sam2_ros.ros import click_ids, images, inputs, runtime_params
 from sam2_ros.ros import detections as det
@@ -20,13 +21,15 @@ from sam2_ros.ros.mailbox import PromptItem
 class NodeHost:
     """What the worker asks of the node. ``node`` gives the run-time parameters (read per
     message) and sets click_object_id for click_mode 'new'; ``tracker`` and ``cfg`` are those
-    configure built; ``bridge`` decodes images; ``held_ids()`` are the object ids of the add
-    prompts the worker holds for future frames."""
+    configure built; ``bridge`` decodes raw images, ``decoder`` compressed ones (None: the
+    input is raw); ``held_ids()`` are the object ids of the add prompts the worker holds for
+    future frames."""
 
     def __init__(self, node: Any, tracker: Any, cfg: Any, opts: Any, bridge: Any,
-                 log: FilteredLog, held_ids: Callable[[], Iterable[int]]) -> None:
+                 log: FilteredLog, held_ids: Callable[[], Iterable[int]],
+                 decoder: Optional[FrameDecoder] = None) -> None:
         self.node, self.tracker, self.cfg, self.opts = node, tracker, cfg, opts
-        self.bridge, self._log = bridge, log
+        self.bridge, self._log, self.decoder = bridge, log, decoder
         self.held_ids = held_ids
 
     def value(self, name: str) -> Any:
@@ -42,10 +45,11 @@ class NodeHost:
 
             torch.cuda.set_device(torch.device(self.cfg.device))
 
-    def decode(self, msg: Any) -> np.ndarray:
-        if self.opts.input_type == 'raw':
+    def decode(self, msg: Any) -> Frame:
+        """[H, W, 3] uint8 RGB: numpy on the host, or a CUDA tensor (JPEG by nvJPEG)."""
+        if self.decoder is None:
             return images.image_to_rgb(msg, self.bridge)
-        return images.compressed_to_rgb(msg, self.opts.max_image_pixels)
+        return self.decoder.decode(msg.data, msg.format or '')
 
     def convert(self, item: PromptItem) -> Tuple[int, Optional[Prompt]]:
         """A prompt message, or a click following the run-time parameters click_mode and
@@ -71,3 +75,12 @@ class NodeHost:
 
     def detection_rules(self) -> det.Rules:
         return runtime_params.rules(self.value, self.cfg.max_objects)
+
+
+def frame_decoder(cfg: Any, opts: Any) -> Optional[FrameDecoder]:
+    """The decoder of a compressed input (None for raw input): nvJPEG on the tracker's device
+    unless ``decode_on_gpu`` is off or it cannot run there (then the host, the reason kept)."""
+    if opts.input_type != 'compressed':
+        return None
+    return FrameDecoder(cfg.device, gpu=bool(opts.decode_on_gpu),
+                        max_pixels=int(opts.max_image_pixels))

@@ -83,6 +83,14 @@ class NodeOptions:
     max_image_pixels: int = knob(MAX_IMAGE_PIXELS, kind='int', doc=(
         'compressed images declaring more pixels (header) are refused before decoding (default '
         '8K UHD)'))
+    # input_type compressed: JPEG decoded by nvJPEG on the tracker's CUDA device into a CUDA
+    # frame the engine copies device to device (sam2_ros/engine/decode.py); PNG, other JPEG
+    # kinds and CPU machines are decoded on the host, with the same checks. False: the host
+    # decoder for every frame (the reference; its pixels differ slightly from nvJPEG's).
+    decode_on_gpu: bool = knob(True, kind='bool', tuning=True, doc=(
+        'input_type compressed: JPEG decoded on the GPU (nvJPEG) straight into the engine; PNG '
+        'and machines without CUDA decode on the host; false: always on the host '
+        '(diagnostics: gpu_decode)'))
     autostart: bool = knob(False, kind='bool', doc='configure and activate on start-up')
     # One JSON line of time.monotonic() stamps per published frame (sam2_ros/ros/timing_log.py),
     # so a benchmark on the same host can split image -> mask into its stages.

@@ -2,12 +2,14 @@
 destroyed at cleanup / shutdown; what a frame sends, and the overlay.
 
 Mask, state (and objects) first, each built with one copy of the image data
-(:func:`sam2_ros.ros.images.image_msg`); the mask and the overlay only while someone subscribes
-to them (RViz, a recorder: a reliable writer delivers only to matched readers anyway). With
-``timing_log`` set, each frame's timestamps are appended there
-(:mod:`sam2_ros.ros.timing_log`). Whether these run in the worker thread or on their own threads is the output
-stage's business (:mod:`sam2_ros.ros.pipeline`, parameter ``pipeline``); this object is its
-:class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live from configure to cleanup: a reliable
+(:func:`sam2_ros.ros.images.image_msg`); the masks (``~/mask`` raw, ``~/mask/compressed`` PNG,
+both from one label mask) and the overlay only while someone subscribes to them (RViz, a
+recorder: a reliable writer delivers only to matched readers anyway). For a compressed input
+the overlay goes out as a JPEG too (``~/overlay/compressed``); a frame decoded on the GPU is
+copied to the host for it only then. With ``timing_log`` set, each frame's timestamps are
+appended there (:mod:`sam2_ros.ros.timing_log`). Whether these run in the worker thread or
+on their own threads is the output stage's business (:mod:`sam2_ros.ros.pipeline`, parameter
+``pipeline``); this object is its :class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live from configure to cleanup: a reliable
 writer destroyed at deactivate would need to wait for acknowledgements, which for small
 messages come with Fast DDS's periodic heartbeat (up to 3 s).
 """
@@ -15,13 +17,14 @@ messages come with Fast DDS's periodic heartbeat (up to 3 s).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from rclpy.duration import Duration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from sam2_ros.engine.decode import to_host
 from sam2_ros.overlay import render_overlay
-from sam2_ros.ros import images, inputs, messages
+from sam2_ros.ros import images, inputs, mask_compressed, messages
 from sam2_ros.ros.mailbox import FrameTimes, Published
 from sam2_ros.ros.timing_log import TimingLog
 from sam2_ros.ros.totals import Totals
@@ -31,7 +34,9 @@ OUTPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 # already published (the last frame's mask and state), then destroy the publishers.
 FLUSH_TIMEOUT_S = 1.0
 # The publishers whose messages a subscriber must not lose when the node lets them go.
-RESULT_TOPICS = ('mask', 'state', 'objects')
+RESULT_TOPICS = ('mask', 'mask_compressed', 'state', 'objects')
+MASK_TOPICS = ('mask', 'mask_compressed')
+OVERLAY_TOPICS = ('overlay', 'overlay_compressed')   # for eyes only: never waited for
 # A reader acknowledges when a writer's heartbeat asks (Fast DDS: every 3 s by default, 0.1 s
 # with config/fastdds_large_frames.xml); a sample published longer ago than this has been
 # acknowledged (or re-sent and then acknowledged) by every reader still alive.
@@ -39,7 +44,8 @@ ACKED_AFTER_S = 3.5
 
 
 class Publishers:
-    """mask, state, overlay (optional) and objects (optional) of one configured node.
+    """mask (raw and PNG), state, overlay (optional; raw, and JPEG for a compressed input) and
+    objects (optional) of one configured node.
 
     ``node`` is the lifecycle node (its publishers, context and logger); ``pubs`` maps the
     names above to publishers (None: off); ``totals`` gives the counts of earlier activations
@@ -54,7 +60,7 @@ class Publishers:
         self.node, self.pubs, self.totals = node, pubs, totals
         self.class_of, self.serial = class_of, serial
         self.timing_log = timing_log
-        self.has_overlay = pubs.get('overlay') is not None
+        self.has_overlay = any(pubs.get(name) is not None for name in OVERLAY_TOPICS)
         self.last_publish_ms = 0.0
         self.last_overlay_ms = 0.0
         # result publisher -> time.monotonic() of its last message since the last ack wait
@@ -63,14 +69,18 @@ class Publishers:
     @classmethod
     def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
                totals: Totals, class_of: Callable[[int], str], serial: bool,
-               timing_log: str = '') -> 'Publishers':
+               timing_log: str = '', compressed_overlay: bool = False) -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
-        ``timing_log``: a file for the frames' times ('' = off)."""
-        from sensor_msgs.msg import Image
+        ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
+        overlay as a JPEG too (the input is compressed)."""
+        from sensor_msgs.msg import CompressedImage, Image
 
         make = node.create_lifecycle_publisher
         pubs = {'mask': make(Image, '~/mask', OUTPUT_QOS),
+                'mask_compressed': make(CompressedImage, '~/mask/compressed', OUTPUT_QOS),
                 'overlay': make(Image, '~/overlay', OUTPUT_QOS) if overlay else None,
+                'overlay_compressed': (make(CompressedImage, '~/overlay/compressed', OUTPUT_QOS)
+                                       if overlay and compressed_overlay else None),
                 'state': make(state_type, '~/state', OUTPUT_QOS),
                 'objects': (make(objects_type, '~/objects', OUTPUT_QOS)
                             if objects_type is not None else None)}
@@ -90,10 +100,11 @@ class Publishers:
         times = p.times or FrameTimes()      # a re-published frame's are not logged
         times.out0 = time.monotonic()
         pubs, done = self.pubs, self.totals.done
-        if pubs['mask'].get_subscription_count() > 0:   # no reader: 0.9 MB at 720p not built
-            msg = images.image_msg(p.result.label_mask(), 'mono8', p.header)
+        masks = self.mask_messages(p)
+        if masks:
             times.mask0 = time.monotonic()
-            pubs['mask'].publish(msg)
+            for pub, msg in masks:
+                pub.publish(msg)
             times.mask1 = time.monotonic()
         pubs['state'].publish(messages.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self.publish_ms(),
@@ -108,6 +119,21 @@ class Publishers:
             self.timing_log.write(inputs.stamp_ns(p.header.stamp), p.times)
         self.last_publish_ms = (time.perf_counter() - t0) * 1e3
 
+    def subscribed(self, name: str) -> bool:
+        pub = self.pubs.get(name)
+        return pub is not None and pub.get_subscription_count() > 0
+
+    def mask_messages(self, p: Published) -> List[Tuple[Any, Any]]:
+        """(publisher, message) for each mask topic with a reader, from one label mask; none
+        built without a reader (the raw one is 0.9 MB at 720p)."""
+        names = [name for name in MASK_TOPICS if self.subscribed(name)]
+        if not names:
+            return []
+        label = p.result.label_mask()                              # [H, W] uint8
+        build = {'mask': lambda: images.image_msg(label, 'mono8', p.header),
+                 'mask_compressed': lambda: mask_compressed.mask_msg(label, p.header)}
+        return [(self.pubs[name], build[name]()) for name in names]
+
     def publish_ms(self) -> float:
         """TrackingState.publish_ms: the previous frame's publishing time. Serial, the overlay
         delays the next frame and is counted; pipelined, it runs beside the next frame."""
@@ -116,16 +142,20 @@ class Publishers:
         return self.last_publish_ms
 
     def wants_overlay(self) -> bool:
-        overlay = self.pubs.get('overlay')
-        return overlay is not None and self.alive() and overlay.get_subscription_count() > 0
+        return self.alive() and any(self.subscribed(name) for name in OVERLAY_TOPICS)
 
     def publish_overlay(self, p: Published) -> None:
-        """The overlay: for eyes only and the costliest output (render + 2.7 MB at 720p)."""
+        """The overlay: for eyes only and the costliest output (render + 2.7 MB at 720p), to
+        the overlay topics with readers. A frame decoded on the GPU is copied to the host
+        here, the only place that needs its pixels there."""
         if not self.alive():
             return
         t0 = time.perf_counter()
-        self.pubs['overlay'].publish(images.image_msg(render_overlay(p.rgb, p.result), 'rgb8',
-                                                      p.header))
+        img = render_overlay(to_host(p.rgb), p.result)             # [H, W, 3] uint8 RGB
+        if self.subscribed('overlay'):
+            self.pubs['overlay'].publish(images.image_msg(img, 'rgb8', p.header))
+        if self.subscribed('overlay_compressed'):
+            self.pubs['overlay_compressed'].publish(images.jpeg_msg(img, p.header))
         self.last_overlay_ms = (time.perf_counter() - t0) * 1e3
 
     # ------------------------------------------------------------------ release
@@ -159,7 +189,8 @@ class Publishers:
         deadline = now + FLUSH_TIMEOUT_S
         logger = self.node.get_logger()
         for name, pub in self.pubs.items():
-            if pub is None or name == 'overlay' or now - unacked.get(name, -1e9) > ACKED_AFTER_S:
+            if pub is None or name in OVERLAY_TOPICS or \
+                    now - unacked.get(name, -1e9) > ACKED_AFTER_S:
                 continue
             left = max(0.0, deadline - time.monotonic())
             try:

@@ -24,9 +24,8 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
+from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import time_jump
@@ -67,7 +66,7 @@ class TrackingWorker:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_stamp_ns: Optional[int] = None
-        self._last: Optional[Tuple[np.ndarray, Any]] = None  # (rgb, header) of the last frame
+        self._last: Optional[Tuple[Frame, Any]] = None  # (rgb, header) of the last frame
         # prompts older than the latest frame applied to it since that frame: if the next
         # frame's stamp jumps back to theirs, they were the new time line's (a replay
         # restarted, its first prompt ahead of its first frame) and are held for it instead
@@ -110,7 +109,7 @@ class TrackingWorker:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.output.alive
 
-    def _emit(self, res: FrameResult, rgb: np.ndarray, header: Any, decode_ms: float,
+    def _emit(self, res: FrameResult, rgb: Frame, header: Any, decode_ms: float,
               recv_t: Optional[float], times: Optional[FrameTimes] = None) -> None:
         """Hand one result to the output stage with the errors since the last one and the
         counters as they are now (a pipelined publisher must not report later counts)."""
@@ -281,7 +280,7 @@ class TrackingWorker:
                                                   f'(the next one was {item.stamp_ns} ns): '
                                                   f'dropped, failed or never received')
 
-    def _track(self, rgb: np.ndarray) -> Optional[FrameResult]:
+    def _track(self, rgb: Frame) -> Optional[FrameResult]:
         """The tracker's result for the frame, or None when it failed (reported)."""
         try:
             return self.tracker.track(rgb)

@@ -10,8 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, List, Optional, Protocol, Tuple
 
-import numpy as np
-
+from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import Prompt
 from sam2_ros.ros import detections as det
 from sam2_ros.ros.mailbox import PromptItem
@@ -28,7 +27,7 @@ class WorkerHost(Protocol):
     (per-thread settings such as the current CUDA device).
     """
 
-    def decode(self, msg: Any) -> np.ndarray: ...                    # [H, W, 3] uint8 RGB
+    def decode(self, msg: Any) -> Frame: ...     # [H, W, 3] uint8 RGB, host or CUDA
 
     def convert(self, item: PromptItem) -> Tuple[int, Optional[Prompt]]: ...
 

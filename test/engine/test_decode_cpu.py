@@ -7,7 +7,6 @@ the GPU path switched off. The nvJPEG pixels themselves: test/gpu/test_decode_gp
 
 import struct
 import sys
-import types
 import zlib
 
 import cv2
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import nvjpeg_stand_in
 from conftest import LEAN, textured_frame, tracker_on_shared_model
 from sam2_ros.engine import decode
 from sam2_ros.engine.config import TrackerConfig
@@ -51,12 +51,7 @@ def rgb():
     return textured_frame(48, 64, seed=3)
 
 
-def reference(data):
-    """What the node decoded before: cv2.imdecode(IMREAD_UNCHANGED), then to RGB."""
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    code = {2: cv2.COLOR_GRAY2RGB, 4: cv2.COLOR_BGRA2RGB}.get(
-        img.ndim if img.ndim == 2 else img.shape[2], cv2.COLOR_BGR2RGB)
-    return cv2.cvtColor(img, code)
+reference = nvjpeg_stand_in.reference   # what the node decoded before: cv2.imdecode, to RGB
 
 
 def test_host_decode_is_cv2s_and_png_is_lossless(rgb):
@@ -138,7 +133,7 @@ def test_corrupt_scan_data_is_a_frame_error(rgb):
 
 def test_gpu_off_says_why(monkeypatch):
     assert decode.FrameDecoder('cpu').gpu_off == 'device cpu is not CUDA'
-    assert decode.FrameDecoder('cuda', gpu=False).gpu_off == 'off (gpu=False)'
+    assert decode.FrameDecoder('cuda', gpu=False).gpu_off == 'switched off'
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     assert decode.FrameDecoder('cuda').gpu_off == 'CUDA is not available'
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
@@ -149,37 +144,9 @@ def test_gpu_off_says_why(monkeypatch):
         'cuda').on_gpu
 
 
-class FakeNvjpeg:
-    """torchvision.io as decode.py calls it, decoding with cv2 on the CPU: [3, H, W] uint8.
-    ``fail`` makes every call raise as torchvision does on data nvJPEG refuses."""
-
-    def __init__(self):
-        self.calls, self.fail = [], False
-
-    def module(self):
-        io = types.ModuleType('torchvision.io')
-        io.ImageReadMode = types.SimpleNamespace(RGB='RGB')
-        io.decode_jpeg = self.decode_jpeg
-        tv = types.ModuleType('torchvision')
-        tv.io = io
-        return tv, io
-
-    def decode_jpeg(self, data, mode, device):
-        assert isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.ndim == 1
-        self.calls.append((mode, str(device), data.numel()))
-        if self.fail:
-            raise RuntimeError('Error while decoding JPEG images: nvjpeg status 7')
-        return torch.from_numpy(reference(data.numpy().tobytes())).permute(2, 0, 1).contiguous()
-
-
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    fake = FakeNvjpeg()
-    tv, io = fake.module()
-    monkeypatch.setitem(sys.modules, 'torchvision', tv)
-    monkeypatch.setitem(sys.modules, 'torchvision.io', io)
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    return fake
+    return nvjpeg_stand_in.install(monkeypatch)
 
 
 def test_jpeg_goes_to_nvjpeg_as_a_channels_last_view(fake_gpu, rgb):

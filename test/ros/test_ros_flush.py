@@ -163,7 +163,7 @@ def test_publishing_marks_the_result_publishers_unacknowledged(tmp_path):
     p = Published(FrameResult(0, 4, 4), np.zeros((4, 4, 3), np.uint8), Header(), 0.0, 0.0, [])
     outputs.publish(p)                   # a re-publish (no times): no line
     assert sent == ['mask', 'state']
-    assert set(outputs.unacked) == {'mask', 'state', 'objects'}
+    assert set(outputs.unacked) == {'mask', 'mask_compressed', 'state', 'objects'}
     readers['mask'] = 0                  # nobody reads the mask: not built, not sent
     header = Header()
     header.stamp.sec = 3
