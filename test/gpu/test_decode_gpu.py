@@ -23,6 +23,7 @@ import torch
 
 from conftest import smooth_image, write_out
 from sam2_ros.engine import decode
+from sam2_ros.engine.cuda.buckets import FrameInKey
 from sam2_ros.synthetic import SyntheticCamera
 
 pytestmark = [pytest.mark.gpu,
@@ -123,4 +124,21 @@ def test_tracker_takes_the_cuda_frame(decoder):
         for oa, ob in zip(ra.objects, rb.objects, strict=True):
             assert torch.equal(oa.low_res_logits, ob.low_res_logits)
             assert (oa.mask == ob.mask).all()
-    assert ('in', 480, 640) in a.runner.io       # the frame-in graph staged both kinds
+    assert FrameInKey(480, 640) in a.runner.io   # the frame-in graph staged both kinds
+
+
+def test_the_nodes_decoder_and_the_overlays_host_copy(decoder):
+    """The node's decoder (node_host.frame_decoder) decodes a JPEG on the GPU; decode.to_host,
+    the overlay's one host copy, gives the pixels of the CUDA frame."""
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.node_host import frame_decoder
+    from sam2_ros.ros.options import NodeOptions
+
+    dec = frame_decoder(SimpleNamespace(device='cuda'), NodeOptions(input_type='compressed'))
+    assert dec.on_gpu, dec.gpu_off
+    frame = dec.decode(encode(SyntheticCamera(640, 480, seed=2).frame(0), '420'), 'jpeg')
+    assert frame.is_cuda and frame.shape == (480, 640, 3)
+    host = decode.to_host(frame)
+    assert isinstance(host, np.ndarray) and host.flags.c_contiguous
+    np.testing.assert_array_equal(host, frame.cpu().numpy())
