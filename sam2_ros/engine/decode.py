@@ -214,12 +214,15 @@ class FrameDecoder:
     ``gpu=False`` is the off switch (the host decoder, the reference). At construction one
     tiny JPEG is decoded on the device, so a torchvision without nvJPEG support turns the GPU
     path off once (``gpu_off``) instead of failing on every frame. A JPEG nvJPEG still refuses
-    is decoded on the host (``counts.gpu_failures``, ``last_gpu_error``)."""
+    is decoded on the host (``counts.gpu_failures``, ``last_gpu_error``). ``host_capture``:
+    see :func:`decode_cpu`."""
 
     def __init__(self, device: Any = 'cpu', gpu: bool = True,
-                 max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+                 max_pixels: int = MAX_IMAGE_PIXELS,
+                 host_capture: Optional[Callable[[], ContextManager[List[str]]]] = None) -> None:
         self.device = torch.device(device)
         self.max_pixels = int(max_pixels)
+        self.host_capture = host_capture      # decode_cpu's ``capture``
         self.counts = DecodeCounts()
         self.last_gpu_error: Optional[str] = None
         self.gpu_off: Optional[str] = 'switched off' if not gpu else \
@@ -251,6 +254,6 @@ class FrameDecoder:
             except RuntimeError as exc:   # corrupt scan data: the host decoder says more
                 self.counts.gpu_failures += 1
                 self.last_gpu_error = f'{type(exc).__name__}: {exc}'
-        frame = decode_cpu(data, head)
+        frame = decode_cpu(data, head, self.host_capture)
         self.counts.cpu += 1
         return frame

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, List, Optional, Tuple
 from sam2_ros.engine.decode import FrameDecoder
 from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import Prompt
-from sam2_ros.ros import click_ids, images, inputs, runtime_params
+from sam2_ros.ros import click_ids, images, inputs, native_stderr, runtime_params
 from sam2_ros.ros import detections as det
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import PromptItem
@@ -83,4 +83,5 @@ def frame_decoder(cfg: Any, opts: Any) -> Optional[FrameDecoder]:
     if opts.input_type != 'compressed':
         return None
     return FrameDecoder(cfg.device, gpu=bool(opts.decode_on_gpu),
-                        max_pixels=int(opts.max_image_pixels))
+                        max_pixels=int(opts.max_image_pixels),
+                        host_capture=native_stderr.captured)

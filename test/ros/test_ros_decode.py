@@ -143,3 +143,16 @@ def test_the_worker_hands_a_gpu_frame_on_as_it_came():
                        outputs(published.append))
     w._on_frame(frame(0, 100))
     assert tracked[0] is tensor and published[0].rgb is tensor
+
+
+def test_a_corrupt_png_names_libpng_and_keeps_it_off_stderr(capfd):
+    """The node's host decoder captures what libpng prints (sam2_ros/ros/native_stderr.py):
+    the frame error's reason, not a stray stderr line."""
+    data = bytearray(cv2.imencode('.png', rgb())[1].tobytes())
+    data[data.index(b'IDAT') + 20] ^= 0xFF            # corrupt compressed data
+    m = compressed(rgb(), '.png')
+    m.data = bytes(data)
+    capfd.readouterr()
+    with pytest.raises(FrameError, match=r'could not decode png .*\(libpng error: '):
+        node_host('cpu').decode(m)
+    assert 'libpng' not in capfd.readouterr().err
