@@ -9,9 +9,10 @@ the overlay goes out as a JPEG too (``~/overlay/compressed``); a frame decoded o
 copied to the host for it only then. With ``timing_log`` set, each frame's timestamps are
 appended there (:mod:`sam2_ros.ros.timing_log`). Whether these run in the worker thread or
 on their own threads is the output stage's business (:mod:`sam2_ros.ros.pipeline`, parameter
-``pipeline``); this object is its :class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live from configure to cleanup: a reliable
-writer destroyed at deactivate would need to wait for acknowledgements, which for small
-messages come with Fast DDS's periodic heartbeat (up to 3 s).
+``pipeline``); this object is its :class:`~sam2_ros.ros.pipeline.Outputs`. Publishers live
+from configure to cleanup: a reliable writer destroyed at deactivate would need to wait for
+acknowledgements, which for small messages come with Fast DDS's periodic heartbeat (up to
+3 s).
 """
 
 from __future__ import annotations

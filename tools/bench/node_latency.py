@@ -13,8 +13,9 @@ until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overla
 would). The cameras are processes of their own (``camera_process.py``, one per camera, same
 domain, transport and malloc setting): each publishes box prompts and then frames
 (``sam2_ros.synthetic``: one moving disc per object; rgb8 Images, or with ``--input jpeg``
-CompressedImages encoded before the run, on the node's compressed topic) at ``--rate`` Hz on a drift-free schedule, each stamped with the wall clock at publish time, and
-sends the publish times back. In this process the subscribers' callbacks would move the
+CompressedImages encoded before the run, on the node's compressed topic) at ``--rate`` Hz
+on a drift-free schedule, each stamped with the wall clock at publish time, and sends the
+publish times back. In this process the subscribers' callbacks would move the
 frames (and so the deadlines); apart, the misses are the node's alone. ``--corrections-every
 S`` sends a click (a one-point prompt for the next frame) on one tracked object every S
 seconds, cycling through the objects, as a surgeon correcting the tracker would.
