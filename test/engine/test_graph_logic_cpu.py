@@ -399,3 +399,24 @@ def test_failed_fused_capture_captures_sam2s_modules(monkeypatch):
     tr.track(frames[0])
     tr.add_prompt(schedule(48, 64, 1, 2, 3, 4)[0][0][1])
     assert tr.track(frames[1]).mode == 'graph'
+
+
+def test_capture_failing_with_and_without_fused_kernels_reports_once(monkeypatch):
+    """When sam2's modules fail to capture too, the runner is eager throughout and says so in
+    one report naming both failures."""
+    def failing(self, fn, inputs):
+        raise RuntimeError('capture failed (test)')
+
+    monkeypatch.setattr(runner, 'fused_copy', lambda model, cfg: torch.nn.Identity())
+    monkeypatch.setattr(capture.Capturer, 'capture', failing)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
+                        max_cond_frames=1, extra_hydra_overrides=list(LEAN))
+    tr = tracker_on_shared_model(cfg)
+    reasons = []
+    tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert len(reasons) == 1 and 'eager throughout' in reasons[0], reasons
+    assert 'with fused kernels' in reasons[0] and tr.runner.graphs is None

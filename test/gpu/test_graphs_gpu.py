@@ -21,7 +21,7 @@ import torch
 from reference import drive
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
-from sam2_ros.engine.cuda.buckets import StepKey
+from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey, StepKey
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.tracker import StreamingTracker
 from sam2_ros.engine.types import FrameResult
@@ -116,7 +116,7 @@ def test_io_resolution_captured_at_start_equals_eager():
     events = schedule(360, 640, add2=5, add3=10, fix=20, remove=30)
     tr = StreamingTracker(_cfg(precision='bf16', io_resolution=(640, 360)))
     keys = set(tr.runner.io)
-    assert ('in', 360, 640) in keys and ('out', 4, 360, 640) in keys
+    assert FrameInKey(360, 640) in keys and MasksOutKey(4, 360, 640) in keys
     out, _ = _run(None, frames, events, tracker=tr)
     assert set(tr.runner.io) == keys, set(tr.runner.io) - keys
     # against graphs whose I/O is captured on first use: the same kernels, so bitwise

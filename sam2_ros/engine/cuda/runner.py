@@ -117,13 +117,14 @@ class GraphRunner:
             if fused is plain:
                 self.report(f'graph capture failed, eager throughout: {exc!r}')
             else:       # a fused kernel failed to build or run: graphs of sam2's modules
-                self.report(f'graph capture with fused kernels failed, capturing sam2\'s '
-                            f'modules instead: {exc!r}')
                 self.capturer = Capturer()
                 try:
                     self.graphs = self._capture(plain, bank, maskmem_pos, phase)
+                    self.report(f'graph capture with fused kernels failed, captured sam2\'s '
+                                f'modules instead: {exc!r}')
                 except Exception as exc2:  # noqa: BLE001 - eager throughout
-                    self.report(f'graph capture failed, eager throughout: {exc2!r}')
+                    self.report(f'graph capture failed, eager throughout: {exc2!r} (with '
+                                f'fused kernels: {exc!r})')
         if self.graphs is not None and self.cfg.io_resolution:
             self.graphs.io.prepare(*self.cfg.io_resolution)
         phase('io')                                 # (synchronizes)
