@@ -47,7 +47,7 @@ def engine_current(results: str) -> List[str]:
     for r in rows:
         b = base.get((r['model'], r['res'], r['objects']))
         body.append([f"{r['model']}@{r['res']}", r['objects'], r['variant'], _f(r['ms_p50']),
-                     _f(r['ms_p99']), _f(r['gpu_kernel_ms']), _f(r.get('kernels_per_frame')),
+                     _f(r['ms_p99']), _f(r['gpu_kernel_ms']), _f(r.get('kernels_per_frame'), 0),
                      f"{b / r['ms_p50']:.2f}x" if b else '-', _f(r['compile_s'])])
     return _prov(rows[:1]) + [''] + _table(
         ['model', 'objects', 'variant', 'ms p50', 'ms p99', 'GPU kernel ms', 'kernels',
