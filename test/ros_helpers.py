@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from conftest import LEAN
-from sam2_ros.ros import harness
+from sam2_ros.ros import node_client
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.domain import lease_domain
-from sam2_ros.ros.harness import LoggedProcess, NodeClient, NodeProcess
+from sam2_ros.ros.node_client import LoggedProcess, NodeClient, NodeProcess
 # the tests' names for the harness's helpers
-from sam2_ros.ros.harness import header_msg as header, prompt_msg, wait_until  # noqa: F401
+from sam2_ros.ros.node_client import header_msg as header, prompt_msg, wait_until  # noqa: F401
 from sam2_ros.synthetic import SyntheticCamera
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ class Proc(LoggedProcess):
 
 
 def write_params(path: Path, **overrides: Any) -> Path:
-    harness.write_params(path, dict(TEST_PARAMS, **overrides))
+    node_client.write_params(path, dict(TEST_PARAMS, **overrides))
     return path
 
 

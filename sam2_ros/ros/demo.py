@@ -31,7 +31,7 @@ import yaml
 from sam2_ros.engine.config import default_precision
 from sam2_ros.ros.images import image_msg
 from sam2_ros.ros.inputs import stamp_ns
-from sam2_ros.ros.harness import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
+from sam2_ros.ros.node_client import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
                                   prompt_msg)
 from sam2_ros.synthetic import SyntheticCamera, center
 

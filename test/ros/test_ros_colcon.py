@@ -34,7 +34,9 @@ from test_ros_launch_run import (CPU_ARGS, echo_state_once, launched, node_pids,
 pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 VENV = Path(sys.prefix)
 # What CMakeLists.txt installs: the interfaces, the Python package, launch/ and config/.
-PACKAGE = ('package.xml', 'CMakeLists.txt', 'msg', 'srv', 'launch', 'config', 'sam2_ros')
+# what a checkout holds that the build sees; tools/ is there as in a clone, and must not install
+PACKAGE = ('package.xml', 'CMakeLists.txt', 'msg', 'srv', 'launch', 'config', 'sam2_ros',
+           'tools', 'setup.py')
 
 
 def colcon() -> str:
@@ -75,6 +77,10 @@ def build_workspace(ws: Path, started=lambda proc: None) -> Path:
     install = ws / 'install'
     assert (install / 'sam2_ros' / 'share' / 'sam2_ros' / 'launch' / 'tracker.launch.py').is_file()
     assert (install / 'sam2_ros' / 'lib' / 'sam2_ros' / 'tracker_node').is_file()
+    # the robot's install holds the package, no benchmark, harness or probe of tools/
+    lab = [p for p in install.rglob('*') if {'tools', 'bench', 'probes'} & set(p.parts)
+           or p.name in ('dds_probe.py', 'node_latency.py', 'node_harness.py')]
+    assert not lab, lab[:5]
     return install
 
 

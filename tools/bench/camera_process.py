@@ -108,7 +108,7 @@ def frame_messages(cfg: CameraConfig, cam: Any, total: int) -> Optional[List[Any
         return None
     from sensor_msgs.msg import CompressedImage
 
-    from sam2_ros.ros.harness import header_msg
+    from sam2_ros.ros.node_client import header_msg
 
     msgs = []
     for i in range(total):
@@ -128,7 +128,7 @@ def object_point(cam: Any, obj: int, i: int) -> tuple:
 def send_prompts(pub_prompt: Any, cam: Any, objects: int, stamp: int) -> None:
     """Box prompts on objects 1..N, stamped ``stamp``: the node applies them before the first
     frame whose stamp is >= theirs, i.e. frame 0, however the topics interleave."""
-    from sam2_ros.ros.harness import prompt_msg
+    from sam2_ros.ros.node_client import prompt_msg
 
     for k in range(objects):
         pub_prompt.publish(prompt_msg(k + 1, stamp, box=cam.boxes(0)[k]))
@@ -137,7 +137,7 @@ def send_prompts(pub_prompt: Any, cam: Any, objects: int, stamp: int) -> None:
 def send_click(pub_prompt: Any, cam: Any, obj: int, i: int) -> None:
     """A correction: one positive point on object ``obj`` where it is on frame ``i``, for the
     next frame (stamp 0), as a click from an operator."""
-    from sam2_ros.ros.harness import prompt_msg
+    from sam2_ros.ros.node_client import prompt_msg
 
     pub_prompt.publish(prompt_msg(obj, 0, points=[object_point(cam, obj, i)], labels=[1]))
 
@@ -219,7 +219,7 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
     precedes), now without subscribers sharing the process. ``encoded``: the JPEG messages
     (None: rgb8 frames drawn as they come)."""
     from sam2_ros.ros.images import image_msg
-    from sam2_ros.ros.harness import header_msg, set_stamp
+    from sam2_ros.ros.node_client import header_msg, set_stamp
 
     prompt_ns = time.time_ns()
     send_prompts(pub_prompt, cam, cfg.objects, prompt_ns)

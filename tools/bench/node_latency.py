@@ -71,7 +71,7 @@ from tools.bench.node_latency_frames import frame_rows
 from sam2_ros.engine.config import default_precision
 from sam2_ros.ros import timing_log
 from sam2_ros.ros.domain import lease_domain
-from sam2_ros.ros.harness import NodeProcess, node_prefix
+from sam2_ros.ros.node_client import NodeProcess, node_prefix
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
