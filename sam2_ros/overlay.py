@@ -47,8 +47,8 @@ def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
     whole-image operations, so the cost does not grow with the number of objects: masks
     alpha-blended (color lookup, weighted sum, masked copy), outlines as the band of pixels
     where the label changes within ``thick`` pixels (erosion and dilation of the label
-    mask). Per-object contour tracing cost ~4 ms per object at 720p and capped the node at
-    ~19 fps with 8 objects; numpy boolean indexing before it, 20-90 ms. Objects that are not
+    mask). Per-object passes (contour tracing, boolean indexing) would cost a full-image pass
+    per object, too slow for a camera's rate with many objects. Objects that are not
     'tracking' are labelled with their state, so an occluded object's stale mask is not
     mistaken for a confident one.
     """

@@ -88,10 +88,10 @@ class TrackerConfig:
     use_cuda_graphs: bool = knob(True, kind='bool', doc=(
         'capture CUDA graphs of the per-frame step (CUDA only; false: eager)'))
     # 'swap': one graph, each object's memory copied in before its replay.
-    # 'batched': objects of one bucket in one replay, stacked on the batch axis. Default by
-    # measurement (interaction benchmark, H200, tiny@512): equal at 1 object (p50 7.8 vs
-    # 7.7 ms), faster from 3 (8.4 vs 13.1 ms) and at 10 (13.4 vs 32.2 ms); it costs more
-    # capture time (3-5 s vs 2 s) and graph memory.
+    # 'batched': objects of one bucket in one replay, stacked on the batch axis. The default
+    # because the interaction benchmark (tools/bench/interaction.py; rows in
+    # benchmarks/results/h200_interaction.json) finds it no slower at one object and faster
+    # with several; it costs more capture time and graph memory (one graph per bucket).
     graph_mode: str = knob('batched', kind='str', tuning=True, doc=(
         "'batched' (the objects of one graph bucket stacked in one replay) or 'swap' (one replay "
         'per object; at steady state bitwise equal to the eager path); batched costs more '
@@ -99,8 +99,8 @@ class TrackerConfig:
     # Batch sizes captured for graph_mode='batched' (objects padded up to a bucket; more
     # objects than the largest bucket run in several replays). None: powers of two up to
     # max_objects, and max_objects itself, so any object count runs in one replay per
-    # conditioning-frame count (tiny@512, H200: 10 objects as 8 + 2 took 4.9 + 2.5 ms of
-    # step kernels, where one replay of 10 takes about 5.7).
+    # conditioning-frame count: two replays (e.g. 10 objects as 8 + 2) repeat the per-replay
+    # work that one replay of the whole batch pays once.
     batch_buckets: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
         "object batch sizes captured for graph_mode 'batched'; unset = powers of two up to "
         'max_objects, and max_objects (any object count in one replay per conditioning-frame '
@@ -159,7 +159,8 @@ class TrackerConfig:
         'frame preprocessing and mask postprocessing as CUDA graphs too'))
     # (width, height) of the source frames when known (the camera's): their I/O graphs are
     # captured at start-up with the rest instead of on the first frame, which otherwise pays
-    # 0.3-3 s of capture. None: captured on first use, per resolution.
+    # their capture (tools/bench/startup.py times configure and the first frame). None:
+    # captured on first use, per resolution.
     io_resolution: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
         '[width, height] of the camera: its frame-in and mask-out graphs are captured at '
         'configure instead of on the first frame; unset = on first use, per resolution'))
@@ -172,7 +173,8 @@ class TrackerConfig:
     # Parts of the graphs that run inductor-fused kernels, compiled ahead once per model,
     # resolution, GPU and torch and loaded from precompile_dir by every later start
     # (precompiled.py): 'encoder' (image encoder), 'heads' (a tracking frame's SAM decoder,
-    # hole filling and memory encoder). The first start compiles (tens of seconds per part);
+    # hole filling and memory encoder). The first start compiles (inductor: slow, timed by
+    # tools/probes/precompile_probe.py), later starts only load;
     # outputs differ from the eager reference by rounding. () : sam2's kernels throughout.
     precompile: tuple = knob((), kind='str_array', tuning=True, doc=(
         'parts run as inductor-fused kernels compiled once and loaded from disk by later starts: '
@@ -184,8 +186,8 @@ class TrackerConfig:
         'folder of the precompiled files; empty = $SAM2_ROS_CACHE/precompiled or '
         '~/.cache/sam2_ros/precompiled'))
     # bf16 only: store Linear/Conv weights in bf16 once at start-up instead of letting
-    # autocast cast them on every call (bit-identical outputs, some 300 fewer kernels per
-    # tiny step, less weight memory). False keeps the official per-call casts.
+    # autocast cast them on every call (bit-identical outputs, no cast kernel per weight and
+    # call, less weight memory). False keeps the official per-call casts.
     precast_weights: bool = knob(True, kind='bool', tuning=True, doc=(
         'bf16: Linear/Conv weights cast to bf16 once at start-up, not by autocast on every call '
         '(bit-identical; false: the official per-call casts)'))

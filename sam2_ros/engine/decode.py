@@ -172,8 +172,8 @@ def decode_jpeg_gpu(data: Any, device: torch.device) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_jpeg
 
     src = np.frombuffer(_buffer(data), np.uint8)
-    if not src.flags.writeable:    # bytes: torch warns on read-only memory; 0.3 MB at 720p
-        src = src.copy()
+    if not src.flags.writeable:    # bytes: torch warns on read-only memory; a small copy
+        src = src.copy()           # (compressed bytes, not the decoded frame)
     img = decode_jpeg(torch.from_numpy(src), mode=ImageReadMode.RGB, device=device)
     return img.permute(1, 2, 0)
 

@@ -4,8 +4,7 @@ Masks are upsampled exactly as the official predictor's ``_get_orig_video_res_ou
 (bilinear, align_corners=False, threshold > 0). Boxes, areas and centroids are reduced on the
 device so the host receives one bool mask stack and one small stats tensor per frame; the label
 mask (one uint8 image of all objects, what the node publishes and the overlay draws) is built
-there too, since on the host it costs one full-image pass per object (3.6 ms for 8 objects at
-720p on the CI machine).
+there too, since on the host it costs one full-image pass per object.
 """
 
 from __future__ import annotations

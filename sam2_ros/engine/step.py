@@ -107,8 +107,8 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
 
     batch_major: sam2's memory attention takes [L, B, C] inputs and transposes them to
     [B, L, C]; with B > 1 (batched graphs) every elementwise op of its layers then runs on
-    strided tensors and every linear and norm first copies its input (tiny@512, 10 objects:
-    some 0.4 ms of copy kernels per frame). Handing it views of [B, L, C] storage makes the
+    strided tensors and every linear and norm first copies its input (a copy kernel per layer
+    and frame, growing with B). Handing it views of [B, L, C] storage makes the
     transposed tensors contiguous. The values are the same, so is every GEMM's input after
     its copy; with B = 1 nothing changes."""
     curr, curr_pos = features.vision_feats[-1], features.vision_pos[-1]

@@ -1,6 +1,6 @@
 """Image features of several camera streams, and per-object views of them for one batched step.
 
-The design step towards one tracker for N cameras (issue 28): the image encoder runs the N
+One tracker for N cameras shares one model and one step: the image encoder runs the N
 paired frames as one batch (``stack``: the layout its batched output has), and one track step
 runs every object of every camera, object b reading the features of its camera
 ``stream_of[b]`` (``select``). With one camera ``encoder.expand`` (a view) does the same

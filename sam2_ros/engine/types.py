@@ -91,7 +91,7 @@ class FrameResult:
             return self._label
         out = np.zeros((self.height, self.width), np.uint8)
         for o in sorted(self.objects, key=lambda o: o.obj_id):
-            np.copyto(out, o.obj_id, where=o.mask)     # no index arrays: ~5x faster at 720p
+            np.copyto(out, o.obj_id, where=o.mask)     # no index arrays: one pass, no gather
         return out
 
     def by_id(self, obj_id: int) -> ObjectResult:

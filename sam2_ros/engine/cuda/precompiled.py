@@ -1,13 +1,12 @@
 """Inductor-fused components, compiled once, saved on disk and loaded by every later start.
 
-Why: a tiny@512 frame replays about 1,000 of sam2's kernels, most of them small elementwise
-ones. Inductor fuses them (H200, CUDA-graph replays, ``tools/probes/precompile_probe.py``:
-tiny@512 image encoder 1.38 -> 0.94 ms, SAM heads + hole filling + memory encoder of one object
-1.19 -> 0.51 ms; large@1024 image encoder 12.1 -> 8.0 ms), but ``torch.compile`` traces and
-compiles at every start, minutes with all graph buckets (``compile_mode``).
-``torch.compile(fullgraph=True).aot_compile`` compiles ahead and saves a function that a
-later process loads without tracing (seconds); the graph runner then captures the loaded
-function into its CUDA graphs exactly as it captures the eager one.
+Why: a frame replays sam2's kernels one by one, most of them small elementwise ones
+(``tools/probes/kernel_census.py`` counts them). Inductor fuses them into fewer, faster
+kernels (``tools/probes/precompile_probe.py`` times each part; the ``_precompiled`` rows of
+benchmarks/results/h200.json), but ``torch.compile`` traces and compiles at every start, for
+every graph bucket (``compile_mode``). ``torch.compile(fullgraph=True).aot_compile`` compiles
+ahead and saves a function that a later process loads without tracing; the graph runner
+then captures the loaded function into its CUDA graphs exactly as it captures the eager one.
 
 Parts (``TrackerConfig.precompile``):
 
