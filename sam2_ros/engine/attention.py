@@ -7,9 +7,10 @@ a graph's memory is padded to its bucket's capacity; a validity flag per memory 
 slots hold something. The keys and values of the valid slots are packed, in sam2's order, into
 a variable-length batch (``cu_seqlens``), and FlashAttention's variable-length kernel attends
 over exactly those keys: the same softmax over the same keys as sam2's one SDPA call, so no
-padding token contributes. Flash is also faster than cuDNN's kernel at small batches
-(measured by tools/bench: see docs/performance.md). fp32 uses the memory-efficient kernel's variable-length mode;
-on the CPU (tests only) each object is attended separately.
+padding token contributes. Flash is also faster than cuDNN's kernel at one object (the
+``_sam2attn`` rows of benchmarks/results/h200.json; docs/performance.md). fp32 uses the
+memory-efficient kernel's variable-length mode; on the CPU (tests only) each object is
+attended separately.
 
 Everything here is a fixed-shape function of device tensors (the packing order is an argsort
 of the validity mask on the device), so it is captured in the step graphs. Only the inner

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The engine's evidence in one device command (about 9 minutes on the H200): GPU equivalence
-# tests, the headline engine rows (one run), the interaction benchmark and two fresh starts.
-# With 'precompile' (a second command, about 8 minutes): the precompiled parts' GPU tests,
+# The engine's evidence in one device command (sized to fit one 10-minute command): GPU
+# equivalence tests, the headline engine rows (one run), the interaction benchmark and two
+# fresh starts. With 'precompile' (a second command of its own): the precompiled parts' GPU tests,
 # fresh starts with them (the first compiles, the second loads) and the interaction rows.
 #   source scripts/gpu/gpu_env.sh
 #   SAM2_ROS_COMMIT=<sha> bash scripts/gpu/gpu_engine.sh [precompile]

@@ -7,9 +7,9 @@ if [ ! -e /tmp/site/.installed ]; then
 fi
 export PYTHONPATH=$PWD:$PWD/test:/tmp/site PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 # Bytecode caches: the machine sets PYTHONDONTWRITEBYTECODE=1 and its torch ships without
-# __pycache__, so every process compiled some 2,400 modules from source (7 s of a precompiled
-# start: host_probe.py --part startup). An installed torch has them; with this, processes after
-# the first import from bytecode too, so start-up rows measure what a user's restart costs.
+# __pycache__, so every process would compile torch's modules from source (host_probe.py
+# --part startup shows it). An installed torch has them; with this, processes after the first
+# import from bytecode too, so start-up rows measure what a user's restart costs.
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pycache}
 export OUT=${OUT:-/tmp/out}

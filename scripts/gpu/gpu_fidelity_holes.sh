@@ -2,8 +2,8 @@
 # Fidelity against an official sam2 install WITH its CUDA extension (sam2._C, hole filling), on
 # the GPU machine (carry .whl): builds sam2 1.1.0 from its sdist with SAM2_BUILD_CUDA=1 against
 # the host's torch and nvcc into /tmp/site_c (ahead of the pure-Python sam2 on PYTHONPATH), then
-# runs test/gpu/test_fidelity_gpu.py. Results: $OUT/gpu_fidelity.json, $OUT/h200_equivalence_rows.json,
-# the pytest log $OUT/fidelity_pytest.log.
+# runs test/gpu/test_fidelity_gpu.py. Results: $OUT/gpu_fidelity.json,
+# $OUT/h200_equivalence_rows.json, the pytest log $OUT/fidelity_pytest.log.
 #   bash scripts/gpu/gpu_fidelity_holes.sh
 # Needs, made here:  .venv/bin/pip download --no-deps --no-binary :all: --no-build-isolation \
 #   sam2==1.1.0 -d .whl/sdist   and   .venv/bin/pip download --no-deps --only-binary :all: \
@@ -21,7 +21,7 @@ if [ ! -e "$SITE_C/.built" ]; then
   fi
   command -v nvcc >/dev/null || export PATH=${CUDA_HOME:-/usr/local/cuda}/bin:$PATH
   nvcc --version | tail -n 2
-  # H200 only (sm_90): one architecture compiles in well under a minute; a failed build must
+  # H200 only (sm_90): one architecture keeps the build short; a failed build must
   # fail here, not leave sam2 silently without its extension (SAM2_BUILD_ALLOW_ERRORS=0)
   SAM2_BUILD_CUDA=1 SAM2_BUILD_ALLOW_ERRORS=0 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} \
     MAX_JOBS=${MAX_JOBS:-8} python3 -m pip wheel -q --no-deps --no-index --no-build-isolation \

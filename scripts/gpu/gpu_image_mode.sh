@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Image mode against SAM on the GPU machine (one device command, under 8 minutes):
+# Image mode against SAM on the GPU machine (sized for one 10-minute device command):
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_image_mode.sh
 # Needs .whl/ from scripts/gpu/gpu_wheels.sh (segment-anything is among the pure-Python wheels;
 # torchvision, which sam2's and SAM's image predictors import, is a binary wheel for the GPU

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end node latency on the GPU machine at 60 Hz, ONE device command per machine kind:
-#   bash scripts/gpu/gpu_node_latency.sh          # nvidia-h200: the 1-GPU matrix (<= 9 min)
+#   bash scripts/gpu/gpu_node_latency.sh          # nvidia-h200: the 1-GPU matrix (LIMIT below)
 #   bash scripts/gpu/gpu_node_latency.sh 2gpu     # nvidia-h200-x2: two cameras, one GPU each
 #   bash scripts/gpu/gpu_node_latency.sh pipeline # pipelined vs serial node, 3 and 8 objects
 #   bash scripts/gpu/gpu_node_latency.sh malloc   # tune_malloc on vs off, 1 and 3 objects
 #   bash scripts/gpu/gpu_node_latency.sh precompile  # 1 and 8 objects, precompile on
 #   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget;
 #                                                 # SHORT_OBJECTS="8" for other counts)
-#   bash scripts/gpu/gpu_node_latency.sh input    # issue 27: raw 1/3/8 and jpeg 1/8 objects,
+#   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
 # 1280x720 rgb8 at 60 Hz, tiny@512 with the engine's defaults (config/tracker.yaml), a click on
@@ -24,8 +24,9 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-1gpu}
-# Everything ends within LIMIT s (9 min): a run starts only if the longest run so far (node
-# start-up and graph capture included) still fits, and is killed at the limit.
+# Everything ends within LIMIT s (under a device command's 10 minutes): a run starts only if
+# the longest run so far (node start-up and graph capture included) still fits, and is killed
+# at the limit.
 T0=$(date +%s); LIMIT=${LIMIT_S:-530}; LONGEST=${FIRST_RUN_GUESS_S:-60}
 if [ -n "${CPU_DRY_RUN:-}" ]; then
   export OUT=${OUT:-/tmp/out}; W=$OUT/node_latency; mkdir -p "$W"

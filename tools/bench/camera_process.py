@@ -5,8 +5,8 @@ before the run), and nothing else.
 Why a process of its own: a deadline miss is "the mask arrived after the camera's next image
 was published", so the next image's publish time is the deadline. When the camera shared the
 benchmark's process with the mask/state/overlay subscribers, their callbacks and the GIL
-delayed or advanced its frames (next-image gaps of 13.4-19.9 ms p1-p99 at 60 Hz on the H200
-host) and an early frame shortened the deadline. A real camera keeps its period; here the
+would delay or advance its frames (irregular next-image gaps), and an early frame shortens
+the deadline. A real camera keeps its period; here the
 camera's only work is drawing and publishing, on a drift-free schedule (frame ``k`` is due at
 ``start + k * period``: a late frame does not push the later ones), slept to and, for the last
 ``spin_ms``, busy-waited to (``time.sleep`` alone wakes up late: :func:`spin_until`).
@@ -74,9 +74,9 @@ def sleep_until(t: float) -> None:
 
 def spin_until(t: float) -> None:
     """Busy-wait until monotonic time ``t``: what ``time.sleep`` cannot do, wake on time. On
-    the 2-core CPU VM publish() came 0.16-0.18 ms after the frame was due (p50 of 295 frames
-    at 60 Hz, two node_latency runs) with sleep alone and 0.03-0.05 ms with a 1 ms spin; the
-    tails there were CPU contention with the node either way."""
+    a loaded machine sleep alone wakes up late by a scheduler tick; a short spin after it
+    brings publish() close to the due time (the rows' ``camera_late_ms`` records how close).
+    Tails left are CPU contention with the node, which no spin removes."""
     while time.monotonic() < t:
         pass
 

@@ -215,10 +215,10 @@ def model_rows(family: str, model: str, a: argparse.Namespace, imgs, save) -> No
     _reset_peak(a.device)
 
 
-# ---- preprocessing alone (issue 15 part 2) --------------------------------------------------
+# ---- preprocessing alone ---------------------------------------------------------------------
 def _interpolate_resize(x, size: int):
     """Torch's antialiased bicubic in two rounded passes: the approximation of PIL that
-    ``pil_resize.py`` replaced (one uint8 level off on ~0.01% of values); timed for
+    ``pil_resize.py`` replaced (one uint8 level off on a few values); timed for
     comparison only."""
     import torch.nn.functional as F
     x = x.permute(2, 0, 1).unsqueeze(0).float()

@@ -6,7 +6,7 @@
 Why a benchmark of its own: the rows of ``tools.bench.cli`` time steady tracking after a
 warm-up, so they never see what a user does while tracking runs: click to correct an object,
 add a new one. Those frames, and the frames after them while the object's memory refills, are
-where a real-time deadline is missed (issue 12); this benchmark times every one of them.
+where a real-time deadline is missed; this benchmark times every one of them.
 
 Stream: the synthetic camera of ``sam2_ros.synthetic`` (``--w`` x ``--h``, default
 1280x720, one moving disc per object plus one for the object added later). Frame 0 is set-up,
@@ -193,7 +193,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
 
 
 def table(rows: List[dict]) -> str:
-    """Markdown, one line per row; p99/p50 is the issue-12 target (<= 1.25)."""
+    """Markdown, one line per row; p99/p50 is the interaction target (<= 1.25,
+    docs/performance.md)."""
     steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
     cols = ['model', 'res', 'objects', 'variant', 'frames', 'ms_p50', 'ms_p99', 'p99/p50',
             'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)', 'run']

@@ -44,8 +44,9 @@ LABELS = {
     'handoff_ms': 'hand-offs in the node (queue + prompts + output stage)',
     'mask_publish_call_ms': 'of publish_mask: the publish() call',
 }
-# Targets of issue 13 at 720p60 on the H200: p99 image -> mask by object count, and no frame
-# whose mask arrives after the next image was published.
+# The node's latency targets at 720p60 on the H200 (docs/performance.md, "Targets and current
+# numbers"): p99 image -> mask by object count, and no frame whose mask arrives after the next
+# image was published.
 TARGET_P99_MS = {1: 8.0, 8: 12.0}
 
 
@@ -146,7 +147,8 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
-    """One curated row per camera (the fields issue 13 lists, plus the row key and context)."""
+    """One curated row per camera (the fields the node's targets need, plus the row key and
+    context)."""
     a, out = result['config'], []
     for cam in result['cameras']:
         s, p = cam['summary'], cam['node_params']

@@ -107,7 +107,7 @@ def interaction(results: str) -> List[str]:
          'eager steps', 'prompt graphs / prompts', 'fallbacks'], body)
 
 
-# issue 13's targets at 720p60 on the H200: image -> mask p99 by object count (ms), with no
+# the node's targets at 720p60 on the H200: image -> mask p99 by object count (ms), with no
 # deadline miss (a mask after the camera's next image); two cameras: the same per camera
 NODE_TARGET_P99_MS = {1: 8.0, 8: 12.0}
 

@@ -32,8 +32,8 @@ def image_mode(results: str) -> List[str]:
     """Image mode against SAM (``h200_image.json``, ``python -m tools.bench.image_mode``):
     per run, newest first, one row per variant and model with p50 / p99 per precision and
     prompt count (GPU kernel and decoder times stay in the file), then the ratios the blog's
-    claim is about (the newest run's, and an older run's where it measured SAM). Until that file exists, a one-row table
-    saying so."""
+    claim is about (the newest run's, and an older run's where it measured SAM). Until that
+    file exists, a one-row table saying so."""
     runs = _image_runs(results)
     if runs is None:
         return list(_NOT_YET)

@@ -104,7 +104,7 @@ def run_id() -> str:
 def git_commit() -> Optional[str]:
     """$SAM2_ROS_COMMIT when set, else the short hash of the checkout this package runs
     from (with '+dirty' when sam2_ros/ differs from it), else None. The variable wins: the GPU
-    machine's copy of the tree comes with a stale .git (it answered 80d7076 at dedbfb9), so
+    machine's copy of the tree may come with a stale .git (its HEAD is not the tree's), so
     there only the caller knows what was measured."""
     env = os.environ.get('SAM2_ROS_COMMIT')
     if env:

@@ -3,10 +3,10 @@
     python tools/probes/host_probe.py --part frame [--objects 1,3] [--precompile encoder,heads]
     python tools/probes/host_probe.py --part startup
 
-Why: replaying each captured graph of a tiny@512 frame alone sums to about 1.1 ms less than a
-whole ``track()`` call; that time is host work between and around the graphs (staging the frame,
-gathering memories, reading masks back, building results). A precompiled start spends 8-10 s
-more than the default in its encoder phase. Neither can be fixed without knowing where.
+Why: replaying each captured graph of a frame alone sums to less than a whole ``track()``
+call; the rest is host work between and around the graphs (staging the frame, gathering
+memories, reading masks back, building results). A precompiled start spends longer than the
+default in its encoder phase. Neither can be fixed without knowing where.
 
 ``frame``: per object count, the p50 of ``track()`` over 200 frames, a cProfile of 200 frames
 (top functions by own time, pstats file), a torch.profiler trace of 10 frames (chrome JSON,

@@ -2,11 +2,11 @@
 
     python tools/probes/precompile_probe.py [--model tiny] [--res 512] [--out DIR]
 
-Why: the CUDA graphs replay sam2's own kernels (about 1,000 per frame, most of them small
-elementwise ones); fusing them needs inductor, whose start-up (100 s or more per start) rules
-it out unless its output loads from disk. AOTInductor packages crashed on load with the GPU
-machine's torch (a smoke test, retired to git history at 705f4c5); ``torch.compile(...).aot_compile`` saves a compiled
-function that loads in another process without tracing. This probe measures, on the GPU:
+Why: the CUDA graphs replay sam2's own kernels (``kernel_census.py`` counts them, most of
+them small elementwise ones); fusing them needs inductor, whose compile at every start rules it
+out unless its output loads from disk. ``torch.compile(...).aot_compile`` saves a compiled
+function that loads in another process without tracing (AOTInductor packages are not used:
+they did not load with the GPU machine's torch). This probe measures, on the GPU:
 
 1. per captured graph of the default tracker (encoder, steady track step, frame-in, masks-out):
    ms per replay, so the frame's time is attributed before anything is optimized;

@@ -55,7 +55,8 @@ def default_dir() -> Path:
 
 # ---- the compiled functions (module level: aot_compile saves their bytecode) -------------
 def encode_fn(model, image: torch.Tensor, bf16: bool):
-    """image [N, 3, S, S] (one frame per camera) -> (3 vision feats, 3 vision pos) as ``encoder.encode_image``."""
+    """image [N, 3, S, S] (one frame per camera) -> (3 vision feats, 3 vision pos) as
+    ``encoder.encode_image``."""
     with torch.autocast(image.device.type, dtype=torch.bfloat16, enabled=bf16):
         f = encoder.encode_image(model, image)
     return (*f.vision_feats, *f.vision_pos)
