@@ -17,8 +17,8 @@ import pytest
 
 # Under pytest-xdist (scripts/test.sh runs three workers on CI's two cores) each worker computes
 # on one intra-op thread: two OpenMP teams of two threads spinning against each other on two
-# cores ran 5-10x slower per frame. Set before any test imports torch; node subprocesses get
-# their own value (ros_helpers.DomainLease.env).
+# cores run several times slower per frame. Set before any test imports torch; node
+# subprocesses get their own value (ros_helpers.DomainLease.env).
 if os.environ.get('PYTEST_XDIST_WORKER'):
     os.environ.setdefault('OMP_NUM_THREADS', '1')
 
@@ -69,8 +69,9 @@ def small_cfg(**changes):
 # A shallower random tiny model for the tests of the tracker's own bookkeeping over long
 # streams (graph runner, memory bank, soak): one Hiera block per stage and none with global
 # attention, one memory-attention layer. Every sam2 module type and call the tracker makes is
-# still there, at about half the cost of a frame (CPU, one thread, image size 64, two objects:
-# 108 -> 61 ms). Comparisons with the official predictor keep the real tiny configuration.
+# still there, at a fraction of the cost of a frame (4 of Hiera's 12 blocks, none global; 1 of
+# 4 memory-attention layers). Comparisons with the official predictor keep the real tiny
+# configuration.
 LEAN = ('++model.image_encoder.trunk.stages=[1,1,1,1]',
         '++model.image_encoder.trunk.global_att_blocks=[]',
         '++model.memory_attention.num_layers=1')
@@ -128,8 +129,8 @@ def tracker_factory():
 def _restore_torch_threads():
     """Each test leaves torch's intra-op thread count as it found it. The in-process reference
     trackers of the ROS tests compute on two threads (as the nodes do); left at two, every
-    later test of that worker ran 5-10x slower (measured: test_faults 3 s alone, 39 s after
-    test_ros_node on the same xdist worker)."""
+    later test of that worker would run with two OpenMP threads on a shared core each, several
+    times slower (the reason ``one_thread`` exists)."""
     import sys
     torch = sys.modules.get('torch')
     before = torch.get_num_threads() if torch is not None else None
@@ -142,7 +143,7 @@ def _restore_torch_threads():
 def one_thread():
     """Run a module's small-model tests on one intra-op thread (restored afterwards): at these
     sizes the ops are tiny, and on a loaded 2-core machine two OpenMP threads spin against
-    other processes, measured 5-10x slower per frame than one."""
+    other processes, several times slower per frame than one."""
     import torch
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -204,8 +205,8 @@ def assert_unchanged(tracker, snap, slots=None):
 # Modules that take the longest (seconds of a module's tests with three workers and the ros2
 # tests alongside on a 2-core VM, measured with --durations=0), run first: under xdist --dist
 # loadscope a module is a unit of work, and pytest-xdist by default queues the modules with the
-# most tests first, which once left a one-test module for last, alone on one worker while the
-# others idled. Heaviest first balances the workers. Only the order changes; every test still
+# most tests first, which can leave a long one-test module for last, alone on one worker while
+# the others idle. Heaviest first balances the workers. Only the order changes; every test still
 # runs.
 HEAVY_MODULES = ('test_graph_logic_cpu.py', 'test_equivalence.py', 'test_node_latency_cpu.py',
                  'test_dds_probe_cpu.py', 'test_bank.py', 'test_precast.py', 'test_soak_cpu.py',

@@ -28,9 +28,9 @@ from sam2_ros.synthetic import SyntheticCamera
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-# The test node: the smallest model input sam2 builds at (64), tiny frames (a frame at 256 cost
-# 5x the CPU time of one at 64) and the lean random tiny model of the core's long-stream tests
-# (conftest.LEAN: the same sam2 modules and calls, half the CPU time of a frame).
+# The test node: the smallest model input sam2 builds at (64), tiny frames (a frame at 256 costs
+# several times the CPU of one at 64) and the lean random tiny model of the core's long-stream
+# tests (conftest.LEAN: the same sam2 modules and calls, a fraction of a frame's CPU time).
 TEST_PARAMS: Dict[str, Any] = {
     'model_size': 'tiny', 'image_size': 64, 'random_weights': True, 'seed': 0,
     'extra_hydra_overrides': list(LEAN),

@@ -41,8 +41,8 @@ def _run(precast: bool):
 
 @pytest.fixture(scope='module')
 def runs():
-    """The stream of ``_run`` once per path for the module (bf16 on the CPU is slow: the two
-    tests below used to run it twice each): {precast: (tracker, logits, bank at the end)}."""
+    """The stream of ``_run`` once per path for the module (bf16 on the CPU is slow, so the two
+    tests below share it): {precast: (tracker, logits, bank at the end)}."""
     out = {}
     for flag in (False, True):
         tr, logits = _run(precast=flag)
@@ -99,7 +99,7 @@ def test_precast_in_place_for_a_model_the_tracker_builds():
 
 class _Casts(TorchDispatchMode):
     """Counts the casts that copy (``to``/``_to_copy`` calls returning a new tensor). Cheaper
-    than the profiler (which took about 5 s per bf16 CPU frame here) and blind to no-op
+    than the profiler (slow on bf16 CPU frames) and blind to no-op
     casts, which launch no kernel."""
 
     def __init__(self) -> None:

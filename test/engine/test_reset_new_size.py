@@ -1,6 +1,6 @@
 """Defect 7 of issue 14: after a resolution change the node tells the user to reset; a reset
-followed by a prompt at the NEW size, both before the next frame, must be accepted (reset used
-to keep the old frame size and rejected the click as outside the old frame).
+followed by a prompt at the NEW size, both before the next frame, must be accepted (a reset
+that kept the old frame size would reject the click as outside the old frame).
 
 Engine level (the node applies both with queue_prompt before the next frame, see worker.py).
 """

@@ -343,7 +343,7 @@ def test_errors_are_tracker_errors():
         assert issubclass(e, TrackerError) and issubclass(e, ValueError)
 
 
-# ---- regressions: bugs found in tracker.py, now fixed ---------------------------------------
+# ---- regressions: bugs found in tracker.py ---------------------------------------------------
 def test_bug_queue_capacity_counts_queued_corrections(busy):
     """3 slots, objects 1 and 2 tracked, a correction of 1 queued: a new object 3 fits."""
     busy.queue_prompt(click(1, x=25.0))

@@ -1,10 +1,10 @@
 """compile_mode='max-autotune-no-cudagraphs' inside our CUDA graphs, against eager (GPU only).
 
-A file of its own because a cold compile takes about 13 minutes (763 s on the H200), longer
-than one device command:
+A file of its own because a cold compile takes longer than one device command (10 minutes):
 scripts/gpu/gpu_vos_bg.sh runs it in the background after the benchmark row
 ``tiny@512:1:ours_graph_autotuned``, whose configuration it shares, so that it compiles from
-the same TORCHINDUCTOR_CACHE_DIR. Run alone: ``python -m pytest -m gpu test/gpu/test_autotune_gpu.py``.
+the same TORCHINDUCTOR_CACHE_DIR. Run alone:
+``python -m pytest -m gpu test/gpu/test_autotune_gpu.py``.
 
 Autotuned kernels are not eager's kernels, so the comparison is not bitwise: bf16 (the
 benchmark's precision) within the bf16 equivalence tolerance of test_graphs_gpu (0.5 on logits

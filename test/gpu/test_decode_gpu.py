@@ -5,13 +5,12 @@ installs the carried wheel).
 The two decoders do not give the same pixels. A JPEG stores luma and chroma as 8x8 DCT blocks,
 chroma at half resolution both ways by default (4:2:0). libjpeg-turbo (cv2) upsamples chroma
 with its "fancy" triangular filter, uses its integer IDCT and rounds its YCbCr -> RGB in fixed
-point; nvJPEG upsamples and converts its own way. Measured on the H200 (torchvision 0.26's
-nvJPEG against OpenCV 4's libjpeg-turbo, 720p at quality 90): at 4:4:4 the two give the same
-pixels exactly, so IDCT and colour conversion agree and the whole difference is the chroma
-upsampling of 4:2:0: mean 8.9 levels on a textured frame (where chroma changes within two
-pixels), 5.6 on a smooth one; neither is consistently nearer the source (nvJPEG on the textured
-frame, libjpeg-turbo on the smooth one). Neither library exposes its upsampling (cv2.imdecode's
-IMREAD_* flags choose colour/gray/reduced size/EXIF only; torchvision's decode_jpeg takes
+point; nvJPEG upsamples and converts its own way. On the GPU machine (torchvision's nvJPEG
+against OpenCV's libjpeg-turbo, 720p at quality 90) the two give the same pixels exactly at
+4:4:4, so IDCT and colour conversion agree and the whole difference is the chroma upsampling
+of 4:2:0: larger on a textured frame (where chroma changes within two pixels) than on a smooth
+one, and neither is consistently nearer the source. Neither library exposes its upsampling
+(cv2.imdecode's IMREAD_* flags choose colour/gray/reduced size/EXIF only; torchvision's decode_jpeg takes
 ``mode`` and, on the CPU only, ``apply_exif_orientation``): what makes them agree is on the
 encoder's side, no chroma subsampling (4:4:4). The measured numbers go to $OUT/gpu_decode.json;
 the bounds below hold them with a margin.

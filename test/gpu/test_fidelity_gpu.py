@@ -16,7 +16,7 @@ test here fails (the point is to compare with it, so it never skips).
   - eager fp32: bitwise. Our eager step calls sam2's own modules on the same inputs and
     shapes, so the kernels are the same, and the fill decides the same way.
   - graphs fp32: 1e-3 (padded graphs use another attention kernel, batched graphs GEMMs of
-    another batch size: rounding, measured <= 1.4e-4 without filling; docs/design.md).
+    another batch size: rounding, well inside the bound; docs/design.md quotes the values).
   - bf16, eager and graphs: 0.5 on logits as test_graphs_gpu.py (bf16 rounds logits of |10|
     to 0.06; ours precasts weights and may cast at other places than theirs), memory features
     within one bf16 ulp beyond that.

@@ -1,5 +1,5 @@
-"""Defect 11 of issue 14: the '(previous message repeated N more times)' count was appended to
-the next, DIFFERENT log line, so that line read as the repeated one."""
+"""Defect 11 of issue 14: the '(previous message repeated N more times)' count must not be
+appended to the next, DIFFERENT log line, which would then read as the repeated one."""
 
 from sam2_ros.ros.log_filter import RepeatFilter
 

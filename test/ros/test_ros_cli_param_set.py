@@ -1,6 +1,6 @@
 """`ros2 param set` of a parameter read only at configure (issue 32, defect 6), with the real
-CLI as a user types it: an invalid value is refused at once with the reason (it used to be
-accepted and fail the next configure); a valid one is accepted and the node logs that it
+CLI as a user types it: an invalid value is refused at once with the reason (not accepted to
+fail the next configure); a valid one is accepted and the node logs that it
 applies at the next configure; the next configure then uses it."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_working_bridge_is_used_without_warning(caplog):
 
 
 def test_opencv5_failure_is_reproduced_and_decoded(bridge):
-    """The GPU machine's case: 1280x720 rgb8 made cv_bridge raise; now it decodes."""
+    """The GPU machine's case: 1280x720 rgb8, on which that cv_bridge raises, decodes."""
     msg, px = raw_msg('rgb8', 720, 1280)
     with opencv5_layout():
         broken = cv_bridge.CvBridge()
@@ -387,8 +387,8 @@ def test_raw_view_honours_step_without_copying():
 
 
 def test_corrupt_png_error_names_libpng_and_nothing_reaches_stderr(bridge, capfd):
-    """libpng printed 'libpng error: ...' to fd 2 beside the node's own error (issue 32, 7):
-    its text is now the reason in the FrameError, and only other output reaches stderr."""
+    """libpng prints 'libpng error: ...' to fd 2 beside the node's own error (issue 32, 7):
+    its text becomes the reason in the FrameError, and only other output reaches stderr."""
     import os
 
     from sam2_ros.ros import native_stderr

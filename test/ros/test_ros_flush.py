@@ -2,12 +2,11 @@
 acknowledge what was already published before destroying the publishers.
 
 Why: destroying a reliable Fast DDS writer right after ``publish`` can discard samples not yet
-taken by the readers (a probe that published one message and destroyed the publisher, many
-times on a loaded machine, lost some without the wait and none with ``wait_for_all_acked``;
-retired to git history at commit 705f4c5). In the node this lost the state of the frame in
-progress at deactivate (its frame index used, its TrackingState never seen: one CI failure of
-test_ros_lifecycle_orders). These tests call the node's methods on a stand-in ``self`` (no
-DDS, no model) to check the order and the time bound.
+taken by the readers (publishing one message and destroying the publisher, many times on a
+loaded machine, loses some without the wait and none with ``wait_for_all_acked``). In the
+node that loses the state of the frame in progress at deactivate (its frame index used, its
+TrackingState never seen, which test_ros_lifecycle_orders would catch). These tests call the
+node's methods on a stand-in ``self`` (no DDS, no model) to check the order and the time bound.
 """
 
 import time

@@ -28,7 +28,7 @@ BUNDLE = ROOT.parent / 'shared' / 'ros_cli'
 VENV_BIN = Path(sys.executable).parent
 # image_size 64, the smallest sam2 builds at: the checks are of the launch plumbing (each
 # argument reaches the node: 64 is not the launch default, 1024), not of the model, and a
-# frame at 256 cost about 5x the CPU of one at 64 (the colcon build runs alongside these)
+# frame at 256 costs several times the CPU of one at 64 (the colcon build runs alongside)
 CPU_ARGS = ['device:=cpu', 'random_weights:=true', 'image_size:=64',
             'use_cuda_graphs:=false']
 
@@ -310,7 +310,7 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
 
 
 def test_replay_launch_default_player_without_venv_on_path(tmp_path):
-    """Defect 4: the default player needed `ros2 bag` (absent here) and `ros2` on PATH; now
+    """Defect 4: the default player must not need `ros2 bag` (absent here) or `ros2` on PATH:
     player:=auto takes our player when rosbag2 is missing, and every path is absolute.
     ``wait_for:=/clock:2`` (the node and this client) holds the bag until the client has seen
     the node's publishers: the whole bag plays in a quarter of a second, and a state published

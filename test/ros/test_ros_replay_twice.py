@@ -1,8 +1,8 @@
 """A bag replayed twice into one node (issue 32, defect 3): the second run gives the same
 states as the first. The node sees time jump back (/clock under use_sim_time, or the image
 stamps) and resets as ROS nodes do on a clock reset: objects, held prompts and the stamp
-table; one line logged. Before, the second run's frame-0 prompt was 'older than the latest
-frame' and landed on the first run's last frame, and the first run's objects carried over."""
+table; one line logged. Without the reset the second run's frame-0 prompt is 'older than the
+latest frame' and lands on the first run's last frame, and the first run's objects carry over."""
 
 from __future__ import annotations
 
