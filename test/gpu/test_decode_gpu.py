@@ -10,9 +10,9 @@ against OpenCV's libjpeg-turbo, 720p at quality 90) the two give the same pixels
 4:4:4, so IDCT and colour conversion agree and the whole difference is the chroma upsampling
 of 4:2:0: larger on a textured frame (where chroma changes within two pixels) than on a smooth
 one, and neither is consistently nearer the source. Neither library exposes its upsampling
-(cv2.imdecode's IMREAD_* flags choose colour/gray/reduced size/EXIF only; torchvision's decode_jpeg takes
-``mode`` and, on the CPU only, ``apply_exif_orientation``): what makes them agree is on the
-encoder's side, no chroma subsampling (4:4:4). The measured numbers go to $OUT/gpu_decode.json;
+(cv2.imdecode's IMREAD_* flags choose colour/gray/reduced size/EXIF only; torchvision's
+decode_jpeg takes ``mode`` and, on the CPU only, ``apply_exif_orientation``): what makes them
+agree is on the encoder's side, no chroma subsampling (4:4:4). The measured numbers go to $OUT/gpu_decode.json;
 the bounds below hold them with a margin.
 """
 
