@@ -40,7 +40,9 @@ def test_offline_cli_applies_the_rule():
 
 
 def test_launch_files_leave_precision_to_the_node():
-    pytest.importorskip('launch')
+    # ROS 2's launch is not on PyPI (scripts/setup.sh installs it from ../shared/ros_cli when
+    # present); the repository's launch/ folder imports as an empty namespace package without it
+    pytest.importorskip('launch_ros', reason='ROS 2 launch is not installed')
     from launch import LaunchContext
 
     from sam2_ros.ros import launch_common
