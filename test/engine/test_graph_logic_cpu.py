@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import LEAN, shared_model, tracker_on_shared_model
+from graph_standin import fake_capture_same_outputs
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.cuda import capture, io_graphs, runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey, StepKey
@@ -25,41 +26,6 @@ from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
 # (conftest.one_thread): the ops are tiny, and two OpenMP threads on a loaded 2-core machine
 # spin against other processes
 pytestmark = pytest.mark.usefixtures('one_thread')
-
-
-class ReplayOnCpu:
-    """Stands in for torch.cuda.CUDAGraph: replay() recomputes into the static outputs."""
-
-    def __init__(self, fn, inputs, outputs):
-        self.fn, self.inputs, self.outputs = fn, inputs, outputs
-        self.replays = 0
-
-    def replay(self):
-        self.replays += 1
-        new = self.fn(self.inputs)
-        if isinstance(new, torch.Tensor):
-            return self.outputs.copy_(new)
-        if isinstance(new, tuple):       # the mask graph: (masks, stats)
-            for dst, src in zip(self.outputs, new):
-                dst.copy_(src)
-            return
-        for name in vars(new):
-            dst, src = getattr(self.outputs, name), getattr(new, name)
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
-            else:   # Features: lists of tensors
-                for d, s in zip(dst, src):
-                    if isinstance(d, torch.Tensor):
-                        d.copy_(s)
-
-
-def fake_capture(self, fn, inputs):
-    return capture.CapturedGraph(ReplayOnCpu(fn, inputs, fn(inputs)), inputs, fn(inputs))
-
-
-def fake_capture_same_outputs(self, fn, inputs):
-    outputs = fn(inputs)
-    return capture.CapturedGraph(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
 
 
 def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
@@ -368,55 +334,3 @@ def test_frame_result_label_is_rebuilt_when_objects_change():
     res.objects.pop()                               # objects changed: built from the masks
     assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()
 
-
-def test_failed_fused_capture_captures_sam2s_modules(monkeypatch):
-    """A fused kernel that fails to build or run at capture costs the fused kernels only: the
-    runner captures sam2's modules instead (reported once), and frames still replay graphs."""
-    class Broken(torch.nn.Module):          # stands in for a fused copy whose kernel fails
-        def __init__(self, model):
-            super().__init__()
-            self.image_size = model.image_size
-
-        def forward_image(self, image):
-            raise RuntimeError('triton compile failed (test)')
-
-    monkeypatch.setattr(runner, 'fused_copy', lambda model, cfg: Broken(model))
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
-    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
-                        random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
-                        max_cond_frames=1, steady_attention='sam2',
-                        extra_hydra_overrides=list(LEAN))
-    tr = tracker_on_shared_model(cfg)
-    reasons = []
-    tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
-    with torch.inference_mode():
-        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
-    assert len(reasons) == 1 and 'fused kernels failed' in reasons[0], reasons
-    assert tr.runner.graphs is not None and tr.runner.graphs.model is tr.model
-    frames = synthetic_frames(3, h=48, w=64)
-    tr.track(frames[0])
-    tr.add_prompt(schedule(48, 64, 1, 2, 3, 4)[0][0][1])
-    assert tr.track(frames[1]).mode == 'graph'
-
-
-def test_capture_failing_with_and_without_fused_kernels_reports_once(monkeypatch):
-    """When sam2's modules fail to capture too, the runner is eager throughout and says so in
-    one report naming both failures."""
-    def failing(self, fn, inputs):
-        raise RuntimeError('capture failed (test)')
-
-    monkeypatch.setattr(runner, 'fused_copy', lambda model, cfg: torch.nn.Identity())
-    monkeypatch.setattr(capture.Capturer, 'capture', failing)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
-    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
-                        random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
-                        max_cond_frames=1, extra_hydra_overrides=list(LEAN))
-    tr = tracker_on_shared_model(cfg)
-    reasons = []
-    tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
-    with torch.inference_mode():
-        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
-    assert len(reasons) == 1 and 'eager throughout' in reasons[0], reasons
-    assert 'with fused kernels' in reasons[0] and tr.runner.graphs is None

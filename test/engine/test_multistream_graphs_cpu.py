@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_graph_logic_cpu import fake_capture_same_outputs
+from graph_standin import fake_capture_same_outputs
 from test_multistream import H, W, cfg_of, frame, multi
 from sam2_ros.engine.cuda import capture, runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
