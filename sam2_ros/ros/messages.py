@@ -9,7 +9,7 @@ Pure functions of their inputs, tested without DDS.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Tuple
 
 from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult
 from sam2_ros.ros.detections import sigmoid
@@ -87,16 +87,23 @@ def tracking_state_msg(res: FrameResult, header: Any, *, decode_ms: float, publi
 def diagnostics_msg(stamp: Any, name: str, level: str, message: str,
                     values: Dict[str, Any]) -> Any:
     """One diagnostic_msgs/DiagnosticArray with one status; level is 'OK'|'WARN'|'ERROR'."""
+    return diagnostics_array(stamp, [(name, level, message, values)])
+
+
+def diagnostics_array(stamp: Any, statuses: List[Tuple[str, str, str, Dict[str, Any]]]) -> Any:
+    """One diagnostic_msgs/DiagnosticArray with a status per (name, level, message, values)
+    (a multi-camera node: one per camera)."""
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
     levels = {'OK': DiagnosticStatus.OK, 'WARN': DiagnosticStatus.WARN,
               'ERROR': DiagnosticStatus.ERROR}
-    status = DiagnosticStatus(level=levels[level], name=name, message=message,
-                              hardware_id='sam2_ros')
-    status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
     arr = DiagnosticArray()
     arr.header.stamp = stamp
-    arr.status = [status]
+    for name, level, message, values in statuses:
+        status = DiagnosticStatus(level=levels[level], name=name, message=message,
+                                  hardware_id='sam2_ros')
+        status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
+        arr.status.append(status)
     return arr
 
 

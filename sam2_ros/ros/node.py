@@ -36,6 +36,7 @@ from sam2_ros.ros.node_cli import check_device, input_topic
 from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
+from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker import TrackingWorker
 
@@ -63,6 +64,7 @@ class TrackerNode(LifecycleNode):
         self.mailbox: Optional[Mailbox] = None
         self.worker: Optional[TrackingWorker] = None
         self.outputs: Optional[Publishers] = None
+        self.rig: Optional[Rig] = None             # parameter cameras: the cameras' parts
         self.decoder: Any = None     # the compressed input's FrameDecoder (None: raw input)
         self.input_subs: List[Any] = []
         self.totals = Totals()                       # counters over all activations
@@ -101,12 +103,15 @@ class TrackerNode(LifecycleNode):
             self.malloc.apply(self.opts.tune_malloc, self.get_logger().warning)
             check_device(self.cfg.device)
             messages.interfaces()  # fail now, not at the first frame, if messages are missing
+            from sam2_ros.engine.multistream import MultiStreamTracker
             from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
             with device_context(self.cfg.device), SIGINT.interruptible(self.context.ok):
                 pause_for_test('tracker', self.get_logger().info)
-                self.tracker = StreamingTracker(self.cfg)
+                cams = list(self.opts.cameras)
+                self.tracker = (MultiStreamTracker(self.cfg, cameras=len(cams)) if cams
+                                else StreamingTracker(self.cfg))
                 self.decoder = frame_decoder(self.cfg, self.opts)
             SIGINT.check(self.context.ok)
         except Interrupted as exc:   # Ctrl-C: one line, nothing kept; the node then exits
@@ -136,11 +141,11 @@ class TrackerNode(LifecycleNode):
             vision, self.vision_off = None, str(exc)
             self.get_logger().warning(f'~/detections and ~/objects are off: {exc}')
         self.association = det.Association()
-        self.outputs = Publishers.create(
-            self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
-            self.opts.publish_overlay, self.totals, self.association.class_of,
-            serial=not self.opts.pipeline, timing_log=self.opts.timing_log,
-            compressed_overlay=self.opts.input_type == 'compressed')
+        if self.opts.cameras:
+            self.rig = Rig(list(self.opts.cameras))
+            self.rig.create_outputs(self, vision)
+        else:
+            self.outputs = self._create_outputs(vision)
         d = self.decoder
         if d is not None:
             self.get_logger().info('compressed input: JPEG decoded on the GPU (nvJPEG)' if d.on_gpu
@@ -148,11 +153,24 @@ class TrackerNode(LifecycleNode):
                                         f'{d.gpu_off})')
         return TransitionCallbackReturn.SUCCESS
 
+    def _create_outputs(self, vision: Any) -> Publishers:
+        return Publishers.create(
+            self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
+            self.opts.publish_overlay, self.totals, self.association.class_of,
+            serial=not self.opts.pipeline, timing_log=self.opts.timing_log,
+            compressed_overlay=self.opts.input_type == 'compressed')
+
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # activates the lifecycle publishers
         if ret != TransitionCallbackReturn.SUCCESS:
             return ret
         o = self.opts
+        self.fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
+        if self.rig is not None:
+            self.mailbox, self.worker = self.rig.activate(self)
+            self.input_subs = self.rig.subscribe(self, PROMPT_QOS, image_qos(o))
+            self.get_logger().info(self.rig.describe_active(self))
+            return TransitionCallbackReturn.SUCCESS
         self.mailbox = Mailbox(o.process_every_frame, o.fifo_size, o.prompt_queue_size)
         host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log,
                         held_ids=lambda: self.worker.hold.object_ids(), decoder=self.decoder)
@@ -160,7 +178,6 @@ class TrackerNode(LifecycleNode):
                                      association=self.association, pipeline=o.pipeline)
         self.worker.start()
         self.input_subs = self._subscribe()
-        self.fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
         self._log_active()
         return TransitionCallbackReturn.SUCCESS
 
@@ -189,7 +206,14 @@ class TrackerNode(LifecycleNode):
             self.destroy_subscription(sub)
         self.input_subs = []
         w, mb = self.worker, self.mailbox
-        if w is not None:
+        if self.rig is not None:
+            self.worker = None
+            held = self.rig.stop()
+            if held:
+                self.get_logger().warning(
+                    f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
+                    f'{"; ".join(held)[:500]}')
+        elif w is not None:
             w.stop()
             held = w.drop_pending()
             if held:
@@ -205,6 +229,9 @@ class TrackerNode(LifecycleNode):
         if self.outputs is not None:
             self.outputs.release()
             self.outputs = None
+        if self.rig is not None:
+            self.rig.release()
+            self.rig = None
 
     def release(self) -> None:
         """Everything configure and activate made: the I/O, then the tracker."""
@@ -273,7 +300,9 @@ class TrackerNode(LifecycleNode):
         self._enqueue(PromptItem(msg, 'click', LATEST))
 
     def on_clock_jump(self) -> None:
-        if self.worker is not None:
+        if self.worker is not None and self.rig is not None:
+            self.rig.enqueue_all(lambda: PromptItem(None, time_jump.TIME_JUMP, 0))
+        elif self.worker is not None:
             self._enqueue(PromptItem(None, time_jump.TIME_JUMP, 0))
 
     def _queue(self, msg: Any, kind: str, payload: Any) -> None:
@@ -299,6 +328,12 @@ class TrackerNode(LifecycleNode):
 
     def on_diagnostics(self) -> None:
         w, mb, tr = self.worker, self.mailbox, self.tracker
+        if self.rig is not None and w is not None and tr is not None:
+            statuses = self.rig.statuses(self, time.monotonic(), self.fallbacks_seen)
+            self.fallbacks_seen = int(tr.stats.get('fallbacks', 0))
+            self.diag_pub.publish(messages.diagnostics_array(self.get_clock().now().to_msg(),
+                                                             statuses))
+            return
         if w is None or mb is None or tr is None:
             report = diagnostics.inactive_report(
                 tr is not None, dict(self.totals.done),

@@ -22,6 +22,23 @@ class NodeOptions:
 
     image_topic: str = knob('/camera/image_raw', kind='str', doc=(
         'input image topic (remappable too)'))
+    # Several cameras on one tracker (a stereo rig): camera c's topics live under its namespace
+    # (docs/ros.md "Several cameras"); empty: one camera on image_topic and today's topics.
+    cameras: List[str] = knob(default_factory=list, kind='str_array', doc=(
+        "camera namespaces of one node (e.g. ['left', 'right']): images on <ns>/<camera_image>, "
+        'prompts on ~/<ns>/prompt, outputs on ~/<ns>/...; empty = one camera on image_topic'))
+    camera_image: str = knob('image_raw', kind='str', doc=(
+        'with cameras: the image topic under each camera namespace'))
+    pair_tolerance_ms: float = knob(0.0, kind='float', doc=(
+        "with cameras: stamps this close are one group (0 = equal stamps; at most half of "
+        'camera_period_ms)'))
+    camera_period_ms: float = knob(1000.0 / 30.0, kind='float', doc=(
+        'with cameras: the frame period; a frame whose partner has not come waits at most this '
+        'long, then is tracked alone'))
+    positions_rectified: bool = knob(False, kind='bool', doc=(
+        'with cameras: the images are rectified (e.g. image_rect), so ~/positions triangulates '
+        'mask centroids as they are; false: raw images, centroids undistorted and rectified '
+        'with camera_info first'))
     input_type: str = knob('raw', kind='str', doc=(
         "'raw' (sensor_msgs/Image) or 'compressed' (sensor_msgs/CompressedImage on "
         '<image_topic>/compressed)'))
@@ -133,6 +150,8 @@ class NodeOptions:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.image_topic:
             raise ValueError('image_topic must not be empty')
+        check_cameras(list(self.cameras), self.camera_image, self.camera_period_ms,
+                      self.pair_tolerance_ms)
         from sam2_ros.ros.detections import check_rules
 
         check_rules(self.detection_min_score, self.detection_match_iou,
@@ -141,3 +160,18 @@ class NodeOptions:
             raise ValueError(f'detection_max_age_frames must be >= 0, got '
                              f'{self.detection_max_age_frames!r}')
         return self
+
+
+def check_cameras(cameras: List[str], image: str, period_ms: float, tolerance_ms: float) -> None:
+    """ValueError for camera namespaces that are not distinct relative names, or a pairing
+    the pairer refuses."""
+    if len(set(cameras)) != len(cameras) or any(
+            not c or c.startswith(('/', '~')) or not all(ch.isalnum() or ch in '_/' for ch in c)
+            for c in cameras):
+        raise ValueError(f'cameras must be distinct relative namespaces (letters, digits, _ '
+                         f'and /), got {cameras!r}')
+    if cameras and (not image or image.startswith(('/', '~'))):
+        raise ValueError(f'camera_image must be a relative topic name, got {image!r}')
+    if not period_ms > 0 or not 0 <= tolerance_ms <= period_ms / 2:
+        raise ValueError(f'camera_period_ms must be > 0 and pair_tolerance_ms in '
+                         f'0..camera_period_ms/2, got {period_ms!r} and {tolerance_ms!r}')

@@ -136,8 +136,10 @@ class StampPairer:
         oldest = self._oldest_recv()
         return None if oldest is None else oldest + self.period_ns
 
-    def pending(self) -> int:
-        """Frames queued, all cameras."""
+    def pending(self, camera: Optional[int] = None) -> int:
+        """Frames queued: all cameras', or camera ``camera``'s."""
+        if camera is not None:
+            return len(self._queues[camera])
         return sum(len(q) for q in self._queues)
 
     # ------------------------------------------------------------------ policy

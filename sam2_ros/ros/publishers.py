@@ -70,20 +70,24 @@ class Publishers:
     @classmethod
     def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
                totals: Totals, class_of: Callable[[int], str], serial: bool,
-               timing_log: str = '', compressed_overlay: bool = False) -> 'Publishers':
+               timing_log: str = '', compressed_overlay: bool = False,
+               prefix: str = '~') -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
         ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
-        overlay as a JPEG too (the input is compressed)."""
+        overlay as a JPEG too (the input is compressed); ``prefix``: the topics' namespace
+        ('~/left' for camera left of a multi-camera node)."""
         from sensor_msgs.msg import CompressedImage, Image
 
         make = node.create_lifecycle_publisher
-        pubs = {'mask': make(Image, '~/mask', OUTPUT_QOS),
-                'mask_compressed': make(CompressedImage, '~/mask/compressed', OUTPUT_QOS),
-                'overlay': make(Image, '~/overlay', OUTPUT_QOS) if overlay else None,
-                'overlay_compressed': (make(CompressedImage, '~/overlay/compressed', OUTPUT_QOS)
+        p = prefix
+        pubs = {'mask': make(Image, f'{p}/mask', OUTPUT_QOS),
+                'mask_compressed': make(CompressedImage, f'{p}/mask/compressed', OUTPUT_QOS),
+                'overlay': make(Image, f'{p}/overlay', OUTPUT_QOS) if overlay else None,
+                'overlay_compressed': (make(CompressedImage, f'{p}/overlay/compressed',
+                                            OUTPUT_QOS)
                                        if overlay and compressed_overlay else None),
-                'state': make(state_type, '~/state', OUTPUT_QOS),
-                'objects': (make(objects_type, '~/objects', OUTPUT_QOS)
+                'state': make(state_type, f'{p}/state', OUTPUT_QOS),
+                'objects': (make(objects_type, f'{p}/objects', OUTPUT_QOS)
                             if objects_type is not None else None)}
         return cls(node, pubs, totals, class_of, serial,
                    TimingLog(timing_log) if timing_log else None)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.frame_in import Frame
@@ -38,6 +39,15 @@ from sam2_ros.ros.worker_detections import DetectionPrompts
 from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
 
 
+@dataclass
+class StartedFrame:
+    """A frame decoded, its due prompts applied, waiting for its tracking result."""
+
+    item: FrameItem
+    rgb: Frame
+    times: FrameTimes
+
+
 class TrackingWorker:
     """The one thread that owns the tracker: prompts between frames, then decode/track, then
     the result to the output stage (``pipeline``: on threads of its own).
@@ -48,8 +58,11 @@ class TrackingWorker:
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
                  association: Optional[det.Association] = None,
-                 pipeline: bool = False) -> None:
+                 pipeline: bool = False,
+                 driver_alive: Optional[Callable[[], bool]] = None) -> None:
         self.tracker = tracker
+        # a camera of the multi-camera worker has no thread: that worker's thread drives it
+        self.driver_alive = driver_alive
         self.mailbox = mailbox
         self.host = host
         self.counters = WorkerCounters()
@@ -107,6 +120,8 @@ class TrackingWorker:
 
     @property
     def alive(self) -> bool:
+        if self.driver_alive is not None:
+            return self.driver_alive() and self.output.alive
         return self._thread is not None and self._thread.is_alive() and self.output.alive
 
     def _emit(self, res: FrameResult, rgb: Frame, header: Any, decode_ms: float,
@@ -246,23 +261,39 @@ class TrackingWorker:
             self._refused(held.what, f'{type(exc).__name__}: {exc}')
 
     def _on_frame(self, item: FrameItem) -> None:
+        started = self.begin_frame(item)
+        if started is not None:
+            self.finish_frame(started, self._track(started.rgb))
+
+    def handle_prompt(self, item: PromptItem) -> None:
+        """A prompt, click or detections message for this worker's camera (the multi-camera
+        worker drives its cameras' workers through this, begin_frame and finish_frame)."""
+        self._on_prompt(item)
+
+    def begin_frame(self, item: FrameItem) -> Optional['StartedFrame']:
+        """Decode a frame and apply what is due for it; None when it cannot be decoded
+        (reported). The caller tracks ``rgb`` and hands the result to :meth:`finish_frame`."""
         times = FrameTimes(recv=item.recv_t, decode0=time.monotonic())
         try:
             rgb = self.host.decode(item.msg)
         except TrackerError as exc:
             self._frame_failed(f'frame skipped: {exc}')
-            return
+            return None
         times.decode1 = time.monotonic()
-        decode_ms = (times.decode1 - times.decode0) * 1e3
         if time_jump.went_back(self.last_stamp_ns, item.stamp_ns):
             self.time_jumped(time_jump.image_jump_reason(self.last_stamp_ns, item.stamp_ns),
                              item.stamp_ns)
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
         times.engine0 = time.monotonic()
-        res = self._track(rgb)
+        return StartedFrame(item, rgb, times)
+
+    def finish_frame(self, started: 'StartedFrame', res: Optional[FrameResult]) -> None:
+        """After tracking a begun frame: publish its result (None: it failed, reported)."""
         if res is None:
             return
+        item, rgb, times = started.item, started.rgb, started.times
+        decode_ms = (times.decode1 - times.decode0) * 1e3
         times.engine1 = time.monotonic()
         self.counters.processed += 1
         self._applied_old = []
@@ -285,14 +316,17 @@ class TrackingWorker:
         try:
             return self.tracker.track(rgb)
         except TrackerError as exc:
-            # A queued prompt that only the frame could check (e.g. a point outside it) makes
-            # track() refuse; the tracker drops such prompts, so one retry tracks the frame.
-            self.errors.report(f'{type(exc).__name__}: {exc}')
-            if isinstance(exc, (FrameError, StepError)):
-                # a wrong-size frame, or a failed computation (e.g. out of memory): this frame
-                # is reported failed; the tracker is consistent and takes the next one
-                self._frame_failed(None)
-                return None
+            return self.track_failed(rgb, exc)
+
+    def track_failed(self, rgb: Frame, exc: TrackerError) -> Optional[FrameResult]:
+        """The frame's tracking raised ``exc``: reported; a refused queued prompt (the
+        tracker drops it) gets one retry of the frame, a frame or step error fails it."""
+        self.errors.report(f'{type(exc).__name__}: {exc}')
+        if isinstance(exc, (FrameError, StepError)):
+            # a wrong-size frame, or a failed computation (e.g. out of memory): this frame
+            # is reported failed; the tracker is consistent and takes the next one
+            self._frame_failed(None)
+            return None
         try:
             return self.tracker.track(rgb)
         except TrackerError as exc2:

@@ -1,0 +1,132 @@
+"""The worker of a multi-camera node: ONE thread that owns the
+:class:`~sam2_ros.engine.multistream.MultiStreamTracker` of N cameras and tracks each group of
+paired frames (:mod:`~sam2_ros.ros.paired_mailbox`) in one ``track`` call.
+
+Each camera keeps the one-camera worker's policy (:class:`~sam2_ros.ros.worker.TrackingWorker`
+over a :class:`~sam2_ros.ros.camera_view.CameraTracker`, driven by this thread: prompts and
+what they wait for, decode, time jumps, detections, errors, counters, its own output stage),
+so prompts, stamps and failures of one camera are its own: a frame one camera cannot decode or
+track (bad encoding, another size) fails for that camera only, the others of its group are
+tracked. ``on_group`` (the 3D positions) gets each group's per-camera results. Nothing here
+imports ROS.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any, Callable, List, Optional, Sequence
+
+from sam2_ros.engine.types import FrameResult
+from sam2_ros.ros import detections as det
+from sam2_ros.ros.camera_view import CameraTracker
+from sam2_ros.ros.paired_mailbox import PairedMailbox
+from sam2_ros.ros.pairing import Group
+from sam2_ros.ros.pipeline import Outputs
+from sam2_ros.ros.worker import StartedFrame, TrackingWorker
+from sam2_ros.ros.worker_types import WorkerHost
+
+GroupHook = Callable[[Group, List[Optional[FrameResult]]], None]
+
+
+class MultiCameraWorker:
+    """The thread of N cameras: ``hosts[c]`` / ``outputs[c]`` / ``associations[c]`` are camera
+    c's (as a one-camera worker's); ``lanes[c]`` is its worker."""
+
+    def __init__(self, core: Any, mailbox: PairedMailbox, hosts: Sequence[WorkerHost],
+                 outputs: Sequence[Outputs], associations: Sequence[det.Association], *,
+                 pipeline: bool = False, on_group: Optional[GroupHook] = None) -> None:
+        self.core = core
+        self.mailbox = mailbox
+        self.host = hosts[0]           # thread_init: the cameras share the tracker's device
+        self.on_group = on_group
+        self.lanes = [TrackingWorker(CameraTracker(core, c), mailbox.camera(c), hosts[c],
+                                     outputs[c], association=associations[c],
+                                     pipeline=pipeline, driver_alive=self.thread_alive)
+                      for c in range(core.cameras)]
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.groups = 0                # groups tracked
+
+    def start(self) -> None:
+        self._stop.clear()
+        for lane in self.lanes:
+            lane.output.start()
+        self._thread = threading.Thread(target=self._run, name='sam2_tracker_worker',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """As TrackingWorker.stop, for every camera."""
+        self._stop.set()
+        self.mailbox.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        for lane in self.lanes:
+            lane.output.stop(timeout)
+
+    def thread_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return all(lane.alive for lane in self.lanes)
+
+    def drop_pending(self) -> List[str]:
+        return [f'camera {c}: {what}' for c, lane in enumerate(self.lanes)
+                for what in lane.drop_pending()]
+
+    # ------------------------------------------------------------------ main loop
+    def _run(self) -> None:
+        self.host.thread_init()
+        while not self._stop.is_set():
+            group, prompts = self.mailbox.take(0.1)
+            if self._stop.is_set():
+                break
+            for lane, items in zip(self.lanes, prompts):
+                for item in items:
+                    guarded(lane, lambda: lane.handle_prompt(item))
+            for job in self.mailbox.take_jobs():   # ~/segment_image requests
+                job.run()
+            if group is not None:
+                try:
+                    self._on_group(group)
+                except Exception as exc:  # never let the worker die silently
+                    for lane in self.lanes:
+                        lane.counters.consecutive_failures += 1
+                        lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+
+    def _on_group(self, group: Group) -> None:
+        """Begin every camera's frame, track the begun ones in one call, finish each."""
+        started: List[Optional[StartedFrame]] = [None] * len(self.lanes)
+        for c, arrival in enumerate(group.frames):
+            if arrival is not None:
+                started[c] = guarded(self.lanes[c],
+                                     lambda: self.lanes[c].begin_frame(arrival.item))
+        if all(s is None for s in started):
+            return
+        out = self.core.track([None if s is None else s.rgb for s in started])
+        self.groups += 1
+        results: List[Optional[FrameResult]] = [None] * len(self.lanes)
+        for c, (lane, s) in enumerate(zip(self.lanes, started)):
+            if s is None:
+                continue
+            res, err = out.results[c], out.errors[c]
+            if err is not None:
+                res = lane.track_failed(s.rgb, err)
+            lane.finish_frame(s, res)
+            results[c] = res
+        if self.on_group is not None:
+            self.on_group(group, results)
+
+
+def guarded(lane: TrackingWorker, work: Callable[[], Any]) -> Any:
+    """``work()`` of one camera; an unexpected exception is that camera's error (reported,
+    None returned), never the others'."""
+    try:
+        return work()
+    except Exception as exc:  # noqa: BLE001 - one camera's bug must not stop the others
+        lane.counters.consecutive_failures += 1
+        lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+        return None

@@ -1,0 +1,156 @@
+"""The hand-off of a multi-camera node: frames of N cameras grouped by stamp
+(:class:`~sam2_ros.ros.pairing.StampPairer`), each camera's prompts, and jobs, behind one
+condition variable, so the one worker thread wakes for any of them.
+
+Groups follow the one-camera :class:`~sam2_ros.ros.mailbox.Mailbox`'s frame policy: by default
+only the newest group waits (a replaced group's frames count as dropped for their cameras);
+``every_frame=True`` keeps up to ``fifo_size`` groups and a camera's ``put_frame`` blocks
+while that many wait. A lone frame leaves by the pairer's rules (its partner moved past, or
+one ``period_ns`` passed: :meth:`take` wakes at the pairer's deadline). Each camera's side
+(:meth:`camera`) looks like a Mailbox to that camera's worker, diagnostics and totals.
+Nothing here imports ROS.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Deque, List, Optional, Tuple
+
+from sam2_ros.ros.mailbox import FrameItem, Job, PromptItem
+from sam2_ros.ros.pairing import Group, StampPairer
+
+
+class CameraBox:
+    """Camera c's side of a :class:`PairedMailbox`: its counters and prompts."""
+
+    def __init__(self, parent: 'PairedMailbox', camera: int) -> None:
+        self.parent, self.camera = parent, camera
+        self.prompt_queue_size = parent.prompt_queue_size
+        self.received = 0
+        self.dropped = 0
+        self.last_recv_t: Optional[float] = None
+        self.prompts: Deque[PromptItem] = collections.deque()
+
+    def put_frame(self, item: FrameItem) -> None:
+        self.parent.put_frame(self.camera, item)
+
+    def put_prompt(self, item: PromptItem) -> bool:
+        return self.parent.put_prompt(self.camera, item)
+
+    def pending_frames(self) -> int:
+        return self.parent.pending_frames(self.camera)
+
+    def pending_prompts(self) -> int:
+        with self.parent.cond:
+            return len(self.prompts)
+
+    def close(self) -> None:
+        self.parent.close()
+
+
+class PairedMailbox:
+    """Groups of frames, per-camera prompts and jobs waiting for the multi-camera worker."""
+
+    def __init__(self, cameras: int, every_frame: bool, fifo_size: int,
+                 prompt_queue_size: int, period_ns: int, tolerance_ns: int = 0) -> None:
+        self.every_frame = every_frame
+        self.fifo_size = max(1, int(fifo_size)) if every_frame else 1
+        self.prompt_queue_size = max(1, int(prompt_queue_size))
+        self.pairer = StampPairer(cameras, period_ns, tolerance_ns,
+                                  queue_size=max(1, int(fifo_size)))
+        self.cond = threading.Condition()
+        self.cameras = [CameraBox(self, c) for c in range(cameras)]
+        self._groups: Deque[Group] = collections.deque()
+        self._jobs: Deque[Job] = collections.deque()
+        self._closed = False
+
+    def camera(self, c: int) -> CameraBox:
+        return self.cameras[c]
+
+    # ------------------------------------------------------------------ producers
+    def put_frame(self, camera: int, item: FrameItem) -> None:
+        """Camera ``camera``'s frame to the pairer; the groups it releases wait for the
+        worker (newest only, or a FIFO that blocks this call while full)."""
+        with self.cond:
+            box = self.cameras[camera]
+            box.received += 1
+            box.last_recv_t = item.recv_t
+            if self.every_frame:
+                while len(self._groups) >= self.fifo_size and not self._closed:
+                    self.cond.wait(0.1)
+            if self._closed:
+                return
+            self._add(self.pairer.put(camera, item.stamp_ns, item, time.monotonic_ns()))
+            self.cond.notify_all()
+
+    def put_prompt(self, camera: int, item: PromptItem) -> bool:
+        """Queue camera ``camera``'s prompt; False (newest rejected) when its queue is full."""
+        with self.cond:
+            prompts = self.cameras[camera].prompts
+            if len(prompts) >= self.prompt_queue_size:
+                return False
+            prompts.append(item)
+            self.cond.notify_all()
+            return True
+
+    def put_job(self, job: Job) -> bool:
+        with self.cond:
+            if self._closed:
+                return False
+            self._jobs.append(job)
+            self.cond.notify_all()
+            return True
+
+    # ------------------------------------------------------------------ the worker
+    def take(self, timeout: float) -> Tuple[Optional[Group], List[List[PromptItem]]]:
+        """Wait up to ``timeout`` s (less when a lone frame's period ends sooner); return
+        (the oldest group or None, each camera's waiting prompts)."""
+        with self.cond:
+            self._add(self.pairer.flush(time.monotonic_ns()))
+            if not (self._groups or self._jobs or self._closed
+                    or any(b.prompts for b in self.cameras)):
+                deadline = self.pairer.next_deadline()
+                wait = timeout if deadline is None else min(
+                    timeout, max(0.0, (deadline - time.monotonic_ns()) / 1e9))
+                self.cond.wait(wait)
+                self._add(self.pairer.flush(time.monotonic_ns()))
+            prompts = [list(b.prompts) for b in self.cameras]
+            for b in self.cameras:
+                b.prompts.clear()
+            group = self._groups.popleft() if self._groups else None
+            self.cond.notify_all()  # a blocked FIFO put may go on
+            return group, prompts
+
+    def take_jobs(self) -> List[Job]:
+        with self.cond:
+            jobs = list(self._jobs)
+            self._jobs.clear()
+            return jobs
+
+    def pending_frames(self, camera: int) -> int:
+        """Camera ``camera``'s frames in waiting groups and in the pairer."""
+        with self.cond:
+            return sum(1 for g in self._groups if g.frames[camera] is not None) + self.pairer.pending(camera)
+
+    def close(self) -> None:
+        with self.cond:
+            self._closed = True
+            self._groups.clear()
+            self.pairer.drain()
+            for b in self.cameras:
+                b.prompts.clear()
+            jobs = list(self._jobs)
+            self._jobs.clear()
+            self.cond.notify_all()
+        for job in jobs:
+            job.abandon('the tracker stopped (deactivated) before the request ran')
+
+    def _add(self, groups: List[Group]) -> None:
+        """Released groups to the waiting ones; newest-only mode drops the older ones."""
+        self._groups.extend(groups)
+        while not self.every_frame and len(self._groups) > 1:
+            for a in self._groups.popleft().frames:
+                if a is not None:
+                    self.cameras[a.camera].dropped += 1
