@@ -107,10 +107,9 @@ class Positions:
             return {'positions': f'off ({self.off})'}
         out: Dict[str, Any] = {'positions_valid': self.valid,
                                'positions_invalid': self.invalid}
-        if self.calib_error:
-            out['positions'] = f'off (camera_info: {self.calib_error[:200]})'
-        elif self._calib is None and self.valid + self.invalid == 0:
-            out['positions'] = 'waiting for camera_info of both cameras'
+        if self.calibration() is None:
+            out['positions'] = (f'off (camera_info: {self.calib_error[:200]})'
+                                if self.calib_error else 'waiting for camera_info of both')
         for obj_id, t in sorted(self.last.items()):
             out[f'position_{obj_id}'] = 'valid' if t.valid else f'invalid: {t.reason}'
         return out
