@@ -20,6 +20,8 @@ LAUNCH = {
     'tracker.launch.py': COMMON | {'image_topic', 'rviz', 'namespace'},
     'replay.launch.py': COMMON | {'bag', 'rate', 'player', 'rviz', 'wait_for'},
     'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices'},
+    'stereo.launch.py': COMMON | {'namespace', 'cameras', 'camera_image', 'pair_tolerance_ms',
+                                  'camera_period_ms'},
     'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
                                     'objects_topic'},
 }

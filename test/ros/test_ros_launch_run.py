@@ -117,13 +117,17 @@ class Launched:
 
 @contextlib.contextmanager
 def launched(tmp: Path, tag: str, *args: str, cmd: Optional[List[str]] = None,
-             path_without_venv: bool = False, daemon: bool = True) -> Iterator[Launched]:
+             path_without_venv: bool = False, daemon: bool = True,
+             source_tree: bool = False) -> Iterator[Launched]:
     """`ros2 launch sam2_ros <args>` (or ``cmd``) in a fresh domain; on the way out, whatever
     happened: its clients closed, the launch stopped (SIGKILL of its group if SIGINT does not
     end it), the domain's `ros2` daemon stopped (``daemon``: a CLI call may have started it),
-    the domain released."""
+    the domain released. ``source_tree``: the node imports this checkout's package (a
+    launch file given by path, before it is installed)."""
     lease = DomainLease()
     env = cli_env(lease, path_without_venv)
+    if source_tree:
+        env['PYTHONPATH'] = str(ROOT)
     run = None
     try:
         proc = (Proc(cmd, env, tmp / f'{tag}.log') if cmd is not None
@@ -307,6 +311,43 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
                   r'String value is: /cam1/image_raw', 60)
         run.close_clients()
         sigint_and_check_clean(proc, pids)
+
+
+def test_stereo_launch_one_node_two_cameras(tmp_path):
+    """stereo.launch.py: one node <namespace>/sam2_tracker reading left/ and right/ of the
+    stereo namespace, a pair of frames tracked in one step, each camera's state on its own
+    topic."""
+    ros2()
+    params = write_params(tmp_path / 'stereo.yaml', autostart=False)
+    cmd = [ros2(), 'launch', str(ROOT / 'launch' / 'stereo.launch.py'), 'namespace:=rig',
+           'device:=cpu', 'random_weights:=true', 'image_size:=64', 'use_cuda_graphs:=false',
+           'camera_period_ms:=60000', f'params_file:={params}']
+    with launched(tmp_path, 'stereo', cmd=cmd, source_tree=True) as run:
+        run.proc.wait_log(r'rig\.sam2_tracker\]: active: 2 cameras', 240)
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image
+
+        f = frames(2)
+        clients = []
+        for cam in ('left', 'right'):
+            c = run.client(node_name=f'rig/sam2_tracker/{cam}')
+            c.pub_image = c.node.create_publisher(
+                Image, f'/rig/{cam}/image_raw',
+                QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+            clients.append(c)
+        for c in clients:
+            wait_until(lambda: c.pub_image.get_subscription_count() > 0
+                       and c.link.sub_state.get_publisher_count() > 0, 60,
+                       'the stereo node to subscribe and publish')
+        for k, c in enumerate(clients):
+            c.pub_image.publish(image_msg(f[k], stamp(20)))
+        for c in clients:
+            st = run.wait_state(c, stamp(20), 120)
+            assert st.processed_frames == 1
+        cli_until(run.env, ['param', 'get', '/rig/sam2_tracker', 'cameras'],
+                  r"String values are: \['left', 'right'\]", 60)
+        run.close_clients()
+        sigint_and_check_clean(run.proc, node_pids(run.proc))
 
 
 def test_replay_launch_default_player_without_venv_on_path(tmp_path):
