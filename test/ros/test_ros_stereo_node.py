@@ -18,7 +18,7 @@ from ros_helpers import (NODE_THREADS, TEST_PARAMS, DomainLease, frames, image_m
 
 from sam2_ros import stereo
 from sam2_ros.engine.types import Prompt
-from sam2_ros.ros.harness import NodeClient
+from sam2_ros.ros.node_client import NodeClient
 import stereo_scenes as sc
 
 pytestmark = pytest.mark.slow
