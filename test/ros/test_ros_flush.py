@@ -48,7 +48,7 @@ def fake_node(pubs, events, context_ok=True):
         input_subs=['image_sub'], worker=SimpleNamespace(stop=lambda: events.append(('stop', '')),
                                                          drop_pending=lambda: [],
                                                          detection_counts={}),
-        mailbox=None, totals=Totals(), logger=logger, get_logger=lambda: logger,
+        mailbox=None, rig=None, totals=Totals(), logger=logger, get_logger=lambda: logger,
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self.outputs = Publishers(self, pubs, self.totals, lambda i: '', serial=False)
