@@ -12,15 +12,13 @@ discontinuous, and these tests compare the runners' kernels. test_fidelity_gpu.p
 with it on, against an official install with sam2's CUDA extension.
 """
 
-import json
-import os
 
 import pytest
 import torch
 
 from reference import drive
+from gpu_common import record_equivalence as _record, tiny_cuda_cfg as _cfg
 from scenarios import schedule, synthetic_frames
-from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey, StepKey
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.tracker import StreamingTracker
@@ -28,23 +26,7 @@ from sam2_ros.engine.types import FrameResult
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
-OUT = os.environ.get('OUT', 'out')
 TOLS = {'fp32': 1e-3, 'bf16': 0.5}
-
-
-def _cfg(**kw):
-    base = dict(model_size='tiny', image_size=512, device='cuda', random_weights=True,
-                max_objects=4, fill_hole_area=0)
-    base.update(kw)
-    return TrackerConfig(**base)
-
-
-def _record(name, value):
-    os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, 'gpu_equivalence.json')
-    data = json.load(open(path)) if os.path.exists(path) else {}
-    data[name] = value
-    json.dump(data, open(path, 'w'), indent=1)
 
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])

@@ -11,39 +11,21 @@ step and every prompt replays a graph, no fallback. batch_streams=False (the off
 the graph runner steps the cameras eagerly: bitwise the eager runner.
 """
 
-import json
-import os
 
 import pytest
 import torch
 
+from gpu_common import record_equivalence as _record, tiny_cuda_cfg as _cfg
 from scenarios import schedule, synthetic_frames
-from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.multistream import MultiStreamTracker
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
-OUT = os.environ.get('OUT', 'out')
 TOLS = {'fp32': 1e-3, 'bf16': 0.5}
 MEM_TOLS = {'fp32': 1e-3, 'bf16': 0.1}
 PX_TOLS = {'fp32': 1e-3, 'bf16': 1e-2}
 H, W, STEPS = 360, 640, 120
-
-
-def _cfg(**kw):
-    base = dict(model_size='tiny', image_size=512, device='cuda', random_weights=True,
-                max_objects=4, fill_hole_area=0)
-    base.update(kw)
-    return TrackerConfig(**base)
-
-
-def _record(name, value):
-    os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, 'gpu_equivalence.json')
-    data = json.load(open(path)) if os.path.exists(path) else {}
-    data[name] = value
-    json.dump(data, open(path, 'w'), indent=1)
 
 
 def _frames(step):
