@@ -7,6 +7,9 @@
 #   bash scripts/gpu/gpu_node_latency.sh precompile  # 1 and 8 objects, precompile on
 #   bash scripts/gpu/gpu_node_latency.sh short    # 3 and 1 objects only (LIMIT_S for a budget;
 #                                                 # SHORT_OBJECTS="8" for other counts)
+#   bash scripts/gpu/gpu_node_latency.sh stereo   # 2 cameras on one GPU, 1 and 3 objects each:
+#     ONE node serving both (--one-node, cameras [cam0, cam1], frame pairs stamped alike) and
+#     two nodes for comparison; within ~8 minutes (LIMIT_S, default 470 here)
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -27,7 +30,7 @@ MODE=${1:-1gpu}
 # Everything ends within LIMIT s (under a device command's 10 minutes): a run starts only if
 # the longest run so far (node start-up and graph capture included) still fits, and is killed
 # at the limit.
-T0=$(date +%s); LIMIT=${LIMIT_S:-530}; LONGEST=${FIRST_RUN_GUESS_S:-60}
+T0=$(date +%s); LIMIT=${LIMIT_S:-$([ "$MODE" = stereo ] && echo 470 || echo 530)}; LONGEST=${FIRST_RUN_GUESS_S:-60}
 if [ -n "${CPU_DRY_RUN:-}" ]; then
   export OUT=${OUT:-/tmp/out}; W=$OUT/node_latency; mkdir -p "$W"
   PY=${PY:-.venv/bin/python}; D0=cpu; D1=cpu
@@ -94,6 +97,14 @@ elif [ "$MODE" = input ]; then   # raw and JPEG cameras; the target rows first
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
   run shm_3obj_overlay --objects 3 --transport shm --overlay
+elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), then two nodes
+  for n in 1 3; do
+    run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
+      --one-node
+  done
+  for n in 1 3; do
+    run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
+  done
 elif [ "$MODE" = 2gpu ]; then
   for n in 1 3 8; do
     run "cams2_2gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D1"
@@ -116,12 +127,14 @@ tar czf "$OUT/node_latency.tgz" -C "$W" . && echo "wrote $OUT/node_latency.tgz"
 python3 - "$RESULTS" "$RUN" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r.get('run') == sys.argv[2]]
-print('cams cam objects input transport(shm segs) overlay pipeline | mask p50 p99 | state p99 | '
+print('cams cam node/cam objects input transport(shm segs) overlay pipeline | mask p50 p99 | '
+      'state p99 | '
       'misses / frames | p50/p99 DDS in, hand-offs, decode, engine, mask publish, DDS out')
 for r in rows:
     split = ', '.join(f"{r.get(n + '_p50')}/{r.get(n + '_p99')}" for n in (
         'dds_in', 'handoff', 'decode', 'engine_span', 'publish_mask', 'dds_out'))
-    print(f"{r['cameras']} {r['camera']} {r['objects']} {r.get('input', 'raw')} "
+    print(f"{r['cameras']} {r['camera']} {r.get('node_per_camera')} {r['objects']} "
+          f"{r.get('input', 'raw')} "
           f"{r['transport']}({r.get('shm_large_segments')}) {r['overlay']} {r['pipeline']} | "
           f"{r['e2e_mask_p50']} {r['e2e_mask_p99']} | {r['e2e_state_p99']} "
           f"| {r['deadline_misses']} / {r['frames']} | {split}")

@@ -157,6 +157,39 @@ def test_node_latency_two_cameras(tmp_path):
         assert c['summary']['camera_gap_ms']['n'] == 4
 
 
+def test_node_latency_one_node_two_cameras(tmp_path):
+    """--one-node: ONE tracker node (cameras [cam0, cam1]) serves both camera processes; each
+    frame pair carries one stamp (so the node pairs them), prompts and clicks go to the
+    node's per-camera topics, every frame of both cameras comes back from ~/cam0, ~/cam1, and
+    the rows say node_per_camera false (the report's column too)."""
+    from tools.bench.report import node_latency
+
+    p, r, rows = bench(tmp_path, '--rate', '2', '--objects', '1', '--devices', 'cpu,cpu',
+                       '--one-node', '--corrections-every', '0.5', '--no-overlay',
+                       '--transport', 'default', timeout=240)
+    assert r['config']['node_per_camera'] is False and 'one node for all' in p.stdout
+    a, b = r['cameras']
+    assert (a['ns'], b['ns']) == ('cam0', 'cam1')
+    assert a['node_command'] == b['node_command'] and '__ns:=' not in a['node_command']
+    assert a['node_params']['cameras'] == ['cam0', 'cam1']
+    assert a['node_params']['camera_period_ms'] == 500.0
+    assert [f['stamp_ns'] for f in a['frames']] == [f['stamp_ns'] for f in b['frames']]
+    for c in (a, b):
+        assert c['summary']['missing_frames'] == 0 and c['summary']['measured_frames'] == 4
+        assert all(f['objects'] == 1 and f['errors'] == [] for f in c['frames'])
+        assert c['image_publishers'] == [f"sam2_camera_{c['camera_pid']}"]
+        assert c['clicks'] > 0
+        for f in c['frames']:
+            check_split(f)        # each camera's part of the node's timing log
+    assert a['camera_pid'] != b['camera_pid']
+    assert sorted((x['camera'], x['cameras'], x['node_per_camera'], tuple(x['devices']))
+                  for x in rows) == [(0, 2, False, ('cpu', 'cpu')), (1, 2, False, ('cpu', 'cpu'))]
+    assert all(x['variant'].endswith('_onenode') for x in rows)
+    (tmp_path / 'h200_node_latency.json').write_text(json.dumps(rows))
+    table = [ln for ln in node_latency(str(tmp_path)) if ln.startswith('| 2 Hz')]
+    assert len(table) == 2 and all('| 2 (' in ln and ': cpu) | 1 | no |' in ln for ln in table)
+
+
 def test_row_keys_tell_one_gpu_from_two():
     """Camera 0 on cuda:0 of a two-GPU run must not replace camera 0 of a one-GPU run (rows
     are merged by key): the variant holds every camera's device."""

@@ -19,7 +19,9 @@ before: the receiver matches masks and states to frames by it.
 The protocol over the :func:`multiprocessing.Pipe` (child -> parent / parent -> child):
 ``('ready', pid)`` once the node subscribes to the image and prompt topics; ``('start',)``;
 during the paced warm-up ``('wait_state', stamp_ns)`` answered by ``('go',)`` once the
-receiver has that frame's state (so one-off costs leave no backlog); at the end
+receiver has that frame's state (so one-off costs leave no backlog), or by ``('go', t)``: the
+frame is due at monotonic time ``t`` (the receiver gives the cameras of one node one ``t``, so
+their schedules stay in step after the warm-up); at the end
 ``('done', result)`` with every frame's stamp and publish time, after which the child keeps
 its publishers until ``('stop',)``, which ends it at any point. The child is a spawned
 interpreter (never a fork of a process running rclpy) with the parent's environment, so the
@@ -58,6 +60,10 @@ class CameraConfig:
     spin_ms: float = 1.0
     input: str = 'raw'     # 'raw': rgb8 Image; 'jpeg': CompressedImage, encoded before the run
     jpeg_quality: int = 90
+    # 0: each frame stamped with the wall clock at publish; else frame i is stamped
+    # stamp_base_ns + i * period (prompts at stamp_base_ns): the cameras of one node stamp a
+    # frame pair alike, as a hardware-synchronized stereo camera does, so the node pairs them
+    stamp_base_ns: int = 0
 
 
 def node_name(pid: int) -> str:
@@ -221,7 +227,7 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
     from sam2_ros.ros.images import image_msg
     from sam2_ros.ros.node_client import header_msg, set_stamp
 
-    prompt_ns = time.time_ns()
+    prompt_ns = cfg.stamp_base_ns or time.time_ns()
     send_prompts(pub_prompt, cam, cfg.objects, prompt_ns)
     time.sleep(0.3)
 
@@ -237,8 +243,8 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
             # Warm-up is paced: each frame waits for the previous one's state, so one-off
             # costs (I/O graphs for a new resolution, the first prompt) leave no backlog.
             conn.send(('wait_state', sent[-1]['stamp_ns']))
-            _recv(conn)   # ('go',)
-            t_start = time.monotonic() - i * period
+            go = _recv(conn)   # ('go',) or ('go', t)
+            t_start = (go[1] if len(go) > 1 else time.monotonic()) - i * period
         due = t_start + i * period
         sleep_until(due - spin_s)
         # A click goes out when the camera wakes for the frame it precedes, before the spin,
@@ -250,7 +256,8 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
             n_clicks, last_click = n_clicks + 1, time.monotonic()
             send_click(pub_prompt, cam, click, i)
         spin_until(due)
-        ns = max(time.time_ns(), prompt_ns)
+        ns = (cfg.stamp_base_ns + round(i * period * 1e9) if cfg.stamp_base_ns
+              else max(time.time_ns(), prompt_ns))
         set_stamp(msg.header, ns)
         t_pub = time.monotonic()
         pub_image.publish(msg)

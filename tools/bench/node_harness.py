@@ -1,5 +1,5 @@
 """The parts of the node latency benchmark: the tracker nodes under test (one per camera, in
-the camera's namespace, with the benchmark's parameters), the transport settings, and the
+the camera's namespace, or one for every camera, with the benchmark's parameters), the transport settings, and the
 client that timestamps what comes back for every camera. Starting, stopping and connecting
 are :mod:`sam2_ros.ros.node_client`'s, shared with the demo and the tests.
 
@@ -54,6 +54,12 @@ INPUTS = ('raw', 'jpeg')
 INPUT_TYPE = {'raw': 'raw', 'jpeg': 'compressed'}
 
 
+def output_prefix(ns: str, one_node: bool) -> str:
+    """Where camera ``ns``'s prompts go and its outputs come from: its own node's private
+    topics, or with one node for every camera that node's ``~/<ns>/...``."""
+    return f'{node_prefix()}/{ns}' if one_node else node_prefix(ns)
+
+
 def camera_topic(ns: str, input_kind: str = 'raw') -> str:
     """Where the camera publishes: the image topic, or for JPEG the compressed topic the
     node subscribes (image_transport's ``<topic>/compressed``, the node's own rule)."""
@@ -65,8 +71,11 @@ def camera_topic(ns: str, input_kind: str = 'raw') -> str:
 # ----------------------------------------------------------------------------- node process
 
 def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log_path: Path,
-               ns: str = '', device: Optional[str] = None) -> NodeProcess:
-    """The tracker node of one camera: ``--params-file`` with the benchmark's overrides."""
+               ns: str = '', device: Optional[str] = None,
+               cameras: Sequence[str] = ()) -> NodeProcess:
+    """The tracker node of one camera: ``--params-file`` with the benchmark's overrides;
+    with ``cameras`` (namespaces) the one node of all of them (images on ``/<ns>/image_raw``,
+    a frame waits at most one camera period for its partner, stamps paired exactly)."""
     base = yaml.safe_load(Path(args.params_file).read_text()) or {}
     values = dict(next(iter(base.values()), {}).get('ros__parameters', {})) if base else {}
     values.update({
@@ -83,6 +92,9 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
         'io_resolution': [args.width, args.height],
         'max_objects': max(int(values.get('max_objects', 8)), args.objects),
     })
+    if cameras:
+        values.update({'cameras': list(cameras), 'camera_image': 'image_raw',
+                       'camera_period_ms': 1000.0 / args.rate, 'pair_tolerance_ms': 0.0})
     if args.graph_mode:
         values['graph_mode'] = args.graph_mode
     if args.pipeline is not None:
@@ -134,13 +146,14 @@ class Client(NodeClient):
 
     def __init__(self, domain_id: int, overlay: bool = False,
                  namespaces: Sequence[str] = ('',),
-                 image_topics: Optional[Sequence[str]] = None) -> None:
+                 image_topics: Optional[Sequence[str]] = None,
+                 prefixes: Optional[Sequence[str]] = None) -> None:
         outputs = ('mask', 'state') + (('overlay',) if overlay else ())
         # No rclpy signal handlers: ours (main) turn SIGINT/SIGTERM into exceptions, so the
         # finally block always stops the node subprocesses. The mask subscription first: when
         # both are ready the executor takes it first.
         super().__init__(f'sam2_node_latency_{os.getpid()}',
-                         [(node_prefix(ns), topic) for ns, topic in zip(
-                             namespaces, image_topics or [image_topic(ns) for ns in namespaces])],
+                         list(zip(prefixes or [node_prefix(ns) for ns in namespaces],
+                                  image_topics or [image_topic(ns) for ns in namespaces])),
                          domain_id=domain_id, signal_handlers=False, publish=(),
                          subscribe=outputs, expect=outputs, depth=100, spin_period=0.02)

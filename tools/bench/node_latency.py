@@ -5,7 +5,8 @@ camera's rate, with corrections during the run, for one camera or several.
         --model tiny --image-size 512 --device cuda --objects 3 --corrections-every 2 \\
         --transport shm --results benchmarks/results/h200_node_latency.json
 
-Starts one real ``sam2_tracker`` node per camera as a subprocess (``python -m
+Starts one real ``sam2_tracker`` node per camera (or with ``--one-node`` one for every camera,
+its ``cameras`` parameter ``[cam0, cam1...]``, outputs under ``~/cam0/...``) as a subprocess (``python -m
 sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights unless
 ``--checkpoint``, ``process_every_frame: true`` so no frame is dropped, ``autostart: true``;
 with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
@@ -65,94 +66,13 @@ from typing import Any, Dict, List, Optional
 
 from tools.bench import node_latency_rows as report
 from tools.bench.camera_process import CameraConfig, CameraProcess, node_name
-from tools.bench.node_harness import (INPUTS, ROOT, TRANSPORTS, CameraLink, Client,
-                                      camera_ns, camera_topic, start_node, transport_env)
+from tools.bench.node_harness import (ROOT, CameraLink, Client, camera_ns, camera_topic,
+                                      output_prefix, start_node, transport_env)
+from tools.bench.node_latency_args import parse_args
 from tools.bench.node_latency_frames import frame_rows
-from sam2_ros.engine.config import default_precision
 from sam2_ros.ros import timing_log
 from sam2_ros.ros.domain import lease_domain
-from sam2_ros.ros.node_client import NodeProcess, node_prefix
-
-
-def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog='tools.bench.node_latency',
-                                 description=__doc__.split('\n')[0])
-    ap.add_argument('--width', type=int, default=1280)
-    ap.add_argument('--height', type=int, default=720)
-    ap.add_argument('--frames', type=int, default=40, help='measured frames (warm-up included)')
-    ap.add_argument('--warmup', type=int, default=20,
-                    help='first frames, sent paced (each after the previous state) and left '
-                         'out of the percentiles (still in the JSON)')
-    ap.add_argument('--rate', type=float, default=1.0, help='frames per second per camera')
-    ap.add_argument('--model', default='tiny', help='tiny | small | base_plus | large')
-    ap.add_argument('--image-size', type=int, default=512)
-    ap.add_argument('--objects', type=int, default=1,
-                    help='objects prompted (box prompts): one moving disc each')
-    ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
-    ap.add_argument('--pipeline', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's pipeline parameter (default: the YAML's)")
-    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's tune_malloc parameter (default: the YAML's), also applied "
-                         'to this receiving process (sam2_ros/ros/malloc.py)')
-    ap.add_argument('--precompile', default=None,
-                    help="the node's precompile parameter, comma-separated ('encoder,heads'; "
-                         'default: the YAML\'s); a start without its files compiles them first '
-                         '(raise --start-timeout)')
-    ap.add_argument('--corrections-every', type=float, default=0.0,
-                    help='seconds between clicks on a tracked object (0: none)')
-    ap.add_argument('--camera-spin-ms', type=float, default=1.0,
-                    help='the camera process sleeps to this long before each frame is due '
-                         'and busy-waits the rest (0: sleep only)')
-    ap.add_argument('--cameras', type=int, default=1,
-                    help='synthetic cameras, one tracker node each (namespaces cam0, cam1...)')
-    ap.add_argument('--device', default='cpu', help='cpu | cuda | cuda:N (every camera)')
-    ap.add_argument('--devices', default=None,
-                    help='comma list, one device per camera, e.g. cuda:0,cuda:1 (sets --cameras)')
-    ap.add_argument('--transport', default='default', choices=sorted(TRANSPORTS),
-                    help='Fast DDS transport of every process: default (builtin), udp, shm '
-                         '(config/fastdds_large_frames.xml)')
-    ap.add_argument('--input', default='raw', choices=INPUTS,
-                    help="the camera's frames: raw (sensor_msgs/Image rgb8) or jpeg "
-                         "(sensor_msgs/CompressedImage on <image topic>/compressed, encoded "
-                         "ahead of time so the camera is never the bottleneck; the node's "
-                         "input_type compressed)")
-    ap.add_argument('--jpeg-quality', type=int, default=90, help='JPEG quality of --input jpeg')
-    ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
-                    'bf16 on cuda)')
-    ap.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=None,
-                    help='use_cuda_graphs (default: on for cuda, off for cpu)')
-    ap.add_argument('--overlay', action=argparse.BooleanOptionalAction, default=True,
-                    help='publish_overlay and subscribe to it as RViz would (the node renders '
-                         'it only for subscribers)')
-    ap.add_argument('--checkpoint', default='', help='official .pt; empty = random weights')
-    ap.add_argument('--params-file', default=str(ROOT / 'config' / 'tracker.yaml'),
-                    help='base node parameters; the options above override them')
-    ap.add_argument('--domain-id', type=int, default=None,
-                    help='ROS_DOMAIN_ID (default: a free one, locked like the tests do)')
-    ap.add_argument('--start-timeout', type=float, default=300.0,
-                    help='seconds for the nodes to become active')
-    ap.add_argument('--timeout', type=float, default=120.0,
-                    help='seconds to wait for the outputs after the last frame')
-    ap.add_argument('--out', default='out/node_latency.json', help='full result, every frame')
-    ap.add_argument('--results', default=None,
-                    help='curated rows file to merge one row per camera into, e.g. '
-                         'benchmarks/results/h200_node_latency.json')
-    ap.add_argument('--run-id', default=None, help='run id of the rows (default: random)')
-    args = ap.parse_args(argv)
-    if args.frames < 1 or args.rate <= 0 or args.warmup < 0 or args.objects < 1 \
-            or args.cameras < 1 or args.corrections_every < 0 or args.camera_spin_ms < 0:
-        ap.error('--frames >= 1, --rate > 0, --warmup >= 0, --objects >= 1, --cameras >= 1, '
-                 '--corrections-every >= 0 and --camera-spin-ms >= 0 are required')
-    args.devices = ([d.strip() for d in args.devices.split(',') if d.strip()] if args.devices
-                    else [args.device] * args.cameras)
-    args.cameras, args.device = len(args.devices), args.devices[0]
-    if args.warmup >= args.frames:
-        args.warmup = 0
-    if args.precision is None:
-        args.precision = default_precision(args.device)
-    if args.cuda_graphs is None:
-        args.cuda_graphs = args.device.startswith('cuda')
-    return args
+from sam2_ros.ros.node_client import NodeProcess
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -161,10 +81,13 @@ def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
                   tune_malloc: bool) -> List[CameraProcess]:
     """One camera process per namespace (``camera_process.py``): the frames, prompts and
     clicks leave from there, so this process's subscribers cannot move a frame's publish
-    time, i.e. the deadline of the frame before it."""
+    time, i.e. the deadline of the frame before it. One node for every camera: one stamp per
+    frame pair, so the node pairs them exactly."""
+    base = time.time_ns() if args.one_node else 0
     return [CameraProcess(CameraConfig(
         index=k, domain_id=domain, image_topic=camera_topic(ns, args.input),
-        prompt_topic=f'{node_prefix(ns)}/prompt', width=args.width, height=args.height,
+        prompt_topic=f'{output_prefix(ns, args.one_node)}/prompt', stamp_base_ns=base,
+        width=args.width, height=args.height,
         objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
         corrections_every=args.corrections_every, tune_malloc=tune_malloc,
         spin_ms=args.camera_spin_ms, input=args.input, jpeg_quality=args.jpeg_quality))
@@ -185,13 +108,16 @@ def _check_nodes(nodes: List[NodeProcess], when: str = 'during the run') -> None
 
 
 def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
-            cameras: List[CameraProcess]) -> Dict[str, Any]:
+            cameras: List[CameraProcess], timing_logs: List[str]) -> Dict[str, Any]:
     """Starts the ready camera processes and serves their paced warm-up (each warm-up frame
     waits for the previous frame's state, which only this process sees) until they send
-    their publish times back; then waits for the outputs of every frame."""
+    their publish times back; then waits for the outputs of every frame. With one node for
+    every camera the warm-up is in lock step: each frame of every camera waits for the
+    previous states of all, then all are due at one time (a synchronized rig)."""
     for c in cameras:
         c.send('start')
     pending = set(range(len(cameras)))
+    waiting: Dict[int, int] = {}      # lock step: camera -> the stamp it waits for
     while pending:
         _check_nodes(nodes)
         ready = mp_wait([cameras[k].conn for k in pending], timeout=0.05)
@@ -205,12 +131,21 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
                 msg = c.conn.recv()
             except EOFError:
                 raise RuntimeError(f'camera process {k} exited ({c.proc.exitcode})') from None
-            if msg[0] == 'wait_state':
+            if msg[0] == 'wait_state' and args.one_node:
+                waiting[k] = msg[1]
+            elif msg[0] == 'wait_state':
                 _wait_state(client.links[k], nodes, msg[1], args.timeout)
                 c.send('go')
             elif msg[0] == 'done':
                 c.result = msg[1]
                 pending.discard(k)
+        if waiting and set(waiting) == pending:
+            for k, stamp in waiting.items():
+                _wait_state(client.links[k], nodes, stamp, args.timeout)
+            due = time.monotonic() + 0.002     # a moment for every 'go' to arrive
+            for k in waiting:
+                cameras[k].send('go', due)
+            waiting.clear()
     sent = [c.result['sent'] for c in cameras]
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and all(n.alive() for n in nodes):
@@ -219,11 +154,10 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
         time.sleep(0.05)
     t_start = min(c.result['t_start'] for c in cameras)   # CLOCK_MONOTONIC: host-wide
     frames = []
-    for link, s, n in zip(client.links, sent, nodes):
+    for link, s, log in zip(client.links, sent, timing_logs):
         with link.lock:   # publish times from the camera, receipts here, the node's own log
             frames.append(frame_rows(s, args.frames, args.warmup, link.mask_t, link.state_t,
-                                     link.states_by_stamp,
-                                     timing_log.read(n.params['timing_log'])))
+                                     link.states_by_stamp, timing_log.read(log)))
     return {'frames': frames,
             'elapsed_s': round(time.monotonic() - t_start, 3),
             'clicks': cameras[0].result['clicks']}
@@ -276,9 +210,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     client: Optional[Client] = None
     rc = 0
     try:
-        for ns, dev in zip(namespaces, args.devices):
+        if args.one_node:     # one node, every camera: its timing log per camera
+            nodes.append(start_node(args, env, workdir, out.with_suffix('.node.log'),
+                                    device=args.device, cameras=namespaces))
+        for ns, dev in zip(namespaces, args.devices) if not args.one_node else ():
             log = out.with_suffix(f'.node{"_" + ns if ns else ""}.log')
             nodes.append(start_node(args, env, workdir, log, ns=ns, device=dev))
+        node_of = nodes * args.cameras if args.one_node else nodes   # each camera's node
+        logs = ([f"{nodes[0].params['timing_log']}.{ns}" for ns in namespaces] if args.one_node
+                else [n.params['timing_log'] for n in nodes])
         tune = all(n.params.get('tune_malloc', True) for n in nodes)   # as the nodes do
         if tune:
             from sam2_ros.ros.malloc import keep_large_buffers
@@ -286,7 +226,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # the publishers: this environment (transport), the same malloc setting
         cameras = start_cameras(args, domain, namespaces, tune)
         client = Client(domain, overlay=args.overlay, namespaces=namespaces,
-                        image_topics=[camera_topic(ns, args.input) for ns in namespaces])
+                        image_topics=[camera_topic(ns, args.input) for ns in namespaces],
+                        prefixes=[output_prefix(ns, args.one_node) for ns in namespaces])
         t0 = time.monotonic()
         while not (all(c.pid is not None for c in cameras)
                    and client.connected()
@@ -311,7 +252,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from sam2_ros.ros.gc_policy import freeze
             freeze()       # this receiving process's receipt times free of full collections
         publishers = [image_publishers(client, link) for link in client.links]
-        run = measure(args, client, nodes, cameras)
+        run = measure(args, client, nodes, cameras, logs)
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
         # masks/states it read through shared memory (none: they came through UDP)
         from tools.dds_probe import shm_segments
@@ -323,7 +264,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             pass
         res: List[Dict[str, Any]] = []
         for k, (ns, dev, n, link, cam, frames) in enumerate(zip(
-                namespaces, args.devices, nodes, client.links, cameras, run['frames'])):
+                namespaces, args.devices, node_of, client.links, cameras, run['frames'])):
             res.append({
                 'index': k, 'ns': ns, 'device': dev, 'node_params': n.params,
                 'node_command': ' '.join(shlex.quote(a) for a in n.argv),
@@ -338,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             'config': {k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
-                'cuda_graphs', 'input', 'jpeg_quality',
+                'cuda_graphs', 'input', 'jpeg_quality', 'node_per_camera',
                 'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,

@@ -103,7 +103,7 @@ def markdown(result: Dict[str, Any]) -> str:
             f"{a['width']}x{a['height']} {_input(a)}, {a['model']}@{a['image_size']} "
             f"{a['precision']}, "
             f"{a['objects']} object(s), graph_mode {a.get('graph_mode') or 'yaml'}, "
-            f"{a['rate']} Hz, transport {a['transport']}, pipeline "
+            f"{a['rate']} Hz, {_nodes(a)}, transport {a['transport']}, pipeline "
             f"{cam['node_params'].get('pipeline', 'yaml')}, corrections every "
             f"{a['corrections_every'] or '-'} s; {s['measured_frames']} frames measured "
             f"(+{a['warmup']} warm-up), queued {s['queued_frames']}, deadline misses "
@@ -118,6 +118,12 @@ def markdown(result: Dict[str, Any]) -> str:
                          f"{_ms(st['mean'])} |")
         lines.append('')
     return '\n'.join(lines)
+
+
+def _nodes(a: Dict[str, Any]) -> str:
+    if len(a['devices']) == 1:
+        return 'one node'
+    return 'a node per camera' if a.get('node_per_camera', True) else 'one node for all'
 
 
 def _input(a: Dict[str, Any]) -> str:
@@ -143,7 +149,8 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         'yaml' if pipe is None else ('pipeline' if pipe else 'serial')]
         + ([a['input']] if a.get('input', 'raw') != 'raw' else [])
         + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
-        + (['precompile'] if cam['node_params'].get('precompile') else []))
+        + (['precompile'] if cam['node_params'].get('precompile') else [])
+        + (['onenode'] if a.get('node_per_camera') is False else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -157,6 +164,8 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'variant': variant(a, cam),
             'camera_hz': a['rate'], 'width': a['width'], 'height': a['height'],
             'cameras': len(a['devices']), 'camera': cam['index'], 'device': cam['device'],
+            # False: one node served every camera (its cameras parameter); True: a node each
+            'node_per_camera': a.get('node_per_camera', True), 'devices': list(a['devices']),
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'tune_malloc': p.get('tune_malloc', True),
             'precompile': ','.join(p.get('precompile') or []) or None,

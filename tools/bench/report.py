@@ -156,7 +156,7 @@ def node_latency(results: str) -> List[str]:
         misses = r.get('deadline_misses')
         body.append([
             f"{_f(r['camera_hz'], 0)} Hz {r['width']}x{r['height']}",
-            f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'],
+            f"{r['cameras']} ({r['camera']}: {r.get('device')})", r['objects'], _nodes(r),
             _f(r.get('graph_mode')), _f(r.get('transport')), _f(r.get('input', 'raw')),
             'yes' if r.get('overlay') else 'no',
             {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
@@ -167,7 +167,7 @@ def node_latency(results: str) -> List[str]:
             '-' if misses is None else f"{misses} / {r['frames']}", _split(r), _node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
     out = _node_prov(rows) + [''] + _table(
-        ['camera', 'cameras (this one: device)', 'objects', 'graph_mode', 'transport', 'input',
+        ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode', 'transport', 'input',
          'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile', 'corrections',
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
@@ -179,6 +179,14 @@ def node_latency(results: str) -> List[str]:
                   'machine; the `dds_probe` rows of the same file):', ''] + _prov(probes) + [
         ''] + _table(
         ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
+
+
+def _nodes(r: dict) -> str:
+    """'yes': a tracker node per camera; 'no': one node served every camera of the row's rig
+    ('-' for one camera, or a row without the field)."""
+    if r.get('cameras', 1) < 2 or r.get('node_per_camera') is None:
+        return '-'
+    return 'yes' if r['node_per_camera'] else 'no'
 
 
 def _split(r: dict) -> str:
