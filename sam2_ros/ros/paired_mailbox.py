@@ -132,7 +132,8 @@ class PairedMailbox:
     def pending_frames(self, camera: int) -> int:
         """Camera ``camera``'s frames in waiting groups and in the pairer."""
         with self.cond:
-            return sum(1 for g in self._groups if g.frames[camera] is not None) + self.pairer.pending(camera)
+            grouped = sum(1 for g in self._groups if g.frames[camera] is not None)
+            return grouped + self.pairer.pending(camera)
 
     def close(self) -> None:
         with self.cond:

@@ -5,7 +5,8 @@ camera namespace ``<ns>`` what a one-camera node has once:
 * in: images on ``<ns>/<camera_image>`` (``.../compressed`` for compressed input), clicks
   (``PointStamped``) on ``~/<ns>/click`` and rqt_image_view's ``Point`` on the camera image's,
   our mask's and overlay's ``_mouse_left``, ``Prompt`` on ``~/<ns>/prompt``, detections on
-  ``~/<ns>/detections``; ``<ns>/camera_info`` for the 3D positions (:mod:`~sam2_ros.ros.positions`);
+  ``~/<ns>/detections``; ``<ns>/camera_info`` for the 3D positions
+  (:mod:`~sam2_ros.ros.positions`);
 * out: ``~/<ns>/mask``, ``~/<ns>/mask/compressed``, ``~/<ns>/overlay``, ``~/<ns>/state``,
   ``~/<ns>/objects``, and one /diagnostics status per camera (``<node>/<ns>: tracker``).
 

@@ -12,8 +12,8 @@ of 4:2:0: larger on a textured frame (where chroma changes within two pixels) th
 one, and neither is consistently nearer the source. Neither library exposes its upsampling
 (cv2.imdecode's IMREAD_* flags choose colour/gray/reduced size/EXIF only; torchvision's
 decode_jpeg takes ``mode`` and, on the CPU only, ``apply_exif_orientation``): what makes them
-agree is on the encoder's side, no chroma subsampling (4:4:4). The measured numbers go to $OUT/gpu_decode.json;
-the bounds below hold them with a margin.
+agree is on the encoder's side, no chroma subsampling (4:4:4). The measured numbers go to
+$OUT/gpu_decode.json; the bounds below hold them with a margin.
 """
 
 import time

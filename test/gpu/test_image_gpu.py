@@ -169,7 +169,8 @@ def test_gpu_path_within_tolerance_of_real_predictor(gpu_model, precision, graph
                 k = iou.argmax(1)
                 want_low = torch.as_tensor(low).reshape(n, iou.shape[1], 256, 256)[
                     torch.arange(n), k]
-                want_masks = np.asarray(masks).reshape(n, iou.shape[1], h, w)[np.arange(n), k.numpy()]
+                want_masks = np.asarray(masks).reshape(n, iou.shape[1], h, w)
+                want_masks = want_masks[np.arange(n), k.numpy()]
                 res = seg.segment(img, prompts, multimask_output=multimask)
                 ours = res.low_res_logits[:, 0].clamp(-32, 32).cpu()
                 worst['logits'] = max(worst['logits'], float((ours - want_low).abs().max()))

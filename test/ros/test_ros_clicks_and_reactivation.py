@@ -1,6 +1,6 @@
-"""The node's clicks and what survives a reactivation, each checked where it shows: unit tests for the
-pure parts, one node scenario over DDS for clicks from rqt_image_view, click_mode at run time,
-and what survives a deactivate/activate (counters, diagnostics, held prompts)."""
+"""The node's clicks and what survives a reactivation, each checked where it shows: unit tests for
+the pure parts, one node scenario over DDS for clicks from rqt_image_view, click_mode at run
+time, and what survives a deactivate/activate (counters, diagnostics, held prompts)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The parts of the node latency benchmark: the tracker nodes under test (one per camera, in
-the camera's namespace, or one for every camera, with the benchmark's parameters), the transport settings, and the
-client that timestamps what comes back for every camera. Starting, stopping and connecting
-are :mod:`sam2_ros.ros.node_client`'s, shared with the demo and the tests.
+"""The parts of the node latency benchmark: the tracker nodes under test (one per camera, in the
+camera's namespace, or one for every camera, with the benchmark's parameters), the transport
+settings, and the client that timestamps what comes back for every camera. Starting, stopping
+and connecting are :mod:`sam2_ros.ros.node_client`'s, shared with the demo and the tests.
 
 Kept apart from ``node_latency.py`` (the CLI, the measurement loop and the report) so that
 each file holds one concern; nothing here measures anything by itself.

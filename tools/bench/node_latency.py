@@ -6,8 +6,8 @@ camera's rate, with corrections during the run, for one camera or several.
         --transport shm --results benchmarks/results/h200_node_latency.json
 
 Starts one real ``sam2_tracker`` node per camera (or with ``--one-node`` one for every camera,
-its ``cameras`` parameter ``[cam0, cam1...]``, outputs under ``~/cam0/...``) as a subprocess (``python -m
-sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights unless
+its ``cameras`` parameter ``[cam0, cam1...]``, outputs under ``~/cam0/...``) as a subprocess
+(``python -m sam2_ros.ros.node`` with ``config/tracker.yaml`` plus overrides: random weights unless
 ``--checkpoint``, ``process_every_frame: true`` so no frame is dropped, ``autostart: true``;
 with ``--cameras 2`` in namespaces ``cam0``/``cam1`` on the devices of ``--devices``), waits
 until they are active, and subscribes to ``~/mask``, ``~/state`` (and ``~/overlay`` as RViz

@@ -75,8 +75,9 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
     run.info['gpu_timeline'] = gpu_timeline(intervals, frames)
     run.info['kernels_per_frame'] = round(count / frames, 1)
     # the kernel census: per group, kernels and kernel ms per frame, most time first
+    by_time = sorted(groups.items(), key=lambda kv: -kv[1][1])
     run.info['kernel_groups'] = {k: [round(c / frames, 1), round(us / 1e3 / frames, 4)]
-                                 for k, (c, us) in sorted(groups.items(), key=lambda kv: -kv[1][1])}
+                                 for k, (c, us) in by_time}
     return total_us / 1e3 / frames
 
 

@@ -167,7 +167,8 @@ def node_latency(results: str) -> List[str]:
             '-' if misses is None else f"{misses} / {r['frames']}", _split(r), _node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
     out = _node_prov(rows) + [''] + _table(
-        ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode', 'transport', 'input',
+        ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode',
+         'transport', 'input',
          'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile', 'corrections',
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
