@@ -16,7 +16,8 @@ Files follow a frame through the engine::
 * ``runners.py``    which runner a configuration gets (``make_runner``)
 * ``stream.py``     one camera's objects, queued prompts, frame counter and size
 * ``multistream.py`` ``MultiStreamTracker``: N cameras on one model, one batch per step
-* ``tracker.py``    ``StreamingTracker``: the one-camera tracker
+* ``camera.py``     ``CameraTracker``: one camera of it as a tracker of its own
+* ``tracker.py``    ``StreamingTracker``: the one-camera tracker (a ``CameraTracker``)
 * ``image.py``      ``ImageSegmenter``: single images as sam2's image predictor computes them
   (no memory modules, no bank; prompts batched by ``image_prompts.py``, CUDA graphs in
   ``cuda/image_graphs.py``); the trackers' ``segment_image`` runs it

@@ -3,7 +3,7 @@
 paired frames (:mod:`~sam2_ros.ros.paired_mailbox`) in one ``track`` call.
 
 Each camera keeps the one-camera worker's policy (:class:`~sam2_ros.ros.worker.TrackingWorker`
-over a :class:`~sam2_ros.ros.camera_view.CameraTracker`, driven by this thread: prompts and
+over a :class:`~sam2_ros.engine.camera.CameraTracker`, driven by this thread: prompts and
 what they wait for, decode, time jumps, detections, errors, counters, its own output stage),
 so prompts, stamps and failures of one camera are its own: a frame one camera cannot decode or
 track (bad encoding, another size) fails for that camera only, the others of its group are
@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
-from sam2_ros.ros.camera_view import CameraTracker
+from sam2_ros.engine.camera import CameraTracker
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.pairing import Group
 from sam2_ros.ros.pipeline import Outputs

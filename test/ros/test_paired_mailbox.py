@@ -1,5 +1,5 @@
 """The multi-camera hand-off (sam2_ros/ros/paired_mailbox.py) without DDS or a model, and one
-camera of a MultiStreamTracker seen as a one-camera tracker (sam2_ros/ros/camera_view.py).
+camera of a MultiStreamTracker seen as a one-camera tracker (sam2_ros/engine/camera.py).
 
 The mailbox's clock is replaced by a fake one (the pairer only sees the ``now`` it is given),
 so no frame times out unless a test moves the clock. Waits are observed through a condition
@@ -288,7 +288,7 @@ def test_camera_view_forwards_to_its_camera_only(one_thread):
     from sam2_ros.engine.errors import FrameError
     from sam2_ros.engine.multistream import MultiStreamTracker
     from sam2_ros.engine.types import Prompt
-    from sam2_ros.ros.camera_view import CameraTracker
+    from sam2_ros.engine.camera import CameraTracker
 
     cfg = small_cfg(image_size=64, max_objects=3, extra_hydra_overrides=list(LEAN))
     core = MultiStreamTracker(cfg, cameras=2, model=shared_model(

@@ -1,0 +1,132 @@
+"""One camera of a ``MultiStreamTracker`` as a tracker of its own: prompts, removal, reset,
+ids and ``track`` of that camera alone, the shared core's stats and image mode.
+
+``StreamingTracker`` (``tracker.py``) is this over a core of one camera; the multi-camera node
+gives each camera's worker one of these over the shared core (whose ``track`` of a whole group
+of frames it calls itself; this ``track`` steps one camera alone). Imports no ROS.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from sam2_ros.engine import frame_in
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.image import ImageSegmenter
+from sam2_ros.engine.multistream import MultiStreamTracker
+from sam2_ros.engine.types import FrameResult, Prompt
+
+
+class CameraTracker:
+    """Camera ``camera`` of ``core``; ``stats`` and ``fallback_reasons`` are the core's."""
+
+    def __init__(self, core: MultiStreamTracker, camera: int) -> None:
+        self.core = core
+        self.camera = camera
+        self.handle = core.stream(camera)
+
+    @property
+    def cfg(self) -> TrackerConfig:
+        return self.core.cfg
+
+    @property
+    def stats(self) -> Dict[str, object]:
+        return self.core.stats
+
+    @property
+    def fallback_reasons(self) -> Dict[str, int]:
+        return self.core.fallback_reasons
+
+    # ---- public API ------------------------------------------------------------------
+    @property
+    def object_ids(self) -> List[int]:
+        """Ids of the tracked objects, ascending (queued ones not yet started excluded)."""
+        return self.handle.object_ids
+
+    @property
+    def queued_ids(self) -> List[int]:
+        """Ids with a prompt queued for the next frame (new or tracked objects), ascending."""
+        return sorted(self.handle.stream.queued)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of the latest tracked frame (-1 before the first)."""
+        return self.handle.frame_index
+
+    def track(self, frame: frame_in.Frame) -> FrameResult:
+        """Track every object of this camera on a new frame; returns its results.
+
+        Args:
+            frame: [H, W, 3] uint8 RGB, a numpy array or a torch tensor (any device). The
+                size may differ from the previous frame's only when no object is tracked
+                (after ``reset()`` or before the first prompt).
+
+        Returns:
+            ``FrameResult`` with ``frame_index`` = previous + 1 and one ``ObjectResult`` per
+            tracked object (ascending ids; masks [H, W] bool at the frame's size, on the
+            host). Prompts queued with ``queue_prompt`` are applied to this frame first.
+
+        Raises:
+            FrameError: wrong dtype/shape, or a size change while objects are tracked
+                (nothing changed).
+            PromptError: a queued prompt does not fit this frame (it is dropped, nothing
+                else changed; pass the frame again).
+            StepError: the computation failed; the frame counts as seen, writes no memory.
+        """
+        if frame is None:
+            frame_in.frame_size(frame)          # a FrameError: None is the core's "no frame"
+        frames: List[Optional[frame_in.Frame]] = [None] * self.core.cameras
+        frames[self.camera] = frame             # the other cameras do not step
+        out = self.core.track(frames)
+        if out.errors[self.camera] is not None:
+            raise out.errors[self.camera]
+        return out.results[self.camera]
+
+    def add_prompt(self, prompt: Prompt) -> FrameResult:
+        """Apply a prompt to the latest tracked frame; returns that frame's updated results.
+
+        A new ``prompt.obj_id`` starts an object on that frame (an initial conditioning
+        frame); a tracked id is a correction (points are added to the object's previous
+        logits, and the frame becomes a conditioning frame of its memory). Coordinates are
+        source-image pixels of the latest frame. Before the first frame the prompt is queued
+        for it instead and an empty ``FrameResult`` (frame_index -1) is returned.
+
+        Raises:
+            PromptError: NaN/inf, outside the frame, labels not matching points, empty box or
+                mask, mask of another size (nothing changed).
+            CapacityError: a new object beyond ``cfg.max_objects`` (nothing changed).
+        """
+        return self.handle.add_prompt(prompt)
+
+    def queue_prompt(self, prompt: Prompt) -> None:
+        """Apply a prompt to the next frame passed to track() (the newest per id wins).
+        Before the first frame (or after reset()) a prompt can only be checked against the
+        frame size when that frame arrives; see ``track``."""
+        self.handle.queue_prompt(prompt)
+
+    def remove_object(self, obj_id: int) -> None:
+        """Stop tracking ``obj_id`` (or drop its queued prompt); its memory slot is freed
+        for a new object. Raises ``UnknownObjectError`` if neither exists."""
+        self.handle.remove_object(obj_id)
+
+    def reset(self) -> None:
+        """Forget all objects and queued prompts. Prompts may follow on the latest frame; the
+        next frame may have a new size (sizes are only pinned while objects exist)."""
+        self.handle.reset()
+
+    def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
+                      multimask_output: bool = False) -> FrameResult:
+        """Image mode: one still segmented as sam2's ``SAM2ImagePredictor`` does (``image.py``),
+        no memory read or written. ``frame`` [H, W, 3] uint8 RGB of any size; ``prompts`` one
+        per object (ids need not be tracked; a mask prompt is a mask input);
+        ``multimask_output`` as the predictor's (each prompt's mask of highest IoU).
+
+        Returns a ``FrameResult`` of frame_index 0, one ``ObjectResult`` per prompt in order
+        (score: the object score logit). Objects, memory, features and frame counter are
+        unchanged."""
+        return self.core.segment_image(frame, prompts, multimask_output)
+
+    def image_mode(self) -> ImageSegmenter:
+        """The image-mode segmenter on this model (built on first use, fallbacks counted in
+        ``stats``); its ``ImageResult`` has each mask's IoU. Touches no tracking state."""
+        return self.core.image_mode()
