@@ -8,9 +8,9 @@ Why: a kernel census by kernel name (``kernel_census.py``) says "112 elementwise
 which line of sam2 or of ours launches them, and graph replays carry no Python stacks. Here
 every function captured into a graph is remembered with the autocast and inference-mode state
 of its capture; steady frames record which graphs they replay; each replayed graph's function
-is then run once eagerly under ``torch.profiler`` with Python stacks, and each kernel is
-attributed to the innermost stack frame in ``sam2/`` or ``sam2_ros/`` of the op that launched
-it (kernels launched outside an op, e.g. Triton's, by their own name). The replays' own
+is then run once eagerly under ``torch.profiler`` and each kernel is
+attributed to the innermost function of sam2 or sam2_ros.engine around the op that launched
+it (``instrument``: record_function ranges around every such function). The replays' own
 kernel count is printed beside the eager re-run's, so a mismatch shows.
 """
 
@@ -18,37 +18,60 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
-import re
 import sys
+import types
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from tools.bench.profiling import group_of
 
-_SOURCE = re.compile(r'(?:^|/)((?:sam2_ros|sam2)/[^()]+)\((\d+)\): (.+)$')
+def instrument(prefixes=('sam2_ros.engine', 'sam2.')) -> int:
+    """Wrap every function and method defined in the modules under ``prefixes`` in a
+    ``record_function('src:<module>.<qualname>')`` range (also where another module imported
+    it by name), so the profiler's event tree says which of them launched a kernel. Python
+    function tracing (``with_stack``) is not used: it did not link ops to their functions on
+    the GPU machine's torch. Returns the number of functions wrapped."""
+    wrapped: Dict[int, object] = {}
+
+    def wrap(fn, label):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with torch.profiler.record_function('src:' + label):
+                return fn(*args, **kwargs)
+        wrapped[id(fn)] = inner
+        return inner
+    mods = [(n, m) for n, m in list(sys.modules.items())
+            if m is not None and n.startswith(prefixes)]
+    for name, mod in mods:
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, types.FunctionType) and obj.__module__ == name:
+                setattr(mod, attr, wrap(obj, f'{name}.{attr}'))
+            elif isinstance(obj, type) and obj.__module__ == name:
+                for m_name, m in list(vars(obj).items()):
+                    if isinstance(m, types.FunctionType):
+                        setattr(obj, m_name, wrap(m, f'{name}.{obj.__qualname__}.{m_name}'))
+    for name, mod in mods:                 # names imported with `from x import f`
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, types.FunctionType) and id(obj) in wrapped:
+                setattr(mod, attr, wrapped[id(obj)])
+    return len(wrapped)
 
 
 def source_of(event) -> Optional[str]:
-    """The innermost Python function in sam2/ or sam2_ros/ around a profiler event (its
-    ``cpu_parent`` chain: with_stack records Python calls as events named 'path(line): fn',
-    line = the function's first line), with the innermost nn.Module around it:
-    'path:line fn [Module]'; None when no enclosing function is sam2's or ours."""
-    src, module, q = None, None, event
-    while q is not None and (src is None or module is None):
-        name = q.name
-        if src is None:
-            m = _SOURCE.search(name)
-            if m:
-                src = f'{m.group(1)}:{m.group(2)} {m.group(3)}'
-        if module is None and name.startswith('nn.Module: '):
-            module = name[len('nn.Module: '):].rsplit('_', 1)[0]
+    """The innermost instrumented function around a profiler event (its ``cpu_parent``
+    chain), with the next enclosing one of another module after '<'; None outside them."""
+    labels, q = [], event
+    while q is not None and len(labels) < 2:
+        if q.name.startswith('src:'):
+            label = q.name[4:]
+            if not labels or label.rsplit('.', 2)[0] != labels[0].rsplit('.', 2)[0]:
+                labels.append(label)
         q = q.cpu_parent
-    if src is None:
-        return None
-    return f'{src} [{module}]' if module else src
+    return ' < '.join(labels) if labels else None
 
 
 class Recorder:
@@ -137,6 +160,7 @@ def main(argv=None) -> int:
             tr.track(f)
         torch.cuda.synchronize()
     rec.recording = False
+    print('instrumented', instrument(), 'functions', flush=True)
     replay_kernels = sum(1 for e in prof.events()
                          if e.device_type == torch.autograd.DeviceType.CUDA
                          and not e.name.lower().startswith(('memcpy', 'memset'))) / a.frames
@@ -152,8 +176,7 @@ def main(argv=None) -> int:
         fn, inputs, ctx = rec.captured[gid]
         rerun(fn, inputs, ctx)                      # lazy state, as before a capture
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     with_stack=True) as gp:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as gp:
             rerun(fn, inputs, ctx)
             torch.cuda.synchronize()
         w = count / a.frames
