@@ -53,7 +53,7 @@ B=$(mktemp -d)
 rm -rf "$B" "$SP/sam2_ros/__init__.py" "$SP/sam2_ros/__pycache__" "$SP"/sam2_ros-*.egg-info
 step msgs
 
-(cd / && PYTHONPATH=$ROOT "$PY" -c "import rclpy, cv_bridge, sam2_ros.ros.node
+(cd / && PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} "$PY" -c "import rclpy, cv_bridge, sam2_ros.ros.node
 from rclpy.serialization import serialize_message as ser
 from sam2_ros.msg import Prompt, TrackingState
 from sensor_msgs.msg import Image
