@@ -51,6 +51,13 @@ def on_device(logits: torch.Tensor, h: int, w: int,
     masks [B, H, W] bool and stats [B, 7 or 8] float64, both on the logits' device."""
     m = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
     m = m[:, 0] > 0                                                  # [B, H, W]
+    return m, stats_of(m, extra)
+
+
+def stats_of(m: torch.Tensor, extra: torch.Tensor = None) -> torch.Tensor:
+    """masks [B, H, W] bool -> stats [B, 7 or 8] float64 (``on_device``'s, on the masks'
+    device): area, x0, y0, x1, y1, cx, cy (-1 where empty), ``extra`` [B] appended."""
+    h, w = m.shape[-2:]
     area = m.sum(dim=(1, 2)).double()
     ys = torch.arange(h, device=m.device, dtype=torch.float64)
     xs = torch.arange(w, device=m.device, dtype=torch.float64)
@@ -68,7 +75,7 @@ def on_device(logits: torch.Tensor, h: int, w: int,
                         -1.0, stats)
     if extra is not None:
         stats = torch.cat([stats, extra.double()[:, None]], dim=1)
-    return m, stats
+    return stats
 
 
 def unpack(stats_row: np.ndarray):
