@@ -7,8 +7,9 @@ and centroid, the stack/where/cat of the stats and the label's cast, multiply an
 * ``_masks_kernel``, one program per tile of source pixels: each object's logit at the pixel
   by bilinear interpolation (align_corners=False) as CUDA's ``upsample_bilinear2d`` computes
   it (float32 source coordinate ``scale * (i + 0.5) - 0.5`` clamped at 0, its integer part
-  and fraction, and the two-level weighted sum, with the fused multiply-adds nvcc makes of
-  those expressions), thresholded at > 0 into the bool mask; the label (the highest id whose
+  and fraction, and the two-level weighted sum, with the fused multiply-adds nvcc is expected
+  to make of those expressions: fma(w0, a, w1 * b), as LLVM contracts a * b + c * d; torch's
+  CPU build rounds that way too), thresholded at > 0 into the bool mask; the label (the highest id whose
   mask is set, 0 for none) kept in registers over the objects; and per object the tile's
   integer partial stats (area, box, coordinate sums) into a small [B, tiles, 8] buffer.
 * ``_stats_kernel``, one program per object: the partials reduced (integers: exact in any
