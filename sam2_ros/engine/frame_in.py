@@ -61,7 +61,19 @@ def normalize(x: torch.Tensor, size: int) -> torch.Tensor:
     return (unit.index_select(0, x.flatten()).view(x.shape) - mean) / std
 
 
+def level_table(device: torch.device) -> torch.Tensor:
+    """[3, 256] float32: the normalized value of each 8-bit level v in channel c, by the same
+    float32 operations as ``normalize`` ((v / 255 - mean[c]) / std[c], elementwise), so a
+    lookup in it is bitwise ``normalize``'s value (the fused frame-in kernel reads it).
+    Computed once per device, like ``_constants``."""
+    if device not in _LEVELS:
+        unit, mean, std = _constants(device)
+        _LEVELS[device] = ((unit.view(1, 256) - mean.view(3, 1)) / std.view(3, 1)).contiguous()
+    return _LEVELS[device]
+
+
 _CONSTANTS = {}
+_LEVELS = {}
 
 
 def _constants(device: torch.device):

@@ -51,11 +51,20 @@ def on_device(logits: torch.Tensor, h: int, w: int,
     masks [B, H, W] bool and stats [B, 7 or 8] float64, both on the logits' device."""
     up = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
     m = up[:, 0] > 0                                                 # [B, H, W]
-    # The counts come from the upsampled tensor turned into 0/1 in place: reductions of the
-    # bool mask would cast it to int64 first, three [B, H, W] int64 temporaries (at 1024 px
-    # and 8 objects, 192 MiB: image mode's peak). Float sums of 0/1 are exact up to 2^24 per
-    # row or column, so every statistic equals the integer one.
-    ones = up.gt_(0)[:, 0]                                           # [B, H, W] 0./1.
+    return m, stats_of(up.gt_(0)[:, 0], extra)
+
+
+def stats_of(m: torch.Tensor, extra: torch.Tensor = None) -> torch.Tensor:
+    """masks [B, H, W] (bool, or 0./1. floats) -> stats [B, 7 or 8] float64 (``on_device``'s,
+    on the masks' device): area, x0, y0, x1, y1, cx, cy (-1 where empty), ``extra`` [B]
+    appended.
+
+    The counts are float sums of 0/1 values: reductions of a bool mask would cast it to int64
+    first, [B, H, W] int64 temporaries (three of them, 192 MiB at 1024 px and 8 objects: image
+    mode's peak). Float sums of 0/1 are exact up to 2^24 per row or column, so every statistic
+    equals the integer one; ``on_device`` passes its upsampled tensor turned 0/1 in place."""
+    h, w = m.shape[-2:]
+    ones = m if m.is_floating_point() else m.float()
     per_row, per_col = ones.sum(dim=2).double(), ones.sum(dim=1).double()   # [B, H], [B, W]
     area = per_row.sum(1)
     ys = torch.arange(h, device=m.device, dtype=torch.float64)
@@ -74,7 +83,7 @@ def on_device(logits: torch.Tensor, h: int, w: int,
                         -1.0, stats)
     if extra is not None:
         stats = torch.cat([stats, extra.double()[:, None]], dim=1)
-    return m, stats
+    return stats
 
 
 def unpack(stats_row: np.ndarray):

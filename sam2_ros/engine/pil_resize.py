@@ -68,10 +68,11 @@ def coefficients(n_in: int, n_out: int) -> Tuple[np.ndarray, np.ndarray]:
     return idx.astype(np.int64), fixed.astype(np.int32)
 
 
-def _tables(n_in: int, n_out: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The pass's tables on ``device``, uploaded once (an upload per frame would synchronize
-    the stream and could not be captured). The first call for a size must not be inside a
-    graph capture: the graph runner's warm-up iterations make it."""
+def tables(n_in: int, n_out: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The pass's tables on ``device`` (indices int64 and weights int32, both [K, n_out]),
+    uploaded once (an upload per frame would synchronize the stream and could not be
+    captured). The first call for a size must not be inside a graph capture: the graph
+    runner's warm-up iterations make it."""
     key = (n_in, n_out, device)
     if key not in _TABLES:
         idx, w = coefficients(n_in, n_out)
@@ -86,7 +87,7 @@ def _pass(x: torch.Tensor, n_out: int) -> torch.Tensor:
     [C, n_out, M] int32 in 0..255. Each tap gathers whole rows (contiguous copies, much faster
     than gathering along the last axis). Sums stay below 2**31 (255 * sum|w| < 1.3 * 255 *
     2**22), as in Pillow's int accumulators."""
-    idx, w = _tables(x.shape[-2], n_out, x.device)
+    idx, w = tables(x.shape[-2], n_out, x.device)
     acc = torch.full((x.shape[0], n_out, x.shape[-1]), 1 << (PRECISION_BITS - 1),
                      dtype=torch.int32, device=x.device)
     for j in range(idx.shape[0]):       # K taps: gather one source row per output row, add
@@ -119,7 +120,13 @@ def resize_u8(x: torch.Tensor, size: int) -> torch.Tensor:
     ``Image.resize((S, S))`` of the same image (bicubic, 8-bit). No host sync once the
     tables of this source size exist, so it can be captured in a CUDA graph."""
     h, w = x.shape[-2:]
-    return _resize(x.int(), size, pillow_reorders() and _vertical_first(h, w, size))
+    return _resize(x.int(), size, first_pass_vertical(h, w, size))
+
+
+def first_pass_vertical(h: int, w: int, size: int) -> bool:
+    """Whether the installed Pillow resizes [h, w] -> [size, size] vertically first (the fused
+    frame-in kernels, ``cuda/kernels/io_frame.py``, follow the same order)."""
+    return pillow_reorders() and _vertical_first(h, w, size)
 
 
 def _resize(x: torch.Tensor, size: int, vertical_first: bool) -> torch.Tensor:

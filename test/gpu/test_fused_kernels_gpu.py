@@ -164,3 +164,86 @@ def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     assert fstats.get('fallbacks', 0) == 0, tr.fallback_reasons
     tol = 1e-3 if precision == 'fp32' else 0.5
     assert worst['fused_vs_eager'] <= tol and worst['fused_vs_sam2_graphs'] <= tol, worst
+
+
+# ---- group 'io': frame in and masks out (kernels/io_frame.py, io_masks.py) ----------------
+def _blobs(b, s, seed, dtype=torch.float32):
+    """[b, 1, s, s]: per object a noisy disc of logits (about -40..+20) at a random place, the
+    last object empty (all negative)."""
+    g = torch.Generator(device='cuda').manual_seed(seed)
+    yy, xx = torch.meshgrid(*(torch.arange(s, device='cuda').float(),) * 2, indexing='ij')
+    c = torch.rand(b, 3, device='cuda', generator=g) * torch.tensor([s, s, s / 3], device='cuda')
+    d = ((yy - c[:, 0, None, None]) ** 2 + (xx - c[:, 1, None, None]) ** 2).sqrt()
+    lo = (c[:, 2, None, None] + 2 - d) * 0.5 + torch.randn(b, s, s, device='cuda', generator=g)
+    lo[-1] = -4.0
+    return lo[:, None].to(dtype)
+
+
+@pytest.mark.parametrize('size', [512, 1024])
+@pytest.mark.parametrize('hw', [(720, 1280), (1600, 700), (37, 53)])
+def test_io_frame_in_gpu_bitwise(size, hw):
+    """Our two kernels = frame_in.normalize on the GPU and on the CPU, bit for bit (float32;
+    (1600, 700) -> S runs Pillow 13's vertical pass first)."""
+    from sam2_ros.engine import frame_in
+    from sam2_ros.engine.cuda.kernels.io_frame import frame_to_input
+    img = torch.randint(0, 256, (*hw, 3), dtype=torch.uint8,
+                        generator=torch.Generator().manual_seed(size + hw[0]))
+    got = frame_to_input(img.cuda(), size)
+    assert torch.equal(got, frame_in.normalize(img.cuda(), size))
+    assert torch.equal(got.cpu(), frame_in.normalize(img, size))
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('size', [512, 1024])
+def test_io_masks_out_gpu(size, dtype):
+    """8 objects' logits (S/4 side) -> 1280x720 masks, stats, label: masks flip against
+    masks_out.on_device only where the exact logit is within 1e-4 x max |logit| of 0 (count
+    recorded); stats and label exactly the reference functions of the masks, and the
+    reference's own where no mask pixel flipped."""
+    import torch.nn.functional as F
+    from sam2_ros.engine import masks_out
+    from sam2_ros.engine.cuda.kernels.io_masks import masks_label_stats
+    h, w, b = 720, 1280, 8
+    lo = _blobs(b, size // 4, seed=size, dtype=dtype)
+    ids = torch.tensor([1, 2, 3, 4, 5, 6, 0, 8], dtype=torch.uint8, device='cuda')
+    scores = torch.randn(b, device='cuda')
+    masks, stats, label = masks_label_stats(lo, h, w, ids, scores)
+    ref_m, ref_s = masks_out.on_device(lo, h, w, scores)
+    flipped = masks != ref_m
+    exact = F.interpolate(lo.double(), size=(h, w), mode='bilinear', align_corners=False)[:, 0]
+    worst = float(exact[flipped].abs().max()) if flipped.any() else 0.0
+    _record(f'io_masks_out_{size}_{str(dtype)[6:]}', {
+        'flipped_pixels': int(flipped.sum()), 'of': masks.numel(), 'worst_abs_logit': worst})
+    assert worst <= 1e-4 * max(1.0, float(lo.float().abs().max()))
+    assert torch.equal(stats, masks_out.stats_of(masks, scores))
+    assert torch.equal(label, masks_out.label_on_device(masks, ids))
+    if not flipped.any():
+        assert torch.equal(stats, ref_s)
+    assert stats[-1, 0] == 0 and (stats[-1, 1:7] == -1).all() and ref_m[:-1].any()
+
+
+def test_io_graphs_capture_the_kernels_gpu():
+    """A tracker's I/O graphs (fused_kernels on by default) run our kernels: the frame-in
+    graph writes frame_in.normalize's input bitwise, the masks-out graph of 8 objects gives
+    the eager reference's masks/stats/label (flips only near 0, as above); with 'io' off the
+    graphs capture the reference functions."""
+    from sam2_ros.engine import frame_in, masks_out
+    for groups, fused in ((True, True), (tuple(g for g in FUSED_GROUPS if g != 'io'), False)):
+        tr = StreamingTracker(_cfg(max_objects=8, fused_kernels=groups))
+        io = tr.runner.graphs.io
+        assert io.fused is fused
+        img = torch.randint(0, 256, (720, 1280, 3), dtype=torch.uint8,
+                            generator=torch.Generator().manual_seed(5)).numpy()
+        with torch.inference_mode():
+            assert io.load_frame(img)
+            assert torch.equal(tr.runner.graphs.encoder.inputs,
+                               frame_in.normalize(torch.from_numpy(img).cuda(), 512))
+            lo = _blobs(8, 128, seed=3).to(tr.bank.logits.dtype)
+            scores, ids = torch.randn(8, device='cuda'), [1, 2, 3, 4, 5, 6, 7, 9]
+            m, st, lab = io.results(lo, scores, 720, 1280, ids)
+            rm, rst, rlab = masks_out.host_results(lo, 720, 1280, scores, ids)
+        flips = int((m != rm).sum())
+        _record(f'io_graphs_fused_{fused}', {'flipped_pixels': flips})
+        if flips == 0:
+            assert (st == rst).all() and (lab == rlab).all()
+        assert flips <= 1e-6 * m.size and not tr.fallback_reasons, tr.fallback_reasons

@@ -8,9 +8,13 @@ at start for ``TrackerConfig.io_resolution``:
 * masks out: one replay upsamples all objects' logits to source resolution, reduces
   box/area/centroid and builds the label mask; pinned copies bring them to the host.
 
-Why: they replace dozens of small kernel launches and two pageable copies per frame. A failed
-capture makes that I/O eager (reported to ``on_fallback``); the graphs of the most recently
-used source resolutions are kept, older ones dropped.
+Why: they replace dozens of small kernel launches and two pageable copies per frame. With the
+fused group 'io' (``TrackerConfig.fused_kernels``) the graphs capture our Triton kernels
+(``kernels/io_frame.py``: 2 launches, ``kernels/io_masks.py``: 2 launches) instead of the
+reference functions (about 50 launches each), which the eager runner keeps. A fused capture
+that fails captures the reference instead; a failed capture makes that I/O eager (each
+reported to ``on_fallback``); the graphs of the most recently used source resolutions are
+kept, older ones dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.cuda.buckets import FrameInKey, IOKey, MasksOutKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
+from sam2_ros.engine.cuda.kernels.fused import enabled_groups
 from sam2_ros.engine.memory import MemoryBank
 
 IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older ones dropped)
@@ -42,6 +47,8 @@ class GraphIO:
         self.graphs: Dict[IOKey, CapturedGraph] = {}     # most recently used last
         self.failed: Set[IOKey] = set()
         self.cuda = torch.device(cfg.device).type == 'cuda'
+        # our kernels (group 'io') rather than the reference functions
+        self.fused = 'io' in enabled_groups(cfg)
         self.out_buckets = buckets.out_buckets(bank.capacity)
         # every camera may have a resolution of its own: keep at least one per camera
         self.resolutions = max(IO_RESOLUTIONS, image.shape[0])
@@ -125,13 +132,33 @@ class GraphIO:
             self.graphs[key] = cap             # most recently used last
         elif key not in self.failed:
             self._drop_old_resolutions(key.hw)
+            cap = self._capture(key)
+        return cap
+
+    def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
+        """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
+        of the reference functions; None (the I/O eager from now on) when that fails too."""
+        capture = self.capture_frame_in if isinstance(key, FrameInKey) else \
+            self.capture_masks_out
+        first = None
+        if self.fused:
             try:
-                cap = self.capture_frame_in(key) if isinstance(key, FrameInKey) else \
-                    self.capture_masks_out(key)
+                cap = capture(key, True)
                 self.graphs[key] = cap
-            except Exception as exc:  # noqa: BLE001 - this I/O runs eagerly from now on
-                self.failed.add(key)
-                self.on_fallback(f'I/O graph capture failed for {key}, eager: {exc!r}')
+                return cap
+            except Exception as exc:  # noqa: BLE001 - the reference functions instead
+                first = exc
+        try:
+            cap = capture(key, False)
+        except Exception as exc:  # noqa: BLE001 - this I/O runs eagerly from now on
+            self.failed.add(key)
+            also = '' if first is None else f' (with fused kernels: {first!r})'
+            self.on_fallback(f'I/O graph capture failed for {key}, eager: {exc!r}{also}')
+            return None
+        if first is not None:
+            self.on_fallback(f'I/O graph capture with fused kernels failed for {key}, '
+                             f'captured the reference instead: {first!r}')
+        self.graphs[key] = cap
         return cap
 
     def _drop_old_resolutions(self, hw: Tuple[int, int]) -> None:
@@ -143,23 +170,31 @@ class GraphIO:
         for k in [k for k in self.graphs if k.hw == seen[0]]:
             del self.graphs[k]
 
-    def capture_frame_in(self, key: FrameInKey) -> CapturedGraph:
+    def capture_frame_in(self, key: FrameInKey, fused: bool = False) -> CapturedGraph:
         """The graph that resizes and normalizes a [H, W, 3] uint8 frame into row
-        ``key.camera`` of ``image``."""
+        ``key.camera`` of ``image``; ``fused``: by our two kernels, written in place."""
         size, target = self.image.shape[-1], self.image[key.camera:key.camera + 1]
         frame = torch.zeros(key.h, key.w, 3, dtype=torch.uint8, device=target.device)
-        cap = self.capturer.capture(lambda x: target.copy_(frame_in.normalize(x, size)),
-                                    frame)
+        if fused:
+            from sam2_ros.engine.cuda.kernels.io_frame import frame_to_input
+            fn = (lambda x: frame_to_input(x, size, out=target))           # noqa: E731
+        else:
+            fn = (lambda x: target.copy_(frame_in.normalize(x, size)))     # noqa: E731
+        cap = self.capturer.capture(fn, frame)
         cap.host = self._host(key.h, key.w, 3, dtype=torch.uint8)
         return cap
 
-    def capture_masks_out(self, key: MasksOutKey) -> CapturedGraph:
+    def capture_masks_out(self, key: MasksOutKey, fused: bool = False) -> CapturedGraph:
         """The graph from ``key.batch`` objects' logits, scores and ids to masks, stats and
-        the label mask at the source resolution."""
+        the label mask at the source resolution; ``fused``: by our two kernels."""
         b, h, w = self.bank, key.h, key.w
         inputs = (b.logits.new_zeros(key.batch, *b.logits.shape[1:]),
                   b.scores.new_zeros(key.batch),
                   torch.zeros(key.batch, dtype=torch.uint8, device=b.logits.device))
+        if fused:
+            from sam2_ros.engine.cuda.kernels.io_masks import masks_label_stats
+            return self.capturer.capture(
+                lambda x: masks_label_stats(x[0], h, w, x[2], extra=x[1]), inputs)
 
         def out(x):
             masks, stats = masks_out.on_device(x[0], h, w, extra=x[1])

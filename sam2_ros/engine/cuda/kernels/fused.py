@@ -16,6 +16,9 @@ Groups:
                       (``two_way.py``)
   'layernorm2d'       every LayerNorm2d (memory encoder, mask decoder upscaling), with the GELU
                       after it (``layernorm2d.py``)
+  'io'                not a module: the frame-in graph's resize + normalization and the
+                      masks-out graph's masks, stats and label, two kernels each
+                      (``io_frame.py``, ``io_masks.py``; ``cuda/io_graphs.py`` captures them)
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ def enabled_groups(cfg: TrackerConfig, device=None) -> Tuple[str, ...]:
 
 def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Module:
     """``model`` with the fused modules of ``groups`` swapped in (a shallow copy), or
-    ``model`` itself when groups is empty. Builds no kernels: they compile on first use."""
+    ``model`` itself when no module group is in groups ('io' is not one). Builds no kernels:
+    they compile on first use."""
+    groups = tuple(g for g in groups if g != 'io')
     if not groups:
         return model
     from sam2_ros.engine.cuda.kernels.hiera import FusedHiera
