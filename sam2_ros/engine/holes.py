@@ -20,15 +20,27 @@ sam2's rule, read from that kernel and ``fill_holes_in_mask_scores``:
 
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 import torch.nn.functional as F
 
 FILL_VALUE = 0.1    # sam2's score for a filled hole: just foreground
 
 
-def fill_holes(logits: torch.Tensor, max_area: int) -> torch.Tensor:
+def hole_tables(batch: int, h: int, w: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The constants of ``fill_holes`` for [B, 1, H, W] logits: (negated flat pixel indices
+    [1, 1, H, W] float32, ones [B, H*W] float32 to count areas with)."""
+    idx = torch.arange(h * w, device=device, dtype=torch.float32).view(1, 1, h, w)
+    return -idx, torch.ones(batch, h * w, device=device, dtype=torch.float32)
+
+
+def fill_holes(logits: torch.Tensor, max_area: int,
+               tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
     """logits [B, 1, H, W] -> the same logits with every background (<= 0) 8-connected
     component of area <= ``max_area`` set to 0.1, as sam2 does; ``max_area`` <= 0: unchanged.
+    ``tables``: ``hole_tables`` of this shape computed once (the graphs' constants), else
+    computed here.
 
     Labels: every background pixel starts with its own flat index, foreground with BIG; each
     of ``max_area - 1`` steps replaces a background pixel's label by the minimum over its 3x3
@@ -54,9 +66,9 @@ def fill_holes(logits: torch.Tensor, max_area: int) -> torch.Tensor:
         raise ValueError(f'fill_holes: {h}x{w} logits exceed exact float32 labels')
     bg = logits <= 0                                                   # [B, 1, H, W]
     big = float(n)                                     # foreground label, one past any index
-    idx = torch.arange(n, device=logits.device, dtype=torch.float32).view(1, 1, h, w)
+    neg_idx, ones = tables if tables is not None else hole_tables(batch, h, w, logits.device)
     # negated labels: the 3x3 minimum of labels is one max-pool of them
-    neg = torch.where(bg, -idx, -big)                                  # [B, 1, H, W] float32
+    neg = torch.where(bg, neg_idx, -big)                               # [B, 1, H, W] float32
     for _ in range(max_area - 1):
         neg = torch.where(bg, _max3x3(neg), -big)
     # open: a background neighbour with a smaller label (foreground: BIG) or a larger one
@@ -66,7 +78,7 @@ def fill_holes(logits: torch.Tensor, max_area: int) -> torch.Tensor:
     open_px = bg & (smaller | larger)
     flat = (-neg).long().flatten(1)                                    # [B, HW]; fg -> n
     area = torch.zeros(batch, n + 1, device=logits.device, dtype=torch.float32)
-    area.scatter_add_(1, flat, torch.ones_like(flat, dtype=torch.float32))
+    area.scatter_add_(1, flat, ones)
     n_open = torch.zeros_like(area).scatter_add_(1, flat, open_px.flatten(1).float())
     small = (area.gather(1, flat) <= max_area) & (n_open.gather(1, flat) == 0)
     is_hole = bg & small.view(batch, 1, h, w)

@@ -64,6 +64,13 @@ class StepOut:
     mem_feats: torch.Tensor        # [B, Cm, h, w] bf16 (new memory of this frame)
 
 
+def constants_of(model):
+    """The frame-independent values ``model`` holds precomputed (``StepConstants`` of the
+    graphs' model copy with the fused 'constants' group, ``cuda/kernels/constants.py``), or
+    None: computed here on every call, as sam2 does."""
+    return getattr(model, 'constants', None)
+
+
 def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bool = False):
     """Assemble the memory sequence the memory attention reads, in sam2's order.
 
@@ -73,17 +80,22 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     the same values either way.
     """
     n_s, batch = mem.feats.shape[:2]
+    consts = constants_of(model)
     # [n_s, B, Cm, h, w] -> n_s x [HW, B, Cm]; stays bf16 until the cat promotes it.
     spatial = mem.feats.flatten(3).permute(0, 3, 1, 2)
-    tpos = model.maskmem_tpos_enc.flatten(1)[mem.tpos_idx]           # [n_s, B, Cm]
-    # [1, HW, 1, Cm] + [n_s, 1, B, Cm] -> [n_s, HW, B, Cm]
-    spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos.unsqueeze(1)
+    if consts is None:
+        tpos = model.maskmem_tpos_enc.flatten(1)[mem.tpos_idx]           # [n_s, B, Cm]
+        # [1, HW, 1, Cm] + [n_s, 1, B, Cm] -> [n_s, HW, B, Cm]
+        spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos.unsqueeze(1)
+    else:       # the same sums, gathered from a table of the num_maskmem possible ones
+        spatial_pos = consts.spatial_pos(model, maskmem_pos, mem.tpos_idx)
     mem_dim = model.mem_dim
     hidden = model.hidden_dim
     # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected.
     t_diff_max = model.max_obj_ptrs_in_encoder - 1
     tpos_dim = hidden if model.proj_tpos_enc_in_obj_ptrs else mem_dim
-    ptr_pos = model.obj_ptr_tpos_proj(get_1d_sine_pe(mem.ptr_dist / t_diff_max, dim=tpos_dim))
+    sine = get_1d_sine_pe if consts is None else consts.sine_pe
+    ptr_pos = model.obj_ptr_tpos_proj(sine(mem.ptr_dist / t_diff_max, dim=tpos_dim))
     n_p = mem.ptrs.shape[0]
     split = hidden // mem_dim
     # split each pointer into `split` tokens of Cm: [n_p, B, C] -> [n_p*split, B, Cm]
@@ -183,11 +195,18 @@ def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
     prompt), hole filling, memory encoder (from the decoder's unfilled high-res mask, as
     sam2's ``track_step``). The same operations as ``track_step``'s prompted path with no
     points, split out so that it can be precompiled: its shapes depend on the batch only."""
+    consts = constants_of(model)
+    # no prompt: sam2 builds and embeds a padding point (its prompt encoder's, when stored)
+    points = None if consts is None else \
+        consts.no_points(model, pix_feat.shape[0], pix_feat.device)
     _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
-        backbone_features=pix_feat, point_inputs=None, mask_inputs=None,
+        backbone_features=pix_feat, point_inputs=points, mask_inputs=None,
         high_res_features=high_res_features(features),
         multimask_output=model._use_multimask(False, None))
-    low_res = fill_holes(low_res, fill_hole_area)
+    b, _, h, w = low_res.shape
+    tables = None if consts is None or fill_hole_area <= 0 else \
+        consts.hole_tables(b, h, w, low_res.device)
+    low_res = fill_holes(low_res, fill_hole_area, tables)
     mem_feats = encode_memory(model, features, None, high_res, score, from_points=False)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 

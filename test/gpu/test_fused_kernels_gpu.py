@@ -13,6 +13,8 @@ Tracker level, 60 frames, 3 objects (box mid-stream, mask, correction, removal),
 fused kernels against graphs with sam2's modules (fused_kernels=False) and against the eager
 reference: logits within 1e-3 (fp32) and 0.5 (bf16, as test_graphs_gpu.py: logits reach
 |10|+ where a bf16 step is 0.06), every step a replay, no fallback.
+The 'constants' group changes no value: graphs with it = graphs without, bitwise, alone and
+beside the other groups; the kernels per steady frame it saves go to the JSON.
 """
 
 import json
@@ -247,3 +249,46 @@ def test_io_graphs_capture_the_kernels_gpu():
         if flips == 0:
             assert (st == rst).all() and (lab == rlab).all()
         assert flips <= 1e-6 * m.size and not tr.fallback_reasons, tr.fallback_reasons
+def _replay_kernels(tr, frames) -> float:
+    """CUDA kernels per tracked frame (memcpy/memset aside) over ``frames``."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for fr in frames:
+            tr.track(fr)
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(('memcpy', 'memset'))) / len(frames)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_constants_group_graphs_equal_without_and_launch_fewer_kernels(precision):
+    """The 'constants' group (values that depend on the weights alone, computed once) changes
+    no value: graphs with it alone = graphs of sam2's modules, and graphs with every group =
+    graphs with every group but it, bitwise, over the stream with hole filling on (its
+    tables too). Kernels per steady frame (1 object) with and without it go to the JSON."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    frames = synthetic_frames(60, h=360, w=640)
+    events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
+    rest = tuple(g for g in FUSED_GROUPS if g != 'constants')
+    runs, kernels = {}, {}
+    steady = synthetic_frames(24, h=360, w=640, seed=1)
+    for name, groups in (('sam2', False), ('constants', ('constants',)), ('rest', rest),
+                         ('all', True)):
+        cfg = _cfg(precision=precision, fused_kernels=groups, fill_hole_area=8)
+        runs[name], stats, tr = _stream(cfg, frames, events)
+        assert stats.get('fallbacks', 0) == 0, tr.fallback_reasons
+        assert hasattr(tr.runner.graphs.model, 'constants') == (name in ('constants', 'all'))
+        one = StreamingTracker(cfg)               # one object, past its 15 frames after a box
+        one.track(steady[0])
+        one.add_prompt(events[10][0][1])
+        for fr in steady[1:20]:
+            one.track(fr)
+        kernels[name] = _replay_kernels(one, steady[20:])
+    worst = {'constants_vs_sam2_graphs': _worst(runs['constants'], runs['sam2']),
+             'all_vs_all_but_constants': _worst(runs['all'], runs['rest'])}
+    _record(f'constants_{precision}', {'worst_logits': worst, 'kernels_per_frame': kernels})
+    print(precision, worst, kernels)
+    assert worst['constants_vs_sam2_graphs'] == 0.0, worst
+    assert worst['all_vs_all_but_constants'] == 0.0, worst
+    assert kernels['constants'] < kernels['sam2'] and kernels['all'] < kernels['rest'], kernels

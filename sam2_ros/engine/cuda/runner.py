@@ -92,8 +92,9 @@ class GraphRunner:
         that fails); the one place they are built, the same object when nothing is fused.
         ``compile_mode``: a copy with ``torch.compile``d modules, sharing weights; the eager
         fallback keeps ``self.model``, so a fallback never compiles mid-stream. Else with
-        ``fused_kernels``: a copy whose modules run our Triton kernels (``kernels/fused.py``),
-        sharing weights, and sam2's modules as the second; the eager fallback keeps them."""
+        ``fused_kernels``: a copy whose modules run our Triton kernels and read stored
+        constants (``kernels/fused.py``), sharing weights, and sam2's modules as the second;
+        the eager fallback keeps them."""
         plain = compiled_copy(self.model, self.cfg.compile_mode)
         return fused_copy(plain, self.cfg), plain
 

@@ -19,6 +19,9 @@ Groups:
   'io'                not a module: the frame-in graph's resize + normalization and the
                       masks-out graph's masks, stats and label, two kernels each
                       (``io_frame.py``, ``io_masks.py``; ``cuda/io_graphs.py`` captures them)
+  'constants'         no kernel: what depends on the weights and shapes alone (positional
+                      encodings, a tracking frame's no-prompt embedding) computed once, bitwise
+                      as sam2 computes it per call (``constants.py``); needs no Triton
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Tuple
 
 import torch
 
-from sam2_ros.engine.config import FUSED_GROUPS, TrackerConfig
+from sam2_ros.engine.config import FUSED_GROUPS, TRITON_FREE_GROUPS, TrackerConfig
 from sam2_ros.engine.cuda.kernels.launch import triton_importable
 from sam2_ros.engine.cuda.kernels.swap import with_children
 
@@ -38,25 +41,30 @@ _SAID = set()          # reasons already logged (once per process)
 
 def enabled_groups(cfg: TrackerConfig, device=None) -> Tuple[str, ...]:
     """The groups ``cfg.fused_kernels`` turns on that can run on ``device`` (default
-    cfg.device): none on the CPU, without triton or with compile_mode (inductor fuses those
-    modules itself)."""
+    cfg.device): none on the CPU (no graphs there) or with compile_mode (inductor fuses those
+    modules and folds their constants itself); without triton only TRITON_FREE_GROUPS."""
     groups = FUSED_GROUPS if cfg.fused_kernels is True else tuple(cfg.fused_kernels or ())
     if not groups:
         return ()
     device = torch.device(device if device is not None else cfg.device)
-    reason = None
     if device.type != 'cuda':
-        reason = f'device {device.type}'
-    elif not triton_importable():
-        reason = 'triton is not importable'
-    elif cfg.compile_mode is not None:
-        reason = f'compile_mode={cfg.compile_mode}'
-    if reason is not None:
-        if reason not in _SAID:
-            _SAID.add(reason)
-            log.info('fused_kernels: %s, running sam2\'s modules', reason)
-        return ()
+        return _off(groups, (), f'device {device.type}')
+    if cfg.compile_mode is not None:
+        return _off(groups, (), f'compile_mode={cfg.compile_mode}')
+    if not triton_importable():
+        return _off(groups, TRITON_FREE_GROUPS, 'triton is not importable')
     return groups
+
+
+def _off(groups: Tuple[str, ...], kept: Tuple[str, ...], reason: str) -> Tuple[str, ...]:
+    """The groups of ``groups`` in ``kept``; why the others are off is logged once."""
+    on = tuple(g for g in groups if g in kept)
+    off = ', '.join(g for g in groups if g not in on)
+    said = f'{reason}, running sam2\'s modules' + (f' for {off}' if on else '')
+    if off and said not in _SAID:
+        _SAID.add(said)
+        log.info('fused_kernels: %s', said)
+    return on
 
 
 def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Module:
@@ -66,6 +74,11 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     groups = tuple(g for g in groups if g != 'io')
     if not groups:
         return model
+    if 'constants' in groups:        # first: the other groups wrap its modules
+        from sam2_ros.engine.cuda.kernels.constants import with_constants
+        model = with_constants(model)
+        if set(groups) <= set(TRITON_FREE_GROUPS):
+            return model
     from sam2_ros.engine.cuda.kernels.hiera import FusedHiera
     from sam2_ros.engine.cuda.kernels.memory_attention import FusedMemoryAttention
     from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer
@@ -106,7 +119,7 @@ def _rope_only(memory_attention: torch.nn.Module) -> torch.nn.Module:
 def fused_copy(model: torch.nn.Module, cfg: TrackerConfig) -> torch.nn.Module:
     """The model the graph runner captures: ``fused_model`` of the groups enabled for cfg."""
     groups = enabled_groups(cfg)
-    if groups:
+    if set(groups) - set(TRITON_FREE_GROUPS):
         import os
         cache = os.environ.get('TRITON_CACHE_DIR') or os.path.expanduser('~/.triton/cache')
         log.info('fused_kernels: captured graphs run fused kernels of %s (Triton compiles them '
