@@ -22,7 +22,7 @@ COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 PRECOMPILE_PARTS = ('encoder', 'heads')
 # Groups of sam2 modules the captured graphs can run as fused Triton kernels of our own
 # (sam2_ros/engine/cuda/kernels/fused.py says what each one fuses).
-FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'layernorm2d')
+FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'layernorm2d', 'holes')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -195,14 +195,15 @@ class TrackerConfig:
     # the graphs run a copy of the model, sharing its weights, whose modules of these groups
     # (FUSED_GROUPS) are replaced by Triton kernels of our own that do a residual add, its
     # LayerNorm and the bf16 cast or window copy after it in one pass, RoPE in one kernel,
-    # ... True: every group; a tuple (from Python): those groups; False or (): sam2's modules
-    # throughout. The eager runner (the reference and every fallback) always runs sam2's
-    # modules; graph outputs differ from it by rounding (another summation order).
+    # hole filling in one kernel (bitwise), ... True: every group; a tuple (from Python): those
+    # groups; False or (): sam2's modules throughout. The eager runner (the reference and
+    # every fallback) always runs sam2's modules; graph outputs differ from it by rounding
+    # (another summation order).
     fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
         "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
-        "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d; CUDA with triton, "
-        "not with compile_mode), within rounding of the eager reference; false: sam2's "
-        "modules"))
+        "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d, one-kernel hole "
+        "filling; CUDA with triton, not with compile_mode), within rounding of the eager "
+        "reference; false: sam2's modules"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).
