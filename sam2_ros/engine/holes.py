@@ -20,12 +20,21 @@ sam2's rule, read from that kernel and ``fill_holes_in_mask_scores``:
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 FILL_VALUE = 0.1    # sam2's score for a filled hole: just foreground
+# The attribute of a model copy that fills holes another way: the fused copy the graphs capture
+# (cuda/kernels/fused.py, group 'holes') carries the one-kernel fill there; the model itself,
+# which the eager runner (the reference) runs, never has it.
+FILLER = 'sam2_ros_hole_filler'
+
+
+def filler(model: torch.nn.Module) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """The hole filling the steps run with ``model``: its ``FILLER``, else ``fill_holes``."""
+    return getattr(model, FILLER, fill_holes)
 
 
 def hole_tables(batch: int, h: int, w: int, device) -> Tuple[torch.Tensor, torch.Tensor]:

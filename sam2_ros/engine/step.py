@@ -26,7 +26,7 @@ from sam2.modeling.sam2_utils import get_1d_sine_pe
 
 from sam2_ros.engine import attention, streams
 from sam2_ros.engine.encoder import Features, high_res_features
-from sam2_ros.engine.holes import fill_holes
+from sam2_ros.engine.holes import fill_holes, filler
 
 
 @dataclass
@@ -159,8 +159,9 @@ def track_step(model, features: Features, mem: Optional[Memory],
     'point_labels': [B, P] int32}) on prompted frames, else None (plain tracking).
     prev_logits: [B, 1, S/4, S/4] previous logits fed with a correction click.
     fill_hole_area: background components of at most this many low-res pixels become 0.1
-    (``holes.py``), where sam2 fills them: in the returned logits (what is stored, shown and
-    fed to a later correction) and, on prompted frames, before their memory is encoded from
+    (``holes.py``, by the model's ``holes.filler``: the fused copy's one kernel in the graphs),
+    where sam2 fills them: in the returned logits (what is stored, shown and fed to a later
+    correction) and, on prompted frames, before their memory is encoded from
     them; a tracking frame's memory comes from the decoder's unfilled high-res mask, as sam2
     encodes it inside ``track_step``, before its fill.
     heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
@@ -183,7 +184,7 @@ def track_step(model, features: Features, mem: Optional[Memory],
     _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
         backbone_features=pix_feat, point_inputs=points, mask_inputs=mask_in,
         high_res_features=hires, multimask_output=multimask)
-    low_res = fill_holes(low_res, fill_hole_area)
+    low_res = filler(model)(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res if points is not None else None,
                               high_res, score, from_points=points is not None)
     return StepOut(low_res, obj_ptr, score, mem_feats)
@@ -203,10 +204,13 @@ def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
         backbone_features=pix_feat, point_inputs=points, mask_inputs=None,
         high_res_features=high_res_features(features),
         multimask_output=model._use_multimask(False, None))
-    b, _, h, w = low_res.shape
-    tables = None if consts is None or fill_hole_area <= 0 else \
-        consts.hole_tables(b, h, w, low_res.device)
-    low_res = fill_holes(low_res, fill_hole_area, tables)
+    fill = filler(model)
+    if fill is fill_holes and consts is not None and fill_hole_area > 0:   # tables stored once
+        b, _, h, w = low_res.shape
+        low_res = fill_holes(low_res, fill_hole_area,
+                             consts.hole_tables(b, h, w, low_res.device))
+    else:
+        low_res = fill(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, None, high_res, score, from_points=False)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
@@ -221,7 +225,7 @@ def mask_step(model, features: Features, mask: torch.Tensor,
     pix_feat = pix_feat.permute(1, 2, 0).reshape(-1, model.hidden_dim, h, w)
     _, _, _, low_res, high_res, obj_ptr, score = model._use_mask_as_output(
         pix_feat, high_res_features(features), mask)
-    low_res = fill_holes(low_res, fill_hole_area)
+    low_res = filler(model)(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res, high_res, score, from_points=True)
     return StepOut(low_res, obj_ptr, score, mem_feats)
 

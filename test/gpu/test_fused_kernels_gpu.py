@@ -9,6 +9,8 @@ bf16 autocast within the CPU tests' bounds one step looser (the GPU also runs ot
 kernels: the fused q/k/v projection), relative to max |sam2|: 2^-5 Hiera, 2^-6 memory
 attention, two-way transformer and memory encoder. The measured errors go to
 $OUT/gpu_fused_kernels.json (docs/design.md quotes them).
+Hole filling (group 'holes'): bitwise holes.fill_holes at 128 and 256 px, B = 8, fp32 and bf16,
+one kernel per call (profiler count), also replayed from a CUDA graph.
 Tracker level, 60 frames, 3 objects (box mid-stream, mask, correction, removal), graphs with
 fused kernels against graphs with sam2's modules (fused_kernels=False) and against the eager
 reference: logits within 1e-3 (fp32) and 0.5 (bf16, as test_graphs_gpu.py: logits reach
@@ -292,3 +294,71 @@ def test_constants_group_graphs_equal_without_and_launch_fewer_kernels(precision
     assert worst['constants_vs_sam2_graphs'] == 0.0, worst
     assert worst['all_vs_all_but_constants'] == 0.0, worst
     assert kernels['constants'] < kernels['sam2'] and kernels['all'] < kernels['rest'], kernels
+def _kernels(fn):
+    """(kernels launched by one call of fn, their GPU microseconds), by the profiler (fn
+    warmed up first: Triton compiles outside the count)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+          and not e.name.lower().startswith(('memcpy', 'memset'))]
+    return len(ev), sum(getattr(e, 'device_time', 0.0) for e in ev)
+
+
+def _hole_logits(batch, size, dtype, seed):
+    """[B, 1, S, S] logits: background densities from sparse specks to near 8-connected
+    percolation (0.05..0.45), exact zeros, two smooth decoder-like images, NaNs sprinkled."""
+    g = torch.Generator(device='cuda').manual_seed(seed)
+    shape = (batch, 1, size, size)
+    dens = torch.linspace(0.05, 0.45, batch, device='cuda').view(batch, 1, 1, 1)
+    bg = torch.rand(shape, device='cuda', generator=g) < dens
+    mag = torch.rand(shape, device='cuda', generator=g) * 4
+    x = torch.where(bg, -mag, mag + 1e-3)
+    x[bg & (torch.rand(shape, device='cuda', generator=g) < 0.1)] = 0.0
+    noise = torch.randn((2, 1, size, size), device='cuda', generator=g)
+    x[-2:] = torch.nn.functional.avg_pool2d(noise, 5, stride=1, padding=2) * 8 + 0.5
+    x[torch.rand(shape, device='cuda', generator=g) < 0.005] = float('nan')
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize('size', [128, 256])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_fused_hole_filling_gpu(size, dtype):
+    """The one-kernel fill (group 'holes') = holes.fill_holes bit for bit, B = 8, max_area 1,
+    2 and 8, NaNs included; one kernel per call, also when replayed from a CUDA graph."""
+    from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
+    from sam2_ros.engine.holes import FILL_VALUE, fill_holes
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    x = _hole_logits(8, size, dtype, seed=size)
+    filled = {}
+    with torch.inference_mode():
+        for area in (1, 2, 8):
+            out, ref = fill_holes_fused(x, area), fill_holes(x, area)
+            assert out.dtype == ref.dtype and out.stride() == ref.stride()
+            assert torch.equal(out.view(bits), ref.view(bits)), area
+            filled[area] = int(((ref == FILL_VALUE) & (x <= 0)).sum())
+        n_fused, us_fused = _kernels(lambda: fill_holes_fused(x, 8))
+        n_ref, us_ref = _kernels(lambda: fill_holes(x, 8))
+        static = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fill_holes_fused(static, 8)                  # compiled before the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            replayed = fill_holes_fused(static, 8)
+        other = _hole_logits(8, size, dtype, seed=size + 1)
+        static.copy_(other)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(replayed.view(bits), fill_holes(other, 8).view(bits))
+    _record(f'holes_{size}_{str(dtype)[6:]}', {
+        'filled_px': filled, 'kernels': n_fused, 'kernels_reference': n_ref,
+        'kernel_us': round(us_fused, 1), 'kernel_us_reference': round(us_ref, 1)})
+    print(size, dtype, filled, (n_fused, us_fused), (n_ref, us_ref))
+    assert n_fused == 1, n_fused
+    assert filled[1] > 100 and filled[8] > filled[2] > filled[1], filled

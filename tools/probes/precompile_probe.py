@@ -91,7 +91,7 @@ def graph_breakdown(model: str, res: int) -> None:
 def components(model: str, res: int):
     """(model, inputs, fn) of the encoder and the steady 1-object step, as the tracker runs
     them (bf16 autocast, precast weights)."""
-    from sam2_ros.engine import encoder, step
+    from sam2_ros.engine import encoder, holes, step
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.model import build_model, precast
     torch.manual_seed(0)
@@ -129,7 +129,7 @@ def components(model: str, res: int):
             _, _, _, low, high, ptr, score = mod._forward_sam_heads(
                 backbone_features=pix, point_inputs=None, mask_inputs=None,
                 high_res_features=encoder.high_res_features(f), multimask_output=False)
-            low = step.fill_holes(low, 8)
+            low = holes.fill_holes(low, 8)
             mf = step.encode_memory(mod, f, None, high, score, from_points=False)
         return low, ptr, score, mf
 

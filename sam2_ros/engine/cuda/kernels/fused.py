@@ -22,6 +22,8 @@ Groups:
   'constants'         no kernel: what depends on the weights and shapes alone (positional
                       encodings, a tracking frame's no-prompt embedding) computed once, bitwise
                       as sam2 computes it per call (``constants.py``); needs no Triton
+  'holes'             the steps' hole filling in one kernel, bitwise sam2's (``holes.py``): the
+                      copy carries it as ``engine.holes.FILLER``, which ``holes.filler`` reads
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Tuple
 
 import torch
 
+from sam2_ros.engine import holes
 from sam2_ros.engine.config import FUSED_GROUPS, TRITON_FREE_GROUPS, TrackerConfig
 from sam2_ros.engine.cuda.kernels.launch import triton_importable
 from sam2_ros.engine.cuda.kernels.swap import with_children
@@ -99,6 +102,10 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     if 'layernorm2d' in groups:
         from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
         twin = swap_layernorm2d(twin)
+    if 'holes' in groups:      # a function, not a module: an attribute of a copy of its own
+        from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
+        twin = with_children(twin)
+        setattr(twin, holes.FILLER, fill_holes_fused)
     return twin
 
 
