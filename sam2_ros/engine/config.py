@@ -22,7 +22,8 @@ COMPILE_MODES = (None, 'default', 'max-autotune-no-cudagraphs')
 PRECOMPILE_PARTS = ('encoder', 'heads')
 # Groups of sam2 modules the captured graphs can run as fused Triton kernels of our own
 # (sam2_ros/engine/cuda/kernels/fused.py says what each one fuses).
-FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'layernorm2d')
+FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
+                'layernorm2d')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
