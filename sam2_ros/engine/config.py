@@ -25,8 +25,8 @@ PRECOMPILE_PARTS = ('encoder', 'heads')
 # group: the frame-in and masks-out graphs (cuda/io_graphs.py) run our kernels; 'constants'
 # needs no Triton: what depends on the weights and shapes alone, computed once instead of on
 # every replay.
-FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'layernorm2d', 'io',
-                'constants', 'holes')
+FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
+                'layernorm2d', 'io', 'constants', 'holes')
 TRITON_FREE_GROUPS = ('constants',)
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.

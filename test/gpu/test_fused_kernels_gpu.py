@@ -7,7 +7,8 @@ of the channel mean by up to 1/sqrt(1e-6) = 1000 where a pixel's channels are ne
 (random masks hit that): 1e-3;
 bf16 autocast within the CPU tests' bounds one step looser (the GPU also runs other GEMM
 kernels: the fused q/k/v projection), relative to max |sam2|: 2^-5 Hiera, 2^-6 memory
-attention, two-way transformer and memory encoder. The measured errors go to
+attention, two-way transformer, memory encoder and the decoder heads (tl.dot against cuBLAS:
+a bf16 rounding of a hidden layer flips now and then). The measured errors go to
 $OUT/gpu_fused_kernels.json (docs/design.md quotes them).
 Hole filling (group 'holes'): bitwise holes.fill_holes at 128 and 256 px, B = 8, fp32 and bf16,
 one kernel per call (profiler count), also replayed from a CUDA graph.
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.gpu,
 OUT = os.environ.get('OUT', 'out')
 FP32 = {'layernorm2d': 1e-3}
 BF16 = {'hiera': 2.0 ** -5, 'memory_attention': 2.0 ** -6, 'decoder': 2.0 ** -6,
-        'layernorm2d': 2.0 ** -6}
+        'decoder_heads': 2.0 ** -6, 'layernorm2d': 2.0 ** -6}
 
 
 def _record(name, value):
@@ -132,6 +133,75 @@ def test_fused_layernorm2d_memory_encoder_gpu(model, precision):
              precision)
 
 
+def _decoder_inputs(model, batch):
+    return dict(image_embeddings=_rand(batch, 256, 32, 32, seed=11),
+                image_pe=model.sam_prompt_encoder.get_dense_pe(),
+                sparse_prompt_embeddings=_rand(batch, 2, 256, seed=12),
+                dense_prompt_embeddings=_rand(batch, 256, 32, 32, seed=13), repeat_image=False,
+                high_res_features=[_rand(batch, 32, 128, 128, seed=14),
+                                   _rand(batch, 64, 64, 64, seed=15)])
+
+
+def _heads_decoder(model, precision):
+    """(sam2's decoder, the fused one); bf16: weights stored in bf16 as the tracker does."""
+    from sam2_ros.engine.cuda.kernels.mask_decoder import FusedMaskDecoder
+    from sam2_ros.engine.model import precast
+    dec = precast(model.sam_mask_decoder) if precision == 'bf16' else model.sam_mask_decoder
+    twin = FusedMaskDecoder(dec)
+    assert twin.heads is not None and twin.obj_in_stack
+    return dec, twin
+
+
+@pytest.mark.parametrize('batch', [1, 3])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_mask_decoder_heads_gpu(model, precision, batch):
+    """predict_masks (masks, iou, tokens, object score) and sam2's forward over it, with
+    and without multimask output (dynamic multimask via stability as the model has it)."""
+    dec, twin = _heads_decoder(model, precision)
+    kw = _decoder_inputs(model, batch)
+    _compare(f'mask_decoder_heads_b{batch}', 'decoder_heads', lambda: dec.predict_masks(**kw),
+             lambda: twin.predict_masks(**kw), precision)
+    for mm in (True, False):
+        _compare(f'mask_decoder_forward_b{batch}_multimask{int(mm)}', 'decoder_heads',
+                 lambda: dec(multimask_output=mm, **kw), lambda: twin(multimask_output=mm, **kw),
+                 precision)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_obj_ptr_proj_gpu(model, precision):
+    from sam2_ros.engine.cuda.kernels.mlp_heads import FusedMLP
+    proj = model.obj_ptr_proj
+    x = _rand(5, 256, seed=16)
+    _compare('obj_ptr_proj', 'decoder_heads', lambda: proj(x), lambda: FusedMLP(proj)(x),
+             precision)
+
+
+def _cuda_kernels(fn):
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(('memcpy', 'memset')))
+
+
+@pytest.mark.parametrize('batch', [1, 3])
+def test_fused_mask_decoder_heads_kernel_count_gpu(model, batch):
+    """CUDA kernels of one decoder call (bf16, weights in bf16, sam2's two-way transformer in
+    both): the heads' 40-odd kernels and predict_masks' concatenations, repeats and stack
+    become one kernel (at least 30 fewer)."""
+    dec, twin = _heads_decoder(model, 'bf16')
+    kw = dict(_decoder_inputs(model, batch), multimask_output=False)
+    with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
+        counts = {'sam2': _cuda_kernels(lambda: dec(**kw)),
+                  'fused': _cuda_kernels(lambda: twin(**kw))}
+    _record(f'mask_decoder_kernels_bf16_b{batch}', counts)
+    print('mask decoder kernels', batch, counts)
+    assert counts['fused'] <= counts['sam2'] - 30, counts
+
+
 def _stream(cfg, frames, events):
     tr = StreamingTracker(cfg)
     out = []
@@ -156,6 +226,8 @@ def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     base = dict(precision=precision, steady_attention=steady)
     fused, fstats, tr = _stream(_cfg(**base), frames, events)
     assert type(tr.runner.graphs.model.memory_attention).__name__ == 'FusedMemoryAttention'
+    assert type(tr.runner.graphs.model.sam_mask_decoder).__name__ == 'FusedMaskDecoder'
+    assert type(tr.runner.graphs.model.obj_ptr_proj).__name__ == 'FusedMLP'
     plain, _, tr0 = _stream(_cfg(fused_kernels=False, **base), frames, events)
     assert tr0.runner.graphs.model is tr0.runner.model
     eager, _, _ = _stream(_cfg(use_cuda_graphs=False, **base), frames, events)

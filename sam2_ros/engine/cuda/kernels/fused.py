@@ -14,6 +14,10 @@ Groups:
                       (``rope_attention.py``)
   'decoder'           the mask decoder's two-way transformer: fused norms and attention inputs
                       (``two_way.py``)
+  'decoder_heads'     the mask decoder's output heads (4 hypernetworks, IoU, object score) and
+                      the object-pointer MLP, one kernel each; its constant tokens concatenated
+                      once, no per-prompt repeat of the positional encoding (``mask_decoder.py``,
+                      ``mlp_heads.py``)
   'layernorm2d'       every LayerNorm2d (memory encoder, mask decoder upscaling), with the GELU
                       after it (``layernorm2d.py``)
   'io'                not a module: the frame-in graph's resize + normalization and the
@@ -94,10 +98,14 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)
     elif rope:
         parts['memory_attention'] = _rope_only(model.memory_attention)
-    if 'decoder' in groups:
-        dec = model.sam_mask_decoder
-        parts['sam_mask_decoder'] = with_children(
-            dec, transformer=FusedTwoWayTransformer(dec.transformer))
+    dec = model.sam_mask_decoder
+    transformer = FusedTwoWayTransformer(dec.transformer) if 'decoder' in groups else None
+    if 'decoder_heads' in groups:
+        from sam2_ros.engine.cuda.kernels.mask_decoder import FusedMaskDecoder
+        parts['sam_mask_decoder'] = FusedMaskDecoder(dec, transformer)
+        parts.update(_obj_ptr_proj(model))
+    elif transformer is not None:
+        parts['sam_mask_decoder'] = with_children(dec, transformer=transformer)
     twin = with_children(model, **parts)
     if 'layernorm2d' in groups:
         from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
@@ -107,6 +115,19 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         twin = with_children(twin)
         setattr(twin, holes.FILLER, fill_holes_fused)
     return twin
+
+
+def _obj_ptr_proj(model: torch.nn.Module) -> dict:
+    """{'obj_ptr_proj': its one-kernel version} where it is a 3-layer ReLU MLP, else {}."""
+    from sam2.modeling.sam2_utils import MLP
+
+    from sam2_ros.engine.cuda.kernels.mlp_heads import FusedMLP, stackable
+    proj = getattr(model, 'obj_ptr_proj', None)
+    if not isinstance(proj, MLP):
+        return {}
+    first = proj.layers[0]
+    return {'obj_ptr_proj': FusedMLP(proj)} if stackable(
+        proj, first.in_features, first.out_features) else {}
 
 
 def _rope_only(memory_attention: torch.nn.Module) -> torch.nn.Module:
