@@ -36,3 +36,39 @@ def padded_buffers(bank, n_s, n_p, batch=1):
                        bank.ptrs.new_zeros(n_p, batch, bank.ptrs.shape[-1]),
                        torch.ones(n_p, batch), torch.ones(n_s, batch, dtype=torch.bool),
                        torch.ones(n_p, batch, dtype=torch.bool))
+
+
+def readable_rows(tracker):
+    """{(camera, obj_id): (feature rows, pointer rows)} of every live object of a
+    ``MultiStreamTracker``: the flat bank rows a later step can read, i.e. what
+    ``MemoryBank.select`` returns for the camera's latest frame (a correction re-running it)
+    and for its next one: every occupied conditioning row, the ring entries of the last
+    num_maskmem frames, the pointers of the last max_ptrs frames. Rows whose bookkeeping
+    says EMPTY or that hold an expired frame are never read: two runs may leave anything
+    there (nothing yet, or an entry dropped when its frame became conditioning)."""
+    out = {}
+    for s in tracker.streams:
+        for o in s.objects.values():
+            sels = [tracker.bank.select(o.slot, f) for f in (s.frame, s.frame + 1)]
+            out[(s.index, o.obj_id)] = (sorted({r for x in sels for r in x.feat_rows}),
+                                        sorted({r for x in sels for r in x.ptr_rows}))
+    return out
+
+
+def readable_memory_diff(a, b):
+    """(worst pointer difference, worst memory-feature difference beyond one bf16 ulp) of two
+    ``MultiStreamTracker``s over the rows ``readable_rows`` gives, the same rows in both.
+    Memory features are stored in bf16 (as sam2 stores them): a last-bit difference before
+    the rounding can flip one bf16 ulp (2^-8 to 2^-7 relative: more than an fp32 tolerance of
+    1e-3 from |x| = 0.25 on), which is allowed on top, as test/reference.py's comparison with
+    the official predictor allows it."""
+    from reference import bf16_excess   # lazily: torch (the ROS tests need none)
+    rows = readable_rows(a)
+    assert rows == readable_rows(b), 'the runs read different memories'
+    ptr, feat = 0.0, 0.0
+    flat = [(x.bank.feats.flatten(0, 1), x.bank.ptrs.flatten(0, 1)) for x in (a, b)]
+    for f_rows, p_rows in rows.values():
+        ptr = max(ptr, float((flat[0][1][p_rows].float() - flat[1][1][p_rows].float())
+                             .abs().max()))
+        feat = max(feat, bf16_excess(flat[0][0][f_rows], flat[1][0][f_rows], 0.0))
+    return ptr, feat

@@ -8,8 +8,10 @@ Prompts and steps replay graphs, on paired and unpaired steps (an absent camera'
 encoder input replays its last frame, so a prompt on it after such a step still reads its own
 features). Logits within 1e-4 (as test_graph_logic_cpu: batched step graphs and the encoder
 at batch 2 where the eager runner encodes an unpaired frame alone round in another order).
-batch_streams=False, the off switch, leaves graphs of one camera and steps the cameras
-eagerly, bitwise the eager runner.
+At the end the memories a later step can read (scenarios.readable_rows: the same rows in both)
+agree: pointers within 1e-4, memory features (bf16) within 1e-4 beyond one bf16 ulp, as the GPU
+test measures them. batch_streams=False, the off switch, leaves graphs of one camera and steps
+the cameras eagerly, bitwise the eager runner.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import pytest
 import torch
 
 from graph_standin import fake_capture_same_outputs
+from reference import bf16_excess
+from scenarios import readable_memory_diff, readable_rows
 from test_multistream import H, W, cfg_of, frame, multi
+from sam2_ros.engine import encoder, step
 from sam2_ros.engine.cuda import capture, runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
 from sam2_ros.engine.types import Prompt
@@ -101,6 +106,8 @@ def test_graphs_of_two_cameras_equal_the_eager_runner(monkeypatch, mode):
     assert r.graphs.prompts.camera is not None
     compare(drive(g), drive(e), exact=False)
     assert not reasons, reasons
+    ptr, feat = readable_memory_diff(g, e)
+    assert ptr <= 1e-4 and feat <= 1e-4, (ptr, feat)
     st = g.stats
     # every tracking step and every prompt replayed a graph (padded graphs after prompts)
     assert st['graph_steps'] > 30 and st['eager_steps'] == 0, dict(st)
@@ -125,3 +132,47 @@ def test_batch_streams_off_steps_the_cameras_eagerly(monkeypatch):
     compare(drive(g), drive(e), exact=True)
     assert not reasons and g.stats['graph_steps'] == 0 and g.stats['eager_steps'] > 0
     assert r.graphs.encoder.graph.replays == 0
+
+
+def test_readable_rows_are_the_entries_a_step_can_read():
+    """What the memory comparison reads: every row whose bookkeeping holds a frame still in
+    reach, none that is EMPTY (a correction at the latest frame drops that frame's ring entry:
+    stale data, never read again) and nothing of a removed object."""
+    e = multi(cfg_of(max_cond_frames=2))
+    drive(e)
+    e.stream(1).add_prompt(Prompt(1, points=np.array([[30.0, 20.0]]), labels=np.array([1])))
+    e.stream(0).remove_object(2)
+    b, k = e.bank, e.bank.max_cond
+    n_f, n_p = b.feats.shape[1], b.ptrs.shape[1]
+    rows = readable_rows(e)
+    assert sorted(rows) == [(0, 1), (1, 1), (1, 2), (1, 3)]
+    for (cam, obj_id), (f_rows, p_rows) in rows.items():
+        s = e.streams[cam]
+        slot, f = s.objects[obj_id].slot, s.frame
+        ring = [t for t in b.ring_frame[slot] if t != -1 and f - t < b.num_maskmem]
+        cond = [t for t in b.cond_frame[slot] if t != -1]
+        assert all(r // n_f == slot for r in f_rows) and all(r // n_p == slot for r in p_rows)
+        held = [int(b.cond_frame[slot, r % n_f]) if r % n_f < k else
+                int(b.ring_frame[slot, r % n_f - k]) for r in f_rows]
+        assert sorted(held) == sorted(cond + ring) and -1 not in held
+    # the correction made camera 1's frame 8 conditioning for object 1: its ring row is out
+    slot = e.streams[1].objects[1].slot
+    assert e.streams[1].frame == 8 and 8 in b.cond_frame[slot]
+    assert 8 not in b.ring_frame[slot]
+    assert slot * n_f + k + 8 % b.ring_frame.shape[1] not in rows[(1, 1)][0]
+
+
+def test_binarized_prompt_memory_is_discontinuous():
+    """Why the GPU test turns sam2's binarize_mask_from_pts_for_mem_enc off: a clicked frame's
+    memory is encoded from its mask binarized at 0, so logits 2e-6 apart (rounding) give
+    memories far apart; from the sigmoid (tracked frames, or binarization off) they stay
+    within rounding (one bf16 ulp of the stored memory)."""
+    model = multi(cfg_of()).model
+    with torch.inference_mode():
+        feats = encoder.encode_image(model, torch.zeros(1, 3, 64, 64))
+        score, hi = torch.ones(1, 1), torch.zeros(1, 1, 64, 64)
+        lo = [torch.full((1, 1, 16, 16), sign * 1e-6) for sign in (1, -1)]
+        binarized, sigmoid = ([step.encode_memory(model, feats, x, hi, score, from_points=p)
+                               for x in lo] for p in (True, False))
+    assert float((binarized[0].float() - binarized[1].float()).abs().max()) > 0.1
+    assert bf16_excess(*sigmoid, 0.0) <= 1e-4

@@ -6,9 +6,22 @@ prompts of every kind on both cameras, a correction and a removal on each, and u
 (either camera absent).
 
 Tolerances as test_graphs_gpu.py's graph-vs-eager test: logits <= 1e-3 (fp32) / 0.5 (bf16),
-mask pixels < 0.1% / 1%; pointers and memory features at the end <= 1e-3 / 0.1. Every tracking
-step and every prompt replays a graph, no fallback. batch_streams=False (the off switch) on
-the graph runner steps the cameras eagerly: bitwise the eager runner.
+mask pixels < 0.1% / 1%; at the end, the pointers and memory features a later step can read
+(scenarios.readable_rows) <= 1e-3 / 0.1, memory features beyond one bf16 ulp (they are stored
+in bf16; test/reference.py allows the same). Every tracking step and every prompt replays a
+graph, no fallback. batch_streams=False (the off switch) on the graph runner steps the cameras
+eagerly: bitwise the eager runner.
+
+sam2's binarization of a clicked frame's mask for its memory (binarize_mask_from_pts_for_mem_enc)
+is off on both sides here, as hole filling is (test_graphs_gpu.py): it is discontinuous. The
+runners differ by rounding (the batch-2 encoder graph, fused kernels), ~1e-4 in fp32 logits, and
+a high-resolution pixel within that of 0 flips 0 <-> 1, a step of sigmoid_scale_for_mem_enc (20)
+in the memory encoder's input: that conditioning memory, read by every later step, differs by
+~0.1 around the pixel. With it on, this test measured 0.11 / 0.13 (fp32) and 0.27 / 0.31 (bf16)
+over the whole bank; the same scenario on the CPU (graph stand-in, 1e-4 noise on the graph
+side's features: logits 1e-4 apart) gave 0.11, in the clicked frames' conditioning rows only,
+every other row within one bf16 ulp. With it off, clicked frames' memories come from the
+sigmoid, as tracked frames' do.
 """
 
 
@@ -16,7 +29,7 @@ import pytest
 import torch
 
 from gpu_common import record_equivalence as _record, tiny_cuda_cfg as _cfg
-from scenarios import schedule, synthetic_frames
+from scenarios import readable_memory_diff, schedule, synthetic_frames
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.multistream import MultiStreamTracker
 
@@ -67,30 +80,26 @@ def _compare(a_run, b_run):
     return worst, bad_px
 
 
-def _bank_diff(a, b):
-    """Max abs difference of the pointers and memory features of every live object."""
-    slots = [o.slot for s in a.streams for o in s.objects.values()]
-    assert slots == [o.slot for s in b.streams for o in s.objects.values()]
-    return max(float((getattr(a.bank, n)[s].float() - getattr(b.bank, n)[s].float())
-                     .abs().max()) for n in ('ptrs', 'feats') for s in slots)
-
-
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 @pytest.mark.parametrize('graph_mode', ['swap', 'batched'])
 def test_graphs_of_two_cameras_equal_eager(precision, graph_mode):
     torch.backends.cudnn.benchmark = False
     cfg = _cfg(precision=precision, graph_mode=graph_mode)
     model = build_model(cfg)
+    model.binarize_mask_from_pts_for_mem_enc = False     # discontinuous (module docstring)
     g = MultiStreamTracker(cfg, cameras=2, model=model)
     e = MultiStreamTracker(cfg.replace(use_cuda_graphs=False), cameras=2, model=model)
     assert g.runner.cameras == 2 and g.runner.graphs is not None
     a, b = _run(g), _run(e)
     worst, bad_px = _compare(a, b)
-    mem = _bank_diff(g, e)
+    # only the memories a later step reads: the bank's other rows (not yet written, dropped
+    # when their frame became conditioning, expired) are never read, so may hold anything
+    ptr, feat = readable_memory_diff(g, e)
+    mem = max(ptr, feat)
     stats = dict(g.stats)
     _record(f'multistream_graph_vs_eager_{graph_mode}_{precision}',
             {'worst_logits': worst, 'mask_px_differ': bad_px, 'worst_memory': mem,
-             'stats': stats})
+             'worst_ptr': ptr, 'worst_feat_beyond_ulp': feat, 'stats': stats})
     print(precision, graph_mode, worst, bad_px, mem, stats)
     assert stats.get('fallbacks', 0) == 0, g.fallback_reasons
     assert stats.get('graph_steps', 0) > 300 and stats.get('eager_steps', 0) == 0, stats
