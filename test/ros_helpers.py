@@ -37,6 +37,10 @@ TEST_PARAMS: Dict[str, Any] = {
     'device': 'cpu', 'precision': 'fp32', 'use_cuda_graphs': False, 'max_objects': 4,
     'image_topic': '/camera/image_raw', 'process_every_frame': True,
     'stale_timeout_s': 1.0, 'diagnostics_period_s': 0.5, 'autostart': True,
+    # the node scenarios wait for the state a prompt on the last frame re-publishes (and
+    # compare with add_prompt in process); the default, deferral to the next frame, is
+    # test_ros_deferred_corrections.py's
+    'corrections_on_next_frame': False,
 }
 W, H = 160, 120
 COMPRESSED_TOPIC = '/camera/image_raw/compressed'

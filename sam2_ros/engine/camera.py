@@ -49,6 +49,11 @@ class CameraTracker:
         return sorted(self.handle.stream.queued)
 
     @property
+    def deferred_ids(self) -> List[int]:
+        """Ids with a prompt deferred on the latest frame (``defer_prompt``), ascending."""
+        return sorted(self.handle.stream.deferred)
+
+    @property
     def frame_index(self) -> int:
         """Index of the latest tracked frame (-1 before the first)."""
         return self.handle.frame_index
@@ -64,7 +69,9 @@ class CameraTracker:
         Returns:
             ``FrameResult`` with ``frame_index`` = previous + 1 and one ``ObjectResult`` per
             tracked object (ascending ids; masks [H, W] bool at the frame's size, on the
-            host). Prompts queued with ``queue_prompt`` are applied to this frame first.
+            host). Prompts deferred with ``defer_prompt`` are applied to the previous frame
+            first (before this one is encoded), then prompts queued with ``queue_prompt`` to
+            this frame.
 
         Raises:
             FrameError: wrong dtype/shape, or a size change while objects are tracked
@@ -72,6 +79,8 @@ class CameraTracker:
             PromptError: a queued prompt does not fit this frame (it is dropped, nothing
                 else changed; pass the frame again).
             StepError: the computation failed; the frame counts as seen, writes no memory.
+                A deferred prompt that fails is dropped instead and the frame is not counted
+                (prompts deferred before it were applied); pass it again.
         """
         if frame is None:
             frame_in.frame_size(frame)          # a FrameError: None is the core's "no frame"
@@ -98,6 +107,25 @@ class CameraTracker:
         """
         return self.handle.add_prompt(prompt)
 
+    def defer_prompt(self, prompt: Prompt) -> None:
+        """Apply a prompt to the latest tracked frame, computed with the next ``track`` call.
+
+        ``add_prompt`` without its cost on the latest frame: the prompt is validated now (the
+        same errors, nothing changed on one), and the next ``track(frame)`` runs its prompted
+        step on the latest frame first, exactly as ``add_prompt`` would have (its features,
+        previous logits and memories; the frame becomes a conditioning frame), then tracks
+        ``frame``; that frame's result is the first to show it. The latest frame's results
+        are not read again. ``defer_prompt`` then ``track`` equals ``add_prompt`` then
+        ``track``. The newest deferred prompt per id wins (it replaces an older one and runs
+        after the others); ``add_prompt`` runs the deferred ones before its own;
+        ``remove_object`` and ``reset`` drop them. Before the first frame it is
+        ``queue_prompt``.
+
+        Raises:
+            PromptError, CapacityError: as ``add_prompt`` (nothing changed).
+        """
+        self.handle.defer_prompt(prompt)
+
     def queue_prompt(self, prompt: Prompt) -> None:
         """Apply a prompt to the next frame passed to track() (the newest per id wins).
         Before the first frame (or after reset()) a prompt can only be checked against the
@@ -105,13 +133,13 @@ class CameraTracker:
         self.handle.queue_prompt(prompt)
 
     def remove_object(self, obj_id: int) -> None:
-        """Stop tracking ``obj_id`` (or drop its queued prompt); its memory slot is freed
+        """Stop tracking ``obj_id`` (and drop its queued or deferred prompt); its slot is freed
         for a new object. Raises ``UnknownObjectError`` if neither exists."""
         self.handle.remove_object(obj_id)
 
     def reset(self) -> None:
-        """Forget all objects and queued prompts. Prompts may follow on the latest frame; the
-        next frame may have a new size (sizes are only pinned while objects exist)."""
+        """Forget all objects, queued and deferred prompts. Prompts may follow on the latest
+        frame; the next frame may have a new size (sizes are only pinned while objects exist)."""
         self.handle.reset()
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],

@@ -23,18 +23,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sam2_ros.engine import encoder, frame_in, masks_out, step
+from sam2_ros.engine import frame_in, masks_out, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.image import frame_result as image_frame_result
-from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
 from sam2_ros.engine.runners import make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
                                    StreamsResult)
+from sam2_ros.engine.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,11 @@ class StreamHandle:
     def add_prompt(self, prompt: Prompt) -> FrameResult:
         """As ``StreamingTracker.add_prompt``, on this camera's latest frame."""
         return self.tracker.add_prompt(self.stream, prompt)
+
+    def defer_prompt(self, prompt: Prompt) -> None:
+        """As ``StreamingTracker.defer_prompt``: on this camera's latest frame, computed with
+        this camera's next frame."""
+        self.tracker.defer_prompt(self.stream, prompt)
 
     def queue_prompt(self, prompt: Prompt) -> None:
         """As ``StreamingTracker.queue_prompt``: for this camera's next frame."""
@@ -109,7 +114,8 @@ class MultiStreamTracker:
         self.stats: Dict[str, object] = collections.Counter()
         self.fallback_reasons: Dict[str, int] = collections.Counter()
         self.runner = make_runner(self.model, cfg, self.count_fallback, cameras)
-        self.maskmem_pos, self.bank = self._warm_up()
+        self.maskmem_pos, self.bank = warm_up(self.model, cfg, self.runner,
+                                              cameras * cfg.max_objects)
         m = cfg.max_objects
         self.streams = [Stream(c, range(c * m, (c + 1) * m), self.bank, self.size)
                         for c in range(cameras)]
@@ -168,14 +174,21 @@ class MultiStreamTracker:
             stream.queue(prompt)
             return FrameResult(-1, 0, 0)
         stream.validate(prompt)
-        obj = stream.objects.get(prompt.obj_id)
-        # An object prompted only on this very frame has not been tracked yet: sam2 treats
-        # another prompt there as initial too (is_init_cond_frame).
-        init = obj is None or obj.created_frame == stream.frame
         t0 = time.perf_counter()
         with autocast(self.cfg):
-            mode = self._prompt_step(stream, prompt, init=init)
+            self._run_deferred(stream)          # earlier calls on this frame come first
+            mode = self._prompt_latest(stream, prompt)
         return self._result(stream, mode, t0)
+
+    @torch.inference_mode()
+    def defer_prompt(self, stream: Stream, prompt: Prompt) -> None:
+        """``StreamHandle.defer_prompt``: validate a prompt for the stream's latest frame now,
+        run it with the stream's next frame (before that frame's encode; no read-back)."""
+        prompt = dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id))
+        if stream.step_features is None:
+            stream.queue(prompt)
+            return
+        stream.defer(prompt)
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
                       multimask_output: bool = False) -> FrameResult:
@@ -195,9 +208,17 @@ class MultiStreamTracker:
     # ---- one step --------------------------------------------------------------------
     def _step(self, group: List[int], frames: List[Optional[frame_in.Frame]],
               sizes: Dict[int, Tuple[int, int]], out: StreamsResult) -> None:
-        """Encode the frames of the cameras in ``group`` as one batch, run each camera's
-        queued prompts, track all their objects in one call, fill ``out`` for them."""
+        """Run each camera's deferred prompts, encode the frames of the cameras in ``group`` as
+        one batch, run each camera's queued prompts, track all their objects in one call, fill
+        ``out`` for them."""
         t0 = time.perf_counter()
+        # Deferred prompts first: they read each camera's previous frame, whose features the
+        # encode overwrites (the encoder graph's static outputs). A camera whose deferred prompt
+        # fails is not stepped (its frame is not counted: pass it again).
+        group = [c for c in group if self._deferred_ran(self.streams[c], out)]
+        if not group:
+            return
+        frames = [f if c in group else None for c, f in enumerate(frames)]
         try:
             with autocast(self.cfg):
                 features, positions = self.runner.encode_streams(frames)
@@ -246,6 +267,42 @@ class MultiStreamTracker:
             err.__cause__ = exc
             out.errors[c] = err
             self.stats['failed_frames'] += 1
+
+    def _deferred_ran(self, stream: Stream, out: StreamsResult) -> bool:
+        """Run the stream's deferred prompts; False (a StepError in ``out``) if one failed."""
+        try:
+            with autocast(self.cfg):
+                self._run_deferred(stream)
+        except Exception as exc:  # noqa: BLE001 - this camera's frame fails
+            self._fail([stream.index], out, exc, lambda s: (
+                f'a prompt deferred on frame {s.frame} failed: {exc!r}; it is dropped (those '
+                f'before it were applied), this frame was not tracked: pass it again'))
+            return False
+        return True
+
+    def _run_deferred(self, stream: Stream) -> None:
+        """The prompted steps of the stream's deferred prompts on its latest frame, exactly as
+        ``add_prompt`` would have run them in that order; their objects' scores there are kept
+        for the next result (``Stream.occluded_runs``), read without a sync now."""
+        pending, stream.deferred = stream.deferred, {}
+        done: List[ObjectInfo] = []
+        try:
+            for p in pending.values():
+                self._prompt_latest(stream, p)
+                done.append(stream.objects[p.obj_id])
+                self.stats['deferred_prompts'] += 1
+        finally:
+            if done:
+                slots = self.bank.stage([o.slot for o in done])
+                stream.prompted.append((done, self.bank.scores.index_select(0, slots)))
+
+    def _prompt_latest(self, stream: Stream, prompt: Prompt) -> str:
+        """A validated prompt's step on the stream's latest frame (``add_prompt``)."""
+        obj = stream.objects.get(prompt.obj_id)
+        # An object prompted only on this very frame has not been tracked yet: sam2 treats
+        # another prompt there as initial too (is_init_cond_frame).
+        init = obj is None or obj.created_frame == stream.frame
+        return self._prompt_step(stream, prompt, init=init)
 
     def _prompt_step(self, stream: Stream, prompt: Prompt, init: bool) -> str:
         """Run a prompted step for one object on the stream's latest frame and store it.
@@ -307,6 +364,7 @@ class MultiStreamTracker:
         scores = self.bank.scores.index_select(0, slots)
         ids = [o.obj_id for o in objs]
         masks, stats, label = self.runner.results(logits, scores, h, w, ids)
+        stream.occluded_runs()      # those of prompts deferred on the previous frame, first
         res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
         res.set_label(label, ids)
         for o, m, s, lg in zip(objs, masks, stats, logits):
@@ -320,28 +378,7 @@ class MultiStreamTracker:
                                             f - o.last_prompt_frame, lg[0]))
         return res
 
-    # ---- start-up --------------------------------------------------------------------
-    def _warm_up(self) -> Tuple[torch.Tensor, MemoryBank]:
-        """Run one frame through every code path, to size the bank (shapes and dtypes come
-        from the model) and to let sam2 compute lazily built tables (RoPE at non-default
-        sizes) before any graph capture. Returns the memories' positional encoding and the
-        bank (max_objects slots per camera)."""
-        with torch.inference_mode(), autocast(self.cfg):
-            img = torch.zeros(1, 3, self.size, self.size, device=self.device)
-            feats = encoder.encode_image(self.model, img)
-            points = {'point_coords': torch.tensor([[[self.size / 2, self.size / 2]]],
-                                                   device=self.device),
-                      'point_labels': torch.ones(1, 1, dtype=torch.int32, device=self.device)}
-            first = step.track_step(self.model, feats, None, None, points=points)
-            pos_dtype = torch.bfloat16 if self.cfg.precision == 'bf16' else torch.float32
-            maskmem_pos = step.maskmem_pos_enc(self.model, feats).to(pos_dtype)
-            bank = MemoryBank.allocate(
-                self.cameras * self.cfg.max_objects, self.cfg.max_cond_frames,
-                self.model.num_maskmem, self.model.max_obj_ptrs_in_encoder,
-                first.mem_feats[0], first.obj_ptr[0], first.low_res_logits[0])
-            self.runner.prepare(bank, maskmem_pos, feats)
-        return maskmem_pos, bank
-
+    # ---- fallbacks -------------------------------------------------------------------
     def count_fallback(self, reason: str) -> None:
         """Count a graph fallback (the runner's ``on_fallback``) and log its reason."""
         self.stats['fallbacks'] += 1

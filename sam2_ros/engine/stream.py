@@ -46,6 +46,12 @@ class Stream:
         self.model_size = model_size
         self.objects: Dict[int, ObjectInfo] = {}
         self.queued: Dict[int, Prompt] = {}
+        # Prompts for the latest frame run by the next track() before it encodes its frame
+        # (``defer_prompt``), in the order of their newest call; and the objects those runs
+        # prompted with their [k] scores on that frame, read with the next result (a read-back
+        # after the prompt would have ended their occluded run: ``occluded_runs``).
+        self.deferred: Dict[int, Prompt] = {}
+        self.prompted: List[Tuple[List[ObjectInfo], torch.Tensor]] = []
         self.frame = -1
         self.hw: Optional[Tuple[int, int]] = None
         # True after reset(): the next frame may have another size, so prompts queued for it
@@ -64,9 +70,11 @@ class Stream:
     def check_frame(self, hw: Tuple[int, int]) -> None:
         """FrameError for a size change while objects are tracked; PromptError (the misfits
         dropped) for prompts queued while the size was open that do not fit this frame."""
-        if self.hw is not None and hw != self.hw and self.objects:
+        # a prompt deferred on the latest frame pins its size as the object it makes would
+        if self.hw is not None and hw != self.hw and (self.objects or self.deferred):
+            n = len(set(self.objects) | set(self.deferred))
             raise FrameError(f'resolution changed from {self.hw[1]}x{self.hw[0]} to '
-                             f'{hw[1]}x{hw[0]} while tracking {len(self.objects)} objects; '
+                             f'{hw[1]}x{hw[0]} while tracking {n} objects; '
                              f'reset() to track at the new resolution')
         self.check_queued(hw)
 
@@ -102,8 +110,13 @@ class Stream:
         """PromptError unless the prompt fits the latest frame; CapacityError for a new id
         with no slot left."""
         self.validate_shape(prompt, self.hw)
-        if prompt.obj_id not in self.objects and prompt.obj_id not in self.queued:
+        if self.is_new(prompt.obj_id):
             self.check_capacity()
+
+    def is_new(self, obj_id: int) -> bool:
+        """Neither tracked nor waiting (queued or deferred) to start."""
+        return obj_id not in self.objects and obj_id not in self.queued \
+            and obj_id not in self.deferred
 
     def validate_shape(self, prompt: Prompt, hw: Tuple[int, int]) -> None:
         """Raise PromptError unless the prompt fits a frame of size hw."""
@@ -114,19 +127,27 @@ class Stream:
             prompt_points(prompt, h, w, self.model_size, torch.device('cpu'))
 
     def check_capacity(self) -> None:
-        """Room for one more object, counting objects queued to start on the next frame."""
-        queued_new = sum(1 for i in self.queued if i not in self.objects)
-        if len(self.objects) + queued_new + 1 > self.capacity:
+        """Room for one more object, counting objects queued to start on the next frame and
+        those deferred to start on the latest one."""
+        waiting = len((set(self.queued) | set(self.deferred)) - set(self.objects))
+        if len(self.objects) + waiting + 1 > self.capacity:
             raise CapacityError(f'cannot add object: {len(self.objects)} tracked and '
-                                f'{queued_new} queued, max_objects={self.capacity}')
+                                f'{waiting} queued, max_objects={self.capacity}')
 
     def queue(self, prompt: Prompt) -> None:
         """Queue a prompt (its id already checked) for the next frame."""
         if self.hw is not None and not self.size_open:
             self.validate(prompt)
-        elif prompt.obj_id not in self.objects and prompt.obj_id not in self.queued:
+        elif self.is_new(prompt.obj_id):
             self.check_capacity()
         self.queued[prompt.obj_id] = prompt
+
+    def defer(self, prompt: Prompt) -> None:
+        """Defer a prompt (its id already checked) on the latest frame, after validating it
+        there; it replaces one deferred for the same id and moves to the end of the order."""
+        self.validate(prompt)
+        self.deferred.pop(prompt.obj_id, None)
+        self.deferred[prompt.obj_id] = prompt
 
     def free_slot(self) -> int:
         used = {o.slot for o in self.objects.values()}
@@ -135,7 +156,8 @@ class Stream:
     def remove(self, obj_id: int) -> None:
         obj = self.objects.pop(obj_id, None)
         queued = self.queued.pop(obj_id, None)
-        if obj is None and queued is None:
+        deferred = self.deferred.pop(obj_id, None)
+        if obj is None and queued is None and deferred is None:
             raise UnknownObjectError(f'cannot remove object {obj_id}: not tracked '
                                      f'(tracked: {sorted(self.objects)})')
         if obj is not None:
@@ -146,7 +168,19 @@ class Stream:
             self.bank.clear(obj.slot)
         self.objects.clear()
         self.queued.clear()
+        self.deferred.clear()
+        self.prompted = []
         self.size_open = True
+
+    def occluded_runs(self) -> None:
+        """What the read-back of each deferred prompt's frame would have done: a prompted
+        object seen there (score > 0) ends its occluded run. Called by a result, before its
+        own update (the device is idle by then: one small read-back)."""
+        for objs, scores in self.prompted:
+            for o, s in zip(objs, scores.tolist()):
+                if s > 0:
+                    o.hidden_run = 0
+        self.prompted = []
 
     def sorted_objects(self) -> List[ObjectInfo]:
         return sorted(self.objects.values(), key=lambda o: o.obj_id)

@@ -6,6 +6,8 @@ front). It keeps sam2's semantics, driven frame by frame:
   * ``add_prompt(p)`` applies to the latest tracked frame, like ``add_new_points_or_box`` on a
     frame already seen: a new id starts an object there (an initial conditioning frame), a
     tracked id is a correction (points plus the previous logits, with memory);
+  * ``defer_prompt(p)`` is ``add_prompt`` computed with the next ``track`` (before it
+    encodes its frame), so a correction costs no read-back of the latest frame;
   * ``queue_prompt(p)`` applies to the next frame, before it is tracked (as prompting a frame
     the predictor has not reached yet: an initial conditioning frame);
   * object ids, frame numbers and eviction stay in ``stream.py`` and ``memory.py``; the

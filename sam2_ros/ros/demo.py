@@ -186,7 +186,8 @@ def stream(client: DemoClient, proc: NodeProcess, args: argparse.Namespace) -> D
             c = PointStamped(header=header_msg(stamps[i], FRAME_ID))
             c.point.x, c.point.y = center(truth[stamps[i]][1])
             client.link.pub_click.publish(c)
-            wait_state(i, count=2)
+            if not proc.params.get('corrections_on_next_frame', True):
+                wait_state(i, count=2)      # re-published at once; else the next frame shows it
         if (i + 1) % 10 == 0 or i == n - 1:
             print(f'[demo] frame {i + 1}/{n}', flush=True)
     time.sleep(0.3)  # the last overlay

@@ -35,14 +35,16 @@ class MultiCameraWorker:
 
     def __init__(self, core: Any, mailbox: PairedMailbox, hosts: Sequence[WorkerHost],
                  outputs: Sequence[Outputs], associations: Sequence[det.Association], *,
-                 pipeline: bool = False, on_group: Optional[GroupHook] = None) -> None:
+                 pipeline: bool = False, on_group: Optional[GroupHook] = None,
+                 corrections_on_next_frame: bool = False) -> None:
         self.core = core
         self.mailbox = mailbox
         self.host = hosts[0]           # thread_init: the cameras share the tracker's device
         self.on_group = on_group
         self.lanes = [TrackingWorker(CameraTracker(core, c), mailbox.camera(c), hosts[c],
                                      outputs[c], association=associations[c],
-                                     pipeline=pipeline, driver_alive=self.thread_alive)
+                                     pipeline=pipeline, driver_alive=self.thread_alive,
+                                     corrections_on_next_frame=corrections_on_next_frame)
                       for c in range(core.cameras)]
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -175,7 +175,8 @@ class TrackerNode(LifecycleNode):
         host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log,
                         held_ids=lambda: self.worker.hold.object_ids(), decoder=self.decoder)
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
-                                     association=self.association, pipeline=o.pipeline)
+                                     association=self.association, pipeline=o.pipeline,
+                                     corrections_on_next_frame=o.corrections_on_next_frame)
         self.worker.start()
         self.input_subs = self._subscribe()
         self._log_active()

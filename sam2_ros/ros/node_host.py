@@ -60,7 +60,7 @@ class NodeHost:
         obj_id = int(self.value('click_object_id'))
         if mode == 'new':
             in_use = (set(self.tracker.object_ids) | set(self.tracker.queued_ids)
-                      | set(self.held_ids()))
+                      | set(self.tracker.deferred_ids) | set(self.held_ids()))
             obj_id = click_ids.new_object_id(in_use, self.cfg.max_objects)
             from rclpy.parameter import Parameter
 

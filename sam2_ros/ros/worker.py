@@ -12,7 +12,8 @@ What waits and what is dropped is the :class:`~sam2_ros.ros.mailbox.Mailbox`'s p
 stamped for a future frame wait in one :class:`~sam2_ros.ros.hold.StampHold`; detections are
 turned into prompts by :mod:`sam2_ros.ros.worker_detections`. A prompt's header stamp picks
 its frame: zero -> the next frame; equal to the last processed frame -> applied to that frame
-now; older -> applied to the latest frame with a warning; newer -> held until the first frame
+now (``corrections_on_next_frame``: deferred to the next frame, computed with it); older ->
+applied to the latest frame with a warning; newer -> held until the first frame
 whose stamp is >= it, and applied before tracking it. Time going backwards
 (:mod:`~sam2_ros.ros.time_jump`) resets the objects, the held items and the stamp table.
 """
@@ -53,14 +54,18 @@ class TrackingWorker:
     the result to the output stage (``pipeline``: on threads of its own).
 
     ``association`` is the detection association memory; the node owns it (it outlives an
-    activation), a fresh one by default.
+    activation), a fresh one by default. ``corrections_on_next_frame``: a prompt on the last
+    processed frame is deferred to the next one (``defer_prompt``, no re-publish) instead of
+    applied and re-published at once (NodeOptions says why).
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
                  association: Optional[det.Association] = None,
                  pipeline: bool = False,
-                 driver_alive: Optional[Callable[[], bool]] = None) -> None:
+                 driver_alive: Optional[Callable[[], bool]] = None,
+                 corrections_on_next_frame: bool = False) -> None:
         self.tracker = tracker
+        self.defer_corrections = corrections_on_next_frame
         # a camera of the multi-camera worker has no thread: that worker's thread drives it
         self.driver_alive = driver_alive
         self.mailbox = mailbox
@@ -243,8 +248,9 @@ class TrackingWorker:
             self._emit_again(res)
 
     def _apply(self, held: Held, now: bool) -> None:
-        """A converted prompt: to the last processed frame (``now``: re-published) or queued
-        for the frame about to be tracked."""
+        """A converted prompt: to the last processed frame (``now``: re-published, or deferred
+        to the next frame with ``corrections_on_next_frame``) or queued for the frame about to
+        be tracked."""
         action, prompt = held.action, held.prompt
         try:
             if action == ACTION_RESET:
@@ -253,6 +259,8 @@ class TrackingWorker:
                     self.hold.drop_prompts()
             elif action == ACTION_REMOVE:
                 self.tracker.remove_object(prompt.obj_id)
+            elif now and self.defer_corrections:
+                self.tracker.defer_prompt(prompt)   # the next frame's result shows it
             elif now:
                 self._emit_again(self.tracker.add_prompt(prompt))
             else:

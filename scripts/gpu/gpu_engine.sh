@@ -42,7 +42,8 @@ ONLY+="$T:10:ours_graph_batched_unfused;$L:1:official_eager;$L:1:ours_graph;$L:1
 python3 -m tools.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 --warmup 16 \
   --profile-frames 3 --census --out "$OUT/h200.json" | grep -E '^\||^census|FAILED'
 python3 -m tools.bench.interaction --model tiny --res 512 --objects 1,3,8 \
-  --variants batched --random-weights --out "$OUT/h200_interaction.json" 2>&1 |
+  --variants batched --corrections immediate,deferred --random-weights \
+  --out "$OUT/h200_interaction.json" 2>&1 |
   grep '^|'
 for m in "tiny 512" "large 1024"; do
   set -- $m

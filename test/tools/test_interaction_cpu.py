@@ -13,12 +13,14 @@ from tools.bench import results
 from tools.bench import interaction as bench
 
 FRAMES, EVERY, NEW_AT = 20, 10, 15
-ROW_KEYS = {'model', 'res', 'objects', 'variant', 'run', 'frames', 'ms_p50', 'ms_p99', 'ms_max',
-            'eager_steps', 'graph_steps', 'prompt_steps', 'fallbacks', 'slowest', 'src',
-            'weights', 'date', 'commit', 'gpu', 'command'}
+ROW_KEYS = {'model', 'res', 'objects', 'variant', 'corrections', 'run', 'frames', 'ms_p50',
+            'ms_p99', 'ms_max', 'eager_steps', 'graph_steps', 'prompt_steps', 'deferred_prompts',
+            'fallbacks', 'slowest', 'src', 'weights', 'date', 'commit', 'gpu', 'command'}
 
 
 def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, capsys):
+    """Both correction modes; a row from before the modes (no 'corrections': immediate) is
+    replaced by the immediate row of its key only."""
     out = tmp_path / 'interaction.json'
     stale = {'model': 'tiny', 'res': 64, 'objects': 1, 'variant': 'swap', 'run': 'old',
              'ms_p50': -1.0}
@@ -26,22 +28,26 @@ def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, caps
     out.write_text(json.dumps([stale, other]))
     argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
             '--h', '64', '--w', '96', '--frames', str(FRAMES), '--correct-every', str(EVERY),
-            '--new-at', str(NEW_AT), '--objects', '1', '--variants', 'swap,batched',
-            '--random-weights', '--out', str(out)]
+            '--new-at', str(NEW_AT), '--objects', '1', '--variants', 'swap',
+            '--corrections', 'immediate,deferred', '--random-weights', '--out', str(out)]
     assert bench.main(argv) == 0
     printed = capsys.readouterr().out
-    assert 'RANDOM WEIGHTS' in printed and '| tiny | 64 | 1 | batched | 20 |' in printed
+    assert 'RANDOM WEIGHTS' in printed
+    assert '| tiny | 64 | 1 | swap | deferred | 20 |' in printed
 
     rows = json.loads(out.read_text())
-    # the stale row of the same key is replaced, the other key is kept, batched is added
-    assert [(r['res'], r['objects'], r['variant'], r['run'] == 'old') for r in rows] == \
-        [(512, 3, 'swap', True), (64, 1, 'swap', False), (64, 1, 'batched', False)]
+    # the stale row of the same key is replaced, the other key is kept, the rest are added
+    assert [(r['res'], r['objects'], r['variant'], r.get('corrections'), r['run'] == 'old')
+            for r in rows] == [(512, 3, 'swap', None, True), (64, 1, 'swap', 'immediate', False),
+                               (64, 1, 'swap', 'deferred', False)]
     new = rows[1:]
-    assert new[0]['run'] == new[1]['run'] != 'old'                 # one id per invocation
+    assert len({r['run'] for r in new}) == 1 and new[0]['run'] != 'old'   # one id per run
     corrections = FRAMES // EVERY
     for r in new:
         assert set(r) == ROW_KEYS | {'prompt_eager_steps'}, set(r) ^ ROW_KEYS
         assert r['prompt_eager_steps'] == r['prompt_steps']      # the CPU runs no graphs
+        # deferred: every correction ran inside the next frame's track (one per correction)
+        assert r['deferred_prompts'] == (corrections if r['corrections'] == 'deferred' else 0)
         assert r['frames'] == FRAMES and r['src'] == '96x64' and r['weights'] == 'random'
         assert r['gpu'] == 'cpu' and r['command'].endswith(' '.join(argv))
         assert 0 < r['ms_p50'] <= r['ms_p99'] <= r['ms_max']
@@ -64,6 +70,9 @@ def test_interaction_needs_weights_chosen_explicitly():
         bench.parse(['--device', 'cpu'])
     assert bench.parse(['--random-weights', '--out']).out == bench.DEFAULT_OUT
     assert bench.parse(['--random-weights']).out is None
+    assert bench.parse(['--random-weights']).corrections == ['deferred']
+    with pytest.raises(SystemExit):
+        bench.parse(['--random-weights', '--corrections', 'later'])
 
 
 def test_step_counts_report_every_steps_key_the_tracker_has():
@@ -73,7 +82,7 @@ def test_step_counts_report_every_steps_key_the_tracker_has():
              'fallbacks': 1}
     got = bench.step_counts(after, before)
     assert got == {'eager_steps': 2, 'graph_steps': 0, 'prompt_steps': 2,
-                   'prompt_graph_steps': 2, 'fallbacks': 1}
+                   'prompt_graph_steps': 2, 'fallbacks': 1, 'deferred_prompts': 0}
     row = {'model': 'tiny', 'res': 512, 'objects': 1, 'variant': 'swap', 'frames': 9,
            'ms_p50': 1.0, 'ms_p99': 1.5, 'ms_max': 2.0, 'slowest': [], **got}
     assert '| prompt_graph_steps |' in bench.table([row]) and '| 1.50 |' in bench.table([row])

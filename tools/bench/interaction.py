@@ -1,7 +1,8 @@
 """Interaction benchmark: the frame time of a stream the user corrects while it is tracked.
 
     python -m tools.bench.interaction --objects 1,3,10 --variants swap,batched \
-        --random-weights --out benchmarks/results/h200_interaction.json
+        --corrections immediate,deferred --random-weights \
+        --out benchmarks/results/h200_interaction.json
 
 Why a benchmark of its own: the rows of ``tools.bench.cli`` time steady tracking after a
 warm-up, so they never see what a user does while tracking runs: click to correct an object,
@@ -14,18 +15,20 @@ not timed: it is tracked, then every object gets a box prompt on it (``add_promp
 frames 1..``--frames``:
 
 - every ``--correct-every`` frames (60) a correction click, one positive point at the centre
-  of the next object's disc in turn, applied with ``add_prompt`` on the frame just tracked
-  (the interactive case: that frame's time includes the correction and its masks delivered
-  again);
+  of the next object's disc in turn, on the frame just tracked, as ``--corrections`` says:
+  ``immediate``: ``add_prompt`` after frame t's ``track``, in frame t's time (the correction
+  and its masks delivered again); ``deferred`` (the default): ``defer_prompt`` on frame t - 1
+  between frames (as the queued box below), computed by frame t's ``track``, in its time;
 - a new object on frame ``--new-at`` (150): its box is queued with ``queue_prompt`` after
   frame ``new_at - 1``, so ``track`` starts it on frame ``new_at``.
 
 A frame's time is the wall time of everything the frame needs (``track``, plus ``add_prompt``
-on it), ending with the frame's masks on the host (``FrameResult`` copies them there) and a
-device synchronise. Rows (one per model, res, objects, variant; ``variant`` is the tracker's
-``graph_mode``) hold p50/p99/max ms, the tracker's step counters over the timed frames (every
-``*_steps`` key of ``tracker.stats``, and ``fallbacks``) and the 5 slowest frames; no
-per-frame list, to keep the results file small.
+on it when immediate; a deferred correction is inside ``track``), ending with the frame's masks
+on the host (``FrameResult`` copies them there) and a device synchronise. Rows (one per model,
+res, objects, variant, corrections; ``variant`` is the tracker's ``graph_mode``,
+``corrections`` the mode) hold p50/p99/max ms, the tracker's step counters over the timed
+frames (every ``*_steps`` key of ``tracker.stats``, ``deferred_prompts`` and ``fallbacks``) and
+the 5 slowest frames; no per-frame list, to keep the results file small.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from tools.bench import results
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
 PROG = 'python -m tools.bench.interaction'
 DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
 VARIANTS = ('swap', 'batched')          # TrackerConfig.graph_mode
+CORRECTIONS = ('immediate', 'deferred')  # add_prompt on the frame, or defer_prompt to the next
 SLOWEST = 5                             # slowest frames kept per row
 # Step counters every row carries, 0 when the tracker never counted one; any other
 # ``*_steps`` counter the tracker has (e.g. prompt_graph_steps) is added when present.
@@ -65,6 +70,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help='a correction click every N frames (0: none)')
     p.add_argument('--new-at', type=int, default=150,
                    help='frame on which a new object starts (0: none)')
+    p.add_argument('--corrections', default='deferred',
+                   help="comma list of 'immediate' (add_prompt after the frame's track, in its "
+                        "time) and 'deferred' (defer_prompt on the frame before, computed by "
+                        "the frame's track); one row each")
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -81,17 +90,22 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.objects = _csv(a.objects, int)
     a.variants = _csv(a.variants)
+    a.corrections = _csv(a.corrections)
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         p.error(f'unknown variants {bad}; known: {list(VARIANTS)}')
+    bad = [c for c in a.corrections if c not in CORRECTIONS]
+    if bad or not a.corrections:
+        p.error(f'unknown corrections {bad}; known: {list(CORRECTIONS)}')
     if any(o < 1 for o in a.objects) or a.frames < 1:
         p.error('--objects and --frames must be >= 1')
     return a
 
 
 def prompts_on(t: int, correct_every: int, new_at: int) -> List[str]:
-    """The interactions of timed frame t: 'correction' (add_prompt after its track) and/or
-    'new_object' (a box queued before it, started by its track)."""
+    """The interactions of timed frame t: 'correction' (add_prompt after its track, or
+    defer_prompt before it) and/or 'new_object' (a box queued before it, started by its
+    track)."""
     kinds = []
     if t == new_at:
         kinds.append('new_object')
@@ -101,10 +115,12 @@ def prompts_on(t: int, correct_every: int, new_at: int) -> List[str]:
 
 
 def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
-    """The tracker's ``*_steps`` counters and ``fallbacks`` over the timed frames (the set-up
-    frame's prompts excluded). Reads whatever ``*_steps`` keys exist, so counters the engine
-    adds later (prompt_graph_steps, prompt_eager_steps) are reported without a change here."""
-    keys = set(STEP_KEYS) | {k for k in after if k.endswith('_steps')} | {'fallbacks'}
+    """The tracker's ``*_steps`` counters, ``deferred_prompts`` and ``fallbacks`` over the timed
+    frames (the set-up frame's prompts excluded). Reads whatever ``*_steps`` keys exist, so
+    counters the engine adds later (prompt_graph_steps, prompt_eager_steps) are reported
+    without a change here."""
+    keys = set(STEP_KEYS) | {k for k in after if k.endswith('_steps')} | {'fallbacks',
+                                                                         'deferred_prompts'}
     return {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in sorted(keys)}
 
 
@@ -124,7 +140,14 @@ def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
     return out
 
 
-def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, object]:
+def row_key(row: dict) -> tuple:
+    """The results file's key: the engine rows' and the corrections mode (rows from before
+    the mode existed were immediate)."""
+    return (*results.row_key(row), row.get('corrections', 'immediate'))
+
+
+def run_row(a: argparse.Namespace, objects: int, variant: str,
+            corrections: str = 'deferred') -> Dict[str, object]:
     """Build a tracker for one row and time the interactive stream on it; the row comes back
     without the provenance fields (``stamp`` adds those)."""
     import torch
@@ -151,21 +174,30 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
     ms: List[float] = []
     modes: List[str] = []
     turn = 0
+    deferred = corrections == 'deferred'
+
+    def click(on: int) -> Prompt:
+        """The correction of the next object in turn, at its disc's centre on frame ``on``."""
+        nonlocal turn
+        ids = tr.object_ids
+        obj_id = ids[turn % len(ids)]
+        turn += 1
+        cx, cy = stream.centers(on)[obj_id - 1]
+        return Prompt(obj_id, points=np.array([[cx, cy]], np.float32),
+                      labels=np.array([1], np.int32))
     for t in range(1, a.frames + 1):
         frame = stream.frame(t)                    # drawn before the clock starts
         if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
             tr.queue_prompt(Prompt(new_id, box=stream.boxes(t)[new_id - 1]))
+        correct = 'correction' in kinds.get(t, ())
+        if correct and deferred:    # on the frame just tracked, computed by this track
+            tr.defer_prompt(click(t - 1))
         _sync(a.device)
         t0 = time.perf_counter()
         res = tr.track(frame)
         modes.append(res.mode)
-        if 'correction' in kinds.get(t, ()):
-            ids = tr.object_ids
-            obj_id = ids[turn % len(ids)]
-            turn += 1
-            cx, cy = stream.centers(t)[obj_id - 1]
-            res = tr.add_prompt(Prompt(obj_id, points=np.array([[cx, cy]], np.float32),
-                                       labels=np.array([1], np.int32)))
+        if correct and not deferred:
+            res = tr.add_prompt(click(t))
         _sync(a.device)
         ms.append((time.perf_counter() - t0) * 1e3)
         want = objects + (1 if 1 <= a.new_at <= t else 0)
@@ -180,7 +212,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str) -> Dict[str, obje
         torch.cuda.empty_cache()
     row: Dict[str, object] = dict(
         model=a.model, res=a.res, objects=objects,
-        variant=variant + ('+precompile' if a.precompile else ''), frames=a.frames,
+        variant=variant + ('+precompile' if a.precompile else ''), corrections=corrections,
+        frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
         ms_p99=round(float(np.percentile(ms, 99)), 3), ms_max=round(max(ms), 3))
     row.update(counts)
@@ -196,16 +229,18 @@ def table(rows: List[dict]) -> str:
     """Markdown, one line per row; p99/p50 is the interaction target (<= 1.25,
     docs/performance.md)."""
     steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
-    cols = ['model', 'res', 'objects', 'variant', 'frames', 'ms_p50', 'ms_p99', 'p99/p50',
-            'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)', 'run']
+    cols = ['model', 'res', 'objects', 'variant', 'corrections', 'frames', 'ms_p50', 'ms_p99',
+            'p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)',
+            'run']
     out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
     for r in sorted(rows, key=lambda r: (order.get(r['model'], 9), r['res'], r['objects'],
-                                         r['variant'])):
+                                         r['variant'], r.get('corrections', 'immediate'))):
         ratio = r['ms_p99'] / r['ms_p50'] if r['ms_p50'] else None
         slow = ' '.join(f"{s['frame']}:{s['ms']:.1f}:{s['prompt'] or '-'}"
                         for s in r.get('slowest', [])[:3])
-        vals = [r['model'], r['res'], r['objects'], r['variant'], r['frames'],
+        vals = [r['model'], r['res'], r['objects'], r['variant'],
+                r.get('corrections', 'immediate'), r['frames'],
                 _fmt(r['ms_p50']), _fmt(r['ms_p99']), _fmt(ratio), _fmt(r['ms_max']),
                 *(r.get(k, '-') for k in (*STEP_KEYS, *steps)), r.get('fallbacks', '-'),
                 slow, r.get('run', '-')]
@@ -224,21 +259,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         print('# RANDOM WEIGHTS (--random-weights): timings only, the masks mean nothing',
               flush=True)
     rows, failed = [], []
-    for o in a.objects:
-        for v in a.variants:
-            t = time.perf_counter()
-            try:
-                with torch.inference_mode():
-                    row = stamp(run_row(a, o, v), prov)
-            except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
-                traceback.print_exc()
-                failed.append((o, v))
-                print(f'FAILED {a.model}@{a.res} x{o} {v}: {exc!r}', flush=True)
-                continue
-            rows.append(row)
-            print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', flush=True)
-            if a.out:                    # after every row: a timeout keeps what was done
-                save_json(a.out, [row])
+    for o, v, c in ((o, v, c) for o in a.objects for v in a.variants for c in a.corrections):
+        t = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                row = stamp(run_row(a, o, v, c), prov)
+        except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
+            traceback.print_exc()
+            failed.append((o, v, c))
+            print(f'FAILED {a.model}@{a.res} x{o} {v} {c}: {exc!r}', flush=True)
+            continue
+        rows.append(row)
+        print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', flush=True)
+        if a.out:                        # after every row: a timeout keeps what was done
+            save_json(a.out, [row], key=row_key)
     print(table(rows))
     return 1 if failed else 0
 
