@@ -44,7 +44,9 @@ def test_param_set_callback_checks_configure_parameters_and_says_when_they_apply
 
 def cli(env, *args: str, timeout: float = 60.0) -> str:
     """One `ros2` command as a user types it, again while it answers 'Node not found' (the
-    daemon's discovery lags, docs/ros.md); its output (stdout + stderr)."""
+    daemon's discovery lags, docs/ros.md) or 'Wait for service timed out' (the node's
+    parameter services not found within the CLI's 1 s on a loaded machine); its output
+    (stdout + stderr)."""
     out = ''
 
     def answered():
@@ -52,7 +54,7 @@ def cli(env, *args: str, timeout: float = 60.0) -> str:
         p = subprocess.run([ros2(), *args], env=env, cwd='/', capture_output=True, text=True,
                            timeout=timeout)
         out = p.stdout + p.stderr
-        return 'Node not found' not in out
+        return 'Node not found' not in out and 'Wait for service timed out' not in out
     wait_until(answered, 90, f'ros2 {" ".join(args)} to find the node', poll=0.5)
     return out
 

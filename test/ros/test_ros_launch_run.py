@@ -57,10 +57,17 @@ def cli_env(lease: DomainLease, path_without_venv: bool = False) -> Dict[str, st
     return env
 
 
+def service_wait(args) -> List[str]:
+    """``args`` with ``--timeout 30`` for `ros2 param`: its 1 s default for finding the node's
+    parameter services is too short on a loaded machine ('Wait for service timed out')."""
+    args = list(args)
+    return args + ['--timeout', '30'] if args[:1] == ['param'] else args
+
+
 def run_cli(env: Dict[str, str], *args: str, timeout: float = 60.0) -> str:
     """One `ros2` command; its output (stdout + stderr); fails the test on a non-zero exit."""
-    p = subprocess.run([ros2(), *args], env=env, cwd='/', capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run([ros2(), *service_wait(args)], env=env, cwd='/', capture_output=True,
+                       text=True, timeout=timeout)
     out = p.stdout + p.stderr
     assert p.returncode == 0, f'ros2 {" ".join(args)} -> {p.returncode}:\n{out}'
     return out
@@ -72,8 +79,8 @@ def cli_until(env: Dict[str, str], args: List[str], pattern: str, timeout: float
 
     def ok():
         nonlocal last
-        p = subprocess.run([ros2(), *args], env=env, cwd='/', capture_output=True, text=True,
-                           timeout=60)
+        p = subprocess.run([ros2(), *service_wait(args)], env=env, cwd='/',
+                           capture_output=True, text=True, timeout=60)
         last = p.stdout + p.stderr
         return re.search(pattern, last)
     try:
@@ -248,7 +255,8 @@ def test_tracker_launch_lifecycle_param_topic_and_ctrl_c(tmp_path):
                                                      'click_mode', 'new')
         assert 'String value is: new' in run_cli(env, 'param', 'get', '/sam2_tracker',
                                                  'click_mode')
-        bad = subprocess.run([ros2(), 'param', 'set', '/sam2_tracker', 'click_mode', 'nope'],
+        bad = subprocess.run([ros2(), *service_wait(['param', 'set', '/sam2_tracker',
+                                                     'click_mode', 'nope'])],
                              env=env, cwd='/', capture_output=True, text=True, timeout=60)
         assert 'Setting parameter failed' in bad.stdout + bad.stderr, bad
 

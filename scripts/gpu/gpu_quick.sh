@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A session's evidence in ONE device command (<= ~9 minutes, every part time-capped so a slow
+# one cuts the next, never the whole): the fused kernels' GPU tests, the engine's headline rows
+# with their off switch and the kernel census, the interaction rows (deferred and immediate
+# corrections), image mode tiny/large against SAM2ImagePredictor (bf16), then the deferred-prompt
+# and two-camera GPU tests. Each part logs to $OUT; failing tests are named.
+#   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
+# Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
+# `python -m tools.bench.report`.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; export OUT
+T0=$(date +%s)
+if [ ! -e /tmp/site/.installed_gpu ]; then    # torchvision (nvJPEG, sam2's image predictor)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/gpu/*.whl &&
+    touch /tmp/site/.installed_gpu
+fi
+tests() {  # tests NAME SECONDS PYTEST-ARGS...
+  local name=$1 secs=$2; shift 2
+  timeout "$secs" python3 -m pytest -q -m gpu -rf --tb=line -p no:warnings -p no:cacheprovider \
+    "$@" > "$OUT/pytest_$name.log" 2>&1
+  echo "== tests $name (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -E '^(FAILED|ERROR)|^/.*(Error|assert)' "$OUT/pytest_$name.log" | cut -c1-240 | head -12
+  tail -n 1 "$OUT/pytest_$name.log" | cut -c1-200
+}
+tests fused "${FUSED_S:-200}" test/gpu/test_fused_kernels_gpu.py
+T=tiny@512; L=large@1024
+ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
+ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
+ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused"
+timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 \
+  --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" > "$OUT/engine.log" 2>&1
+echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
+grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
+timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
+  --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
+  --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
+echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
+grep '^|' "$OUT/interaction.log" | cut -c1-250
+timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
+  --variants sam2_predictor,ours --sam2-models tiny,large --precision bf16 --images 20 \
+  --warmup 3 --profile-images 2 --out "$OUT/h200_image.json" > "$OUT/image.log" 2>&1
+echo "== image (rc $?, $(( $(date +%s) - T0 )) s)"
+grep -v '^{' "$OUT/image.log" | grep '^|' | cut -c1-250 | tail -12
+left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))
+(( left > 30 )) && tests deferred_multistream "$left" test/gpu/test_deferred_gpu.py \
+  test/gpu/test_multistream_gpu.py
+[ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
+[ -e out/gpu_fused_kernels.json ] && cp out/gpu_fused_kernels.json "$OUT/"
+echo "[gpu_quick] $(( $(date +%s) - T0 )) s"
