@@ -36,13 +36,19 @@ class Memory:
     feats:      [n_s, B, Cm, h, w] spatial memories (bf16, as sam2 stores them)
     tpos_idx:   [n_s, B] long, index into ``model.maskmem_tpos_enc`` of each spatial memory
     ptrs:       [n_p, B, C] object pointers
-    ptr_dist:   [n_p, B] float signed temporal distance (current frame - pointer's frame)
-    feat_valid: [n_s, B] bool, ptr_valid: [n_p, B] bool: which slots hold a memory, for a
-                graph bucket padded beyond an object's memories (``attention.py``); None
-                when every slot is a memory (sam2's own attention call is used then)
+    ptr_dist:   [n_p, B] float (or int64) signed temporal distance (current frame -
+                pointer's frame)
+    feat_valid: [n_s, B] bool (or int64, 1: valid), ptr_valid: [n_p, B]: which slots hold a
+                memory, for a graph bucket padded beyond an object's memories
+                (``attention.py``); None when every slot is a memory (sam2's own attention
+                call is used then)
     stream_of:  [B] long, the frame of the step's features object b reads (its camera's),
                 when the features hold the frames of several cameras ([HW_l, N, C_l],
                 ``streams.py``); None: one frame shared by all B objects
+    index:      a graph's static buffers only: [3 n_s B + 3 n_p B + B] int64, of which
+                tpos_idx, ptr_dist, the flags (1: valid) and stream_of are views (then
+                int64) and which also holds the bank rows of feats and ptrs, in the order
+                ``MemoryBank.gather`` stages them: the gather writes it with one host copy
     """
 
     feats: torch.Tensor
@@ -52,6 +58,7 @@ class Memory:
     feat_valid: Optional[torch.Tensor] = None
     ptr_valid: Optional[torch.Tensor] = None
     stream_of: Optional[torch.Tensor] = None
+    index: Optional[torch.Tensor] = None
 
 
 @dataclass
