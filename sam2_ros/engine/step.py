@@ -147,7 +147,9 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
     its copy; with B = 1 nothing changes."""
     curr, curr_pos = features.vision_feats[-1], features.vision_pos[-1]
     batch, hidden = curr.shape[1], model.hidden_dim
-    batch_major = batch_major and batch > 1
+    # a memory attention whose kernels read strided inputs (the fused one) needs no copies
+    batch_major = batch_major and batch > 1 and \
+        not getattr(model.memory_attention, 'strided_inputs', False)
     if batch_major:
         curr, curr_pos = (x.transpose(0, 1).contiguous().transpose(0, 1)
                           for x in (curr, curr_pos))

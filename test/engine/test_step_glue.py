@@ -162,3 +162,34 @@ def test_graph_index_block_holds_what_the_eager_gather_returns():
     assert pad.ptr_valid[:, 1].tolist() == [1] * p2 + [0] * (pad.ptrs.shape[0] - p2)
     assert pad.ptr_dist[:p2, 1].tolist() == sel2.ptr_dist
     assert torch.equal(pad.feats[:n2, 1], tr.bank.gather([sel2]).feats[:, 0])
+
+
+@torch.inference_mode()
+def test_fused_memory_attention_reads_the_frame_without_batch_major_copies(monkeypatch):
+    """The fused memory attention's kernels read strided inputs, so the step hands it the
+    shared frame as it is (no batch-major copies of the features and their positions): bit for
+    bit what it computes on the copies (Triton's interpreter)."""
+    pytest.importorskip('triton')
+    from sam2_ros.engine.cuda.kernels.fused import fused_model
+    from sam2_ros.engine.encoder import Features
+    model = shared_model(64, overrides=LEAN)
+    twin = fused_model(model, ('memory_attention', 'rope'))
+    assert twin.memory_attention.strided_inputs
+    g = torch.Generator().manual_seed(3)
+    h = model.image_size // 16
+    curr, pos = (torch.randn(h * h, 1, model.hidden_dim, generator=g).expand(-1, 3, -1)
+                 for _ in range(2))
+    feats = Features([curr] * 3, [pos] * 3, [(h, h)] * 3)
+    mem = random_memory(model, 7, 16, 3, torch.float32, 4)
+    maskmem_pos = torch.randn(1, model.mem_dim, h, h, generator=g)
+    seen = []
+    real = type(twin.memory_attention).forward
+
+    def spy(self, curr, memory, curr_pos=None, memory_pos=None, num_obj_ptr_tokens=0):
+        seen.append(curr[0].transpose(0, 1).is_contiguous())
+        return real(self, curr, memory, curr_pos, memory_pos, num_obj_ptr_tokens)
+    monkeypatch.setattr(type(twin.memory_attention), 'forward', spy)
+    out = step.condition_on_memory(twin, feats, mem, maskmem_pos, batch_major=True)
+    monkeypatch.setattr(twin.memory_attention, 'strided_inputs', False)     # as before
+    ref = step.condition_on_memory(twin, feats, mem, maskmem_pos, batch_major=True)
+    assert seen == [False, True] and torch.equal(out, ref)
