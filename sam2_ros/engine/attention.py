@@ -31,8 +31,9 @@ from sam2.modeling.sam.transformer import RoPEAttention
 
 def token_mask(feat_valid: torch.Tensor, ptr_valid: torch.Tensor, hw: int,
                ptr_tokens: int) -> torch.Tensor:
-    """feat_valid [n_s, B], ptr_valid [n_p, B] bool -> [B, n_s*hw + ptr_tokens*n_p] bool in
-    the memory sequence's order (spatial memories, then pointer tokens)."""
+    """feat_valid [n_s, B], ptr_valid [n_p, B] bool or int64 (1: valid) -> [B, n_s*hw +
+    ptr_tokens*n_p] of their dtype in the memory sequence's order (spatial memories, then
+    pointer tokens)."""
     spatial = feat_valid.t().repeat_interleave(hw, dim=1)
     ptrs = ptr_valid.t().repeat_interleave(ptr_tokens, dim=1)
     return torch.cat([spatial, ptrs], dim=1)
@@ -44,7 +45,7 @@ class KeyPacking:
     the packing (an argsort and two prefix sums) is computed once, by the first layer."""
 
     def __init__(self, valid: torch.Tensor):
-        self.valid = valid                          # [B, Lk] bool
+        self.valid = valid                          # [B, Lk] bool or int64 (1: valid)
         self._packed = None
 
     def packed(self, lq: int):
@@ -53,7 +54,7 @@ class KeyPacking:
         if self._packed is None:
             b = self.valid.shape[0]
             # valid keys first, each row's in order
-            order = torch.argsort((~self.valid.reshape(-1)).to(torch.uint8), stable=True)
+            order = torch.argsort((self.valid.reshape(-1) == 0).to(torch.uint8), stable=True)
             cu_k = F.pad(self.valid.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32),
                          (1, 0))
             cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32,
@@ -66,7 +67,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      keys: KeyPacking) -> torch.Tensor:
     """Attention of each batch row over its valid keys only.
 
-    q [B, H, Lq, D], k/v [B, H, Lk, D], keys.valid [B, Lk] bool -> [B, H, Lq, D].
+    q [B, H, Lq, D], k/v [B, H, Lk, D], keys.valid [B, Lk] (1: valid) -> [B, H, Lq, D].
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -88,7 +89,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _per_row(q, k, v, valid):
     """Reference on the CPU: each row attends over its own valid keys (host-synchronizing)."""
     rows = [F.scaled_dot_product_attention(q[i:i + 1], k[i:i + 1, :, m], v[i:i + 1, :, m])
-            for i, m in enumerate(valid)]
+            for i, m in enumerate(valid.bool())]
     return torch.cat(rows)
 
 

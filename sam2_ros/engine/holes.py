@@ -37,15 +37,14 @@ def filler(model: torch.nn.Module) -> Callable[[torch.Tensor, int], torch.Tensor
     return getattr(model, FILLER, fill_holes)
 
 
-def hole_tables(batch: int, h: int, w: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
+def hole_tables(batch: int, h: int, w: int, device) -> Tuple[torch.Tensor, ...]:
     """The constants of ``fill_holes`` for [B, 1, H, W] logits: (negated flat pixel indices
-    [1, 1, H, W] float32, ones [B, H*W] float32 to count areas with)."""
-    idx = torch.arange(h * w, device=device, dtype=torch.float32).view(1, 1, h, w)
-    return -idx, torch.ones(batch, h * w, device=device, dtype=torch.float32)
+    [1, 1, H, W] float32,) (``batch``: the key the graphs' constants store them under)."""
+    return (torch.arange(0, -h * w, -1, device=device, dtype=torch.float32).view(1, 1, h, w),)
 
 
 def fill_holes(logits: torch.Tensor, max_area: int,
-               tables: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+               tables: Optional[Tuple[torch.Tensor, ...]] = None) -> torch.Tensor:
     """logits [B, 1, H, W] -> the same logits with every background (<= 0) 8-connected
     component of area <= ``max_area`` set to 0.1, as sam2 does; ``max_area`` <= 0: unchanged.
     ``tables``: ``hole_tables`` of this shape computed once (the graphs' constants), else
@@ -75,22 +74,28 @@ def fill_holes(logits: torch.Tensor, max_area: int,
         raise ValueError(f'fill_holes: {h}x{w} logits exceed exact float32 labels')
     bg = logits <= 0                                                   # [B, 1, H, W]
     big = float(n)                                     # foreground label, one past any index
-    neg_idx, ones = tables if tables is not None else hole_tables(batch, h, w, logits.device)
-    # negated labels: the 3x3 minimum of labels is one max-pool of them
-    neg = torch.where(bg, neg_idx, -big)                               # [B, 1, H, W] float32
+    # -index of every pixel (0, -1, -2, ...): negated labels, so that the 3x3 minimum of
+    # labels is one max-pool of them
+    start, = tables if tables is not None else hole_tables(batch, h, w, logits.device)
+    neg = torch.where(bg, start, -big)                                 # [B, 1, H, W] float32
     for _ in range(max_area - 1):
         neg = torch.where(bg, _max3x3(neg), -big)
-    # open: a background neighbour with a smaller label (foreground: BIG) or a larger one
-    # (foreground counts as -1 then, never larger)
+    # open: a background neighbour with a smaller label (foreground: -big never is) or a
+    # larger one
     smaller = _max3x3(neg) > neg
-    larger = -_max3x3(-torch.where(bg, neg, 1.0)) < neg
-    open_px = bg & (smaller | larger)
-    flat = (-neg).long().flatten(1)                                    # [B, HW]; fg -> n
-    area = torch.zeros(batch, n + 1, device=logits.device, dtype=torch.float32)
-    area.scatter_add_(1, flat, ones)
-    n_open = torch.zeros_like(area).scatter_add_(1, flat, open_px.flatten(1).float())
-    small = (area.gather(1, flat) <= max_area) & (n_open.gather(1, flat) == 0)
-    is_hole = bg & small.view(batch, 1, h, w)
+    # labels, and for a foreground pixel its own index: a slot no background label uses
+    # (labels are background pixels' indices) and no other pixel shares, so the scatter
+    # below has no address that every foreground pixel adds to
+    lab = torch.where(bg, neg, start).neg_()
+    larger = _max3x3(torch.where(bg, lab, -1.0)) > lab
+    # each pixel adds 1 to its label, an open one max_area + 1: a label's sum is at most
+    # max_area exactly when it is closed and carried by at most max_area pixels (float sums
+    # of non-negative integers are exact up to 2^24 and never drop below a partial sum)
+    weight = torch.where(smaller | larger, float(max_area + 1), 1.0)
+    flat = lab.long().flatten(1)                                       # [B, HW]
+    sums = torch.zeros(batch, n, device=logits.device, dtype=torch.float32)
+    sums.scatter_add_(1, flat, weight.flatten(1))
+    is_hole = bg & (sums.gather(1, flat) <= max_area).view(batch, 1, h, w)
     return torch.where(is_hole, FILL_VALUE, logits)
 
 

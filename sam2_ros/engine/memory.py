@@ -45,6 +45,28 @@ class Selection:
         return len(self.feat_rows), len(self.ptr_rows)
 
 
+def index_sizes(n_s: int, n_p: int, batch: int) -> List[int]:
+    """Lengths of the tables ``MemoryBank.gather`` stages, in order: feature rows, pointer
+    rows, pointer distances, tpos indices ([n, B] each, memory-major), the validity flags of
+    spatial memories and pointers, and each object's stream [B]."""
+    return [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch,
+            batch]
+
+
+def static_index(n_s: int, n_p: int, batch: int, device) -> Tuple[torch.Tensor, dict]:
+    """A graph's index block ([sum(index_sizes)] int64, set as during capture: distances 1,
+    every slot valid) and its views as ``Memory`` fields (tpos_idx, ptr_dist, feat_valid,
+    ptr_valid: [n, B]; stream_of: [B])."""
+    sizes = index_sizes(n_s, n_p, batch)
+    block = torch.zeros(sum(sizes), dtype=torch.long, device=device)
+    _, _, dist, tpos, fv, pv, stream = block.split(sizes)
+    for t in (dist, fv, pv):
+        t.fill_(1)
+    return block, dict(tpos_idx=tpos.view(n_s, batch), ptr_dist=dist.view(n_p, batch),
+                       feat_valid=fv.view(n_s, batch), ptr_valid=pv.view(n_p, batch),
+                       stream_of=stream)
+
+
 def _table(columns: List[List[int]], n: int, pad: int) -> np.ndarray:
     """[n * B] int64: the [n, B] table whose column b holds ``columns[b]`` then ``pad``,
     flattened memory-major (row i holds memory i of every object)."""
@@ -178,19 +200,27 @@ class MemoryBank:
         n_ptr = np.array([len(sel.ptr_rows) for sel in sels])
         # one host array, staged in one copy: six [n, B] tables (memory-major, so a view gives
         # [n, B, ...]), padding slots filled with `pad`
-        host = self.stage(np.concatenate([
+        values = np.concatenate([
             _table([sel.feat_rows for sel in sels], n_s, 0),
             _table([sel.ptr_rows for sel in sels], n_p, 0),
             _table([sel.ptr_dist for sel in sels], n_p, 1),
             _table([sel.tpos_idx for sel in sels], n_s, 0),
             (np.arange(n_s)[:, None] < n_feat).ravel(),
             (np.arange(n_p)[:, None] < n_ptr).ravel(),
-            np.array([sel.stream for sel in sels], np.int64)]))
-        f_i, p_i, d_i, t_i, fv, pv, s_i = host.split(
-            [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch,
-             batch])
+            np.array([sel.stream for sel in sels], np.int64)])
+        # a graph's index block (static_index): one host copy writes every table, so only
+        # the two row gathers below are kernels
+        host = self.stage(values) if out is None or out.index is None else \
+            self.stage.into(values, out.index)
+        f_i, p_i, d_i, t_i, fv, pv, s_i = host.split(index_sizes(n_s, n_p, batch))
         flat_f = self.feats.flatten(0, 1)
         flat_p = self.ptrs.flatten(0, 1)
+        if out is not None and out.index is not None:
+            torch.index_select(flat_f, 0, f_i,
+                               out=out.feats.view(n_s * batch, *flat_f.shape[1:]))
+            torch.index_select(flat_p, 0, p_i,
+                               out=out.ptrs.view(n_p * batch, *flat_p.shape[1:]))
+            return out
         if out is None:
             feats = flat_f.index_select(0, f_i).view(n_s, batch, *flat_f.shape[1:])
             ptrs = flat_p.index_select(0, p_i).view(n_p, batch, *flat_p.shape[1:])

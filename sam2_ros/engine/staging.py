@@ -32,12 +32,28 @@ class IndexStager:
         n = len(values)
         if not self.cuda or n > self.capacity:
             return torch.tensor(values, dtype=torch.long).to(self.device)
+        return self._copy(values, None)
+
+    def into(self, values: Union[Sequence[int], np.ndarray], dst: torch.Tensor) -> torch.Tensor:
+        """Write ``values`` into ``dst`` ([len(values)] int64 on the device, e.g. a graph's
+        static input): one host-to-device copy, no kernel and no stream sync on CUDA."""
+        assert dst.dtype == torch.long and dst.shape == (len(values),), (dst.shape, dst.dtype)
+        if not self.cuda or len(values) > self.capacity:
+            return dst.copy_(torch.as_tensor(np.asarray(values, dtype=np.int64)))
+        return self._copy(values, dst)
+
+    def _copy(self, values, dst: Optional[torch.Tensor]) -> torch.Tensor:
+        """values through the next pinned slot to dst (None: a new device tensor)."""
+        n = len(values)
         i = self.i
         self.i = (i + 1) % len(self.events)
         if self.events[i] is not None:
             self.events[i].synchronize()          # long done: 64 copies ago
         self.host_np[i, :n] = np.asarray(values, dtype=np.int64)
-        out = self.host[i, :n].to(self.device, non_blocking=True)
+        if dst is None:
+            out = self.host[i, :n].to(self.device, non_blocking=True)
+        else:
+            out = dst.copy_(self.host[i, :n], non_blocking=True)
         ev = torch.cuda.Event()
         ev.record()
         self.events[i] = ev

@@ -36,13 +36,19 @@ class Memory:
     feats:      [n_s, B, Cm, h, w] spatial memories (bf16, as sam2 stores them)
     tpos_idx:   [n_s, B] long, index into ``model.maskmem_tpos_enc`` of each spatial memory
     ptrs:       [n_p, B, C] object pointers
-    ptr_dist:   [n_p, B] float signed temporal distance (current frame - pointer's frame)
-    feat_valid: [n_s, B] bool, ptr_valid: [n_p, B] bool: which slots hold a memory, for a
-                graph bucket padded beyond an object's memories (``attention.py``); None
-                when every slot is a memory (sam2's own attention call is used then)
+    ptr_dist:   [n_p, B] float (or int64) signed temporal distance (current frame -
+                pointer's frame)
+    feat_valid: [n_s, B] bool (or int64, 1: valid), ptr_valid: [n_p, B]: which slots hold a
+                memory, for a graph bucket padded beyond an object's memories
+                (``attention.py``); None when every slot is a memory (sam2's own attention
+                call is used then)
     stream_of:  [B] long, the frame of the step's features object b reads (its camera's),
                 when the features hold the frames of several cameras ([HW_l, N, C_l],
                 ``streams.py``); None: one frame shared by all B objects
+    index:      a graph's static buffers only: [3 n_s B + 3 n_p B + B] int64, of which
+                tpos_idx, ptr_dist, the flags (1: valid) and stream_of are views (then
+                int64) and which also holds the bank rows of feats and ptrs, in the order
+                ``MemoryBank.gather`` stages them: the gather writes it with one host copy
     """
 
     feats: torch.Tensor
@@ -52,6 +58,7 @@ class Memory:
     feat_valid: Optional[torch.Tensor] = None
     ptr_valid: Optional[torch.Tensor] = None
     stream_of: Optional[torch.Tensor] = None
+    index: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -78,17 +85,23 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     Returns memory, memory_pos: [n_s*HW + (C/Cm)*n_p, B, Cm] and the pointer token count.
     batch_major: the two are views of [B, N, Cm] storage (see ``condition_on_memory``);
     the same values either way.
+
+    sam2 concatenates the pieces (``torch.cat``, which promotes them to the widest dtype,
+    under autocast too: a cast kernel per bf16 memory, then the cat); here each group of
+    pieces is written into its slice of one buffer of that dtype by one copy (all spatial
+    memories at once, all pointer tokens at once): the same values, fewer kernels.
     """
     n_s, batch = mem.feats.shape[:2]
+    hw = mem.feats.shape[3] * mem.feats.shape[4]
     consts = constants_of(model)
-    # [n_s, B, Cm, h, w] -> n_s x [HW, B, Cm]; stays bf16 until the cat promotes it.
-    spatial = mem.feats.flatten(3).permute(0, 3, 1, 2)
     if consts is None:
         tpos = model.maskmem_tpos_enc.flatten(1)[mem.tpos_idx]           # [n_s, B, Cm]
-        # [1, HW, 1, Cm] + [n_s, 1, B, Cm] -> [n_s, HW, B, Cm]
-        spatial_pos = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos.unsqueeze(1)
+        # [1, HW, 1, Cm] + [n_s, 1, B, Cm] -> [n_s, HW, B, Cm], added into memory_pos below
+        terms = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0), tpos.unsqueeze(1)
+        spatial_dtype = torch.result_type(*terms)
     else:       # the same sums, gathered from a table of the num_maskmem possible ones
         spatial_pos = consts.spatial_pos(model, maskmem_pos, mem.tpos_idx)
+        spatial_dtype = spatial_pos.dtype
     mem_dim = model.mem_dim
     hidden = model.hidden_dim
     # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected.
@@ -98,17 +111,26 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     ptr_pos = model.obj_ptr_tpos_proj(sine(mem.ptr_dist / t_diff_max, dim=tpos_dim))
     n_p = mem.ptrs.shape[0]
     split = hidden // mem_dim
-    # split each pointer into `split` tokens of Cm: [n_p, B, C] -> [n_p*split, B, Cm]
-    ptrs = mem.ptrs.reshape(n_p, batch, split, mem_dim).permute(0, 2, 1, 3).flatten(0, 1)
-    ptr_pos = ptr_pos.repeat_interleave(split, dim=0)
-    if batch_major:     # the same cat along the sequence, each piece as [B, L, Cm]
-        memory = torch.cat([x.transpose(0, 1) for x in (*spatial.unbind(0), ptrs)], dim=1)
-        memory_pos = torch.cat([x.transpose(0, 1) for x in (*spatial_pos.unbind(0), ptr_pos)],
-                               dim=1)
-        return memory.transpose(0, 1), memory_pos.transpose(0, 1), ptrs.shape[0]
-    memory = torch.cat([*spatial.unbind(0), ptrs], dim=0)
-    memory_pos = torch.cat([*spatial_pos.unbind(0), ptr_pos], dim=0)
-    return memory, memory_pos, ptrs.shape[0]
+    n_sp, n_ptr = n_s * hw, n_p * split
+    memory, memory_pos = (mem.feats.new_empty(batch, n_sp + n_ptr, mem_dim, dtype=dt)
+                          .transpose(0, 1) if batch_major else
+                          mem.feats.new_empty(n_sp + n_ptr, batch, mem_dim, dtype=dt)
+                          for dt in (torch.promote_types(mem.feats.dtype, mem.ptrs.dtype),
+                                     torch.promote_types(spatial_dtype, ptr_pos.dtype)))
+    # spatial memories: [n_s, B, Cm, h, w] -> tokens [n_s, HW, B, Cm] (bf16 until this copy)
+    memory[:n_sp].view(n_s, hw, batch, mem_dim).copy_(mem.feats.flatten(3).permute(0, 3, 1, 2))
+    spatial_out = memory_pos[:n_sp].view(n_s, hw, batch, mem_dim)
+    if consts is None:              # computed in the sum's dtype, as sam2's add
+        torch.add(*terms, out=spatial_out)
+    else:
+        spatial_out.copy_(spatial_pos)
+    # each pointer [C] is `split` tokens of Cm: [n_p, B, C] -> [n_p, split, B, Cm]; each
+    # token of a pointer has the pointer's position (sam2's repeat_interleave)
+    memory[n_sp:].view(n_p, split, batch, mem_dim).copy_(
+        mem.ptrs.reshape(n_p, batch, split, mem_dim).transpose(1, 2))
+    memory_pos[n_sp:].view(n_p, split, batch, mem_dim).copy_(
+        ptr_pos.unsqueeze(1).expand(n_p, split, batch, mem_dim))
+    return memory, memory_pos, n_ptr
 
 
 def condition_on_memory(model, features: Features, mem: Optional[Memory],
@@ -125,7 +147,9 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
     its copy; with B = 1 nothing changes."""
     curr, curr_pos = features.vision_feats[-1], features.vision_pos[-1]
     batch, hidden = curr.shape[1], model.hidden_dim
-    batch_major = batch_major and batch > 1
+    # a memory attention whose kernels read strided inputs (the fused one) needs no copies
+    batch_major = batch_major and batch > 1 and \
+        not getattr(model.memory_attention, 'strided_inputs', False)
     if batch_major:
         curr, curr_pos = (x.transpose(0, 1).contiguous().transpose(0, 1)
                           for x in (curr, curr_pos))

@@ -239,8 +239,11 @@ class GraphRunner:
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:
         """Steps for all objects; outputs (in the order of ``sels``) are copied out of the
-        graphs into preallocated buffers, a few kernels per replay, not per object."""
-        out = self._out_rows(len(sels), bank)
+        graphs into preallocated buffers, a few kernels per replay, not per object. When one
+        replay runs every object, in order, its static outputs are the result (views of its
+        first len(sels) rows, valid until that graph replays again): nothing is copied."""
+        n = len(sels)
+        out = self._out_rows(n, bank)
         modes = ['eager'] * len(sels)
         g = self.graphs if self.graphs and features is self.graphs.encoder.outputs else None
         groups: Dict[StepBucket, List[int]] = {}
@@ -255,7 +258,11 @@ class GraphRunner:
                 part = idx[start:start + g.max_batch]
                 res, mode = self._replay(g.steps, bucket, [sels[i] for i in part], features,
                                          bank, maskmem_pos)
-                self._put(out, part, res, bank)
+                if len(part) == n:          # the only replay, objects in order
+                    out = step.StepOut(res.low_res_logits[:n], res.obj_ptr[:n], res.score[:n],
+                                       res.mem_feats[:n])
+                else:
+                    self._put(out, part, res, bank)
                 for i in part:
                     modes[i] = mode
         return out, modes

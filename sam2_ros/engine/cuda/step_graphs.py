@@ -33,7 +33,7 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import MemoryCounts, StepBucket, StepKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
-from sam2_ros.engine.memory import MemoryBank, Selection
+from sam2_ros.engine.memory import MemoryBank, Selection, static_index
 
 log = logging.getLogger(__name__)
 AUTO_MARGIN = 0.05      # steady_attention='auto' leaves sam2's call only this much slower
@@ -45,17 +45,15 @@ def static_memory(bank: MemoryBank, counts: MemoryCounts, batch: int, n_cond: in
     validity flags (all set: during capture every slot holds a memory); ``streams``: a
     stream_of buffer (each object's camera, 0 during capture)."""
     n_s, n_p = counts.steady(n_cond)
-    dev = bank.feats.device
-
-    def valid(n: int) -> Optional[torch.Tensor]:
-        return torch.ones(n, batch, dtype=torch.bool, device=dev) if padded else None
-    return step.Memory(
-        feats=bank.feats.new_zeros(n_s, batch, *bank.feats.shape[2:]),
-        tpos_idx=torch.zeros(n_s, batch, dtype=torch.long, device=dev),
-        ptrs=bank.ptrs.new_zeros(n_p, batch, *bank.ptrs.shape[2:]),
-        ptr_dist=torch.ones(n_p, batch, device=dev),
-        feat_valid=valid(n_s), ptr_valid=valid(n_p),
-        stream_of=torch.zeros(batch, dtype=torch.long, device=dev) if streams else None)
+    # the tables the gather writes are views of one int64 block (memory.static_index)
+    block, views = static_index(n_s, n_p, batch, bank.feats.device)
+    if not padded:
+        views['feat_valid'] = views['ptr_valid'] = None
+    if not streams:
+        views['stream_of'] = None
+    return step.Memory(feats=bank.feats.new_zeros(n_s, batch, *bank.feats.shape[2:]),
+                       ptrs=bank.ptrs.new_zeros(n_p, batch, *bank.ptrs.shape[2:]),
+                       index=block, **views)
 
 
 class StepGraphs:

@@ -184,7 +184,7 @@ class StepConstants(torch.nn.Module):
         return torch.cat([pe.sin(), pe.cos()], dim=-1)
 
     def hole_tables(self, batch: int, h: int, w: int,
-                    device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+                    device: torch.device) -> Tuple[torch.Tensor, ...]:
         """``holes.hole_tables``, once per shape."""
         return self.store.get(('holes', batch, h, w, torch.device(device)),
                               lambda: holes.hole_tables(batch, h, w, device))

@@ -76,6 +76,10 @@ class FusedMemoryAttention(torch.nn.Module):
         self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope)
                                           for ly in inner.layers)
         self.split_merge = merge_splits     # attention.split_kv merges with this kernel
+        # its kernels read the current frame, its positions and the memory at any strides
+        # (add_layernorm, key_value_inputs), so step.condition_on_memory copies none of them
+        # into batch-major storage for it
+        self.strided_inputs = True
 
     def forward(self, curr: Union[torch.Tensor, List[torch.Tensor]],
                 memory: torch.Tensor, curr_pos: Union[None, torch.Tensor, List] = None,
