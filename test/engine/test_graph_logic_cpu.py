@@ -156,6 +156,9 @@ def test_io_graphs_per_resolution_and_bucket(monkeypatch):
         for oa, ob in zip(a.objects, b.objects):
             assert (oa.mask == ob.mask).all() and oa.box == ob.box and oa.area == ob.area
         assert FrameInKey(h, w) in tr.runner.io and MasksOutKey(4, h, w) in tr.runner.io
+        # every object bucket's mask graph with the first: none captures mid-stream later
+        assert {k.batch for k in tr.runner.io if isinstance(k, MasksOutKey) and k.hw == (h, w)} \
+            == set(tr.runner.graphs.io.out_buckets)
     assert {k.hw for k in tr.runner.io} == {(48, 64), (40, 40)}   # B: least recently used
     assert tr.runner.io[FrameInKey(40, 40)].graph.replays == 2
 

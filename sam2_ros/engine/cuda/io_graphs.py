@@ -1,7 +1,7 @@
 """The frame-in and masks-out graphs, with pinned staging.
 
-Captured on first use per source resolution (and per object-count bucket for the masks), or
-at start for ``TrackerConfig.io_resolution``:
+Captured on first use per source resolution (the masks' graphs of every object-count bucket
+at once), or at start for ``TrackerConfig.io_resolution``:
 
 * frame in: the uint8 frame goes through a pinned staging buffer into a static device buffer;
   one replay resizes and normalizes it into the encoder graph's static input;
@@ -133,7 +133,21 @@ class GraphIO:
         elif key not in self.failed:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
+            if cap is not None and isinstance(key, MasksOutKey):
+                self._capture_other_buckets(key)
+                self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
+
+    def _capture_other_buckets(self, key: MasksOutKey) -> None:
+        """The first masks-out graph of a resolution brings every object bucket's with it
+        (as ``prepare`` does): a later object-count bucket would otherwise capture mid-stream,
+        and with the 'io' group compile its kernels then (the object count is a compile-time
+        constant of the mask kernel): a frame of hundreds of ms while tracking."""
+        with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
+            for b in self.out_buckets:
+                other = MasksOutKey(b, key.h, key.w)
+                if other != key and other not in self.graphs and other not in self.failed:
+                    self._capture(other)
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
