@@ -255,6 +255,9 @@ def test_graph_runner_with_constants_equals_without(steady, monkeypatch):
             for kind, p in events.get(f, []):
                 tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
         assert tr.stats['graph_steps'] >= 50 and tr.stats['eager_steps'] == 0, dict(tr.stats)
+        # the prompts (click, box, correction) replay graphs of the same model copy
+        assert tr.runner.graphs.prompts.model is tr.runner.graphs.model
+        assert tr.stats['prompt_graph_steps'] >= 3, dict(tr.stats)
         runs.append(logits)
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()

@@ -8,9 +8,13 @@ object's first frame, with or without output on the frame; a correction, reading
 padded to bucket c exactly as the padded track-step graphs do (``attention.py``); a mask.
 
 A prompt of another point count runs eagerly and is counted as a fallback with its reason.
-Without padded graphs (``compile_mode`` set) corrections run eagerly. The graphs run sam2's
-plain modules, whatever the track-step graphs run: with ``compile_mode`` each prompt shape
-would otherwise add a compile to start-up, for steps that run a few times a minute.
+Without padded graphs (``compile_mode`` set) corrections run eagerly. The graphs run the model
+the track-step graphs run (``fused_kernels``: our kernels and stored constants, so a
+correction costs what a tracking step of one object costs, not the ~1,000 kernels of sam2's
+modules), except with ``compile_mode``: each prompt shape would then add a compile to
+start-up, for steps that run a few times a minute, so they run sam2's plain modules. A fused
+prompt capture that fails fails the whole capture, which ``GraphRunner.prepare`` redoes with
+sam2's modules (reported).
 
 Several cameras (the encoder graph's features [HW_l, N, C_l]): every prompt graph reads the
 frame of one static camera index, written before each replay (``streams.select`` inside the

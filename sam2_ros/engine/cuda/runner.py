@@ -144,9 +144,11 @@ class GraphRunner:
         steps = StepGraphs(self.capturer, cfg, model, bank, maskmem_pos, enc.outputs,
                            self.store)
         steps.capture(buckets.step_keys(cfg, bank.capacity), phase)
-        # prompt graphs run the plain model (prompt_graphs.py says why)
-        prompts = PromptGraphs(self.capturer, cfg, self.model, bank, maskmem_pos, enc.outputs,
-                               self.report)
+        # prompt graphs run the graphs' model (fused kernels, stored constants), except with
+        # compile_mode (prompt_graphs.py says why)
+        prompt_model = self.model if cfg.compile_mode is not None else model
+        prompts = PromptGraphs(self.capturer, cfg, prompt_model, bank, maskmem_pos,
+                               enc.outputs, self.report)
         if cfg.prompt_graphs:
             prompts.capture()
             phase('prompts')
