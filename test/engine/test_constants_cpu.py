@@ -262,3 +262,41 @@ def test_graph_runner_with_constants_equals_without(steady, monkeypatch):
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         _same([out[k] for k in ref], [ref[k] for k in ref])
+
+
+def test_a_failing_fused_prompt_capture_keeps_the_fused_steps(monkeypatch):
+    """Prompt graphs on the fused copy whose capture fails: the prompts are captured on
+    sam2's modules instead (one report), the step graphs keep the fused copy, and a prompted
+    stream still replays graphs for every prompt."""
+    from sam2_ros.engine.cuda import prompt_graphs
+    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    monkeypatch.setattr(runner, 'fused_copy',
+                        lambda model, cfg: fused.fused_model(model, ('constants',)))
+    real = prompt_graphs.PromptGraphs.capture
+
+    def capture_unless_fused(self):
+        if hasattr(self.model, 'constants'):
+            raise RuntimeError('fused prompt capture failed (test)')
+        return real(self)
+    monkeypatch.setattr(prompt_graphs.PromptGraphs, 'capture', capture_unless_fused)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, graph_mode='batched',
+                        batch_buckets=(1, 2), max_cond_frames=2, steady_attention='sam2',
+                        extra_hydra_overrides=list(LEAN))
+    tr = tracker_on_shared_model(cfg)
+    reports = []
+    tr.runner = runner.GraphRunner(tr.model, cfg, reports.append)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert len(reports) == 1 and 'for the prompts instead' in reports[0], reports
+    assert hasattr(tr.runner.graphs.model, 'constants')           # the steps: still fused
+    assert tr.runner.graphs.prompts.model is tr.model              # the prompts: sam2's
+    events = schedule(48, 64, add2=3, add3=5, fix=8, remove=30)
+    for f, fr in enumerate(synthetic_frames(10, h=48, w=64)):
+        tr.track(fr)
+        for kind, p in events.get(f, []):
+            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
+    assert tr.stats['prompt_graph_steps'] >= 3 and tr.stats['eager_steps'] == 0, \
+        dict(tr.stats)

@@ -13,8 +13,8 @@ the track-step graphs run (``fused_kernels``: our kernels and stored constants, 
 correction costs what a tracking step of one object costs, not the ~1,000 kernels of sam2's
 modules), except with ``compile_mode``: each prompt shape would then add a compile to
 start-up, for steps that run a few times a minute, so they run sam2's plain modules. A fused
-prompt capture that fails fails the whole capture, which ``GraphRunner.prepare`` redoes with
-sam2's modules (reported).
+prompt capture that fails is redone on sam2's modules, the step graphs keeping the fused copy
+(``GraphRunner``, reported).
 
 Several cameras (the encoder graph's features [HW_l, N, C_l]): every prompt graph reads the
 frame of one static camera index, written before each replay (``streams.select`` inside the

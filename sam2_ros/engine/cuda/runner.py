@@ -144,13 +144,8 @@ class GraphRunner:
         steps = StepGraphs(self.capturer, cfg, model, bank, maskmem_pos, enc.outputs,
                            self.store)
         steps.capture(buckets.step_keys(cfg, bank.capacity), phase)
-        # prompt graphs run the graphs' model (fused kernels, stored constants), except with
-        # compile_mode (prompt_graphs.py says why)
-        prompt_model = self.model if cfg.compile_mode is not None else model
-        prompts = PromptGraphs(self.capturer, cfg, prompt_model, bank, maskmem_pos,
-                               enc.outputs, self.report)
+        prompts = self._prompt_graphs(model, bank, maskmem_pos, enc.outputs)
         if cfg.prompt_graphs:
-            prompts.capture()
             phase('prompts')
         if cfg.steady_attention != 'sam2' and cfg.compile_mode is None:
             steps.choose_steady()
@@ -158,6 +153,29 @@ class GraphRunner:
         io = GraphIO(self.capturer, cfg, bank, enc.inputs, self.report)
         return Graphs(model, enc, steps, prompts, io,
                       max(buckets.batch_sizes(cfg, bank.capacity)))
+
+    def _prompt_graphs(self, model, bank: MemoryBank, maskmem_pos: torch.Tensor,
+                       feats: encoder.Features) -> PromptGraphs:
+        """The prompt graphs, on the graphs' model (fused kernels, stored constants) unless
+        compile_mode (prompt_graphs.py says why); if their capture fails with fused kernels,
+        on sam2's modules, the step graphs keeping theirs (reported)."""
+        plain = self.model
+        first = plain if self.cfg.compile_mode is not None else model
+        prompts = PromptGraphs(self.capturer, self.cfg, first, bank, maskmem_pos, feats,
+                               self.report)
+        if not self.cfg.prompt_graphs:
+            return prompts
+        try:
+            prompts.capture()
+        except Exception as exc:  # noqa: BLE001 - sam2's modules for the prompts instead
+            if first is plain:
+                raise
+            prompts = PromptGraphs(self.capturer, self.cfg, plain, bank, maskmem_pos, feats,
+                                   self.report)
+            prompts.capture()
+            self.report(f'prompt graph capture with fused kernels failed, captured sam2\'s '
+                        f'modules for the prompts instead: {exc!r}')
+        return prompts
 
     def report(self, reason: str) -> None:
         """Tell ``on_fallback`` why something ran eagerly (the graph parts report through
