@@ -36,3 +36,11 @@ class ReplayOnCpu:
 def fake_capture_same_outputs(self, fn, inputs):
     outputs = fn(inputs)
     return capture.CapturedGraph(ReplayOnCpu(fn, inputs, outputs), inputs, outputs)
+
+
+def graphs_on_cpu(monkeypatch, capture_fn=fake_capture_same_outputs) -> None:
+    """Route the graph layer's captures to ``capture_fn`` (the stand-in above by default) and
+    make torch.cuda's pool handle and synchronize no-ops, so a GraphRunner runs on the CPU."""
+    monkeypatch.setattr(capture.Capturer, 'capture', capture_fn)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)

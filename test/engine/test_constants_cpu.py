@@ -12,11 +12,11 @@ import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
 from conftest import LEAN, shared_model, tracker_on_shared_model
-from graph_standin import fake_capture_same_outputs
+from graph_standin import graphs_on_cpu
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine import encoder, holes, step
 from sam2_ros.engine.config import TrackerConfig
-from sam2_ros.engine.cuda import capture, runner
+from sam2_ros.engine.cuda import runner
 from sam2_ros.engine.cuda.kernels import constants, fused
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -231,9 +231,7 @@ def test_graph_runner_with_constants_equals_without(steady, monkeypatch):
     """A tracker stream (click, box, mask, correction, removal) through the graph runner
     (CPU stand-in) capturing the constants copy = capturing sam2's modules, bitwise, with
     every tracking step a replay."""
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode='batched',
                         batch_buckets=(1, 2), max_cond_frames=2, steady_attention=steady,
@@ -269,9 +267,7 @@ def test_a_failing_fused_prompt_capture_keeps_the_fused_steps(monkeypatch):
     sam2's modules instead (one report), the step graphs keep the fused copy, and a prompted
     stream still replays graphs for every prompt."""
     from sam2_ros.engine.cuda import prompt_graphs
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     monkeypatch.setattr(runner, 'fused_copy',
                         lambda model, cfg: fused.fused_model(model, ('constants',)))
     real = prompt_graphs.PromptGraphs.capture

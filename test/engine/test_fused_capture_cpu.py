@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from conftest import LEAN, tracker_on_shared_model
-from graph_standin import fake_capture_same_outputs
+from graph_standin import fake_capture_same_outputs, graphs_on_cpu
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import TrackerConfig
-from sam2_ros.engine.cuda import capture, runner
+from sam2_ros.engine.cuda import runner
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -27,9 +27,7 @@ class BrokenFusedCopy(torch.nn.Module):
 def prepared(monkeypatch, capture_fn):
     """A tracker whose graph runner captured with a broken fused copy; (tracker, reports)."""
     monkeypatch.setattr(runner, 'fused_copy', lambda model, cfg: BrokenFusedCopy(model))
-    monkeypatch.setattr(capture.Capturer, 'capture', capture_fn)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch, capture_fn)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
                         max_cond_frames=1, steady_attention='sam2',

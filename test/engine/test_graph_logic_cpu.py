@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import LEAN, shared_model, tracker_on_shared_model
-from graph_standin import fake_capture_same_outputs
+from graph_standin import fake_capture_same_outputs, graphs_on_cpu
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.cuda import capture, io_graphs, runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey, StepKey
@@ -29,9 +29,7 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
                         batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
@@ -267,9 +265,7 @@ def test_compiled_copy_shares_weights_and_leaves_the_model_alone():
 def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
     """io_resolution: the frame-in graph and every mask bucket's graph exist after prepare
     (configure, for the node); the first frames capture nothing more and equal eager."""
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
                         max_objects=3, io_resolution=(64, 48), extra_hydra_overrides=list(LEAN))

@@ -21,12 +21,12 @@ import torch.nn.functional as F
 pytest.importorskip('triton')
 
 from conftest import LEAN, smooth_image, tracker_on_shared_model  # noqa: E402
-from graph_standin import fake_capture_same_outputs  # noqa: E402
+from graph_standin import graphs_on_cpu  # noqa: E402
 from scenarios import schedule, synthetic_frames  # noqa: E402
 from sam2_ros.engine import frame_in, masks_out, pil_resize  # noqa: E402
 from sam2_ros.engine.config import TrackerConfig  # noqa: E402
 from sam2_ros.engine.tracker import StreamingTracker  # noqa: E402
-from sam2_ros.engine.cuda import capture, runner  # noqa: E402
+from sam2_ros.engine.cuda import runner  # noqa: E402
 from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey  # noqa: E402
 from sam2_ros.engine.cuda.kernels import io_masks, launch  # noqa: E402
 from sam2_ros.engine.cuda.kernels.io_frame import frame_to_input  # noqa: E402
@@ -195,9 +195,7 @@ def test_io_kernels_have_host_side_constants_only_once():
 
 
 def _graph_tracker(monkeypatch, fused):
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, batch_buckets=(1,),
                         max_cond_frames=1, max_objects=2, steady_attention='sam2',

@@ -259,13 +259,11 @@ def test_one_camera_graph_runner_serves_several_cameras_eagerly(one_thread, monk
     test_multistream_graphs_cpu has the graphs of several) given N > 1 cameras runs the encoder
     batch and the steps by the eager runner it holds (its graphs' static buffers untouched, so
     no camera reads another's features, the unpaired steps included) and its mask graphs per
-    camera: equal to the eager runner. (The CUDA graph stand-in of test_graph_logic_cpu
+    camera: equal to the eager runner. (The CUDA graph stand-in of graph_standin.py
     replays on the CPU.)"""
-    from sam2_ros.engine.cuda import capture, runner
-    from test_graph_logic_cpu import fake_capture_same_outputs
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    from sam2_ros.engine.cuda import runner
+    from graph_standin import graphs_on_cpu
+    graphs_on_cpu(monkeypatch)
     cfg = cfg_of(batch_buckets=(1, 2), max_cond_frames=2)
     g, e = multi(cfg), multi(cfg)
     reasons = []

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 import torch
 
-from graph_standin import fake_capture_same_outputs
+from graph_standin import graphs_on_cpu
 from reference import bf16_excess
 from scenarios import readable_memory_diff, readable_rows
 from test_multistream import H, W, cfg_of, frame, multi
 from sam2_ros.engine import encoder, step
-from sam2_ros.engine.cuda import capture, runner
+from sam2_ros.engine.cuda import runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
 from sam2_ros.engine.types import Prompt
 
@@ -35,9 +35,7 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 def graph_and_eager(monkeypatch, **changes):
     """A two-camera tracker on a GraphRunner of two cameras (graphs replayed on the CPU) and
     one on the eager runner, same model and config; the fallback reasons heard."""
-    monkeypatch.setattr(capture.Capturer, 'capture', fake_capture_same_outputs)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    graphs_on_cpu(monkeypatch)
     cfg = cfg_of(batch_buckets=(1, 2), max_cond_frames=2, **changes)
     g, e = multi(cfg), multi(cfg)
     reasons = []
