@@ -1,8 +1,10 @@
 """Shared by the GPU equivalence tests: the tracker configuration they compare and the JSON
-their measured differences go to ($OUT/gpu_equivalence.json, for docs/design.md's table)."""
+their measured differences go to ($OUT/gpu_equivalence.json, for docs/design.md's table; the
+fused kernels' to $OUT/gpu_fused_kernels.json), and a profiler count of kernels."""
 
 import json
 import os
+from typing import Tuple
 
 from sam2_ros.engine.config import TrackerConfig
 
@@ -18,10 +20,36 @@ def tiny_cuda_cfg(**kw) -> TrackerConfig:
     return TrackerConfig(**base)
 
 
-def record_equivalence(name: str, value) -> None:
-    """Add ``value`` under ``name`` to $OUT/gpu_equivalence.json."""
+def record(name: str, value, file: str = 'gpu_equivalence.json') -> None:
+    """Add ``value`` under ``name`` to $OUT/``file``."""
     os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, 'gpu_equivalence.json')
+    path = os.path.join(OUT, file)
     data = json.load(open(path)) if os.path.exists(path) else {}
     data[name] = value
     json.dump(data, open(path, 'w'), indent=1)
+
+
+def record_equivalence(name: str, value) -> None:
+    """Add ``value`` under ``name`` to $OUT/gpu_equivalence.json."""
+    record(name, value)
+
+
+def record_fused(name: str, value) -> None:
+    """Add ``value`` under ``name`` to $OUT/gpu_fused_kernels.json (the fused kernels' tests)."""
+    record(name, value, 'gpu_fused_kernels.json')
+
+
+def cuda_kernels(fn, warm_up: bool = True) -> Tuple[int, float]:
+    """(CUDA kernels one call of ``fn`` launches, their GPU microseconds) by torch.profiler,
+    memcpy/memset aside; ``warm_up``: one call first, so Triton compiles outside the count."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    if warm_up:
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+          and not e.name.lower().startswith(('memcpy', 'memset'))]
+    return len(ev), sum(getattr(e, 'device_time', 0.0) for e in ev)

@@ -23,7 +23,8 @@ tests() {  # tests NAME SECONDS PYTEST-ARGS...
   tail -n 1 "$OUT/pytest_$name.log" | cut -c1-200
 }
 # FUSED_S=0: skip them (e.g. after running the whole file in a command of its own)
-(( ${FUSED_S:-200} > 0 )) && tests fused "${FUSED_S:-200}" test/gpu/test_fused_kernels_gpu.py
+(( ${FUSED_S:-200} > 0 )) && tests fused "${FUSED_S:-200}" test/gpu/test_fused_kernels_gpu.py \
+  test/gpu/test_fused_graphs_gpu.py
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
