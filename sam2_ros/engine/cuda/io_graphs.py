@@ -60,9 +60,7 @@ class GraphIO:
         that I/O eager, as on first use."""
         for camera in range(self.image.shape[0]):
             self.get(FrameInKey(h, w, camera))
-        with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
-            for b in self.out_buckets:
-                self.get(MasksOutKey(b, h, w))
+        self._capture_buckets(h, w)
 
     # ---- frame in, masks out ------------------------------------------------------------
     def load_frame(self, frame: frame_in.Frame, camera: int = 0) -> bool:
@@ -134,20 +132,21 @@ class GraphIO:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
             if cap is not None and isinstance(key, MasksOutKey):
-                self._capture_other_buckets(key)
+                self._capture_buckets(key.h, key.w)
                 self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
 
-    def _capture_other_buckets(self, key: MasksOutKey) -> None:
-        """The first masks-out graph of a resolution brings every object bucket's with it
-        (as ``prepare`` does): a later object-count bucket would otherwise capture mid-stream,
-        and with the 'io' group compile its kernels then (the object count is a compile-time
-        constant of the mask kernel): a frame of hundreds of ms while tracking."""
+    def _capture_buckets(self, h: int, w: int) -> None:
+        """The masks-out graphs of every object bucket at one source resolution (those not
+        captured yet), without autocast, as ``track`` builds its results. All at once, at
+        ``prepare`` or with a resolution's first: a later object-count bucket would otherwise
+        capture mid-stream, and with the 'io' group compile its kernels then (the object
+        count is a compile-time constant of the mask kernel): a frame of hundreds of ms."""
         with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
             for b in self.out_buckets:
-                other = MasksOutKey(b, key.h, key.w)
-                if other != key and other not in self.graphs and other not in self.failed:
-                    self._capture(other)
+                key = MasksOutKey(b, h, w)
+                if key not in self.graphs and key not in self.failed:
+                    self._capture(key)
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
