@@ -10,6 +10,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh stereo   # 2 cameras on one GPU, 1 and 3 objects each:
 #     ONE node serving both (--one-node, cameras [cam0, cam1], frame pairs stamped alike) and
 #     two nodes for comparison; within ~8 minutes (LIMIT_S, default 470 here)
+#   bash scripts/gpu/gpu_node_latency.sh session  # one call's headline rows of three issues:
+#     raw 1/3/8 and jpeg 1 object, then one node serving two cameras with 1 and 3 objects each
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -45,15 +47,15 @@ else
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
 fi
-if [ "$MODE" = input ] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision, then its test
+if [[ "$MODE" =~ ^(input|session)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
   if [ ! -e /tmp/site/.installed_gpu ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
   fi
   $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision',
 torchvision.__version__)"
-  timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu test/gpu/test_decode_gpu.py -s \
-    2>&1 | tail -n 5
+  [ "$MODE" = input ] && timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu \
+    test/gpu/test_decode_gpu.py -s 2>&1 | tail -n 5
 fi
 unset FASTDDS_DEFAULT_PROFILES_FILE FASTDDS_BUILTIN_TRANSPORTS
 RESULTS=$OUT/h200_node_latency.json
@@ -97,6 +99,15 @@ elif [ "$MODE" = input ]; then   # raw and JPEG cameras; the target rows first
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
   run shm_3obj_overlay --objects 3 --transport shm --overlay
+elif [ "$MODE" = session ]; then   # the target rows of transport and stereo in one call
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  for n in 1 3; do
+    run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
+      --one-node
+  done
 elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), then two nodes
   for n in 1 3; do
     run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
