@@ -44,19 +44,22 @@ class ReplayOnCpu:
             dst.copy_(src)
 
 
-def graphed(cfg=None, fail_capture=(), fail_replay=()):
+def graphed(cfg=None, fail_capture=(), fail_replay=(), warm_ups=None):
     """A CPU segmenter whose graphs are the stand-in; returns (segmenter, captures, reasons).
-    fail_capture / fail_replay: 'encoder' and/or decoder keys whose capture / replay raise."""
+    fail_capture / fail_replay: 'encoder' and/or decoder keys whose capture / replay raise;
+    warm_ups: a list that gets each capture's (key, warm_up)."""
     cfg = cfg or small_cfg(image_size=S)
     seg = ImageSegmenter(cfg, model=shared_model(S))
     reasons, captures = [], []
     g = image_graphs.ImageGraphs(cfg, lambda x: encode(seg.model, x),
                                  lambda f, b, m: decode(seg.model, f, b, m), reasons.append)
 
-    def capture(fn, inputs):
+    def capture(fn, inputs, warm_up=True):
         key = 'encoder' if isinstance(inputs, torch.Tensor) else \
             (inputs.n, inputs.points, inputs.mask_input is not None)
         captures.append(key)
+        if warm_ups is not None:
+            warm_ups.append((key, warm_up))
         if key in fail_capture:
             raise RuntimeError('capture failed (test)')
         out = fn(inputs)
@@ -99,6 +102,20 @@ def test_buckets_padding_chunks_and_reuse():
     ref.set_image(img)
     assert torch.equal(seg.features.image_embed, ref.features.image_embed)
     assert not reasons
+
+
+def test_only_the_first_captured_decoder_warms_up():
+    """The eager warm-up of a large decoder bucket is the image path's memory peak: decoders
+    after the first captured one skip it (the first initialised the modules they run); a
+    failed first capture does not count as warmed."""
+    warm = []
+    seg, _, reasons = graphed(fail_capture=[(1, 2, False)], warm_ups=warm)
+    img = smooth_image(H, W, seed=3)
+    for n in (1, 3, 9):
+        seg.segment(img, boxes(n))
+    assert warm == [('encoder', True), ((1, 2, False), True), ((4, 2, False), True),
+                    ((16, 2, False), False)]
+    assert len(reasons) == 1 and 'capture failed' in reasons[0]
 
 
 def test_shapes_without_graphs_and_masks():

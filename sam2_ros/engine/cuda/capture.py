@@ -43,14 +43,18 @@ class Capturer:
     def __init__(self):
         self.pool: Optional[tuple] = None
 
-    def capture(self, fn: Callable[[Any], Any], inputs: Any) -> CapturedGraph:
-        """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph."""
+    def capture(self, fn: Callable[[Any], Any], inputs: Any,
+                warm_up: bool = True) -> CapturedGraph:
+        """Warm up ``fn(inputs)`` on a side stream, then capture it into a graph.
+        warm_up=False: capture at once, for a caller whose earlier capture already ran the same
+        modules eagerly (nothing left to initialise lazily) and whose eager run would be its
+        memory peak."""
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(WARMUP_ITERS):
+            for _ in range(WARMUP_ITERS if warm_up else 0):
                 fn(inputs)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()

@@ -90,9 +90,13 @@ class ImageGraphs:
         key = (size, batch.points, batch.mask_input is not None, multimask)
         if key not in self.decoders:
             feats = self.encoder.outputs
+            # Only the first decoder graph warms up: an eager decode of a large bucket is the
+            # image path's memory peak (sam2's eager intermediates on top of what the graphs
+            # hold), and the first warm-up already initialised the modules every decoder runs.
+            warm = not any(c is not None for c in self.decoders.values())
             try:
                 self.decoders[key] = self.capture(
-                    lambda b: self.decode_fn(feats, b, multimask), batch.padded(size))
+                    lambda b: self.decode_fn(feats, b, multimask), batch.padded(size), warm)
             except Exception as exc:  # noqa: BLE001 - this shape runs eagerly from now on
                 self.decoders[key] = None
                 self.on_fallback(f'image decoder capture failed for {key}: {exc!r}')
@@ -113,10 +117,10 @@ class ImageGraphs:
         return Prediction(o.low_res_logits[:n].clone(), o.iou[:n].clone(),
                           o.object_score[:n].clone())
 
-    def capture(self, fn, inputs) -> CapturedGraph:
-        """Warm up and capture ``fn(inputs)`` into a graph of the shared pool (the caller's
-        autocast and inference mode apply to both)."""
-        return self.capturer.capture(fn, inputs)
+    def capture(self, fn, inputs, warm_up: bool = True) -> CapturedGraph:
+        """Warm up (unless told not to) and capture ``fn(inputs)`` into a graph of the shared
+        pool (the caller's autocast and inference mode apply to both)."""
+        return self.capturer.capture(fn, inputs, warm_up)
 
     def n_graphs(self) -> int:
         return (self.encoder is not None) + sum(c is not None for c in self.decoders.values())
