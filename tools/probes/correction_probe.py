@@ -1,0 +1,123 @@
+"""Probe: what a correction click costs against a tracked frame, and in which kernels.
+
+    python -m tools.probes.correction_probe [--objects 1,3] [--out $OUT/correction.json]
+
+Why: in the interaction benchmark a frame with a correction costs about twice a frame
+(tiny@512, 1 object: 7.6-8.3 ms against a p50 of 4.2), deferred or immediate. A correction is
+a prompted step on an already encoded frame (no image encoder), so it should cost less than a
+frame; this says whether its graph's kernels or the host work around it are the difference.
+Per object count, steady state (past the 15 frames after the prompts): wall ms p50 of
+``track()`` and of ``add_prompt`` (a click on object 1, the latest frame, results read back),
+and for each the kernels per call and their ms under torch.profiler, by kernel group
+(``tools/bench/profiling.group_of``), plus the tracker's step counters (every correction should
+be a prompt graph step, no fallback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict
+
+import numpy as np
+import torch
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def profiled(fn: Callable[[], object], calls: int) -> Dict[str, object]:
+    """Kernels per call of ``fn`` and their ms, total and by group."""
+    from torch.profiler import ProfilerActivity, profile
+    from tools.bench.profiling import group_of
+    acts = [ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]
+    _sync()
+    with profile(activities=acts) as prof:
+        for _ in range(calls):
+            fn()
+        _sync()
+    groups: Dict[str, list] = {}
+    n, us = 0, 0.0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        if e.name.lower().startswith(('memcpy', 'memset')):
+            continue
+        t = e.device_time if hasattr(e, 'device_time') else e.cuda_time
+        g = groups.setdefault(group_of(e.name), [0, 0.0])
+        g[0] += 1
+        g[1] += t
+        n += 1
+        us += t
+    return {'kernels': n / calls, 'kernel_ms': round(us / 1e3 / calls, 3),
+            'groups': {k: [v[0] / calls, round(v[1] / 1e3 / calls, 4)]
+                       for k, v in sorted(groups.items(), key=lambda kv: -kv[1][1])}}
+
+
+def wall(fn: Callable[[], object], calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        _sync()
+        t = time.perf_counter()
+        fn()
+        _sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return round(statistics.median(times), 3)
+
+
+def row(objects: int, device: str, res: int) -> Dict[str, object]:
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.types import Prompt
+    from sam2_ros.synthetic import SyntheticCamera
+    cfg = TrackerConfig(model_size='tiny', image_size=res, random_weights=True, device=device,
+                        precision='bf16' if device == 'cuda' else 'fp32', max_objects=8)
+    tr = StreamingTracker(cfg)
+    cam = SyntheticCamera(1280, 720, objects=max(2, objects), seed=0)
+    frames = [cam.frame(t) for t in range(60)]
+    tr.track(frames[0])
+    for i, box in enumerate(cam.boxes(0, objects)):
+        tr.add_prompt(Prompt(i + 1, box=box))
+    for f in frames[1:25]:
+        tr.track(f)
+    x0, y0, x1, y1 = cam.boxes(24, 1)[0]
+    click = Prompt(1, points=np.array([[(x0 + x1) / 2, (y0 + y1) / 2]], np.float32),
+                   labels=np.array([1], np.int32))
+    it = iter(frames[25:])
+    out = {'objects': objects,
+           'track_ms_p50': wall(lambda: tr.track(next(it)), 20),
+           'correction_ms_p50': wall(lambda: tr.add_prompt(click), 20),
+           'track_profile': profiled(lambda: tr.track(frames[50]), 3),
+           'correction_profile': profiled(lambda: tr.add_prompt(click), 3),
+           'stats': {k: v for k, v in tr.stats.items() if isinstance(v, int)}}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--objects', default='1,3')
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--res', type=int, default=512)
+    p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
+                                                 'correction.json'))
+    a = p.parse_args(argv)
+    rows = []
+    for n in [int(x) for x in a.objects.split(',')]:
+        rows.append(row(n, a.device, a.res))
+        print(json.dumps(rows[-1]), flush=True)
+        torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(a.out) or '.', exist_ok=True)
+    with open(a.out, 'w') as f:
+        json.dump({'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu',
+                   'rows': rows}, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
