@@ -86,6 +86,73 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.view(b, lq, h, d).transpose(1, 2)
 
 
+def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           keys: KeyPacking, splits: int) -> torch.Tensor:
+    """``varlen_attention`` with each row's valid keys cut into ``splits`` chunks that are
+    attended in parallel, as sequences of their own, and merged by their log-sum-exp: the same
+    softmax over the same keys (only the summation order differs). Why: a correction, and the
+    frames after a prompt, attend over padded memories with one head of a few thousand
+    queries, which leaves most of the GPU's multiprocessors idle (as ``split_attention`` for
+    the unpadded call).
+
+    q [B, H, Lq, D], k/v [B, H, Lk, D], keys.valid [B, Lk] -> [B, H, Lq, D] in q's dtype.
+    CUDA half precision (FlashAttention's variable-length kernel, which returns the
+    log-sum-exp); elsewhere (tests) a per-sequence reference of that kernel.
+    """
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    order, _, cu_k = keys.packed(lq)
+    kp = k.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    vp = v.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    # sequence r*S + j: row r's queries against chunk j of its keys
+    qs = q.transpose(1, 2).unsqueeze(1).expand(b, splits, lq, h, d).reshape(-1, h, d)
+    cu_ks, lengths = chunk_bounds(cu_k, splits)                         # [B*S+1], [B, S]
+    cu_qs = torch.arange(0, (b * splits + 1) * lq, lq, dtype=torch.int32, device=q.device)
+    if q.is_cuda:
+        out, lse = torch.ops.aten._flash_attention_forward(
+            qs, kp, vp, cu_qs, cu_ks, lq, -(-lk // splits), 0.0, False, False)[:2]
+    else:
+        out, lse = _varlen_with_lse(qs, kp, vp, cu_qs, cu_ks)
+    out = out.view(b, splits, lq, h, d)
+    if lse.dim() == 2:                                  # [H, B*S*Lq]
+        lse = lse.view(h, b, splits, lq).permute(1, 2, 3, 0)
+    else:                                               # [B*S, H, Lq]
+        lse = lse.view(b, splits, h, lq).permute(0, 1, 3, 2)
+    # an empty chunk (a row of fewer keys than chunks) has no share, whatever the kernel wrote
+    full = (lengths > 0)[:, :, None, None]                               # [B, S, 1, 1]
+    w = torch.softmax(lse.float().masked_fill(~full, float('-inf')), dim=1)   # [B, S, Lq, H]
+    merged = (torch.where(full[..., None], out.float(), 0.0) * w[..., None]).sum(1)
+    return merged.to(q.dtype).transpose(1, 2)
+
+
+def chunk_bounds(cu_k: torch.Tensor, splits: int):
+    """cu_k [B+1] int32 (row r's keys [cu_k[r], cu_k[r+1])) -> (cu [B*S+1] int32: sequence
+    r*S + j is chunk j of row r, of ceil(n_r / S) keys or fewer, lengths [B, S])."""
+    start = cu_k[:-1].long()
+    n = cu_k[1:].long() - start
+    per = (n + splits - 1) // splits
+    j = torch.arange(splits + 1, device=cu_k.device)
+    edges = start[:, None] + torch.minimum(j[None] * per[:, None], n[:, None])      # [B, S+1]
+    cu = torch.cat([edges[:, :-1].reshape(-1), edges[-1:, -1]]).to(torch.int32)
+    return cu, edges[:, 1:] - edges[:, :-1]
+
+
+def _varlen_with_lse(q, k, v, cu_q, cu_k):
+    """Reference of FlashAttention's variable-length call on the CPU (host-synchronizing):
+    q [Tq, H, D], k/v [Tk, H, D] -> (out [Tq, H, D], lse [H, Tq] fp32; an empty sequence:
+    out 0, lse -inf)."""
+    out = torch.zeros_like(q)
+    lse = torch.full((q.shape[1], q.shape[0]), float('-inf'))
+    for (q0, q1), (k0, k1) in zip(zip(cu_q.tolist(), cu_q.tolist()[1:]),
+                                  zip(cu_k.tolist(), cu_k.tolist()[1:])):
+        if k1 > k0:
+            o, l = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                *(x.transpose(0, 1)[None] for x in (q[q0:q1], k[k0:k1], v[k0:k1])))[:2]
+            out[q0:q1] = o[0].transpose(0, 1)
+            lse[:, q0:q1] = l[0]
+    return out, lse
+
+
 def _per_row(q, k, v, valid):
     """Reference on the CPU: each row attends over its own valid keys (host-synchronizing)."""
     rows = [F.scaled_dot_product_attention(q[i:i + 1], k[i:i + 1, :, m], v[i:i + 1, :, m])
@@ -94,13 +161,14 @@ def _per_row(q, k, v, valid):
 
 
 def kv_splits(batch: int, heads: int, lq: int, lk: int, max_splits: int = 8,
-              min_chunk: int = 128) -> int:
+              min_chunk: int = 128, dividing: bool = True) -> int:
     """How many key chunks one attention call is split into: enough for the batch, heads and
     query tiles together to fill the GPU's multiprocessors (one 1,024-query head fills 16 of
-    132 on the H200), each chunk at least ``min_chunk`` keys; a power of two dividing lk."""
+    132 on the H200), each chunk at least ``min_chunk`` keys; a power of two, dividing lk
+    unless ``dividing`` is False (chunks of variable-length rows need not be equal)."""
     tiles = batch * heads * -(-lq // 128)
     s = 1
-    while s * 2 <= max_splits and tiles * s < 128 and lk % (s * 2) == 0 \
+    while s * 2 <= max_splits and tiles * s < 128 and (lk % (s * 2) == 0 or not dividing) \
             and lk // (s * 2) >= min_chunk:
         s *= 2
     return s
@@ -184,13 +252,21 @@ def _swapped(layers, name: str, attend) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def masked_memory(model, valid: torch.Tensor) -> Iterator[None]:
+def masked_memory(model, valid: torch.Tensor, split: bool = False) -> Iterator[None]:
     """Within the block, every memory-attention layer of ``model`` attends only to the memory
-    tokens where valid [B, Lk] is True."""
+    tokens where valid [B, Lk] is True; split: in key chunks (``varlen_split_attention``)
+    where ``kv_splits`` finds the call too small for the GPU (CUDA half precision)."""
     keys = KeyPacking(valid)                      # shared: packed once for all layers
     with _swapped(model.memory_attention.layers, 'cross_attn_image',
-                  lambda q, k, v: varlen_attention(q, k, v, keys)):
+                  lambda q, k, v: _padded_attend(q, k, v, keys, split)):
         yield
+
+
+def _padded_attend(q, k, v, keys: KeyPacking, split: bool):
+    s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2], dividing=False) \
+        if split and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else 1
+    return varlen_attention(q, k, v, keys) if s == 1 else \
+        varlen_split_attention(q, k, v, keys, s)
 
 
 def _split_attend(q, k, v, merge=None):

@@ -125,6 +125,13 @@ class TrackerConfig:
     padded_graphs: bool = knob(True, kind='bool', tuning=True, doc=(
         'the frames after a prompt replay graphs too: memories padded to the bucket, attention '
         'over the valid ones only (false: those frames run eagerly)'))
+    # Padded memories (the frames after a prompt, corrections) attended in key chunks merged by
+    # log-sum-exp where one call is too small for the GPU (one head of a few thousand queries):
+    # the same softmax over the same keys in another summation order. False: one
+    # variable-length FlashAttention call per layer.
+    padded_split_attention: bool = knob(True, kind='bool', tuning=True, doc=(
+        'padded memories (frames after a prompt, corrections) are attended in key chunks in '
+        'parallel, merged by log-sum-exp, where one call would leave the GPU idle'))
     # Attention kernel of steady-state objects: 'sam2' (sam2's own call, cuDNN on recent torch;
     # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
     # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in

@@ -135,7 +135,7 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
 
 def condition_on_memory(model, features: Features, mem: Optional[Memory],
                         maskmem_pos: Optional[torch.Tensor],
-                        batch_major: bool = False) -> torch.Tensor:
+                        batch_major: bool = False, split_padded: bool = False) -> torch.Tensor:
     """Fuse the current frame with memory; mem=None marks an initial conditioning frame.
     Returns pix_feat [B, C, h, w].
 
@@ -162,7 +162,8 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
         memory, memory_pos, n_ptr_tokens = memory_tokens(model, mem, maskmem_pos, batch_major)
         padded = contextlib.nullcontext() if mem.feat_valid is None else \
             attention.masked_memory(model, attention.token_mask(
-                mem.feat_valid, mem.ptr_valid, h * w, model.hidden_dim // model.mem_dim))
+                mem.feat_valid, mem.ptr_valid, h * w, model.hidden_dim // model.mem_dim),
+                split=split_padded)
         with padded:
             fused = model.memory_attention(curr=[curr], curr_pos=[curr_pos],
                                            memory=memory, memory_pos=memory_pos,
@@ -176,7 +177,7 @@ def track_step(model, features: Features, mem: Optional[Memory],
                prev_logits: Optional[torch.Tensor] = None,
                fill_hole_area: int = 0,
                heads: Optional[Callable[[torch.Tensor, Features], StepOut]] = None,
-               batch_major: bool = False) -> StepOut:
+               batch_major: bool = False, split_padded: bool = False) -> StepOut:
     """One frame for B objects: memory attention, SAM heads, memory encoder.
 
     points: sam2 point_inputs ({'point_coords': [B, P, 2] in model pixels,
@@ -191,13 +192,15 @@ def track_step(model, features: Features, mem: Optional[Memory],
     heads: replaces ``tracking_heads`` on a tracking frame (the precompiled one,
     ``cuda/precompiled.py``); None: sam2's modules.
     batch_major: the memory attention's inputs laid out batch-major (``condition_on_memory``).
+    split_padded: padded memories are attended in key chunks where the call is too small for
+    the GPU (``attention.masked_memory``).
     features: one frame's [HW_l, 1 or B, C_l] (shared by the B objects), or with
     ``mem.stream_of`` the frames of several cameras [HW_l, N, C_l], object b reading frame
     ``mem.stream_of[b]``.
     """
     if mem is not None and mem.stream_of is not None:
         features = streams.select(features, mem.stream_of)
-    pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major)
+    pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major, split_padded)
     if points is None and prev_logits is None and mem is not None:
         if heads is not None:
             return heads(pix_feat, features)

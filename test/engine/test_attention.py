@@ -145,3 +145,31 @@ def test_split_kv_memory_attention_equals_sam2():
             for layer in model.memory_attention.layers] == inner
     diff = float((out - ref).abs().max())
     assert diff <= 1e-5, diff
+
+
+def test_varlen_split_attention_equals_each_rows_own_attention():
+    """Padded memories in key chunks (rows of every valid count, also fewer keys than chunks:
+    empty chunks) merged by log-sum-exp equal each row attending over its valid keys."""
+    g = torch.Generator().manual_seed(5)
+    b, h, lq, lk = 3, 2, 20, 300
+    q, k, v = (torch.randn(b, h, n, 16, generator=g) * 3 for n in (lq, lk, lk))
+    valid = torch.zeros(b, lk, dtype=torch.long)
+    valid[0] = 1                                           # full
+    valid[1, torch.randperm(lk, generator=g)[:140]] = 1    # scattered
+    valid[2, [7, 100, 299]] = 1                            # 3 keys for 8 chunks
+    want = torch.cat([F.scaled_dot_product_attention(q[i:i + 1], k[i:i + 1, :, m],
+                                                     v[i:i + 1, :, m])
+                      for i, m in enumerate(valid.bool())])
+    for splits in (2, 8):
+        out = attention.varlen_split_attention(q, k, v, attention.KeyPacking(valid), splits)
+        assert out.shape == (b, h, lq, 16)
+        assert (out - want).abs().max() <= 1e-5, splits
+
+
+def test_chunk_bounds_cover_each_row_in_order():
+    cu_k = torch.tensor([0, 10, 13, 14], dtype=torch.int32)      # rows of 10, 3 and 1 keys
+    cu, lengths = attention.chunk_bounds(cu_k, 4)
+    assert cu.tolist() == [0, 3, 6, 9, 10, 11, 12, 13, 13, 14, 14, 14, 14]
+    assert lengths.tolist() == [[3, 3, 3, 1], [1, 1, 1, 0], [1, 0, 0, 0]]
+    # variable-length rows need no chunk count dividing the keys
+    assert attention.kv_splits(1, 1, 1024, 7233, dividing=False) == 8

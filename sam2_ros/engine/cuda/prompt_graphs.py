@@ -94,7 +94,8 @@ class PromptGraphs:
         return self.capturer.capture(lambda x: step.track_step(
             self.model, self.frame_feats(), x.mem, self.maskmem_pos,
             points={'point_coords': x.coords, 'point_labels': x.labels},
-            prev_logits=x.prev, fill_hole_area=fill), inputs)
+            prev_logits=x.prev, fill_hole_area=fill,
+            split_padded=self.cfg.padded_split_attention), inputs)
 
     def find(self, sel: Optional[Selection], points: dict, prev: Optional[torch.Tensor],
              features: encoder.Features) -> Optional[CapturedGraph]:

@@ -98,7 +98,8 @@ class StepGraphs:
                 return step.track_step(self.model, feats, m,
                                        self.maskmem_pos,
                                        fill_hole_area=self.cfg.fill_hole_area, heads=heads,
-                                       batch_major=self.cfg.batch_major_memory)
+                                       batch_major=self.cfg.batch_major_memory,
+                                       split_padded=self.cfg.padded_split_attention)
         return self.capturer.capture(fn, mem)
 
     def _heads(self, pix_feat: torch.Tensor, feats: encoder.Features) -> step.StepOut:
