@@ -44,6 +44,9 @@ class FrameItem:
     stamp_ns: int
     header: Any
     recv_t: float       # time.monotonic() at receipt
+    # (frame or the exception its decode raised, decode start, end) when decoded before its
+    # turn: the multi-camera worker decodes a frame while it waits for its pair
+    decoded: Optional[Tuple[Any, float, float]] = None
 
 
 @dataclass

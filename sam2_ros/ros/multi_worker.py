@@ -92,13 +92,22 @@ class MultiCameraWorker:
                     guarded(lane, lambda: lane.handle_prompt(item))
             for job in self.mailbox.take_jobs():   # ~/segment_image requests
                 job.run()
-            if group is not None:
-                try:
-                    self._on_group(group)
-                except Exception as exc:  # never let the worker die silently
-                    for lane in self.lanes:
-                        lane.counters.consecutive_failures += 1
-                        lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+            if group is None:
+                self.decode_waiting()
+                continue
+            try:
+                self._on_group(group)
+            except Exception as exc:  # never let the worker die silently
+                for lane in self.lanes:
+                    lane.counters.consecutive_failures += 1
+                    lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+
+    def decode_waiting(self) -> None:
+        """Decode the frames that wait for their pair now, while this thread would wait too:
+        a camera's decode is then off its pair's path (the group begins with the last
+        frame's decode only, not every camera's in turn)."""
+        for c, item in self.mailbox.undecoded():
+            guarded(self.lanes[c], lambda: self.lanes[c].decode_early(item))
 
     def _on_group(self, group: Group) -> None:
         """Begin every camera's frame, track the begun ones in one call, finish each in camera
