@@ -90,10 +90,12 @@ def record_synthetic_bag(path: Path, frames: int) -> Path:
 
 def start_node(a: argparse.Namespace) -> subprocess.Popen:
     """The tracker node on the CPU with random weights, active by itself, every frame tracked
-    (a replay wants every frame, not the latest one)."""
+    (a replay wants every frame, not the latest one), a prompt played just after its frame
+    applied to that frame and the frame re-published (as replay.launch.py runs it)."""
     params = {'device': 'cpu', 'precision': 'fp32', 'random_weights': 'true',
               'use_cuda_graphs': 'false', 'image_size': str(a.image_size), 'autostart': 'true',
-              'process_every_frame': 'true', 'image_topic': IMAGE_TOPIC}
+              'process_every_frame': 'true', 'corrections_on_next_frame': 'false',
+              'image_topic': IMAGE_TOPIC}
     args = [sys.executable, '-m', 'sam2_ros.ros.node', '--ros-args']
     for k, v in params.items():
         args += ['-p', f'{k}:={v}']

@@ -7,8 +7,9 @@ player:=ros2bag runs `ros2 bag play --clock` (needs rosbag2) after `start_delay`
 time the node needs to load the model; player:=sam2_ros runs our rosbag2-free player
 (sam2_ros.ros.replay), which waits for the node's subscriptions instead, and for the
 subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) takes ros2bag
-when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time
-and process_every_frame (no frame dropped, deterministic results). The tracker arguments are
+when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time,
+process_every_frame (no frame dropped, deterministic results) and corrections_on_next_frame
+false (a prompt played just after its frame is applied to it, the frame re-published). The tracker arguments are
 those of tracker.launch.py (`--show-args`).
 """
 
@@ -55,8 +56,11 @@ def _setup(context, *args, **kwargs):
                     output='screen', arguments=[bag, '--rate', rate, '--wait',
                                                 '--wait-timeout', '300'] +
                     [a for t in wait_for for a in ('--wait-topic', t)])
+    # a prompt recorded for a frame but played just after it is applied to that frame and
+    # the frame re-published (not deferred to the next one), so a frame's state does not
+    # depend on how the player interleaved the two
     tracker = common.tracker_node(context, use_sim_time=True, process_every_frame=True,
-                                  autostart=True)
+                                  autostart=True, corrections_on_next_frame=False)
     return common.dds_profile_actions(context) + [tracker, play] + rviz
 
 
