@@ -11,7 +11,8 @@
 #     ONE node serving both (--one-node, cameras [cam0, cam1], frame pairs stamped alike) and
 #     two nodes for comparison; within ~8 minutes (LIMIT_S, default 470 here)
 #   bash scripts/gpu/gpu_node_latency.sh session  # one call's headline rows of three issues:
-#     raw 1/3/8 and jpeg 1 object, then one node serving two cameras with 1 and 3 objects each
+#     raw 1 object, one node serving two cameras with 1 object each, raw 3, jpeg 1, raw 8,
+#     one node for two cameras with 3 objects each (what LIMIT_S leaves room for)
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -99,15 +100,13 @@ elif [ "$MODE" = input ]; then   # raw and JPEG cameras; the target rows first
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
   run shm_3obj_overlay --objects 3 --transport shm --overlay
-elif [ "$MODE" = session ]; then   # the target rows of transport and stereo in one call
+elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
-  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node
   run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
   run shm_8obj_overlay --objects 8 --transport shm --overlay
-  for n in 1 3; do
-    run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
-      --one-node
-  done
+  run cams2_1gpu_1node_3obj --objects 3 --transport shm --overlay --devices "$D0,$D0" --one-node
 elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), then two nodes
   for n in 1 3; do
     run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
