@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from sam2_ros.engine import encoder, frame_in, masks_out, step, streams
@@ -67,16 +68,10 @@ class EagerRunner:
         return encoder.encode_image(self.model, image)
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> masks_out.HostResults:
+                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """logits [B, 1, s, s], scores [B], ids [B] -> masks [B, H, W] bool, stats [B, 8] and
         label [H, W] uint8 on the host (``masks_out.host_results``)."""
-        return self.read_back(logits, scores, h, w, ids)()
-
-    def read_back(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                  ids: List[int]) -> masks_out.ReadBack:
-        """``results`` with the device work issued now and the host copies when the returned
-        read-back is called (``masks_out.start_host_results``)."""
-        return masks_out.start_host_results(logits, h, w, scores, ids)
+        return masks_out.host_results(logits, h, w, scores, ids)
 
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
               maskmem_pos: torch.Tensor) -> Tuple[step.StepOut, List[str]]:

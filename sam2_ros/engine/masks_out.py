@@ -9,7 +9,7 @@ there too, since on the host it costs one full-image pass per object.
 
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -27,31 +27,16 @@ def masks_and_stats(logits: torch.Tensor, h: int, w: int,
     return m.cpu().numpy(), stats.cpu().numpy()
 
 
-HostResults = Tuple[np.ndarray, np.ndarray, np.ndarray]
-# A read-back whose device work is issued: called, it waits for it and returns the host arrays.
-# Why: a step of several cameras issues every camera's read-back first, so the host waits for
-# the device once per step, not once per camera.
-ReadBack = Callable[[], HostResults]
-
-
 def host_results(logits: torch.Tensor, h: int, w: int, scores: torch.Tensor,
-                 ids: List[int]) -> HostResults:
+                 ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """logits [B, 1, s, s], scores [B], object ids [B] -> masks [B, H, W] bool, stats [B, 8]
     float64 (``masks_and_stats`` with the scores as 8th column) and label [H, W] uint8, all on
     the host. The eager reference of the CUDA-graph runner's results."""
-    return start_host_results(logits, h, w, scores, ids)()
-
-
-def start_host_results(logits: torch.Tensor, h: int, w: int, scores: torch.Tensor,
-                       ids: List[int]) -> ReadBack:
-    """``host_results`` in two halves: the device work now, the copies to the host (which
-    wait for it) when the returned ``ReadBack`` is called."""
     if logits.shape[0] == 0:
-        empty = np.zeros((0, h, w), bool), np.zeros((0, 8)), np.zeros((h, w), np.uint8)
-        return lambda: empty
+        return np.zeros((0, h, w), bool), np.zeros((0, 8)), np.zeros((h, w), np.uint8)
     m, stats = on_device(logits, h, w, scores)
     label = label_on_device(m, torch.tensor(ids, dtype=torch.uint8, device=m.device))
-    return lambda: (m.cpu().numpy(), stats.cpu().numpy(), label.cpu().numpy())
+    return m.cpu().numpy(), stats.cpu().numpy(), label.cpu().numpy()
 
 
 def label_on_device(masks: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

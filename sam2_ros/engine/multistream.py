@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sam2_ros.engine import frame_in, step, stream_results
+from sam2_ros.engine import frame_in, masks_out, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.image import ImageSegmenter
@@ -32,7 +32,8 @@ from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
 from sam2_ros.engine.runners import make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
-from sam2_ros.engine.types import FrameResult, Prompt, StreamsResult
+from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
+                                   StreamsResult)
 from sam2_ros.engine.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -247,37 +248,10 @@ class MultiStreamTracker:
         except Exception as exc:  # noqa: BLE001 - the frames fail, memory stays consistent
             self._fail([s.index for s in live], out, exc, self._step_failed(exc))
             return
-        self._results(live, tracked, modes, t0, out)
-
-    def _results(self, live: List[Stream], tracked: List[Tuple[Stream, ObjectInfo]],
-                 modes: List[str], t0: float, out: StreamsResult) -> None:
-        """Every stepped camera's results: all read-backs issued first, then each camera's
-        waited for and converted in camera order, so the host waits for the device once per
-        step, not once per camera. With several cameras a failed read-back is that camera's
-        StepError (the others' results stand); a step of one camera raises it, as always."""
-        pending = []
         for s in live:
             self.stats['frames'] += 1
             mode = _mode([m for (t, _), m in zip(tracked, modes) if t is s])
-            try:
-                pending.append((s, mode, stream_results.issue(s, self.bank, self.runner)))
-            except Exception as exc:  # noqa: BLE001 - this camera's results fail alone
-                if len(live) == 1:      # one camera: what StreamingTracker.track raised
-                    raise
-                self._result_failed(s, exc, out)
-        for s, mode, read in pending:
-            try:
-                out.results[s.index] = stream_results.finish(
-                    s, read, mode, t0, self.cfg.lost_after_frames, tracked=True)
-            except Exception as exc:  # noqa: BLE001 - this camera's results fail alone
-                if len(live) == 1:
-                    raise
-                self._result_failed(s, exc, out)
-
-    def _result_failed(self, stream: Stream, exc: Exception, out: StreamsResult) -> None:
-        self._fail([stream.index], out, exc, lambda s: (
-            f'frame {s.frame} was tracked (its memory written) but its results could not be '
-            f'read back: {exc!r}; tracking continues with the next frame'))
+            out.results[s.index] = self._result(s, mode, t0, tracked=True)
 
     @staticmethod
     def _step_failed(exc: Exception) -> Callable[[Stream], str]:
@@ -378,10 +352,31 @@ class MultiStreamTracker:
             self.stats[f'{m}_steps'] += 1
         return modes
 
-    def _result(self, stream: Stream, mode: str, t0: float) -> FrameResult:
-        """Results of every object of the stream on its latest frame (``add_prompt``)."""
-        return stream_results.finish(stream, stream_results.issue(stream, self.bank, self.runner),
-                                     mode, t0, self.cfg.lost_after_frames)
+    def _result(self, stream: Stream, mode: str, t0: float,
+                tracked: bool = False) -> FrameResult:
+        """Results of every object of the stream on its latest frame, read back in one
+        device-to-host copy. engine_ms runs from t0 to the end of that copy (so it includes
+        the GPU work). tracked=True (a new frame) advances each object's occluded/lost run."""
+        f, (h, w) = stream.frame, stream.hw
+        objs = stream.sorted_objects()
+        slots = self.bank.stage([o.slot for o in objs])
+        logits = self.bank.logits.index_select(0, slots)
+        scores = self.bank.scores.index_select(0, slots)
+        ids = [o.obj_id for o in objs]
+        masks, stats, label = self.runner.results(logits, scores, h, w, ids)
+        stream.occluded_runs()      # those of prompts deferred on the previous frame, first
+        res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
+        res.set_label(label, ids)
+        for o, m, s, lg in zip(objs, masks, stats, logits):
+            o.score = float(s[7])
+            if tracked or o.score > 0:
+                o.hidden_run = 0 if o.score > 0 else o.hidden_run + 1
+            area, box, cen = masks_out.unpack(s)
+            state = TRACKING if o.score > 0 else (
+                LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
+            res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
+                                            f - o.last_prompt_frame, lg[0]))
+        return res
 
     # ---- fallbacks -------------------------------------------------------------------
     def count_fallback(self, reason: str) -> None:

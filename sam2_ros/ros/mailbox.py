@@ -44,9 +44,6 @@ class FrameItem:
     stamp_ns: int
     header: Any
     recv_t: float       # time.monotonic() at receipt
-    # (frame or the exception its decode raised, decode start, end) when decoded before its
-    # turn: the multi-camera worker decodes a frame while it waits for its pair
-    decoded: Optional[Tuple[Any, float, float]] = None
 
 
 @dataclass
@@ -59,8 +56,7 @@ class FrameTimes:
     recv: float = 0.0          # image callback (message taken and converted by rclpy)
     decode0: float = 0.0       # the worker took the frame and starts decoding
     decode1: float = 0.0
-    engine0: float = 0.0       # tracker.track() called (due prompts applied before it; several
-    #                            cameras: their one track call, after every camera's decode)
+    engine0: float = 0.0       # tracker.track() called (due prompts applied before it)
     engine1: float = 0.0
     out0: float = 0.0          # the publisher starts on this frame (the mask message built)
     mask0: float = 0.0         # mask publish() called

@@ -14,7 +14,6 @@ imports ROS.
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -92,31 +91,16 @@ class MultiCameraWorker:
                     guarded(lane, lambda: lane.handle_prompt(item))
             for job in self.mailbox.take_jobs():   # ~/segment_image requests
                 job.run()
-            if group is None:
-                self.decode_waiting()
-                continue
-            try:
-                self._on_group(group)
-            except Exception as exc:  # never let the worker die silently
-                for lane in self.lanes:
-                    lane.counters.consecutive_failures += 1
-                    lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
-
-    def decode_waiting(self) -> None:
-        """Decode the frames that wait for their pair now, while this thread would wait too:
-        a camera's decode is then off its pair's path (the group begins with the last
-        frame's decode only, not every camera's in turn)."""
-        for c, item in self.mailbox.undecoded():
-            guarded(self.lanes[c], lambda: self.lanes[c].decode_early(item))
+            if group is not None:
+                try:
+                    self._on_group(group)
+                except Exception as exc:  # never let the worker die silently
+                    for lane in self.lanes:
+                        lane.counters.consecutive_failures += 1
+                        lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
 
     def _on_group(self, group: Group) -> None:
-        """Begin every camera's frame, track the begun ones in one call, finish each in camera
-        order (each guarded: one camera's failure never stops the others' results).
-
-        Every camera's engine span is that one ``track`` call: its start is stamped after the
-        last camera's decode and its end before the first camera is finished, so a camera's
-        span holds neither another camera's decode nor another camera's hand-off (those are
-        waits of the pair, in the timing log's prompts and output hand-off)."""
+        """Begin every camera's frame, track the begun ones in one call, finish each."""
         started: List[Optional[StartedFrame]] = [None] * len(self.lanes)
         for c, arrival in enumerate(group.frames):
             if arrival is not None:
@@ -124,32 +108,19 @@ class MultiCameraWorker:
                                      lambda: self.lanes[c].begin_frame(arrival.item))
         if all(s is None for s in started):
             return
-        begun = time.monotonic()
-        for s in started:
-            if s is not None:
-                s.times.engine0 = begun
         out = self.core.track([None if s is None else s.rgb for s in started])
-        ended = time.monotonic()
         self.groups += 1
         results: List[Optional[FrameResult]] = [None] * len(self.lanes)
         for c, (lane, s) in enumerate(zip(self.lanes, started)):
-            if s is not None:
-                results[c] = guarded(lane, lambda: self._finish(lane, s, out.results[c],
-                                                                out.errors[c], ended))
+            if s is None:
+                continue
+            res, err = out.results[c], out.errors[c]
+            if err is not None:
+                res = lane.track_failed(s.rgb, err)
+            lane.finish_frame(s, res)
+            results[c] = res
         if self.on_group is not None:
             self.on_group(group, results)
-
-    @staticmethod
-    def _finish(lane: TrackingWorker, s: StartedFrame, res: Optional[FrameResult],
-                err: Optional[Exception], ended: float) -> Optional[FrameResult]:
-        """Camera ``lane``'s frame after the group's track call: published (or its failure
-        handled, which may track it again alone: then its span ends after that)."""
-        if err is not None:
-            res = lane.track_failed(s.rgb, err)
-            lane.finish_frame(s, res)
-            return res
-        lane.finish_frame(s, res, ended=ended)
-        return res
 
 
 def guarded(lane: TrackingWorker, work: Callable[[], Any]) -> Any:

@@ -129,12 +129,6 @@ class PairedMailbox:
             self._jobs.clear()
             return jobs
 
-    def undecoded(self) -> List[Tuple[int, FrameItem]]:
-        """(camera, frame) of each frame waiting in the pairer for its group and not decoded
-        yet (``FrameItem.decoded``): the worker decodes them while it waits."""
-        with self.cond:
-            return [(a.camera, a.item) for a in self.pairer.queued() if a.item.decoded is None]
-
     def pending_frames(self, camera: int) -> int:
         """Camera ``camera``'s frames in waiting groups and in the pairer."""
         with self.cond:

@@ -136,10 +136,6 @@ class StampPairer:
         oldest = self._oldest_recv()
         return None if oldest is None else oldest + self.period_ns
 
-    def queued(self) -> List[Arrival]:
-        """Every queued frame (waiting for its group), per camera in arrival order."""
-        return [a for q in self._queues for a in q]
-
     def pending(self, camera: Optional[int] = None) -> int:
         """Frames queued: all cameras', or camera ``camera``'s."""
         if camera is not None:

@@ -281,13 +281,13 @@ class TrackingWorker:
     def begin_frame(self, item: FrameItem) -> Optional['StartedFrame']:
         """Decode a frame and apply what is due for it; None when it cannot be decoded
         (reported). The caller tracks ``rgb`` and hands the result to :meth:`finish_frame`."""
-        rgb, t0, t1 = item.decoded or self._decode(item)
-        if isinstance(rgb, TrackerError):
-            self._frame_failed(f'frame skipped: {rgb}')
+        times = FrameTimes(recv=item.recv_t, decode0=time.monotonic())
+        try:
+            rgb = self.host.decode(item.msg)
+        except TrackerError as exc:
+            self._frame_failed(f'frame skipped: {exc}')
             return None
-        if isinstance(rgb, Exception):      # not a refused frame: the caller's internal error
-            raise rgb
-        times = FrameTimes(recv=item.recv_t, decode0=t0, decode1=t1)
+        times.decode1 = time.monotonic()
         if time_jump.went_back(self.last_stamp_ns, item.stamp_ns):
             self.time_jumped(time_jump.image_jump_reason(self.last_stamp_ns, item.stamp_ns),
                              item.stamp_ns)
@@ -296,30 +296,13 @@ class TrackingWorker:
         times.engine0 = time.monotonic()
         return StartedFrame(item, rgb, times)
 
-    def decode_early(self, item: FrameItem) -> None:
-        """Decode a frame before its turn (into ``item.decoded``, failures too: they are
-        reported when :meth:`begin_frame` takes it, in frame order)."""
-        item.decoded = self._decode(item)
-
-    def _decode(self, item: FrameItem) -> Tuple[Any, float, float]:
-        """(frame, or the exception its decode raised; decode start and end times)."""
-        t0 = time.monotonic()
-        try:
-            rgb = self.host.decode(item.msg)
-        except Exception as exc:  # noqa: BLE001 - kept; begin_frame reports or raises it
-            rgb = exc
-        return rgb, t0, time.monotonic()
-
-    def finish_frame(self, started: 'StartedFrame', res: Optional[FrameResult],
-                     ended: Optional[float] = None) -> None:
-        """After tracking a begun frame: publish its result (None: it failed, reported).
-        ``ended``: when its tracking ended (``time.monotonic()``; by default now), for the
-        multi-camera worker, whose one track call ended before it finishes each camera."""
+    def finish_frame(self, started: 'StartedFrame', res: Optional[FrameResult]) -> None:
+        """After tracking a begun frame: publish its result (None: it failed, reported)."""
         if res is None:
             return
         item, rgb, times = started.item, started.rgb, started.times
         decode_ms = (times.decode1 - times.decode0) * 1e3
-        times.engine1 = time.monotonic() if ended is None else ended
+        times.engine1 = time.monotonic()
         self.counters.processed += 1
         self._applied_old = []
         self.counters.consecutive_failures = 0

@@ -93,18 +93,9 @@ class GraphIO:
         cap.event = self._record()
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> Optional[masks_out.HostResults]:
+                ids: List[int]) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """As ``EagerRunner.results``, by the mask graph of the smallest bucket that holds the
         objects; None when there is none (the caller runs it eagerly)."""
-        read = self.read_back(logits, scores, h, w, ids)
-        return None if read is None else read()
-
-    def read_back(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                  ids: List[int]) -> Optional[masks_out.ReadBack]:
-        """``results`` in two halves: the replay and the copies to pinned host buffers issued
-        now, the sync when the returned read-back is called. Several read-backs may be
-        issued before the first is called: each copies out of the graph's static outputs
-        before a later replay (the stream's order) into host buffers of its own."""
         n = logits.shape[0]
         batch = buckets.smallest_batch(self.out_buckets, n) if n else None
         cap = None if batch is None else self.get(MasksOutKey(batch, h, w))
@@ -124,13 +115,9 @@ class GraphIO:
         host_m.copy_(masks[:n], non_blocking=self.cuda)
         host_s.copy_(stats[:n], non_blocking=self.cuda)
         host_l.copy_(label, non_blocking=self.cuda)
-        done = self._record()
-
-        def read() -> masks_out.HostResults:
-            if done is not None:
-                done.synchronize()         # these copies, not work issued after them
-            return host_m.numpy(), host_s.numpy(), host_l.numpy()
-        return read
+        if self.cuda:
+            torch.cuda.current_stream().synchronize()
+        return host_m.numpy(), host_s.numpy(), host_l.numpy()
 
     # ---- capture ---------------------------------------------------------------------
     def get(self, key: IOKey) -> Optional[CapturedGraph]:

@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
-from sam2_ros.engine import encoder, frame_in, masks_out, step
+from sam2_ros.engine import encoder, frame_in, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import IOKey, StepBucket, StepKey
@@ -249,16 +250,10 @@ class GraphRunner:
         return self.graphs.encoder.outputs
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> masks_out.HostResults:
-        return self.read_back(logits, scores, h, w, ids)()
-
-    def read_back(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                  ids: List[int]) -> masks_out.ReadBack:
-        """``results`` issued now, waited for when the returned read-back is called: by the
-        masks-out graph where there is one, else eagerly."""
-        read = None if self.graphs is None else self.graphs.io.read_back(logits, scores, h, w,
-                                                                         ids)
-        return self.eager.read_back(logits, scores, h, w, ids) if read is None else read
+                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        out = None if self.graphs is None else self.graphs.io.results(logits, scores, h, w,
+                                                                       ids)
+        return self.eager.results(logits, scores, h, w, ids) if out is None else out
 
     # ---- steps -----------------------------------------------------------------------
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],
