@@ -84,15 +84,18 @@ class NodeOptions:
         'no frame for this long -> diagnostics WARN'))
     diagnostics_period_s: float = knob(1.0, kind='float', doc=(
         'period of /diagnostics (wall clock)'))
-    # A click or prompt stamped with the last processed frame (or older, or a Point click):
-    # true: CameraTracker.defer_prompt, computed with the next frame before it is encoded, that
-    # frame's result the first to show it (a correction costs no second read-back and no
-    # re-publish); false: add_prompt at once and that frame's result published again (a paused
-    # camera shows the change). Detections on the last frame are applied at once either way.
+    # A correction (a click or prompt for a tracked object) stamped with the last processed
+    # frame (or older, or a Point click): true: CameraTracker.defer_prompt, computed with the
+    # next frame before it is encoded, that frame's result the first to show it (a correction
+    # costs no second read-back and no re-publish); false: add_prompt at once and that frame's
+    # result published again (a paused camera shows the change). A new object's prompt and
+    # detections on the last frame are applied at once either way, so the frame a prompt names
+    # shows its object however the prompt and the frame interleave.
     corrections_on_next_frame: bool = knob(True, kind='bool', doc=(
-        'a prompt or click on the last processed frame is computed with the next frame (its '
-        'result shows it; the old frame is not published again); false: applied at once and '
-        'the last frame re-published (a paused camera shows it)'))
+        'a correction (prompt or click for a tracked object) on the last processed frame is '
+        'computed with the next frame (its result shows it; the old frame is not published '
+        'again); false: applied at once and the last frame re-published (a paused camera shows '
+        'it). New objects are applied at once either way'))
     # Object that a click (geometry_msgs/PointStamped on ~/click, or Point from rqt_image_view)
     # is for. Changeable at run time (`ros2 param set`), like click_mode.
     click_object_id: int = knob(1, kind='int', runtime=True, doc=(

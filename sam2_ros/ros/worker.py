@@ -54,9 +54,10 @@ class TrackingWorker:
     the result to the output stage (``pipeline``: on threads of its own).
 
     ``association`` is the detection association memory; the node owns it (it outlives an
-    activation), a fresh one by default. ``corrections_on_next_frame``: a prompt on the last
-    processed frame is deferred to the next one (``defer_prompt``, no re-publish) instead of
-    applied and re-published at once (NodeOptions says why).
+    activation), a fresh one by default. ``corrections_on_next_frame``: a correction (a prompt
+    for a tracked object) on the last processed frame is deferred to the next one
+    (``defer_prompt``, no re-publish) instead of applied and re-published at once (NodeOptions
+    says why); a new object's prompt there is applied at once either way.
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
@@ -259,7 +260,7 @@ class TrackingWorker:
                     self.hold.drop_prompts()
             elif action == ACTION_REMOVE:
                 self.tracker.remove_object(prompt.obj_id)
-            elif now and self.defer_corrections:
+            elif now and self.defer_corrections and prompt.obj_id in self.tracker.object_ids:
                 self.tracker.defer_prompt(prompt)   # the next frame's result shows it
             elif now:
                 self._emit_again(self.tracker.add_prompt(prompt))

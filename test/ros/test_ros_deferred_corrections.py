@@ -130,9 +130,10 @@ def test_multi_camera_lanes_defer_per_camera():
         same(published[c][-1].result, want.results[c])
 
 
-def test_new_object_clicks_before_the_next_frame_take_distinct_ids():
-    """click_mode 'new' (NodeHost.convert): an id deferred to start on the last frame is in
-    use, so a second click before the next frame starts another object, not the same one."""
+def test_new_object_clicks_on_the_last_frame_apply_at_once_with_distinct_ids():
+    """click_mode 'new' (NodeHost.convert) with deferred corrections: a new object is not a
+    correction, so each click starts its object on the last frame at once (the frame
+    re-published) and the second click takes another id."""
     from sam2_ros.ros.node_host import NodeHost
 
     values = {'click_mode': 'new', 'click_object_id': 1}
@@ -149,6 +150,7 @@ def test_new_object_clicks_before_the_next_frame_take_distinct_ids():
     w._on_frame(frame_item(0, 100))
     for x in (15.0, 45.0):
         w._on_prompt(PromptItem(SimpleNamespace(x=x, y=20.0), 'click', 100))
-    assert tr.deferred_ids == [1, 2] and values['click_object_id'] == 2
+    assert tr.deferred_ids == [] and tr.object_ids == [1, 2] and values['click_object_id'] == 2
+    assert [[o.obj_id for o in p.result.objects] for p in published] == [[], [1], [1, 2]]
     w._on_frame(frame_item(1, 200))
-    assert [o.obj_id for o in published[-1].result.objects] == [1, 2] and len(published) == 2
+    assert [o.obj_id for o in published[-1].result.objects] == [1, 2] and len(published) == 4
