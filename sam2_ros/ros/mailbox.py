@@ -56,7 +56,8 @@ class FrameTimes:
     recv: float = 0.0          # image callback (message taken and converted by rclpy)
     decode0: float = 0.0       # the worker took the frame and starts decoding
     decode1: float = 0.0
-    engine0: float = 0.0       # tracker.track() called (due prompts applied before it)
+    engine0: float = 0.0       # tracker.track() called (due prompts applied before it; several
+    #                            cameras: their one track call, after every camera's decode)
     engine1: float = 0.0
     out0: float = 0.0          # the publisher starts on this frame (the mask message built)
     mask0: float = 0.0         # mask publish() called

@@ -14,6 +14,7 @@ imports ROS.
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -100,7 +101,13 @@ class MultiCameraWorker:
                         lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
 
     def _on_group(self, group: Group) -> None:
-        """Begin every camera's frame, track the begun ones in one call, finish each."""
+        """Begin every camera's frame, track the begun ones in one call, finish each in camera
+        order (each guarded: one camera's failure never stops the others' results).
+
+        Every camera's engine span is that one ``track`` call: its start is stamped after the
+        last camera's decode and its end before the first camera is finished, so a camera's
+        span holds neither another camera's decode nor another camera's hand-off (those are
+        waits of the pair, in the timing log's prompts and output hand-off)."""
         started: List[Optional[StartedFrame]] = [None] * len(self.lanes)
         for c, arrival in enumerate(group.frames):
             if arrival is not None:
@@ -108,19 +115,32 @@ class MultiCameraWorker:
                                      lambda: self.lanes[c].begin_frame(arrival.item))
         if all(s is None for s in started):
             return
+        begun = time.monotonic()
+        for s in started:
+            if s is not None:
+                s.times.engine0 = begun
         out = self.core.track([None if s is None else s.rgb for s in started])
+        ended = time.monotonic()
         self.groups += 1
         results: List[Optional[FrameResult]] = [None] * len(self.lanes)
         for c, (lane, s) in enumerate(zip(self.lanes, started)):
-            if s is None:
-                continue
-            res, err = out.results[c], out.errors[c]
-            if err is not None:
-                res = lane.track_failed(s.rgb, err)
-            lane.finish_frame(s, res)
-            results[c] = res
+            if s is not None:
+                results[c] = guarded(lane, lambda: self._finish(lane, s, out.results[c],
+                                                                out.errors[c], ended))
         if self.on_group is not None:
             self.on_group(group, results)
+
+    @staticmethod
+    def _finish(lane: TrackingWorker, s: StartedFrame, res: Optional[FrameResult],
+                err: Optional[Exception], ended: float) -> Optional[FrameResult]:
+        """Camera ``lane``'s frame after the group's track call: published (or its failure
+        handled, which may track it again alone: then its span ends after that)."""
+        if err is not None:
+            res = lane.track_failed(s.rgb, err)
+            lane.finish_frame(s, res)
+            return res
+        lane.finish_frame(s, res, ended=ended)
+        return res
 
 
 def guarded(lane: TrackingWorker, work: Callable[[], Any]) -> Any:

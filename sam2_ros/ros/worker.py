@@ -297,13 +297,16 @@ class TrackingWorker:
         times.engine0 = time.monotonic()
         return StartedFrame(item, rgb, times)
 
-    def finish_frame(self, started: 'StartedFrame', res: Optional[FrameResult]) -> None:
-        """After tracking a begun frame: publish its result (None: it failed, reported)."""
+    def finish_frame(self, started: 'StartedFrame', res: Optional[FrameResult],
+                     ended: Optional[float] = None) -> None:
+        """After tracking a begun frame: publish its result (None: it failed, reported).
+        ``ended``: when its tracking ended (``time.monotonic()``; by default now), for the
+        multi-camera worker, whose one track call ended before it finishes each camera."""
         if res is None:
             return
         item, rgb, times = started.item, started.rgb, started.times
         decode_ms = (times.decode1 - times.decode0) * 1e3
-        times.engine1 = time.monotonic()
+        times.engine1 = time.monotonic() if ended is None else ended
         self.counters.processed += 1
         self._applied_old = []
         self.counters.consecutive_failures = 0

@@ -12,7 +12,9 @@ The split of image published -> mask received (``SPLIT``, in order; the parts ad
 * ``node_decode_ms``   message -> frame (Image/CompressedImage decode)
 * ``prompts_ms``       prompts due on this frame handed to the tracker
 * ``node_engine_ms``   ``tracker.track()`` as the worker times it (the state's ``engine_ms``
-  is the tracker's own)
+  is the tracker's own); one node for several cameras: the group's one track call, the same
+  span for every camera of it (another camera's decode is in ``prompts_ms``, the hand-off of
+  the cameras finished before it in ``handoff_out_ms``)
 * ``handoff_out_ms``   track() returned -> the publisher starts on the frame (output stage)
 * ``publish_mask_ms``  label mask and message built, publish() called and returned
 * ``dds_out_ms``       publish() returned -> the mask callback here (can be slightly negative:

@@ -1,0 +1,106 @@
+"""The multi-camera worker's step of a group (sam2_ros/ros/multi_worker.py ``_on_group``) over
+a fake core: every camera's engine span is the one track call of the group (not another
+camera's decode before it, nor another camera's hand-off after it), results are finished in
+camera order, and one camera's failure (a failed frame, an internal error while finishing it)
+never stops the other's result."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from sam2_ros.engine.errors import StepError
+from sam2_ros.engine.types import FrameResult, StreamsResult
+from sam2_ros.ros import detections as det
+from sam2_ros.ros.multi_worker import MultiCameraWorker
+from sam2_ros.ros.paired_mailbox import PairedMailbox
+from sam2_ros.ros.pairing import Arrival, Group
+from sam2_ros.ros.worker import FrameItem
+from test_ros_worker import host, outputs
+
+
+class FakeCore:
+    """Two cameras; ``track`` returns a result per present frame, or ``errors[c]``."""
+
+    cameras = 2
+
+    def __init__(self):
+        self.calls, self.errors = [], [None, None]
+        self.stats, self.fallback_reasons = {}, {}
+
+    def stream(self, c):
+        return SimpleNamespace(stream=SimpleNamespace(queued={}, deferred={}))
+
+    def track(self, frames):
+        self.calls.append(('track', time.monotonic()))
+        res = [None if f is None or e is not None else FrameResult(len(self.calls), 2, 2)
+               for f, e in zip(frames, self.errors)]
+        return StreamsResult(res, [None if f is None else e
+                                   for f, e in zip(frames, self.errors)])
+
+
+def worker(core, events, groups=None):
+    def decode(msg):
+        events.append(('decode', msg))
+        return np.zeros((2, 2, 3), np.uint8)
+
+    def publish(c):
+        return lambda p: events.append(('publish', c, time.monotonic(), p))
+    return MultiCameraWorker(
+        core, PairedMailbox(2, True, 4, 8, period_ns=33_000_000),
+        [host(decode=decode), host(decode=decode)], [outputs(publish(0)), outputs(publish(1))],
+        [det.Association(), det.Association()],
+        on_group=None if groups is None else lambda g, r: groups.append(r))
+
+
+def group(stamp):
+    return Group(stamp, [Arrival(c, stamp, 0, FrameItem(c, stamp, SimpleNamespace(stamp=stamp),
+                                                        time.monotonic()))
+                         for c in range(2)], 'complete')
+
+
+def published(events):
+    return [e for e in events if e[0] == 'publish']
+
+
+def test_every_cameras_engine_span_is_the_groups_track_call():
+    core, events = FakeCore(), []
+    w = worker(core, events)
+    w._on_group(group(100))
+    pubs = published(events)
+    assert [e[1] for e in pubs] == [0, 1]                        # camera order
+    t0, t1 = pubs[0][3].times, pubs[1][3].times
+    assert t0.engine0 == t1.engine0 >= t1.decode1                # after the last decode
+    assert t0.engine0 <= core.calls[0][1] <= t0.engine1
+    assert t0.engine1 == t1.engine1 <= pubs[0][2]                # before camera 0's publish
+
+
+def test_an_internal_error_finishing_one_camera_leaves_the_other_published(monkeypatch):
+    core, events, groups = FakeCore(), [], []
+    w = worker(core, events, groups)
+    reports = []
+    monkeypatch.setattr(w.lanes[0].errors, 'report', reports.append)
+
+    def boom(*a, **k):
+        raise RuntimeError('injected')
+    monkeypatch.setattr(w.lanes[0], 'finish_frame', boom)
+    w._on_group(group(100))
+    assert [e[1] for e in published(events)] == [1]
+    assert len(reports) == 1 and 'injected' in reports[0]
+    assert [lane.counters.consecutive_failures for lane in w.lanes] == [1, 0]
+    assert groups[0][0] is None and groups[0][1] is not None
+    monkeypatch.undo()
+    w._on_group(group(200))                                      # camera 0 goes on
+    assert [e[1] for e in published(events)] == [1, 0, 1]
+
+
+def test_a_failed_frame_of_one_camera_leaves_the_other_published():
+    core, events = FakeCore(), []
+    core.errors[0] = StepError('injected')
+    w = worker(core, events)
+    w._on_group(group(100))
+    assert [e[1] for e in published(events)] == [1]
+    assert [lane.counters.frame_errors for lane in w.lanes] == [1, 0]
+    assert [lane.counters.processed for lane in w.lanes] == [0, 1]
