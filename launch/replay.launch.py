@@ -9,8 +9,8 @@ time the node needs to load the model; player:=sam2_ros runs our rosbag2-free pl
 subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) takes ros2bag
 when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time,
 process_every_frame (no frame dropped, deterministic results) and corrections_on_next_frame
-false (a prompt played just after its frame is applied to it, the frame re-published). The tracker arguments are
-those of tracker.launch.py (`--show-args`).
+false (a prompt played just after its frame is applied to it, the frame re-published). The
+tracker arguments are those of tracker.launch.py (`--show-args`).
 """
 
 import os

@@ -63,6 +63,12 @@ class KeyPacking:
         return self._packed
 
 
+def packed_keys(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """x [B, H, Lk, D] -> [B*Lk, H, D] rows in ``KeyPacking.packed``'s order (valid first)."""
+    b, h, lk, d = x.shape
+    return x.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+
+
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      keys: KeyPacking) -> torch.Tensor:
     """Attention of each batch row over its valid keys only.
@@ -74,8 +80,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if not q.is_cuda:
         return _per_row(q, k, v, keys.valid)
     order, cu_q, cu_k = keys.packed(lq)
-    kp = k.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
-    vp = v.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    kp, vp = packed_keys(k, order), packed_keys(v, order)
     qp = q.transpose(1, 2).reshape(b * lq, h, d)
     if q.dtype in (torch.float16, torch.bfloat16):
         out = torch.ops.aten._flash_attention_forward(
@@ -102,8 +107,7 @@ def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     b, h, lq, d = q.shape
     lk = k.shape[2]
     order, _, cu_k = keys.packed(lq)
-    kp = k.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
-    vp = v.transpose(1, 2).reshape(b * lk, h, d).index_select(0, order)
+    kp, vp = packed_keys(k, order), packed_keys(v, order)
     # sequence r*S + j: row r's queries against chunk j of its keys
     qs = q.transpose(1, 2).unsqueeze(1).expand(b, splits, lq, h, d).reshape(-1, h, d)
     cu_ks, lengths = chunk_bounds(cu_k, splits)                         # [B*S+1], [B, S]

@@ -22,8 +22,8 @@ precision): wall ms per image p50/p99 over ``--images`` images after ``--warmup`
 its own) and ``decoder_ms_p50`` (the rest); ``gpu_kernel_ms`` (CUDA kernel time per image under
 torch.profiler); ``peak_mib`` (max allocated since the model was built, model included;
 the same definition for every variant; the pass that counts module calls is left out: for
-ours it runs an eager twin that a user never runs); ``held_mib`` (the distinct tensor storages on the
-device that the variant's objects keep alive after the row: ``held.py``, on the CPU too);
+ours it runs an eager twin that a user never runs); ``held_mib`` (the distinct tensor storages
+on the device that the variant's objects keep alive after the row: ``held.py``, on the CPU too);
 ``memory_attention_calls`` / ``memory_encoder_calls`` per image (forward calls of sam2's
 MemoryAttention / MemoryEncoder modules, counted on one eager image; ours counted on an eager
 twin, since graph replays call no module). bf16 runs every variant under bf16 autocast (sam2's
@@ -193,11 +193,12 @@ def _restart_peak(device: str) -> None:
 
 
 def _reset_peak(device: str) -> None:
+    """Free what the previous rows left cached, then restart the peak."""
     import torch
     gc.collect()
     if torch.device(device).type == 'cuda':
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    _restart_peak(device)
 
 
 def model_rows(family: str, model: str, a: argparse.Namespace, imgs, save) -> None:

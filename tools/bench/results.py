@@ -94,6 +94,16 @@ def write_table(path: str, text: str) -> None:
         f.write(doc)
 
 
+def save_probe(path: str, rows: List[dict]) -> None:
+    """A probe's output (tools/probes): its rows and the GPU they ran on, one file per run
+    (probes guide work; benchmark rows are what the docs quote)."""
+    import torch
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with open(path, 'w') as f:
+        json.dump({'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu',
+                   'rows': rows}, f, indent=1)
+
+
 def run_id() -> str:
     """One id per benchmark invocation (UTC time plus a random suffix, so two runs started
     the same second differ): a ratio between rows is only taken between rows of one run."""

@@ -9,7 +9,7 @@ frame; this says whether its graph's kernels or the host work around it are the 
 Per object count, steady state (past the 15 frames after the prompts): wall ms p50 of
 ``track()`` and of ``add_prompt`` (a click on object 1, the latest frame, results read back),
 and for each the kernels per call and their ms under torch.profiler, by kernel group
-(``tools/bench/profiling.group_of``), plus the tracker's step counters (every correction should
+(the engine benchmark's census), plus the tracker's step counters (every correction should
 be a prompt graph step, no fallback).
 """
 
@@ -21,52 +21,33 @@ import os
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 from typing import Callable, Dict
 
 import numpy as np
 import torch
 
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+from tools.bench.profiling import kernel_ms, sync
+from tools.bench.results import save_probe
 
 
-def profiled(fn: Callable[[], object], calls: int) -> Dict[str, object]:
-    """Kernels per call of ``fn`` and their ms, total and by group."""
-    from torch.profiler import ProfilerActivity, profile
-    from tools.bench.profiling import group_of
-    acts = [ProfilerActivity.CUDA] if torch.cuda.is_available() else [ProfilerActivity.CPU]
-    _sync()
-    with profile(activities=acts) as prof:
-        for _ in range(calls):
-            fn()
-        _sync()
-    groups: Dict[str, list] = {}
-    n, us = 0, 0.0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        if e.name.lower().startswith(('memcpy', 'memset')):
-            continue
-        t = e.device_time if hasattr(e, 'device_time') else e.cuda_time
-        g = groups.setdefault(group_of(e.name), [0, 0.0])
-        g[0] += 1
-        g[1] += t
-        n += 1
-        us += t
-    return {'kernels': n / calls, 'kernel_ms': round(us / 1e3 / calls, 3),
-            'groups': {k: [v[0] / calls, round(v[1] / 1e3 / calls, 4)]
-                       for k, v in sorted(groups.items(), key=lambda kv: -kv[1][1])}}
+def profiled(fn: Callable[[], object], calls: int, device: str) -> Dict[str, object]:
+    """Kernels per call of ``fn`` and their ms, total and by group (the engine benchmark's
+    census, ``tools/bench/profiling.kernel_ms``); None values on the CPU."""
+    run = SimpleNamespace(step=fn, info={})
+    ms = kernel_ms(run, calls, device)
+    return {'kernels': run.info.get('kernels_per_frame'),
+            'kernel_ms': None if ms is None else round(ms, 3),
+            'groups': run.info.get('kernel_groups')}
 
 
-def wall(fn: Callable[[], object], calls: int) -> float:
+def wall(fn: Callable[[], object], calls: int, device: str) -> float:
     times = []
     for _ in range(calls):
-        _sync()
+        sync(device)
         t = time.perf_counter()
         fn()
-        _sync()
+        sync(device)
         times.append((time.perf_counter() - t) * 1e3)
     return round(statistics.median(times), 3)
 
@@ -91,10 +72,10 @@ def row(objects: int, device: str, res: int) -> Dict[str, object]:
                    labels=np.array([1], np.int32))
     it = iter(frames[25:])
     out = {'objects': objects,
-           'track_ms_p50': wall(lambda: tr.track(next(it)), 20),
-           'correction_ms_p50': wall(lambda: tr.add_prompt(click), 20),
-           'track_profile': profiled(lambda: tr.track(frames[50]), 3),
-           'correction_profile': profiled(lambda: tr.add_prompt(click), 3),
+           'track_ms_p50': wall(lambda: tr.track(next(it)), 20, device),
+           'correction_ms_p50': wall(lambda: tr.add_prompt(click), 20, device),
+           'track_profile': profiled(lambda: tr.track(frames[50]), 3, device),
+           'correction_profile': profiled(lambda: tr.add_prompt(click), 3, device),
            'stats': {k: v for k, v in tr.stats.items() if isinstance(v, int)}}
     return out
 
@@ -112,10 +93,7 @@ def main(argv=None) -> int:
         rows.append(row(n, a.device, a.res))
         print(json.dumps(rows[-1]), flush=True)
         torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(a.out) or '.', exist_ok=True)
-    with open(a.out, 'w') as f:
-        json.dump({'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu',
-                   'rows': rows}, f, indent=1)
+    save_probe(a.out, rows)
     return 0
 
 

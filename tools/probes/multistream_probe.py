@@ -22,6 +22,8 @@ from typing import Dict, List
 
 import torch
 
+from tools.bench.results import save_probe
+
 
 def tracker(cameras: int, objects: int, batch_streams: bool = True, device: str = 'cuda',
             res: int = 512):
@@ -30,7 +32,8 @@ def tracker(cameras: int, objects: int, batch_streams: bool = True, device: str 
     from sam2_ros.engine.types import Prompt
     from sam2_ros.synthetic import SyntheticCamera
     cfg = TrackerConfig(model_size='tiny', image_size=res, random_weights=True, device=device,
-                        precision='bf16' if device == 'cuda' else 'fp32', max_objects=8, batch_streams=batch_streams)
+                        precision='bf16' if device == 'cuda' else 'fp32', max_objects=8,
+                        batch_streams=batch_streams)
     tr = MultiStreamTracker(cfg, cameras=cameras)
     cams = [SyntheticCamera(1280, 720, objects=max(2, objects), seed=c) for c in range(cameras)]
     frames = [[cam.frame(t) for cam in cams] for t in range(80)]
@@ -91,10 +94,7 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
             del tr
             torch.cuda.empty_cache()
-    os.makedirs(os.path.dirname(a.out) or '.', exist_ok=True)
-    with open(a.out, 'w') as f:
-        json.dump({'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu',
-                   'rows': rows}, f, indent=1)
+    save_probe(a.out, rows)
     return 0
 
 
