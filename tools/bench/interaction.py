@@ -39,7 +39,7 @@ import json
 import sys
 import time
 import traceback
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -147,9 +147,13 @@ def row_key(row: dict) -> tuple:
 
 
 def run_row(a: argparse.Namespace, objects: int, variant: str,
-            corrections: str = 'deferred') -> Dict[str, object]:
+            corrections: str = 'deferred',
+            around: Optional[Callable[[int, Callable[[], object]], object]] = None
+            ) -> Dict[str, object]:
     """Build a tracker for one row and time the interactive stream on it; the row comes back
-    without the provenance fields (``stamp`` adds those)."""
+    without the provenance fields (``stamp`` adds those). ``around(t, work)``, when given, runs
+    timed frame t's work (a probe's profiler or per-frame record) and returns what it
+    returns."""
     import torch
 
     from sam2_ros.engine.config import TrackerConfig
@@ -192,12 +196,14 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         correct = 'correction' in kinds.get(t, ())
         if correct and deferred:    # on the frame just tracked, computed by this track
             tr.defer_prompt(click(t - 1))
+
+        def work(t=t, frame=frame, correct=correct):
+            res = tr.track(frame)
+            modes.append(res.mode)
+            return tr.add_prompt(click(t)) if correct and not deferred else res
         _sync(a.device)
         t0 = time.perf_counter()
-        res = tr.track(frame)
-        modes.append(res.mode)
-        if correct and not deferred:
-            res = tr.add_prompt(click(t))
+        res = around(t, work) if around is not None else work()
         _sync(a.device)
         ms.append((time.perf_counter() - t0) * 1e3)
         want = objects + (1 if 1 <= a.new_at <= t else 0)

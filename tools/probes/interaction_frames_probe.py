@@ -1,0 +1,102 @@
+"""Probe: every frame of the interaction benchmark's stream, with the kernels of a window.
+
+    python -m tools.probes.interaction_frames_probe [--objects 1] [--corrections deferred]
+        [--window 176-192] [--out $OUT/interaction_frames.json]
+
+Why: with deferred corrections, tiny@512, the frames 3-10 after the correction at frame 180
+took 9.1 ms at 1 object (13 at 8) against a p50 of 4.1 (7.5), with no prompt on them and
+every step a graph replay; immediate corrections do not show it. The benchmark keeps only the
+5 slowest frames. Here the same stream (``tools.bench.interaction.run_row``, the same
+arguments) runs twice: once for the wall ms of every timed frame, once with the frames of
+``--window`` each under torch.profiler, for their kernels per frame, kernel ms and census
+groups. A frame whose kernels grow says which kernels; one whose kernels do not is host time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from types import SimpleNamespace
+from typing import Callable, Dict, List
+
+import torch
+
+from tools.bench.interaction import run_row
+from tools.bench.profiling import kernel_ms, sync
+from tools.bench.results import save_probe
+
+
+def stream_args(a: argparse.Namespace) -> argparse.Namespace:
+    """The interaction benchmark's arguments for this probe's stream (its defaults)."""
+    return argparse.Namespace(model='tiny', res=a.res, checkpoint=None, random_weights=True,
+                              seed=0, device=a.device, precision=a.precision, frames=a.frames,
+                              w=1280, h=720, correct_every=60, new_at=150, precompile='')
+
+
+def walls(a: argparse.Namespace) -> List[float]:
+    """Wall ms of every timed frame, as the benchmark times them."""
+    ms: List[float] = []
+
+    def around(t: int, work: Callable[[], object]) -> object:
+        sync(a.device)
+        t0 = time.perf_counter()
+        out = work()
+        sync(a.device)
+        ms.append(round((time.perf_counter() - t0) * 1e3, 3))
+        return out
+    run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
+    return ms
+
+
+def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, object]]:
+    """Per frame of [lo, hi]: kernels, kernel ms and census groups of its work."""
+    out: Dict[int, Dict[str, object]] = {}
+
+    def around(t: int, work: Callable[[], object]) -> object:
+        if not lo <= t <= hi:
+            return work()
+        box: List[object] = []
+        run = SimpleNamespace(step=lambda: box.append(work()), info={})
+        ms = kernel_ms(run, 1, a.device)      # None, without running it, on the CPU
+        if not box:
+            run.step()
+        out[t] = {'kernels': run.info.get('kernels_per_frame'),
+                  'kernel_ms': None if ms is None else round(ms, 3),
+                  'groups': run.info.get('kernel_groups'),
+                  'host_gaps_ms': (run.info.get('gpu_timeline') or {}).get(
+                      'host_gaps_ms_per_frame')}
+        return box[0]
+    run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--objects', type=int, default=1)
+    p.add_argument('--corrections', default='deferred', choices=('deferred', 'immediate'))
+    p.add_argument('--frames', type=int, default=200)
+    p.add_argument('--window', default='176-192', help='frames profiled, lo-hi')
+    p.add_argument('--res', type=int, default=512)
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
+    p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
+                                                 'interaction_frames.json'))
+    a = p.parse_args(argv)
+    lo, hi = (int(x) for x in a.window.split('-'))
+    with torch.inference_mode():
+        ms = walls(a)
+        prof = kernels(a, lo, hi)
+    for t in range(lo, hi + 1):
+        k = prof.get(t, {})
+        print(f"frame {t}: {ms[t - 1]:7.3f} ms wall, {k.get('kernels')} kernels, "
+              f"{k.get('kernel_ms')} ms kernels, host gaps {k.get('host_gaps_ms')} ms, "
+              f"{k.get('groups')}", flush=True)
+    save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections, 'frame_ms': ms,
+                        'window': {str(t): v for t, v in prof.items()}}])
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
