@@ -83,7 +83,9 @@ class NodeOptions:
     # The longest a thread waiting for Python's GIL waits while another holds it (Python's
     # default 5 ms): the worker returning from a CUDA wait competes with the executor and the
     # output threads (sam2_ros/ros/gil.py; process-wide, set at configure, restored at cleanup).
-    gil_switch_interval_ms: float = knob(0.5, kind='float', tuning=True, doc=(
+    # Off by default: one node serving two cameras was no better at 0.5 ms (H200, 1 object
+    # per camera: p99 151 / 116 ms at 0.5 / 5 ms, run 20261202T161246Z-gil; docs/performance.md).
+    gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
         "Python's thread switch interval in the node's process (sys.setswitchinterval), so the "
         'worker waits less for the GIL after a CUDA wait; 0 = Python\'s own (5 ms)'))
     stale_timeout_s: float = knob(2.0, kind='float', doc=(

@@ -106,8 +106,8 @@ def test_split_attention_equals_one_call(b, h, lq, lk, splits):
 
 
 def test_kv_splits_fill_the_gpu_and_divide_the_keys():
-    # one 1,024-query head over tiny@512's 7,232 memory tokens: 8 chunks of 904
-    assert attention.kv_splits(1, 1, 1024, 7232) == 8
+    # one 1,024-query head over tiny@512's 7,232 memory tokens: 16 chunks of 452
+    assert attention.kv_splits(1, 1, 1024, 7232) == 16
     assert attention.kv_splits(10, 1, 1024, 7232) == 2      # ten objects fill it nearly
     assert attention.kv_splits(16, 1, 1024, 7232) == 1
     assert attention.kv_splits(1, 1, 1024, 7233) == 1       # odd key count: one call
@@ -172,4 +172,4 @@ def test_chunk_bounds_cover_each_row_in_order():
     assert cu.tolist() == [0, 3, 6, 9, 10, 11, 12, 13, 13, 14, 14, 14, 14]
     assert lengths.tolist() == [[3, 3, 3, 1], [1, 1, 1, 0], [1, 0, 0, 0]]
     # variable-length rows need no chunk count dividing the keys
-    assert attention.kv_splits(1, 1, 1024, 7233, dividing=False) == 8
+    assert attention.kv_splits(1, 1, 1024, 7233, dividing=False) == 16
