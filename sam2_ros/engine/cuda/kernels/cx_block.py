@@ -33,26 +33,35 @@ from sam2_ros.engine.cuda.kernels.row_gemm import GELU, RESIDUAL, row_gemm
 def _dwconv_norm_kernel(x_ptr, w_ptr, b_ptr, lnw_ptr, lnb_ptr, y_ptr, H, W, n_rows, eps,
                         C: tl.constexpr, KS: tl.constexpr, PAD: tl.constexpr,
                         BF16: tl.constexpr, BLOCK_P: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    # int64 index arithmetic: the interpreter checks every int32 op for overflow (its costliest
+    # step here); on the GPU these are a few [BLOCK_P] and [C] vectors
+    rows = (tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
     rm = rows < n_rows
     bb = rows // (H * W)
     pp = rows % (H * W)
     hh = pp // W
     ww = pp % W
-    c = tl.arange(0, C)
+    c = tl.arange(0, C).to(tl.int64)
     acc = tl.zeros([BLOCK_P, C], dtype=tl.float32) \
         + rne_as(tl.load(b_ptr + c).to(tl.float32), BF16)[None, :]
+    # autocast's bf16 casts of the input and weights inline, where a value is not bf16 yet (no
+    # helper call per tap: each costs the interpreter a millisecond)
     for t in range(0, KS * KS):
         hi = hh + t // KS - PAD
         wi = ww + t % KS - PAD
         m = rm & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-        src = ((bb * H + hi) * W + wi).to(tl.int64) * C
+        src = ((bb * H + hi) * W + wi) * C
         x = tl.load(x_ptr + src[:, None] + c[None, :], mask=m[:, None], other=0.0)
-        wt = rne_as(tl.load(w_ptr + c * (KS * KS) + t).to(tl.float32), BF16)
-        acc += rne_as(x.to(tl.float32), BF16) * wt[None, :]
+        wt = tl.load(w_ptr + c * (KS * KS) + t)
+        if BF16:
+            if x_ptr.dtype.element_ty != tl.bfloat16:
+                x = cast_rne(x, tl.bfloat16)
+            if w_ptr.dtype.element_ty != tl.bfloat16:
+                wt = cast_rne(wt, tl.bfloat16)
+        acc += x.to(tl.float32) * wt.to(tl.float32)[None, :]
     y = rne_as(acc, BF16)
     y = layernorm_rows(y, lnw_ptr, lnb_ptr, eps, C, BF16, False)
-    tl.store(y_ptr + (rows.to(tl.int64) * C)[:, None] + c[None, :],
+    tl.store(y_ptr + (rows * C)[:, None] + c[None, :],
              cast_rne(y, y_ptr.dtype.element_ty), mask=rm[:, None])
 
 

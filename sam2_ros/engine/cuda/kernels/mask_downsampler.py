@@ -147,7 +147,8 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
     dot = cout >= 16 and k >= 16
     if fuse is None:
         y = torch.empty(bsz, ho, wo, cout, device=x.device, dtype=dtype)
-        block_p = rows_block(n_rows, max(16, min(256, 8192 // cout)), spread=not upcast)
+        cap = 8192 if upcast else min(256, 8192 // cout)
+        block_p = rows_block(n_rows, max(16, cap), spread=not upcast)
         final, proj, pix = conv, conv, x            # not read (FUSE off)
         e = cp = 16
         p_strides = (0, 0, 0, 0)
@@ -163,5 +164,5 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
         proj.bias, CIN=cin, COUT=cout, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
         SIGMOID=sigmoid, DOT=dot, FUSE=fuse is not None, E=e, CP=cp, BF16=bf16,
         ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision, BLOCK_P=block_p,
-        BLOCK_K=min(64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4)
+        BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4)
     return y

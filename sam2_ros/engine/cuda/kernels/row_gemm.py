@@ -97,5 +97,5 @@ def row_gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, epilogue
         bias if gamma is None else gamma, out, m, n, hw, *strides, K=k, EPI=epilogue,
         HAS_GAMMA=gamma is not None, BF16=bf16, ROUND2=bf16 and not upcast, UPCAST=upcast,
         PRECISION='ieee' if not bf16 or upcast else 'tf32', BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=64 if k >= 64 else 32, num_warps=4)
+        BLOCK_K=min(256 if upcast else 64, max(32, triton.next_power_of_2(k))), num_warps=4)
     return out
