@@ -37,13 +37,12 @@ _PROGRAMS = 128      # enough programs for most of the GPU's 132 SMs at one obje
 def _stage_kernel(x_ptr, x_sb, x_sc, x_sh, x_sw, w_ptr, b_ptr, lnw_ptr, lnb_ptr, y_ptr,
                   H, W, HO, WO, n_rows, eps,
                   wf_ptr, bf_ptr, p_ptr, p_sb, p_sc, p_sh, p_sw, wp_ptr, bp_ptr,
-                  CIN: tl.constexpr, COUT: tl.constexpr, KS: tl.constexpr,
+                  COUT: tl.constexpr, K: tl.constexpr, KS: tl.constexpr,
                   STRIDE: tl.constexpr, PAD: tl.constexpr, SIGMOID: tl.constexpr,
                   DOT: tl.constexpr, FUSE: tl.constexpr, E: tl.constexpr, CP: tl.constexpr,
                   BF16: tl.constexpr, ROUND2: tl.constexpr, UPCAST: tl.constexpr,
                   PRECISION: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
                   BLOCK_N: tl.constexpr):
-    K: tl.constexpr = CIN * KS * KS
     rows = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     rm = rows < n_rows
     bb = (rows // (HO * WO)).to(tl.int64)
@@ -161,7 +160,7 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
     _stage_kernel[(triton.cdiv(n_rows, block_p),)](
         x, *strides, conv.weight, conv.bias, norm.weight, norm.bias, y, hgt, wid, ho, wo,
         n_rows, float(norm.eps), final.weight, final.bias, pix, *p_strides, proj.weight,
-        proj.bias, CIN=cin, COUT=cout, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
+        proj.bias, COUT=cout, K=k, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
         SIGMOID=sigmoid, DOT=dot, FUSE=fuse is not None, E=e, CP=cp, BF16=bf16,
         ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision, BLOCK_P=block_p,
         BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4)
