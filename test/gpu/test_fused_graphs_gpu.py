@@ -45,6 +45,7 @@ def _worst(a, b):
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False     # fp32: sam2's convolutions as ours, no TF32
     frames = synthetic_frames(60, h=360, w=640)
     events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
     base = dict(precision=precision, steady_attention=steady)
@@ -52,6 +53,7 @@ def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     assert type(tr.runner.graphs.model.memory_attention).__name__ == 'FusedMemoryAttention'
     assert type(tr.runner.graphs.model.sam_mask_decoder).__name__ == 'FusedMaskDecoder'
     assert type(tr.runner.graphs.model.obj_ptr_proj).__name__ == 'FusedMLP'
+    assert type(tr.runner.graphs.model.memory_encoder).__name__ == 'FusedMemoryEncoder'
     plain, _, tr0 = _stream(_cfg(fused_kernels=False, **base), frames, events)
     assert tr0.runner.graphs.model is tr0.runner.model
     eager, _, _ = _stream(_cfg(use_cuda_graphs=False, **base), frames, events)
@@ -162,6 +164,7 @@ def test_constants_group_graphs_equal_without_and_launch_fewer_kernels(precision
     graphs with every group but it, bitwise, over the stream with hole filling on (its
     tables too). Kernels per steady frame (1 object) with and without it go to the JSON."""
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False     # fp32: sam2's convolutions as ours, no TF32
     frames = synthetic_frames(60, h=360, w=640)
     events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
     rest = tuple(g for g in FUSED_GROUPS if g != 'constants')

@@ -3,13 +3,15 @@ CI has none); the groups in captured graphs and the function-level kernels (I/O,
 constants) are in test_fused_graphs_gpu.py.
 
 Module level, tiny@512 shapes, against the sam2 module each replaces: fp32 (TF32 matmuls off)
-within 1e-4 x max |sam2|, except the memory encoder: its LayerNorm2d over
+within 1e-4 x max |sam2| (TF32 off for matmuls and cuDNN), except the memory encoder
+('layernorm2d' and 'memory_encoder'): its LayerNorm2d over
 4 and 16 channels divides by sqrt(var + 1e-6), which multiplies a float32 rounding difference
 of the channel mean by up to 1/sqrt(1e-6) = 1000 where a pixel's channels are nearly equal
 (random masks hit that): 1e-3;
 bf16 autocast within the CPU tests' bounds one step looser (the GPU also runs other GEMM
 kernels: the fused q/k/v projection), relative to max |sam2|: 2^-5 Hiera, 2^-6 memory
-attention, two-way transformer, memory encoder and the decoder heads (tl.dot against cuBLAS:
+attention, two-way transformer, memory encoder (its LayerNorm2d alone, and the whole module
+in 11 kernels, B = 1, 3, 8) and the decoder heads (tl.dot against cuBLAS:
 a bf16 rounding of a hidden layer flips now and then). The measured errors go to
 $OUT/gpu_fused_kernels.json (docs/design.md quotes them).
 """
@@ -22,14 +24,15 @@ from sam2_ros.engine.model import build_model
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
-FP32 = {'layernorm2d': 1e-3}
+FP32 = {'layernorm2d': 1e-3, 'memory_encoder': 1e-3}
 BF16 = {'hiera': 2.0 ** -5, 'memory_attention': 2.0 ** -6, 'decoder': 2.0 ** -6,
-        'decoder_heads': 2.0 ** -6, 'layernorm2d': 2.0 ** -6}
+        'decoder_heads': 2.0 ** -6, 'layernorm2d': 2.0 ** -6, 'memory_encoder': 2.0 ** -6}
 
 
 @pytest.fixture(scope='module')
 def model():
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False     # sam2's fp32 convolutions in fp32 too
     m = build_model(_cfg(precision='fp32'))
     g = torch.Generator(device='cuda').manual_seed(0)
     with torch.no_grad():      # random norm affines: sam2's init (1, 0) would hide errors
@@ -104,6 +107,66 @@ def test_fused_layernorm2d_memory_encoder_gpu(model, precision):
         return m.memory_encoder(pix, masks, skip_mask_sigmoid=True)['vision_features']
     _compare('memory_encoder_layernorm2d', 'layernorm2d', lambda: run(model), lambda: run(twin),
              precision)
+
+
+def _memory_encoder(model, precision):
+    """(sam2's memory encoder with random norm affines and layer scales, its fused twin);
+    bf16: weights stored in bf16 as the tracker does."""
+    import copy
+
+    from sam2.modeling.memory_encoder import CXBlock
+    from sam2.modeling.sam2_utils import LayerNorm2d
+
+    from sam2_ros.engine.cuda.kernels.memory_encoder import FusedMemoryEncoder
+    from sam2_ros.engine.model import precast
+    mem = copy.deepcopy(model.memory_encoder)
+    g = torch.Generator(device='cuda').manual_seed(1)
+    with torch.no_grad():
+        for mod in mem.modules():
+            if isinstance(mod, LayerNorm2d):
+                mod.weight.normal_(1.0, 0.2, generator=g)
+                mod.bias.normal_(0.0, 0.2, generator=g)
+            if isinstance(mod, CXBlock):
+                mod.gamma.normal_(0.0, 0.5, generator=g)
+    mem = precast(mem) if precision == 'bf16' else mem
+    return mem, FusedMemoryEncoder(mem)
+
+
+def _memory_inputs(batch):
+    """pix_feat as _encode_new_memory makes it (a view of [HW, B, C]), masks in (0, 1)."""
+    pix = _rand(32 * 32, batch, 256, seed=17).permute(1, 2, 0).view(batch, 256, 32, 32)
+    return pix, torch.sigmoid(4 * _rand(batch, 1, 512, 512, seed=18))
+
+
+@pytest.mark.parametrize('batch', [1, 3, 8])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_memory_encoder_gpu(model, precision, batch):
+    mem, twin = _memory_encoder(model, precision)
+    pix, masks = _memory_inputs(batch)
+
+    def run(m):
+        out = m(pix, masks, skip_mask_sigmoid=True)
+        return [out['vision_features'], out['vision_pos_enc'][0]]
+    _compare(f'memory_encoder_b{batch}', 'memory_encoder', lambda: run(mem), lambda: run(twin),
+             precision)
+
+
+@pytest.mark.parametrize('batch', [1, 8])
+def test_fused_memory_encoder_kernel_count_gpu(model, batch):
+    """CUDA kernels and GPU time of one memory-encoder call (bf16, weights in bf16; the
+    position encoding sam2's in both): sam2's ~48 kernels become 11 (+ the encoding's)."""
+    mem, twin = _memory_encoder(model, 'bf16')
+    pix, masks = _memory_inputs(batch)
+    with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
+        pe = cuda_kernels(lambda: mem.position_encoding(pix[:, :64]))
+        sam2 = cuda_kernels(lambda: mem(pix, masks, skip_mask_sigmoid=True))
+        fused = cuda_kernels(lambda: twin(pix, masks, skip_mask_sigmoid=True))
+    counts = {'sam2': sam2[0], 'fused': fused[0], 'position_encoding': pe[0],
+              'sam2_us': sam2[1], 'fused_us': fused[1]}
+    _record(f'memory_encoder_kernels_bf16_b{batch}', counts)
+    print('memory encoder kernels', batch, counts)
+    assert counts['fused'] <= 11 + pe[0] + 1, counts      # + the encoding's cast
+    assert counts['fused'] <= counts['sam2'] - 30, counts
 
 
 def _decoder_inputs(model, batch):

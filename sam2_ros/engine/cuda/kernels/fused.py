@@ -18,8 +18,12 @@ Groups:
                       the object-pointer MLP, one kernel each; its constant tokens concatenated
                       once, no per-prompt repeat of the positional encoding (``mask_decoder.py``,
                       ``mlp_heads.py``)
-  'layernorm2d'       every LayerNorm2d (memory encoder, mask decoder upscaling), with the GELU
-                      after it (``layernorm2d.py``)
+  'memory_encoder'    the memory encoder (mask downsampler, pix_feat_proj, fuser CXBlocks,
+                      out_proj) in eleven kernels, channels-last throughout
+                      (``memory_encoder.py``, ``mask_downsampler.py``, ``cx_block.py``,
+                      ``row_gemm.py``); a memory encoder of another structure stays sam2's
+  'layernorm2d'       every LayerNorm2d (mask decoder upscaling; the memory encoder's where the
+                      'memory_encoder' group is off), with the GELU after it (``layernorm2d.py``)
   'io'                not a module: the frame-in graph's resize + normalization and the
                       masks-out graph's masks, stats and label, two kernels each
                       (``io_frame.py``, ``io_masks.py``; ``cuda/io_graphs.py`` captures them)
@@ -110,6 +114,11 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     if 'layernorm2d' in groups:
         from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
         twin = swap_layernorm2d(twin)
+    if 'memory_encoder' in groups:   # after 'layernorm2d': its kernels replace those norms too
+        from sam2_ros.engine.cuda.kernels.memory_encoder import fused_memory_encoder
+        mem = fused_memory_encoder(model.memory_encoder)    # model: 'constants' applied
+        if mem is not model.memory_encoder:
+            twin = with_children(twin, memory_encoder=mem)
     if 'holes' in groups:      # a function, not a module: an attribute of a copy of its own
         from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
         twin = with_children(twin)
