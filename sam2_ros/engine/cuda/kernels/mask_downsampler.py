@@ -163,5 +163,8 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
         proj.bias, COUT=cout, K=k, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
         SIGMOID=sigmoid, DOT=dot, FUSE=fuse is not None, E=e, CP=cp, BF16=bf16,
         ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision, BLOCK_P=block_p,
-        BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4)
+        BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4,
+        # float32 operands: three pipelined stages of the fused stage's tiles need 288 KiB of
+        # shared memory, more than the H200's 227 (OutOfResources on the GPU); one stage fits
+        num_stages=3 if bf16 or upcast else 1)
     return y
