@@ -22,6 +22,7 @@ setup(
             'sam2-ros-demo=sam2_ros.ros.demo:main',
             'sam2-ros-replay=sam2_ros.ros.replay:main',
             'sam2-ros-track=sam2_ros.cli.track_offline:main',
+            'sam2-ros-positions=sam2_ros.ros.positions_node:main',
         ],
     },
 )

@@ -5,7 +5,9 @@
 
 Camera NAME gets the node /NAME/sam2_tracker, reading `image_topics` (default
 /NAME/image_raw) and publishing /NAME/sam2_tracker/{mask,overlay,state,prompt,click}.
-`devices` is one device for all cameras or one per camera ('' = from params_file). The other
+`devices` is one device for all cameras or one per camera ('' = from params_file). With two
+cameras, `positions:=true` also starts positions_node: the 3D positions of the objects both
+trackers follow, from /NAME/camera_info, on /sam2_positions/positions. The other
 tracker arguments (model, image_size, checkpoint, params_file, ...) apply to every camera; see
 tracker.launch.py. RViz is not started (its layout shows one camera).
 """
@@ -46,6 +48,14 @@ def _setup(context, *args, **kwargs):
         if dev is not None:
             fixed['device'] = dev   # precision: the device's unless given (the node's rule)
         nodes.append(common.tracker_node(context, namespace=cam, **fixed))
+    if arg('positions').lower() in ('true', '1'):
+        if len(cameras) != 2:
+            raise ValueError(f'positions:=true needs two cameras (left,right), got {cameras}')
+        from launch_ros.actions import Node
+        nodes.append(Node(package=common.PACKAGE, executable='positions_node',
+                          name='sam2_positions', output='screen',
+                          parameters=[{'left': cameras[0], 'right': cameras[1],
+                                       'rectified': arg('rectified').lower() in ('true', '1')}]))
     return common.dds_profile_actions(context) + nodes
 
 
@@ -59,4 +69,9 @@ def generate_launch_description():
         DeclareLaunchArgument('devices', default_value='',
                               description="comma list, one per camera or one for all; "
                                           "'' = device argument / params_file"),
+        DeclareLaunchArgument('positions', default_value='false',
+                              description='two cameras (left,right): also start positions_node '
+                                          '(3D positions on /sam2_positions/positions)'),
+        DeclareLaunchArgument('rectified', default_value='false',
+                              description='positions: the images are rectified (image_rect)'),
     ] + declared + [OpaqueFunction(function=_setup)])

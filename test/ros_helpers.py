@@ -301,3 +301,16 @@ class Lifecycle:
         from lifecycle_msgs.srv import GetState
 
         return self._call(self.get, GetState.Request()).current_state.label
+
+
+def info_msg(cam: Any) -> Any:
+    """sensor_msgs/CameraInfo of a ``sam2_ros.stereo.Camera`` (K, R, P, size, frame)."""
+    from sensor_msgs.msg import CameraInfo
+
+    msg = CameraInfo()
+    msg.header.frame_id = cam.frame_id
+    msg.width, msg.height = cam.width, cam.height
+    msg.k = [float(v) for v in cam.K.ravel()]
+    msg.r = [float(v) for v in cam.R.ravel()]
+    msg.p = [float(v) for v in cam.P.ravel()]
+    return msg

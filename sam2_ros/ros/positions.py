@@ -30,16 +30,48 @@ from sam2_ros.stereo import Calibration, Triangulation, triangulate
 OUTPUT_TOPIC = '~/positions'
 
 
+class PairCalibration:
+    """The newest camera_info of cameras 0 and 1 (left, right) and the pair's calibration
+    from them, rebuilt when either changes; written from the executor thread, read from the
+    worker's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._info: List[Any] = [None, None]
+        self._calib: Optional[Calibration] = None
+        self.error = ''                 # why the newest pair was refused ('' when it was not)
+
+    def on_camera_info(self, camera: int) -> Callable[[Any], None]:
+        """The callback of camera ``camera``'s camera_info (only cameras 0 and 1 count)."""
+        def store(msg: Any) -> None:
+            if camera > 1:
+                return
+            with self._lock:
+                self._info[camera] = msg
+                self._calib = None             # rebuilt from the newest pair when next read
+        return store
+
+    def calibration(self) -> Optional[Calibration]:
+        """The pair's calibration from the newest camera_info of both, None until both came
+        (or while they are invalid: the reason is kept in ``error``)."""
+        with self._lock:
+            if self._calib is None and all(m is not None for m in self._info):
+                try:
+                    self._calib = calibration_from_msgs(*self._info)
+                    self.error = ''
+                except ValueError as exc:
+                    self.error = str(exc)
+                    self._info = [None, None]
+            return self._calib
+
+
 class Positions:
     """The ``~/positions`` publisher and the pair's calibration (see the module docstring)."""
 
     def __init__(self, node: Any, pub: Any, off: Optional[str], rectified: bool) -> None:
         self.node, self.pub, self.off = node, pub, off
         self.rectified = rectified
-        self._lock = threading.Lock()       # camera_info arrives on the executor thread
-        self._info: List[Any] = [None, None]
-        self._calib: Optional[Calibration] = None
-        self.calib_error = ''
+        self.pair = PairCalibration()
         self.last: Dict[int, Triangulation] = {}
         self.valid = 0
         self.invalid = 0
@@ -59,27 +91,10 @@ class Positions:
                                                          OUTPUT_QOS), None, rectified)
 
     def on_camera_info(self, camera: int) -> Callable[[Any], None]:
-        """The callback of camera ``camera``'s camera_info (only cameras 0 and 1 count)."""
-        def store(msg: Any) -> None:
-            if camera > 1:
-                return
-            with self._lock:
-                self._info[camera] = msg
-                self._calib = None             # rebuilt from the newest pair at the next group
-        return store
+        return self.pair.on_camera_info(camera)
 
     def calibration(self) -> Optional[Calibration]:
-        """The pair's calibration from the newest camera_info of both, None until both came
-        (or while they are invalid: the reason is kept for diagnostics)."""
-        with self._lock:
-            if self._calib is None and all(m is not None for m in self._info):
-                try:
-                    self._calib = calibration_from_msgs(*self._info)
-                    self.calib_error = ''
-                except ValueError as exc:
-                    self.calib_error = str(exc)
-                    self._info = [None, None]
-            return self._calib
+        return self.pair.calibration()
 
     def on_group(self, group: Group, results: List[Optional[FrameResult]]) -> None:
         """The worker's hook after a group: triangulate the objects of both cameras."""
@@ -88,12 +103,9 @@ class Positions:
         calib = self.calibration()
         if calib is None:
             return
-        left = {o.obj_id: o for o in results[0].objects}
-        right = {o.obj_id: o for o in results[1].objects}
-        found = {}
-        for obj_id in sorted(set(left) & set(right)):
-            found[obj_id] = triangulate(calib, visible(left[obj_id]), visible(right[obj_id]),
-                                        rectified=self.rectified)
+        found = triangulate_objects(
+            calib, {o.obj_id: visible(o) for o in results[0].objects},
+            {o.obj_id: visible(o) for o in results[1].objects}, self.rectified)
         self.last = found
         self.valid += sum(t.valid for t in found.values())
         self.invalid += sum(not t.valid for t in found.values())
@@ -108,8 +120,8 @@ class Positions:
         out: Dict[str, Any] = {'positions_valid': self.valid,
                                'positions_invalid': self.invalid}
         if self.calibration() is None:
-            out['positions'] = (f'off (camera_info: {self.calib_error[:200]})'
-                                if self.calib_error else 'waiting for camera_info of both')
+            out['positions'] = (f'off (camera_info: {self.pair.error[:200]})'
+                                if self.pair.error else 'waiting for camera_info of both')
         for obj_id, t in sorted(self.last.items()):
             out[f'position_{obj_id}'] = 'valid' if t.valid else f'invalid: {t.reason}'
         return out
@@ -118,6 +130,15 @@ class Positions:
         if self.pub is not None:
             self.node.destroy_lifecycle_publisher(self.pub)
             self.pub = None
+
+
+def triangulate_objects(calib: Calibration, left: Dict[int, Optional[Any]],
+                        right: Dict[int, Optional[Any]],
+                        rectified: bool) -> Dict[int, Triangulation]:
+    """Every object id in both cameras -> its triangulation from the two centroids (pixel
+    (x, y), None where the object is not visible in that camera)."""
+    return {obj_id: triangulate(calib, left[obj_id], right[obj_id], rectified=rectified)
+            for obj_id in sorted(set(left) & set(right))}
 
 
 def visible(obj: Any) -> Optional[Any]:

@@ -19,7 +19,8 @@ COMMON = {'model', 'checkpoint', 'image_size', 'device', 'random_weights', 'para
 LAUNCH = {
     'tracker.launch.py': COMMON | {'image_topic', 'rviz', 'namespace'},
     'replay.launch.py': COMMON | {'bag', 'rate', 'player', 'rviz', 'wait_for'},
-    'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices'},
+    'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices', 'positions',
+                                        'rectified'},
     'stereo.launch.py': COMMON | {'namespace', 'cameras', 'camera_image', 'pair_tolerance_ms',
                                   'camera_period_ms'},
     'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
@@ -93,13 +94,23 @@ def test_launch_file_loads(name):  # pragma: no cover - needs a full ROS 2 insta
 
 
 def _replay_setup(**args):
-    """The actions replay.launch.py would start with ``args`` over its defaults, and each
-    process's command line (substitutions that need a running launch shown as '?')."""
+    return _launch_setup('replay.launch.py', **args)
+
+
+def _launch_setup(name, **args):
+    """The command line of each process launch file ``name`` would start with ``args`` over
+    its defaults (substitutions that need a running launch shown as '?')."""
+    return [[''.join(getattr(s, 'text', '?') for s in part) for part in a.cmd]
+            for a in _launch_actions(name, **args) if hasattr(a, 'cmd')]
+
+
+def _launch_actions(name, **args):
+    """The actions launch file ``name``'s OpaqueFunction returns for ``args`` over its
+    defaults."""
     from launch import LaunchContext
     from launch.actions import DeclareLaunchArgument
 
-    spec = importlib.util.spec_from_file_location('replay_launch', ROOT / 'launch' /
-                                                  'replay.launch.py')
+    spec = importlib.util.spec_from_file_location(name.replace('.', '_'), ROOT / 'launch' / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     ctx = LaunchContext()
@@ -107,8 +118,7 @@ def _replay_setup(**args):
         if isinstance(e, DeclareLaunchArgument) and e.default_value is not None:
             ctx.launch_configurations[e.name] = ''.join(s.perform(ctx) for s in e.default_value)
     ctx.launch_configurations.update(args)
-    return [[''.join(getattr(s, 'text', '?') for s in part) for part in a.cmd]
-            for a in mod._setup(ctx) if hasattr(a, 'cmd')]
+    return mod._setup(ctx)
 
 
 def test_replay_wait_for_reaches_our_player():
@@ -134,12 +144,29 @@ def test_replay_wait_for_reaches_our_player():
         _replay_setup(bag='/data/bag', player='ros2bag', wait_for='/clock:2')
 
 
-def test_entry_points_exist():
-    from sam2_ros.ros import demo, node, replay
+def test_multi_camera_positions_starts_the_positions_node_for_two_cameras():
+    """positions:=true adds positions_node (left, right: the two cameras); more or fewer
+    cameras are refused."""
+    if not launch_available():
+        if BUNDLE.is_dir():
+            pytest.fail(f'{BUNDLE} exists but launch_ros is not installed: run '
+                        f'scripts/setup.sh', pytrace=False)
+        pytest.skip(f'no ROS 2 launch: neither a ROS 2 install nor {BUNDLE}')
+    def positions_nodes(**args):
+        return [a for a in _launch_actions('multi_camera.launch.py', **args)
+                if getattr(a, 'node_executable', None) == 'positions_node']
+    assert len(positions_nodes(cameras='left,right', positions='true')) == 1
+    assert not positions_nodes(cameras='left,right')
+    with pytest.raises(ValueError, match='two cameras'):
+        positions_nodes(cameras='a,b,c', positions='true')
 
-    for mod in (node, replay, demo):
+
+def test_entry_points_exist():
+    from sam2_ros.ros import demo, node, positions_node, replay
+
+    for mod in (node, replay, demo, positions_node):
         assert callable(mod.main)
-    assert {'tracker_node', 'bag_replay', 'demo'} <= installed_executables()
+    assert {'tracker_node', 'bag_replay', 'demo', 'positions_node'} <= installed_executables()
 
 
 def test_rviz_layout_shows_camera_mask_overlay():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from ros_helpers import (NODE_THREADS, TEST_PARAMS, DomainLease, frames, image_msg,
+from ros_helpers import (NODE_THREADS, TEST_PARAMS, DomainLease, frames, image_msg, info_msg,
                          prompt_msg, require_messages, stamp, stamp_of, start_node, wait_until)
 
 from sam2_ros import stereo
@@ -34,18 +34,6 @@ def pair() -> stereo.Calibration:
     right = stereo.Camera(k, np.hstack([k, [[-F * BASELINE], [0], [0]]]), np.eye(3), 160, 120,
                           'right_opt')
     return stereo.Calibration(left, right)
-
-
-def info_msg(cam: stereo.Camera):
-    from sensor_msgs.msg import CameraInfo
-
-    msg = CameraInfo()
-    msg.header.frame_id = cam.frame_id
-    msg.width, msg.height = cam.width, cam.height
-    msg.k = [float(v) for v in cam.K.ravel()]
-    msg.r = [float(v) for v in cam.R.ravel()]
-    msg.p = [float(v) for v in cam.P.ravel()]
-    return msg
 
 
 class StereoClient(NodeClient):

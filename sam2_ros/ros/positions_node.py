@@ -1,0 +1,167 @@
+"""3D positions for a stereo rig run as a tracker node per camera: ``positions_node``.
+
+    ros2 run sam2_ros positions_node --ros-args -p left:=left -p right:=right
+    ros2 launch sam2_ros multi_camera.launch.py cameras:=left,right positions:=true
+
+Why a node of its own: one tracker node serving both cameras (``cameras: [left, right]``)
+publishes ``~/positions`` itself, but at 60 Hz with several objects two tracker nodes keep up
+better on one GPU (docs/performance.md, two cameras). This node gives that configuration the
+same output: it pairs the two trackers' ``TrackingState`` messages by stamp (both carry their
+image's stamp; a stereo driver stamps a pair alike), triangulates every object id visible in
+both from its two mask centroids with the pair's ``camera_info`` (``positions.py``, the same
+code as the one-node path) and publishes ``vision_msgs/Detection3DArray`` on ``~/positions``
+(only valid positions, in the left camera's frame) and its counts on ``/diagnostics``.
+
+A state without a partner waits for at most ``pair_depth`` newer states of its camera, then is
+dropped (counted): a camera that stops leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from sam2_ros.ros.inputs import stamp_ns
+from sam2_ros.ros.positions import PairCalibration, detections, triangulate_objects
+
+OUTPUT_TOPIC = '~/positions'
+PARAMS = {'left': 'left', 'right': 'right', 'tracker': 'sam2_tracker', 'rectified': False,
+          'pair_tolerance_ms': 0.0, 'pair_depth': 30, 'diagnostics_period_s': 1.0}
+
+
+class StatePairs:
+    """Left (side 0) and right (side 1) items matched by stamp (ns), at most ``tolerance_ns``
+    apart (the nearest); pure Python, so the policy is tested without ROS."""
+
+    def __init__(self, tolerance_ns: int = 0, depth: int = 30) -> None:
+        if tolerance_ns < 0 or depth < 1:
+            raise ValueError(f'pair tolerance must be >= 0 and depth >= 1, got '
+                             f'{tolerance_ns} ns and {depth}')
+        self.tolerance_ns, self.depth = int(tolerance_ns), int(depth)
+        self.pending: Tuple[Deque[Tuple[int, Any]], ...] = (collections.deque(),
+                                                             collections.deque())
+        self.paired = 0
+        self.dropped = 0            # items that never found a partner
+
+    def put(self, side: int, stamp_ns: int, item: Any) -> Optional[Tuple[Any, Any]]:
+        """Add one side's item; returns (left, right) when it completes a pair."""
+        other = self.pending[1 - side]
+        near = [i for i, (t, _) in enumerate(other) if abs(t - stamp_ns) <= self.tolerance_ns]
+        if not near:
+            mine = self.pending[side]
+            mine.append((stamp_ns, item))
+            while len(mine) > self.depth:
+                mine.popleft()
+                self.dropped += 1
+            return None
+        best = min(near, key=lambda i: abs(other[i][0] - stamp_ns))
+        for _ in range(best):           # older than the partner: their partners are gone
+            other.popleft()
+            self.dropped += 1
+        _, match = other.popleft()
+        self.paired += 1
+        return (item, match) if side == 0 else (match, item)
+
+
+def centroids(state: Any) -> Dict[int, Optional[Tuple[float, float]]]:
+    """A TrackingState's objects -> {id: mask centroid (x, y) px, None where not visible
+    (object score <= 0 or an empty mask)}."""
+    return {int(o.object_id): (float(o.centroid.x), float(o.centroid.y))
+            if o.score > 0 and o.area > 0 else None for o in state.objects}
+
+
+def make_node(node_name: str = 'sam2_positions') -> Any:
+    """The rclpy node (built here so that importing this module needs no ROS)."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+    from rclpy.node import Node
+    from sensor_msgs.msg import CameraInfo
+    from vision_msgs.msg import Detection3DArray
+
+    from sam2_ros.ros import messages
+    from sam2_ros.ros.publishers import OUTPUT_QOS
+
+    class PositionsNode(Node):
+        def __init__(self) -> None:
+            super().__init__(node_name)
+            p = {k: self.declare_parameter(k, v).value for k, v in PARAMS.items()}
+            self.rectified = bool(p['rectified'])
+            self.pairs = StatePairs(int(round(float(p['pair_tolerance_ms']) * 1e6)),
+                                    int(p['pair_depth']))
+            self.pair = PairCalibration()
+            self.valid = self.invalid = self.waiting = 0
+            self.last: Dict[int, Any] = {}
+            self.pub = self.create_publisher(Detection3DArray, OUTPUT_TOPIC, OUTPUT_QOS)
+            self.diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+            state_type = messages.interfaces().TrackingState
+            self.subs = []
+            for side, ns in enumerate((p['left'], p['right'])):
+                self.subs.append(self.create_subscription(
+                    state_type, f'/{ns}/{p["tracker"]}/state', self.on_state(side), OUTPUT_QOS))
+                self.subs.append(self.create_subscription(
+                    CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side), 100))
+            self.timer = self.create_timer(float(p['diagnostics_period_s']), self.on_diagnostics)
+            self.diag_types = (DiagnosticArray, DiagnosticStatus, KeyValue)
+            self.get_logger().info(f'3D positions of /{p["left"]} and /{p["right"]} '
+                                   f'({p["tracker"]}) on {self.resolve_topic_name(OUTPUT_TOPIC)}')
+
+        def on_state(self, side: int):
+            def take(msg: Any) -> None:
+                pair = self.pairs.put(side, stamp_ns(msg.header.stamp), msg)
+                if pair is not None:
+                    self.publish(*pair)
+            return take
+
+        def publish(self, left: Any, right: Any) -> None:
+            calib = self.pair.calibration()
+            if calib is None:
+                self.waiting += 1
+                return
+            found = triangulate_objects(calib, centroids(left), centroids(right),
+                                        self.rectified)
+            self.last = found
+            self.valid += sum(t.valid for t in found.values())
+            self.invalid += sum(not t.valid for t in found.values())
+            self.pub.publish(detections(left.header, calib.left.frame_id, found))
+
+        def on_diagnostics(self) -> None:
+            array_t, status_t, kv_t = self.diag_types
+            values: List[Tuple[str, str]] = [
+                ('pairs', str(self.pairs.paired)), ('unpaired_dropped', str(self.pairs.dropped)),
+                ('positions_valid', str(self.valid)), ('positions_invalid', str(self.invalid)),
+                ('pairs_before_camera_info', str(self.waiting))]
+            values += [(f'position_{i}', 'valid' if t.valid else f'invalid: {t.reason}')
+                       for i, t in sorted(self.last.items())]
+            calib = self.pair.calibration()
+            ok = calib is not None
+            msg = 'ok' if ok else (f'camera_info refused: {self.pair.error[:200]}'
+                                   if self.pair.error else 'waiting for camera_info of both')
+            st = status_t(level=status_t.OK if ok else status_t.WARN,
+                          name=f'{self.get_name()}: positions', message=msg,
+                          hardware_id=self.get_fully_qualified_name(),
+                          values=[kv_t(key=k, value=v) for k, v in values])
+            arr = array_t(status=[st])
+            arr.header.stamp = self.get_clock().now().to_msg()
+            self.diag.publish(arr)
+
+    return PositionsNode()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=list(sys.argv if argv is None else argv))
+    node = make_node()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
