@@ -43,8 +43,37 @@ def _qos():
     return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
+class GilWaits:
+    """A thread that sleeps 0.5 ms over and over and records how late it wakes: after a
+    sleep, a thread needs the GIL back, so a wake later than the OS's scheduling delay is
+    time another thread of this process held the GIL (here: the executor taking and
+    converting images). What a tracking worker waits after each CUDA synchronise."""
+
+    def __init__(self) -> None:
+        import threading
+        self.late_ms: List[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.0005)
+            self.late_ms.append((time.perf_counter() - t) * 1e3 - 0.5)
+
+    def stop(self) -> Dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        a = np.asarray(self.late_ms, np.float64)
+        return {'wakes': int(a.size), 'late_p50_ms': round(float(np.percentile(a, 50)), 3),
+                'late_p99_ms': round(float(np.percentile(a, 99)), 3),
+                'late_max_ms': round(float(a.max()), 3),
+                'late_over_1ms': int((a > 1.0).sum())} if a.size else {}
+
+
 def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None],
-               executor: str = 'single') -> None:
+               executor: str = 'single', gil_probe: bool = False, raw: bool = False) -> None:
     """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
     ``report`` gets the latency of each frame in ms before this process's DDS teardown, which
     once hung (see ``_bound_lifetime``)."""
@@ -58,17 +87,21 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
     small: List[int] = []   # the 4x4 images of small_ack_ms, not frames
 
     def on_image(m: Any) -> None:
+        if raw:               # the serialized message: read what is needed from its CDR
+            from sam2_ros.ros.image_cdr import image_from_cdr
+            m = image_from_cdr(m)
         if m.width <= 4:
             small.append(1)
             return
         sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
         lat.append((time.time_ns() - sent) / 1e6)
 
-    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos())
-    node.create_subscription(Image, ACK_TOPIC, on_image, _qos())
+    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos(), raw=raw)
+    node.create_subscription(Image, ACK_TOPIC, on_image, _qos(), raw=raw)
     ex = make_executor(executor)
     ex.add_node(node)
     print('ready', flush=True)
+    waits = GilWaits() if gil_probe else None
     deadline = time.monotonic() + timeout
     # the second small image says the publisher is done: a reader that left earlier would
     # end its wait for acknowledgements at once
@@ -77,7 +110,7 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
     ex.shutdown()
     # segments listed before shutdown: the publisher's is still mapped
     report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
-            'shm_segments': shm_segments()})
+            'shm_segments': shm_segments(), 'gil': waits.stop() if waits else None})
     node.destroy_node()
     rclpy.try_shutdown()
 
@@ -206,6 +239,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                          'tune_malloc does (sam2_ros/ros/malloc.py)')
     ap.add_argument('--executor', default='single', choices=EXECUTORS,
                     help="the subscriber's rclpy executor (sam2_ros/ros/executor.py)")
+    ap.add_argument('--gil-probe', action='store_true',
+                    help='in the subscriber, a thread measures how late it gets the GIL back '
+                         'after 0.5 ms sleeps while images arrive (GilWaits)')
+    ap.add_argument('--raw', action='store_true',
+                    help='the subscriber takes serialized messages (rclpy raw=True) and reads '
+                         'the image from their CDR (sam2_ros/ros/image_cdr.py)')
     ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.tune_malloc:
@@ -213,7 +252,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         keep_large_buffers()
     if args.role == 'sub':
         subscriber(args.frames, args.frames / args.rate + 40.0,
-                   lambda r: print(json.dumps(r), flush=True), args.executor)
+                   lambda r: print(json.dumps(r), flush=True), args.executor, args.gil_probe,
+                   args.raw)
         return 0
     if args.profile:
         os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
@@ -223,7 +263,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = subprocess.Popen([sys.executable, '-m', 'tools.dds_probe', '--role', 'sub',
                             '--frames', str(args.frames), '--rate', str(args.rate),
                             '--executor', args.executor]
-                           + (['--tune-malloc'] if args.tune_malloc else []),
+                           + (['--tune-malloc'] if args.tune_malloc else [])
+                           + (['--gil-probe'] if args.gil_probe else [])
+                           + (['--raw'] if args.raw else []),
                            stdout=subprocess.PIPE, text=True)
     node = None
     try:
@@ -247,13 +289,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         lock.close()
     summary = summarize(result.get('latency_ms', []), sent)
     summary['small_ack_ms'] = ack_ms
+    if result.get('gil'):
+        summary['gil'] = result['gil']
     segs = result.get('shm_segments', [])
     # segments that can hold one frame: the subscriber's own and each SHM writer's
     summary['shm_segments_mapped'] = segs
     summary['shm_frame_segments'] = sum(1 for g in segs
                                         if g['bytes'] >= args.width * args.height * 3)
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
-                    'executor': args.executor,
+                    'executor': args.executor, 'raw': args.raw,
                     'tune_malloc': args.tune_malloc,
                     **{k: os.environ.get(k) for k in (
                         'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',

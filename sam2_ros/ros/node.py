@@ -30,6 +30,7 @@ from sam2_ros.ros import detections as det
 from sam2_ros.ros import (diagnostics, gc_policy, gil, inputs, malloc, messages, node_cli,
                           params)
 from sam2_ros.ros import runtime_params, segment_service, time_jump
+from sam2_ros.ros.image_cdr import subscribe_images
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
@@ -258,9 +259,11 @@ class TrackerNode(LifecycleNode):
 
         o = self.opts
         image_type = Image if o.input_type == 'raw' else CompressedImage
+        topic = input_topic(o.image_topic, o.input_type)
         subs = [
-            self.create_subscription(image_type, input_topic(o.image_topic, o.input_type),
-                                     self.on_image, image_qos(o)),
+            subscribe_images(self, topic, self.on_image, image_qos(o), o.take_serialized_images)
+            if image_type is Image else
+            self.create_subscription(image_type, topic, self.on_image, image_qos(o)),
             self.create_subscription(messages.interfaces().Prompt, '~/prompt',
                                      lambda m: self._queue(m, 'prompt', m), PROMPT_QOS),
             self.create_subscription(PointStamped, '~/click',

@@ -88,6 +88,12 @@ class NodeOptions:
     gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
         "Python's thread switch interval in the node's process (sys.setswitchinterval), so the "
         'worker waits less for the GIL after a CUDA wait; 0 = Python\'s own (5 ms)'))
+    # Raw images taken as serialized messages and read in place (sam2_ros/ros/image_cdr.py):
+    # rclpy's conversion copies a 720p frame twice under the GIL. tools/dds_probe.py, 720p60 on
+    # a 2-core VM: p50 receipt 2.7-3.0 ms serialized against 3.0-3.3 ms converted.
+    take_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
+        'raw images taken as serialized messages and read in place (one copy, less time holding '
+        "Python's GIL); false: rclpy's message conversion"))
     stale_timeout_s: float = knob(2.0, kind='float', doc=(
         'no frame for this long -> diagnostics WARN'))
     diagnostics_period_s: float = knob(1.0, kind='float', doc=(

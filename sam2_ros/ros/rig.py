@@ -22,6 +22,7 @@ from typing import Any, List, Optional, Tuple
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, inputs, messages
+from sam2_ros.ros.image_cdr import subscribe_images
 from sam2_ros.ros.mailbox import FrameItem, PromptItem, describe
 from sam2_ros.ros.multi_worker import MultiCameraWorker
 from sam2_ros.ros.node_cli import input_topic
@@ -95,9 +96,11 @@ class Rig:
         subs = []
         for c, name in enumerate(self.names):
             box, p = self.mailbox.camera(c), self.prefix(c)
+            topic = self.image_topic(c, o)
             subs += [
-                node.create_subscription(image_type, self.image_topic(c, o),
-                                         self._on_image(box), image_qos),
+                subscribe_images(node, topic, self._on_image(box), image_qos,
+                                 o.take_serialized_images) if image_type is Image else
+                node.create_subscription(image_type, topic, self._on_image(box), image_qos),
                 node.create_subscription(messages.interfaces().Prompt, f'{p}/prompt',
                                          self._on_stamped(node, c, 'prompt', False), PROMPT_QOS),
                 node.create_subscription(PointStamped, f'{p}/click',

@@ -1,0 +1,99 @@
+"""``sensor_msgs/Image`` read from its serialized form (CDR), the pixels a view of the buffer.
+
+Why: rclpy converts every received message into a Python object, a 2.7 MB 720p image
+included (the C struct, then the Python array: two copies), holding the GIL throughout,
+while the tracking worker waits for it (``tools/dds_probe.py --gil-probe``). A subscription
+with ``raw=True`` hands over the serialized bytes instead (one copy); this reads the fields
+from them, and the pixels stay a view of those bytes. Little-endian CDR (XCDR1) only, as Fast
+DDS and Cyclone DDS write on x86 and ARM; anything else is a clear ValueError.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+CDR_LE = b'\x00\x01'            # encapsulation id: plain CDR, little-endian
+
+
+@dataclass
+class CdrImage:
+    """The fields of a ``sensor_msgs/Image`` as the node reads them (``header`` a real
+    std_msgs/Header, ``data`` a memoryview of the serialized buffer, not a copy)."""
+
+    header: Any
+    height: int
+    width: int
+    encoding: str
+    is_bigendian: int
+    step: int
+    data: memoryview
+
+
+class _Reader:
+    def __init__(self, buf: memoryview) -> None:
+        self.buf, self.pos = buf, 4            # alignment counts from after the 4-byte id
+
+    def take(self, fmt: str, size: int, align: int):
+        self.pos = 4 + -(-(self.pos - 4) // align) * align
+        if self.pos + size > len(self.buf):
+            raise ValueError(f'truncated Image message ({len(self.buf)} bytes)')
+        out = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return out
+
+    def string(self) -> str:
+        (n,) = self.take('<I', 4, 4)
+        if n < 1 or self.pos + n > len(self.buf):
+            raise ValueError(f'truncated or malformed Image message ({len(self.buf)} bytes)')
+        s = bytes(self.buf[self.pos:self.pos + n - 1]).decode('utf-8', 'replace')
+        self.pos += n
+        return s
+
+
+def image_from_cdr(raw: Union[bytes, bytearray, memoryview]) -> CdrImage:
+    """A serialized ``sensor_msgs/Image`` -> its fields; ValueError if it is not one."""
+    buf = memoryview(raw)
+    if len(buf) < 4 or bytes(buf[:2]) != CDR_LE:
+        raise ValueError('not a little-endian CDR message')
+    r = _Reader(buf)
+    sec, nanosec = r.take('<iI', 8, 4)
+    frame_id = r.string()
+    height, width = r.take('<II', 8, 4)
+    encoding = r.string()
+    (big,) = r.take('<B', 1, 1)
+    step, n = r.take('<II', 8, 4)
+    if r.pos + n > len(buf):
+        raise ValueError(f'truncated Image message: {n} data bytes declared, '
+                         f'{len(buf) - r.pos} present')
+    return CdrImage(ros_header(sec, nanosec, frame_id), height, width, encoding, big, step,
+                    buf[r.pos:r.pos + n])
+
+
+def ros_header(sec: int, nanosec: int, frame_id: str) -> Any:
+    from builtin_interfaces.msg import Time
+    from std_msgs.msg import Header
+
+    return Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+
+def subscribe_images(node: Any, topic: str, callback: Callable[[Any], None], qos: Any,
+                     serialized: bool) -> Any:
+    """``node``'s subscription of sensor_msgs/Image on ``topic``; ``serialized``: taken as
+    serialized messages and read by ``image_from_cdr`` (``callback`` gets a ``CdrImage``;
+    one that cannot be read is logged and skipped), else rclpy's messages."""
+    from sensor_msgs.msg import Image
+
+    if not serialized:
+        return node.create_subscription(Image, topic, callback, qos)
+
+    def take(raw: bytes) -> None:
+        try:
+            msg = image_from_cdr(raw)
+        except ValueError as exc:
+            node.get_logger().error(f'{topic}: unreadable image message: {exc}',
+                                    throttle_duration_sec=5.0)
+            return
+        callback(msg)
+    return node.create_subscription(Image, topic, take, qos, raw=True)
