@@ -211,11 +211,12 @@ class TrackerConfig:
     # around the memory encoder in none ('sam_glue'), ..., the frame-in and masks-out graphs
     # run two kernels each ('io'), hole filling one kernel (bitwise), and the
     # frame-independent values (positional encodings, the no-prompt embedding: group
-    # 'constants', CUDA without triton too) are computed once, bitwise as per call. True: every group; a tuple (from Python):
-    # those groups; False or (): sam2's modules and the reference I/O throughout. The eager
-    # runner (the reference and every fallback) always runs sam2's modules and the reference
-    # I/O; graph outputs differ from it by rounding (another summation order; frame in is
-    # bitwise, masks flip only at logits within rounding of 0).
+    # 'constants', CUDA without triton too) are computed once, bitwise as per call. True:
+    # every group; a tuple (from Python): those groups; False or (): sam2's modules and the
+    # reference I/O throughout. The eager runner (the reference and every fallback) always
+    # runs sam2's modules and the reference I/O; graph outputs differ from it by rounding
+    # (another summation order; frame in is bitwise, masks flip only at logits within
+    # rounding of 0).
     fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
         "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
         "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d, the memory encoder "

@@ -100,7 +100,9 @@ def _heads_glue_kernel(m_ptr, m_sb, m_sm, m_sh, m_sw, s_ptr, s_sb, i_ptr, i_sb, 
     if (chunk == 0) & (m == 0):
         cc = tl.arange(0, BLOCK_C)
         cm = cc < C
-        tok = best if TOKEN_SELECT else 0
+        tok = 0
+        if TOKEN_SELECT:
+            tok = best
         ptr = tl.load(p_ptr + b * p_sb + tok * p_st + cc, mask=cm, other=0.0).to(tl.float32)
         if PRED:
             if FIXED:

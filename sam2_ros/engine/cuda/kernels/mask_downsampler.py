@@ -164,11 +164,12 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
     _stage_kernel[(triton.cdiv(n_rows, block_p),)](
         x, *strides, conv.weight, conv.bias, norm.weight, norm.bias, y, hgt, wid, ho, wo,
         n_rows, float(norm.eps), float(pro.scale), float(pro.bias), final.weight, final.bias,
-        pix, *p_strides, proj.weight, proj.bias, COUT=cout, K=k, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
-        PROLOGUE=pro.mode, HAS_SCALE=pro.scale != 1.0, HAS_BIAS=pro.bias != 0.0, DOT=dot,
-        FUSE=fuse is not None, E=e, CP=cp, BF16=bf16, ROUND2=bf16 and not upcast,
-        UPCAST=upcast, PRECISION=precision, BLOCK_P=block_p,
-        BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4,
+        pix, *p_strides, proj.weight, proj.bias, COUT=cout, K=k, KS=ks,
+        STRIDE=conv.stride[0], PAD=conv.padding[0], PROLOGUE=pro.mode,
+        HAS_SCALE=pro.scale != 1.0, HAS_BIAS=pro.bias != 0.0, DOT=dot, FUSE=fuse is not None,
+        E=e, CP=cp, BF16=bf16, ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision,
+        BLOCK_P=block_p, BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e),
+        num_warps=4,
         # float32 operands: three pipelined stages of the fused stage's tiles need 288 KiB of
         # shared memory, more than the H200's 227 (OutOfResources on the GPU); one stage fits
         num_stages=3 if bf16 or upcast else 1)
