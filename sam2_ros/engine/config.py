@@ -26,7 +26,7 @@ PRECOMPILE_PARTS = ('encoder', 'heads')
 # needs no Triton: what depends on the weights and shapes alone, computed once instead of on
 # every replay.
 FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
-                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes')
+                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue')
 TRITON_FREE_GROUPS = ('constants',)
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
@@ -207,19 +207,22 @@ class TrackerConfig:
     # the graphs run a copy of the model, sharing its weights, whose modules of these groups
     # (FUSED_GROUPS) are replaced by Triton kernels of our own that do a residual add, its
     # LayerNorm and the bf16 cast or window copy after it in one pass, RoPE in one kernel,
-    # the memory encoder in eleven kernels, ..., the frame-in and masks-out graphs run two
-    # kernels each ('io'), hole filling one kernel (bitwise), and the frame-independent values
-    # (positional encodings, the no-prompt embedding: group 'constants', CUDA without triton
-    # too) are computed once, bitwise as per call. True: every group; a tuple (from Python):
-    # those groups; False or (): sam2's modules and the reference I/O throughout. The eager
-    # runner (the reference and every fallback) always runs sam2's modules and the reference
-    # I/O; graph outputs differ from it by rounding (another summation order; frame in is
-    # bitwise, masks flip only at logits within rounding of 0).
+    # the memory encoder in eleven kernels, sam2's glue around the SAM heads in one kernel and
+    # around the memory encoder in none ('sam_glue'), ..., the frame-in and masks-out graphs
+    # run two kernels each ('io'), hole filling one kernel (bitwise), and the
+    # frame-independent values (positional encodings, the no-prompt embedding: group
+    # 'constants', CUDA without triton too) are computed once, bitwise as per call. True:
+    # every group; a tuple (from Python): those groups; False or (): sam2's modules and the
+    # reference I/O throughout. The eager runner (the reference and every fallback) always
+    # runs sam2's modules and the reference I/O; graph outputs differ from it by rounding
+    # (another summation order; frame in is bitwise, masks flip only at logits within
+    # rounding of 0).
     fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
         "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
         "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d, the memory encoder "
-        "in eleven kernels, one-kernel hole filling, frame in and masks out in two kernels "
-        "each; CUDA with triton, not with compile_mode), within rounding of the eager "
+        "in eleven kernels, the glue around the SAM heads in one kernel and around the memory "
+        "encoder in its kernels, one-kernel hole filling, frame in and masks out in two "
+        "kernels each; CUDA with triton, not with compile_mode), within rounding of the eager "
         "reference, and read what depends on the weights alone (positional encodings, the "
         "no-prompt embedding) computed once; false: sam2's modules and the reference I/O"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are

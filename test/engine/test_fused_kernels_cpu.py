@@ -28,6 +28,7 @@ from sam2_ros.engine.cuda.kernels.hiera import (FusedHiera, partition_rows,  # n
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm  # noqa: E402
 from sam2_ros.engine.cuda.kernels.memory_attention import FusedMemoryAttention  # noqa: E402
 from sam2_ros.engine.cuda.kernels.rope import rope_tables, rotary_qk  # noqa: E402
+from sam2_ros.engine.cuda.kernels.sam_glue import SamGlue  # noqa: E402
 from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -298,6 +299,7 @@ def test_fused_model_runs_a_stream_as_sam2_does():
         tr = make_tracker(image_size=64, max_objects=3, extra_hydra_overrides=list(LEAN))
         if fuse:
             tr.runner.model = fused.fused_model(tr.runner.model, FUSED_GROUPS)
+            assert isinstance(tr.runner.model, SamGlue)      # 'sam_glue': sam2's glue fused
         logits = []
         for f, frame in enumerate(synthetic_frames(n, h, w)):
             res = tr.track(frame)

@@ -225,3 +225,119 @@ def test_fused_mask_decoder_heads_kernel_count_gpu(model, batch):
     _record(f'mask_decoder_kernels_bf16_b{batch}', counts)
     print('mask decoder kernels', batch, counts)
     assert counts['fused'] <= counts['sam2'] - 30, counts
+
+
+class _Steered(torch.nn.Module):
+    """sam2's mask decoder with its object scores shifted per object (+, -, +, ...: every
+    other object absent): the same outputs on both sides of a comparison."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **kw):
+        masks, ious, tokens, score = self.inner(**kw)
+        sign = 1.0 - 2.0 * (torch.arange(score.shape[0], device=score.device) % 2)
+        return masks, ious, tokens, score + (20.0 * sign)[:, None].to(score.dtype)
+
+
+def _glue_models(model, precision, groups=()):
+    """(sam2's methods, the 'sam_glue' copy) over the same modules: a steered decoder,
+    ``groups`` fused in both; bf16: weights stored in bf16 as the tracker does."""
+    from sam2_ros.engine.cuda.kernels import fused
+    from sam2_ros.engine.cuda.kernels.swap import with_children
+    from sam2_ros.engine.model import precast
+    base = precast(model) if precision == 'bf16' else model
+    base = fused.fused_model(base, groups) if groups else base
+    base = with_children(base, sam_mask_decoder=_Steered(base.sam_mask_decoder))
+    return base, fused.fused_model(base, ('sam_glue',))
+
+
+def _heads_kw(batch, multimask=True):
+    return dict(backbone_features=_rand(batch, 256, 32, 32, seed=19), point_inputs=None,
+                mask_inputs=None, high_res_features=[_rand(batch, 32, 128, 128, seed=20),
+                                                     _rand(batch, 64, 64, 64, seed=21)],
+                multimask_output=multimask)
+
+
+@pytest.mark.parametrize('multimask', [True, False])
+@pytest.mark.parametrize('batch', [1, 3, 8])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_sam_heads_gpu(model, precision, batch, multimask):
+    """'sam_glue' _forward_sam_heads against sam2's on the same (sam2's) decoder: the low-res
+    masks bitwise (a where and a cast), an absent object's high-res masks too; the present
+    ones' high-res masks within 2^-20 x max |sam2| (the kernel's float32 bilinear arithmetic
+    against torch's, each free to contract into FMAs); the pointer (its projection on every
+    mask token: another GEMM shape) within 1e-4 fp32, 2^-6 bf16; IoUs and scores as sam2's."""
+    ref_model, twin = _glue_models(model, precision)
+    kw = _heads_kw(batch, multimask)
+    ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
+    with torch.inference_mode(), ctx:
+        ref, out = ref_model._forward_sam_heads(**kw), twin._forward_sam_heads(**kw)
+    assert all(o.dtype == r.dtype and o.shape == r.shape for o, r in zip(out, ref))
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[3], ref[3])
+    present = list(range(0, batch, 2))
+    errs = {'high_res': max(_rel(out[i][present], ref[i][present]) for i in (1, 4)),
+            'obj_ptr': _rel(out[5], ref[5]), 'ious': _rel(out[2], ref[2]),
+            'score': _rel(out[6], ref[6])}
+    _record(f'sam_heads_b{batch}_multimask{int(multimask)}_{precision}', errs)
+    if batch > 1:
+        assert (ref[1][1] == -1024.0).all() and torch.equal(out[1][1], ref[1][1])
+    tol = 1e-4 if precision == 'fp32' else 2.0 ** -6
+    assert errs['high_res'] <= 2.0 ** -20 and errs['obj_ptr'] <= tol, errs
+    assert errs['ious'] <= tol and errs['score'] <= tol, errs
+
+
+def _memory_kw(batch, from_points):
+    """A tracked frame's features ([HW, B, C]), mask logits, scores of alternating sign."""
+    sign = 1.0 - 2.0 * (torch.arange(batch, device='cuda') % 2)
+    return dict(current_vision_feats=[_rand(32 * 32, batch, 256, seed=22)],
+                feat_sizes=[(32, 32)],
+                pred_masks_high_res=8 * _rand(batch, 1, 512, 512, seed=23),
+                object_score_logits=(1.5 * sign)[:, None], is_mask_from_pts=from_points)
+
+
+@pytest.mark.parametrize('from_points', [False, True])
+@pytest.mark.parametrize('batch', [1, 3, 8])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_encode_new_memory_gpu(model, precision, batch, from_points):
+    """'sam_glue' _encode_new_memory (sigmoid or binarization, scale, bias, no-object
+    embedding folded into the 'memory_encoder' kernels) against sam2's method on the same
+    fused memory encoder (random norm affines and layer scales), within the memory encoder's
+    bounds: a sigmoid an ulp off (Triton's against torch's) before its LayerNorm2d over 4
+    channels (fp32 1e-3, see the module doc), a bf16 rounding flipped by it (2^-6)."""
+    from sam2_ros.engine.cuda.kernels.swap import with_children
+    mem, _ = _memory_encoder(model, precision)
+    ref_model, twin = _glue_models(with_children(model, memory_encoder=mem), precision,
+                                   ('memory_encoder',))
+    kw = _memory_kw(batch, from_points)
+
+    def encode(m):
+        feats, pos = m._encode_new_memory(**kw)
+        return [feats, pos[0]]
+    _compare(f'encode_new_memory_b{batch}_pts{int(from_points)}', 'memory_encoder',
+             lambda: encode(ref_model), lambda: encode(twin), precision)
+
+
+@pytest.mark.parametrize('batch', [1, 8])
+def test_sam_glue_kernel_count_gpu(model, batch):
+    """CUDA kernels of a tracked frame's _forward_sam_heads + _encode_new_memory (bf16, weights
+    in bf16, the decoder heads and memory encoder fused in both): sam2's glue, ~15 kernels
+    around the heads and 8 around the memory encoder, becomes one kernel; at least 15 fewer."""
+    ref_model, twin = _glue_models(model, 'bf16', ('decoder_heads', 'memory_encoder',
+                                                   'constants'))
+    feat = _rand(32 * 32, batch, 256, seed=24)
+    kw = _heads_kw(batch)
+    kw['backbone_features'] = feat.permute(1, 2, 0).reshape(batch, 256, 32, 32)
+
+    def frame(m):
+        out = m._forward_sam_heads(**kw)
+        return m._encode_new_memory(current_vision_feats=[feat], feat_sizes=[(32, 32)],
+                                    pred_masks_high_res=out[4], object_score_logits=out[6],
+                                    is_mask_from_pts=False)
+    with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
+        sam2, ours = cuda_kernels(lambda: frame(ref_model)), cuda_kernels(lambda: frame(twin))
+    counts = {'sam2': sam2[0], 'fused': ours[0], 'sam2_us': sam2[1], 'fused_us': ours[1]}
+    _record(f'sam_glue_kernels_bf16_b{batch}', counts)
+    print('sam glue kernels', batch, counts)
+    assert counts['fused'] <= counts['sam2'] - 15, counts

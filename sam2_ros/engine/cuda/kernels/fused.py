@@ -32,6 +32,12 @@ Groups:
                       as sam2 computes it per call (``constants.py``); needs no Triton
   'holes'             the steps' hole filling in one kernel, bitwise sam2's (``holes.py``): the
                       copy carries it as ``engine.holes.FILLER``, which ``holes.filler`` reads
+  'sam_glue'          not a module: sam2's glue in ``_forward_sam_heads`` (the no-object
+                      masks, their cast and upsampling, the best-mask selection, the pointer
+                      gating) in one kernel, and in ``_encode_new_memory`` (sigmoid or
+                      binarization, scale, bias, the no-object embedding) folded into the
+                      'memory_encoder' group's kernels; the copy's class carries the two
+                      methods (``sam_glue.py``, ``heads_glue.py``, ``mask_prologue.py``)
 """
 
 from __future__ import annotations
@@ -123,6 +129,9 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
         twin = with_children(twin)
         setattr(twin, holes.FILLER, fill_holes_fused)
+    if 'sam_glue' in groups:   # methods, not modules: the copy's class carries them
+        from sam2_ros.engine.cuda.kernels.sam_glue import with_sam_glue
+        twin = with_sam_glue(twin)
     return twin
 
 

@@ -28,6 +28,7 @@ import triton.language as tl
 
 from sam2_ros.engine.cuda.kernels.channel_norm import layernorm_rows
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.mask_prologue import NONE, MaskPrologue, mask_prologue
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, dot_operand, rne_as
 
 _PROGRAMS = 128      # enough programs for most of the GPU's 132 SMs at one object
@@ -35,10 +36,11 @@ _PROGRAMS = 128      # enough programs for most of the GPU's 132 SMs at one obje
 
 @jit
 def _stage_kernel(x_ptr, x_sb, x_sc, x_sh, x_sw, w_ptr, b_ptr, lnw_ptr, lnb_ptr, y_ptr,
-                  H, W, HO, WO, n_rows, eps,
+                  H, W, HO, WO, n_rows, eps, m_scale, m_bias,
                   wf_ptr, bf_ptr, p_ptr, p_sb, p_sc, p_sh, p_sw, wp_ptr, bp_ptr,
                   COUT: tl.constexpr, K: tl.constexpr, KS: tl.constexpr,
-                  STRIDE: tl.constexpr, PAD: tl.constexpr, SIGMOID: tl.constexpr,
+                  STRIDE: tl.constexpr, PAD: tl.constexpr, PROLOGUE: tl.constexpr,
+                  HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DOT: tl.constexpr, FUSE: tl.constexpr, E: tl.constexpr, CP: tl.constexpr,
                   BF16: tl.constexpr, ROUND2: tl.constexpr, UPCAST: tl.constexpr,
                   PRECISION: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -61,9 +63,9 @@ def _stage_kernel(x_ptr, x_sb, x_sc, x_sh, x_sw, w_ptr, b_ptr, lnw_ptr, lnb_ptr,
             m = rm[:, None] & km[None, :] & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
             x = tl.load(x_ptr + (bb * x_sb)[:, None] + (ci * x_sc)[None, :] + hi * x_sh
                         + wi * x_sw, mask=m, other=0.0)
-            if SIGMOID:      # sam2's sigmoid of the mask logits, in their dtype; 0 padding after
-                x = tl.where(m, cast_rne(tl.sigmoid(x.to(tl.float32)),
-                                         x_ptr.dtype.element_ty).to(tl.float32), 0.0)
+            if PROLOGUE != 0:        # the masks made from the logits; 0 padding after
+                x = tl.where(m, mask_prologue(x.to(tl.float32), PROLOGUE, m_scale, m_bias,
+                                              HAS_SCALE, HAS_BIAS, x_ptr.dtype.element_ty), 0.0)
             w = tl.load(w_ptr + (co * K)[None, :] + kk[:, None], mask=km[:, None], other=0.0)
             acc = tl.dot(dot_operand(x, BF16, UPCAST), dot_operand(w, BF16, UPCAST), acc,
                          input_precision=PRECISION)
@@ -74,9 +76,9 @@ def _stage_kernel(x_ptr, x_sb, x_sc, x_sh, x_sw, w_ptr, b_ptr, lnw_ptr, lnb_ptr,
             m = rm & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
             x = tl.load(x_ptr + bb * x_sb + (k // (KS * KS)) * x_sc + hi * x_sh + wi * x_sw,
                         mask=m, other=0.0).to(tl.float32)
-            if SIGMOID:      # sam2's sigmoid of the mask logits, in their dtype; 0 padding after
-                x = tl.where(m, cast_rne(tl.sigmoid(x), x_ptr.dtype.element_ty).to(tl.float32),
-                             0.0)
+            if PROLOGUE != 0:        # the masks made from the logits; 0 padding after
+                x = tl.where(m, mask_prologue(x, PROLOGUE, m_scale, m_bias, HAS_SCALE,
+                                              HAS_BIAS, x_ptr.dtype.element_ty), 0.0)
             x = rne_as(x, BF16)
             w = rne_as(tl.load(w_ptr + co * K + k).to(tl.float32), BF16)
             acc += x[:, None] * w[None, :]
@@ -127,12 +129,13 @@ def out_size(n: int, conv: torch.nn.Conv2d) -> int:
 
 def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, ...],
                conv: torch.nn.Conv2d, norm: torch.nn.Module, dtype: torch.dtype,
-               sigmoid: bool = False,
+               prologue: Optional[MaskPrologue] = None,
                fuse: Optional[Tuple[torch.nn.Conv2d, torch.nn.Conv2d, torch.Tensor]] = None
                ) -> torch.Tensor:
     """One downsampler stage: x (the [B, Cin, H, W] values, ``size`` = (B, H, W), at
     ``strides`` (batch, channel, row, column), any dtype) ->
-    gelu(norm(conv(x))) as channels-last [B, h, w, Cout] in ``dtype`` (the compute dtype);
+    gelu(norm(conv(x))) as channels-last [B, h, w, Cout] in ``dtype`` (the compute dtype),
+    with ``prologue`` of x's values (logits) as the convolution's input (``mask_prologue.py``);
     with ``fuse`` = (final 1x1 conv, pix_feat_proj, pix_feat [B, Cp, h, w]) -> their
     proj(pix_feat) + final(...) as [B * h * w, E] in ``dtype``."""
     bsz, hgt, wid = size
@@ -157,13 +160,16 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
         y = torch.empty(n_rows, e, device=x.device, dtype=dtype)
         block_p = rows_block(n_rows, 16 if not upcast else 64, spread=not upcast)
         p_strides = pix.stride()
+    pro = MaskPrologue(NONE) if prologue is None else prologue
     _stage_kernel[(triton.cdiv(n_rows, block_p),)](
         x, *strides, conv.weight, conv.bias, norm.weight, norm.bias, y, hgt, wid, ho, wo,
-        n_rows, float(norm.eps), final.weight, final.bias, pix, *p_strides, proj.weight,
-        proj.bias, COUT=cout, K=k, KS=ks, STRIDE=conv.stride[0], PAD=conv.padding[0],
-        SIGMOID=sigmoid, DOT=dot, FUSE=fuse is not None, E=e, CP=cp, BF16=bf16,
-        ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision, BLOCK_P=block_p,
-        BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e), num_warps=4,
+        n_rows, float(norm.eps), float(pro.scale), float(pro.bias), final.weight, final.bias,
+        pix, *p_strides, proj.weight, proj.bias, COUT=cout, K=k, KS=ks,
+        STRIDE=conv.stride[0], PAD=conv.padding[0], PROLOGUE=pro.mode,
+        HAS_SCALE=pro.scale != 1.0, HAS_BIAS=pro.bias != 0.0, DOT=dot, FUSE=fuse is not None,
+        E=e, CP=cp, BF16=bf16, ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision,
+        BLOCK_P=block_p, BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e),
+        num_warps=4,
         # float32 operands: three pipelined stages of the fused stage's tiles need 288 KiB of
         # shared memory, more than the H200's 227 (OutOfResources on the GPU); one stage fits
         num_stages=3 if bf16 or upcast else 1)

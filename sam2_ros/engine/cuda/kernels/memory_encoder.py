@@ -24,13 +24,14 @@ bf16 (float16 autocast) and inputs sam2 would reject run sam2's module as it is.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from sam2_ros.engine.cuda.kernels.cx_block import cx_block, supported as block_supported
 from sam2_ros.engine.cuda.kernels.dtypes import autocast_dtype
 from sam2_ros.engine.cuda.kernels.mask_downsampler import conv_stage, out_size
+from sam2_ros.engine.cuda.kernels.mask_prologue import SIGMOID, MaskPrologue
 from sam2_ros.engine.cuda.kernels.row_gemm import CONV, row_gemm
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,26 @@ class FusedMemoryEncoder(torch.nn.Module):
         return (tuple(pix_feat.shape) == (masks.shape[0], proj.in_channels, h, w) and h > 0
                 and w > 0 and all(p.is_contiguous() for p in weights))
 
+    def takes(self, pix_feat: torch.Tensor, masks: torch.Tensor) -> bool:
+        """True when ``encode`` computes this call (else sam2's module must)."""
+        return self.compute_dtype(masks) is not None and self.fits(pix_feat, masks)
+
     def forward(self, pix_feat: torch.Tensor, masks: torch.Tensor,
                 skip_mask_sigmoid: bool = False) -> Dict[str, List[torch.Tensor]]:
         """pix_feat [B, Cp, h, w], masks [B, 1, H, W] (any strides) -> sam2's outputs."""
-        compute = self.compute_dtype(masks)
-        if compute is None or not self.fits(pix_feat, masks):
+        if not self.takes(pix_feat, masks):
             return self.inner(pix_feat, masks, skip_mask_sigmoid)
+        return self.encode(pix_feat, masks, None if skip_mask_sigmoid else MaskPrologue(SIGMOID))
+
+    def encode(self, pix_feat: torch.Tensor, masks: torch.Tensor,
+               prologue: Optional[MaskPrologue] = None,
+               no_object: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+               ) -> Dict[str, List[torch.Tensor]]:
+        """``forward`` for inputs ``takes`` accepts, the first stage reading ``masks`` through
+        ``prologue`` (None: as they are); ``no_object`` = (object score logits [B, 1],
+        embedding [C_out]): the features plus sam2's no-object embedding where a score is
+        <= 0, in out_proj's kernel (``row_gemm.py``)."""
+        compute = self.compute_dtype(masks)
         inner = self.inner
         bsz, _, h, w = masks.shape
         x, strides = masks, masks.stride()
@@ -132,7 +147,7 @@ class FusedMemoryEncoder(torch.nn.Module):
             fuse = (inner.mask_downsampler.encoder[-1], inner.pix_feat_proj, pix_feat) \
                 if i == last else None
             x = conv_stage(x, (bsz, h, w), strides, conv, norm, compute,
-                           sigmoid=i == 0 and not skip_mask_sigmoid, fuse=fuse)
+                           prologue=prologue if i == 0 else None, fuse=fuse)
             h, w = out_size(h, conv), out_size(w, conv)
             if i < last:                  # [B, h, w, C] channels-last: its (b, c, h, w) strides
                 strides = (x.stride(0), x.stride(3), x.stride(1), x.stride(2))
@@ -141,6 +156,6 @@ class FusedMemoryEncoder(torch.nn.Module):
         proj = inner.out_proj
         out = torch.empty(bsz, proj.out_channels, h, w, device=x.device, dtype=compute)
         row_gemm(x, proj.weight, proj.bias, CONV, compute, out, hw=h * w,
-                 out_strides=(out.stride(0), 1, out.stride(1)))
+                 out_strides=(out.stride(0), 1, out.stride(1)), no_object=no_object)
         pos = self.position_encoding(out).to(out.dtype)
         return {'vision_features': out, 'vision_pos_enc': [pos]}

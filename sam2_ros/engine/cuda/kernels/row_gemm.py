@@ -11,12 +11,15 @@ done on load, rounding as autocast does). Epilogues, as sam2's ops round under a
   promotes the bf16 output with the float32 parameter);
 * CONV: a convolution's output (on the GPU rounded, then its bias added in bf16: torch's cuDNN
   path; on the CPU one rounding of acc + bias: oneDNN's), written
-  at the output strides given per (batch, pixel, channel): NCHW for ``out_proj``.
+  at the output strides given per (batch, pixel, channel): NCHW for ``out_proj``; with
+  ``no_object`` = (object score logits [B, 1], embedding [N]) plus sam2's no-object embedding
+  (``_encode_new_memory``: ``features += (1 - (score > 0)) * embedding``, float32, added to the
+  output as written in its dtype, then rounded to it again, as the in-place add does).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -31,7 +34,8 @@ _PROGRAMS = 128      # enough programs for most of the GPU's 132 SMs at one obje
 
 @jit
 def _gemm_kernel(a_ptr, a_sm, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, HW, y_sb, y_sp, y_sn,
-                 K: tl.constexpr, EPI: tl.constexpr, HAS_GAMMA: tl.constexpr, BF16: tl.constexpr,
+                 s_ptr, s_sb, e_ptr, K: tl.constexpr, EPI: tl.constexpr,
+                 HAS_GAMMA: tl.constexpr, NO_OBJ: tl.constexpr, BF16: tl.constexpr,
                  ROUND2: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -52,6 +56,10 @@ def _gemm_kernel(a_ptr, a_sm, w_ptr, b_ptr, r_ptr, g_ptr, y_ptr, M, N, HW, y_sb,
     bias = rne_as(tl.load(b_ptr + rn, mask=nm, other=0.0).to(tl.float32), BF16)
     if EPI == 2:
         y = rne_as(rne_as(acc, ROUND2) + bias[None, :], BF16)
+        if NO_OBJ:        # y as written (compute dtype = output dtype), + the float32 term
+            score = tl.load(s_ptr + (m64 // HW) * s_sb, mask=mm, other=1.0).to(tl.float32)
+            emb = tl.load(e_ptr + rn, mask=nm, other=0.0).to(tl.float32)
+            y = y + (1.0 - (score > 0).to(tl.float32))[:, None] * emb[None, :]
     else:
         y = rne_as(acc + bias[None, :], BF16)
     if EPI == 0:
@@ -79,12 +87,15 @@ def _blocks(m: int, n: int, spread: bool):
 def row_gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, epilogue: int,
              compute: torch.dtype, out: torch.Tensor, residual: Optional[torch.Tensor] = None,
              gamma: Optional[torch.Tensor] = None, hw: Optional[int] = None,
-             out_strides: Optional[tuple] = None) -> torch.Tensor:
+             out_strides: Optional[tuple] = None,
+             no_object: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
     """a [M, K] (rows contiguous), weight [N, K] (or [N, K, 1, 1]) contiguous -> ``out`` with
     the epilogue's values; ``compute`` the dtype the layer computes in (bf16 or float32).
     RESIDUAL reads ``residual`` [M, N] contiguous (and ``gamma`` [N] or None); the output goes
     to row m = b * hw + p, column n at out + b * s_b + p * s_p + n * s_n for ``out_strides`` =
-    (s_b, s_p, s_n) (default: ``out`` is [M, N] contiguous)."""
+    (s_b, s_p, s_n) (default: ``out`` is [M, N] contiguous). CONV only: ``no_object`` =
+    (score [B, 1] logits, embedding [N]) adds the no-object embedding to batch b's rows where
+    score[b] <= 0 (B = M / hw)."""
     m, k = a.shape
     n = weight.shape[0]
     hw = m if hw is None else hw
@@ -92,10 +103,14 @@ def row_gemm(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, epilogue
     upcast = a.device.type != 'cuda'
     bf16 = compute == torch.bfloat16
     block_m, block_n = _blocks(m, n, spread=not upcast)
+    assert no_object is None or epilogue == CONV
+    score, emb = (bias, bias) if no_object is None else no_object
     _gemm_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n))](
         a, a.stride(0), weight, bias, a if residual is None else residual,
-        bias if gamma is None else gamma, out, m, n, hw, *strides, K=k, EPI=epilogue,
-        HAS_GAMMA=gamma is not None, BF16=bf16, ROUND2=bf16 and not upcast, UPCAST=upcast,
+        bias if gamma is None else gamma, out, m, n, hw, *strides, score,
+        score.stride(0) if no_object is not None else 0, emb, K=k, EPI=epilogue,
+        HAS_GAMMA=gamma is not None, NO_OBJ=no_object is not None, BF16=bf16,
+        ROUND2=bf16 and not upcast, UPCAST=upcast,
         PRECISION='ieee' if not bf16 or upcast else 'tf32', BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_K=min(256 if upcast else 64, max(32, triton.next_power_of_2(k))), num_warps=4)
     return out
