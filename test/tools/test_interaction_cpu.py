@@ -103,3 +103,17 @@ def test_cli_ratio_only_within_one_run(monkeypatch):
         'run': 'r1', 'gpu': 'H200', 'date': 'd', 'commit': None, 'command': 'c'}
     monkeypatch.setenv('SAM2_ROS_COMMIT', 'abc1234')      # wins over a (stale) .git
     assert results.provenance('cpu', 'prog', ['--x'])['commit'] == 'abc1234'
+
+
+def test_interaction_frames_probe_times_every_frame_and_its_window(tmp_path, one_thread):
+    """tools/probes/interaction_frames_probe.py: one wall time per timed frame of the same
+    stream, and a window entry per profiled frame (kernel fields None on the CPU)."""
+    from tools.probes import interaction_frames_probe as probe
+
+    out = tmp_path / 'frames.json'
+    assert probe.main(['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '6',
+                       '--window', '2-3', '--out', str(out)]) == 0
+    row = json.loads(out.read_text())['rows'][0]
+    assert len(row['frame_ms']) == 6 and all(ms > 0 for ms in row['frame_ms'])
+    assert sorted(row['window']) == ['2', '3']
+    assert row['window']['2']['kernels'] is None
