@@ -12,56 +12,52 @@ both from its two mask centroids with the pair's ``camera_info`` (``positions.py
 code as the one-node path) and publishes ``vision_msgs/Detection3DArray`` on ``~/positions``
 (only valid positions, in the left camera's frame) and its counts on ``/diagnostics``.
 
-A state without a partner waits for at most ``pair_depth`` newer states of its camera, then is
-dropped (counted): a camera that stops leaves nothing behind.
+States are paired as the one-node tracker pairs frames (``pairing.StampPairer``); a state
+without a partner waits at most ``pair_wait_ms`` (the two trackers' outputs may be that far
+apart), or until the other camera has moved past it or ``pair_depth`` of its camera wait, then
+is dropped (counted): a camera that stops leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
-from typing import Any, Deque, Dict, List, Optional, Tuple
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.inputs import stamp_ns
+from sam2_ros.ros.pairing import StampPairer
 from sam2_ros.ros.positions import PairCalibration, detections, triangulate_objects
 
 OUTPUT_TOPIC = '~/positions'
 PARAMS = {'left': 'left', 'right': 'right', 'tracker': 'sam2_tracker', 'rectified': False,
-          'pair_tolerance_ms': 0.0, 'pair_depth': 30, 'diagnostics_period_s': 1.0}
+          'pair_tolerance_ms': 0.0, 'pair_wait_ms': 200.0, 'pair_depth': 30,
+          'diagnostics_period_s': 1.0}
 
 
 class StatePairs:
-    """Left (side 0) and right (side 1) items matched by stamp (ns), at most ``tolerance_ns``
-    apart (the nearest); pure Python, so the policy is tested without ROS."""
+    """Left (side 0) and right (side 1) states paired by stamp with the tracker's own pairing
+    policy (``pairing.StampPairer``: equal stamps or within ``tolerance_ns``, a stamp going
+    back resets it); a state waits for its partner at most ``wait_ns`` of receipt time, or
+    until the other side has moved past it or more than ``depth`` of its side wait, then is
+    dropped (counted). Pure Python, so the policy is tested without ROS."""
 
-    def __init__(self, tolerance_ns: int = 0, depth: int = 30) -> None:
-        if tolerance_ns < 0 or depth < 1:
-            raise ValueError(f'pair tolerance must be >= 0 and depth >= 1, got '
-                             f'{tolerance_ns} ns and {depth}')
-        self.tolerance_ns, self.depth = int(tolerance_ns), int(depth)
-        self.pending: Tuple[Deque[Tuple[int, Any]], ...] = (collections.deque(),
-                                                             collections.deque())
-        self.paired = 0
-        self.dropped = 0            # items that never found a partner
+    def __init__(self, wait_ns: int, tolerance_ns: int = 0, depth: int = 30) -> None:
+        self.pairer = StampPairer(2, wait_ns, tolerance_ns, queue_size=depth)
 
-    def put(self, side: int, stamp_ns: int, item: Any) -> Optional[Tuple[Any, Any]]:
-        """Add one side's item; returns (left, right) when it completes a pair."""
-        other = self.pending[1 - side]
-        near = [i for i, (t, _) in enumerate(other) if abs(t - stamp_ns) <= self.tolerance_ns]
-        if not near:
-            mine = self.pending[side]
-            mine.append((stamp_ns, item))
-            while len(mine) > self.depth:
-                mine.popleft()
-                self.dropped += 1
-            return None
-        best = min(near, key=lambda i: abs(other[i][0] - stamp_ns))
-        for _ in range(best):           # older than the partner: their partners are gone
-            other.popleft()
-            self.dropped += 1
-        _, match = other.popleft()
-        self.paired += 1
-        return (item, match) if side == 0 else (match, item)
+    def put(self, side: int, stamp_ns: int, item: Any, now_ns: int) -> List[Tuple[Any, Any]]:
+        """Add one side's state received at ``now_ns``; the (left, right) pairs it completes
+        (or that leave with it), oldest first."""
+        return [(g.frames[0].item, g.frames[1].item)
+                for g in self.pairer.put(side, stamp_ns, item, now_ns) if g.complete]
+
+    @property
+    def paired(self) -> int:
+        return self.pairer.counts.complete
+
+    @property
+    def dropped(self) -> int:
+        """States that left without a partner."""
+        return self.pairer.counts.partial
 
 
 def centroids(state: Any) -> Dict[int, Optional[Tuple[float, float]]]:
@@ -86,7 +82,8 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
             super().__init__(node_name)
             p = {k: self.declare_parameter(k, v).value for k, v in PARAMS.items()}
             self.rectified = bool(p['rectified'])
-            self.pairs = StatePairs(int(round(float(p['pair_tolerance_ms']) * 1e6)),
+            self.pairs = StatePairs(int(round(float(p['pair_wait_ms']) * 1e6)),
+                                    int(round(float(p['pair_tolerance_ms']) * 1e6)),
                                     int(p['pair_depth']))
             self.pair = PairCalibration()
             self.valid = self.invalid = self.waiting = 0
@@ -107,8 +104,8 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
 
         def on_state(self, side: int):
             def take(msg: Any) -> None:
-                pair = self.pairs.put(side, stamp_ns(msg.header.stamp), msg)
-                if pair is not None:
+                for pair in self.pairs.put(side, stamp_ns(msg.header.stamp), msg,
+                                           time.monotonic_ns()):
                     self.publish(*pair)
             return take
 

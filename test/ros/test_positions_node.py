@@ -15,33 +15,45 @@ import stereo_scenes as sc
 from sam2_ros.ros.positions_node import StatePairs, centroids
 
 
+WAIT = 1_000       # ns of receipt time a state waits for its partner
+
+
 def test_states_pair_by_equal_stamps_whichever_camera_comes_first():
-    p = StatePairs()
-    assert p.put(0, 100, 'L100') is None
-    assert p.put(1, 100, 'R100') == ('L100', 'R100')
-    assert p.put(1, 200, 'R200') is None
-    assert p.put(0, 200, 'L200') == ('L200', 'R200')
+    p = StatePairs(WAIT)
+    assert p.put(0, 100, 'L100', 0) == []
+    assert p.put(1, 100, 'R100', 1) == [('L100', 'R100')]
+    assert p.put(1, 200, 'R200', 2) == []
+    assert p.put(0, 200, 'L200', 3) == [('L200', 'R200')]
     assert (p.paired, p.dropped) == (2, 0)
 
 
 def test_a_state_without_partner_is_dropped_when_its_partner_came_later():
-    p = StatePairs()
-    p.put(0, 100, 'L100')                # right lost frame 100
-    p.put(0, 200, 'L200')
-    assert p.put(1, 200, 'R200') == ('L200', 'R200')
-    assert p.dropped == 1 and not p.pending[0]
+    p = StatePairs(WAIT)
+    p.put(0, 100, 'L100', 0)                # right lost frame 100
+    p.put(0, 200, 'L200', 1)
+    assert p.put(1, 200, 'R200', 2) == [('L200', 'R200')]
+    assert p.dropped == 1 and not p.pairer.pending(0)
 
 
-def test_tolerance_pairs_the_nearest_stamp_and_depth_bounds_what_waits():
-    p = StatePairs(tolerance_ns=10, depth=2)
-    p.put(0, 100, 'L100')
-    p.put(0, 108, 'L108')
-    assert p.put(1, 106, 'R106') == ('L108', 'R106')      # 2 ns beats 6 ns
+def test_tolerance_pairs_close_stamps_and_depth_bounds_what_waits():
+    p = StatePairs(WAIT, tolerance_ns=10, depth=2)
+    p.put(0, 100, 'L100', 0)
+    assert p.put(1, 106, 'R106', 1) == [('L100', 'R106')]
     for t in (300, 400, 500):                               # the right camera stopped
-        p.put(0, t, f'L{t}')
-    assert [t for t, _ in p.pending[0]] == [400, 500] and p.dropped == 2
+        p.put(0, t, f'L{t}', 2)
+    assert p.pairer.pending(0) == 2 and p.dropped == 1
+    p.put(0, 600, 'L600', WAIT + 10)                        # those two waited too long
+    assert p.pairer.pending(0) == 1 and p.dropped == 3      # L600 itself still waits
     with pytest.raises(ValueError):
-        StatePairs(tolerance_ns=-1)
+        StatePairs(WAIT, tolerance_ns=-1)
+
+
+def test_a_stamp_going_back_resets_the_pairing():
+    p = StatePairs(WAIT)
+    p.put(0, 500, 'L500', 0)
+    assert p.put(0, 100, 'L100', 1) == []                   # a bag restarted
+    assert p.put(1, 100, 'R100', 2) == [('L100', 'R100')]
+    assert p.dropped == 1
 
 
 def test_centroids_hide_objects_not_visible():
