@@ -27,8 +27,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import (diagnostics, gc_policy, gil, inputs, malloc, messages, node_cli,
-                          params)
+from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
 from sam2_ros.ros import runtime_params, segment_service, time_jump
 from sam2_ros.ros.image_cdr import subscribe_images
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
@@ -62,7 +61,6 @@ class TrackerNode(LifecycleNode):
         self.gc_pauses = gc_policy.PauseMonitor()    # full collections, for diagnostics
         self.gc_frozen = False
         self.malloc = malloc.Tuning()
-        self.gil = gil.SwitchInterval()
         self.finished = False
         self.mailbox: Optional[Mailbox] = None
         self.worker: Optional[TrackingWorker] = None
@@ -104,7 +102,6 @@ class TrackerNode(LifecycleNode):
                 raise ValueError(f'unknown parameter {", ".join(typos)}')
             self.cfg, self.opts = params.read(self)
             self.malloc.apply(self.opts.tune_malloc, self.get_logger().warning)
-            self.gil.apply(self.opts.gil_switch_interval_ms)
             check_device(self.cfg.device)
             messages.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.engine.multistream import MultiStreamTracker
@@ -242,7 +239,6 @@ class TrackerNode(LifecycleNode):
         """Everything configure and activate made: the I/O, then the tracker."""
         self.release_io()
         dev = str(getattr(self.cfg, 'device', 'cpu'))
-        self.gil.restore()
         if self.gc_frozen:              # the released tracker's cycles are collectable again
             gc_policy.unfreeze()
             self.gc_frozen = False

@@ -80,14 +80,6 @@ class NodeOptions:
         'after configure, gc.freeze(): the objects configure leaves (imports, model, graphs) are '
         "skipped by Python's garbage collector; unfrozen at cleanup (diagnostics: "
         'gc_full_collections, gc_max_pause_ms)'))
-    # The longest a thread waiting for Python's GIL waits while another holds it (Python's
-    # default 5 ms): the worker returning from a CUDA wait competes with the executor and the
-    # output threads (sam2_ros/ros/gil.py; process-wide, set at configure, restored at cleanup).
-    # Off by default: one node serving two cameras was no better at 0.5 ms (H200, 1 object
-    # per camera: p99 151 / 116 ms at 0.5 / 5 ms, run 20261202T161246Z-gil; docs/performance.md).
-    gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
-        "Python's thread switch interval in the node's process (sys.setswitchinterval), so the "
-        'worker waits less for the GIL after a CUDA wait; 0 = Python\'s own (5 ms)'))
     # Raw images taken as serialized messages and read in place (sam2_ros/ros/image_cdr.py):
     # rclpy's conversion copies a 720p frame twice under the GIL. tools/dds_probe.py, 720p60 on
     # a 2-core VM: p50 receipt 2.7-3.0 ms serialized against 3.0-3.3 ms converted.
@@ -172,9 +164,6 @@ class NodeOptions:
             raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
         if int(self.max_image_pixels) < 1:
             raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
-        if not 0 <= float(self.gil_switch_interval_ms) <= 100:
-            raise ValueError(f'gil_switch_interval_ms must be in 0..100, got '
-                             f'{self.gil_switch_interval_ms!r}')
         if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.image_topic:

@@ -10,8 +10,6 @@
 #   bash scripts/gpu/gpu_node_latency.sh stereo   # 2 cameras on one GPU, 1 and 3 objects each:
 #     ONE node serving both (--one-node, cameras [cam0, cam1], frame pairs stamped alike) and
 #     two nodes for comparison; within ~8 minutes (LIMIT_S, default 470 here)
-#   bash scripts/gpu/gpu_node_latency.sh gil      # one node for two cameras, 1 and 3 objects:
-#     gil_switch_interval_ms at its default against 0 (Python's 5 ms)
 #   bash scripts/gpu/gpu_node_latency.sh session  # one call's headline rows of three issues:
 #     raw 1 object, one node serving two cameras with 1 object each, raw 3, jpeg 1, raw 8,
 #     one node for two cameras with 3 objects each (what LIMIT_S leaves room for)
@@ -109,13 +107,6 @@ elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, mo
   run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run cams2_1gpu_1node_3obj --objects 3 --transport shm --overlay --devices "$D0,$D0" --one-node
-elif [ "$MODE" = gil ]; then   # gil_switch_interval_ms default (0.5) against Python's 5 ms
-  for n in 1 3; do
-    run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
-      --one-node
-    run "cams2_1gpu_1node_${n}obj_gil0" --objects "$n" --transport shm --overlay \
-      --devices "$D0,$D0" --one-node --gil-switch-ms 0
-  done
 elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), then two nodes
   for n in 1 3; do
     run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \

@@ -101,8 +101,6 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
         values['pipeline'] = bool(args.pipeline)
     if args.tune_malloc is not None:
         values['tune_malloc'] = bool(args.tune_malloc)
-    if getattr(args, 'gil_switch_ms', None) is not None:
-        values['gil_switch_interval_ms'] = float(args.gil_switch_ms)
     if getattr(args, 'precompile', None):
         values['precompile'] = csv(args.precompile)
     return NodeProcess(values, workdir / f'node_params{ns}.yaml', log_path, env=env, ns=ns,

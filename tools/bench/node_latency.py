@@ -251,10 +251,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if all(n.params.get('gc_freeze', True) for n in nodes):   # as the nodes do
             from sam2_ros.ros.gc_policy import freeze
             freeze()       # this receiving process's receipt times free of full collections
-        from sam2_ros.ros.gil import SwitchInterval
-        from sam2_ros.ros.options import NodeOptions
-        SwitchInterval().apply(min(float(n.params.get(        # as the nodes do
-            'gil_switch_interval_ms', NodeOptions.gil_switch_interval_ms)) for n in nodes))
         publishers = [image_publishers(client, link) for link in client.links]
         run = measure(args, client, nodes, cameras, logs)
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose

@@ -36,9 +36,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's tune_malloc parameter (default: the YAML's), also applied "
                          'to this receiving process (sam2_ros/ros/malloc.py)')
-    ap.add_argument('--gil-switch-ms', type=float, default=None,
-                    help="the node's gil_switch_interval_ms (default: the YAML's; 0: Python's "
-                         '5 ms), also applied to this receiving process (sam2_ros/ros/gil.py)')
     ap.add_argument('--precompile', default=None,
                     help="the node's precompile parameter, comma-separated ('encoder,heads'; "
                          'default: the YAML\'s); a start without its files compiles them first '

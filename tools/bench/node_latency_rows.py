@@ -17,10 +17,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from sam2_ros.ros.options import NodeOptions
 from tools.bench.node_latency_frames import EXTRA, SPLIT
-
-GIL_DEFAULT = NodeOptions.gil_switch_interval_ms   # rows at the default carry no tag for it
 
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
          'transport_ms') + SPLIT + EXTRA
@@ -153,8 +150,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + ([a['input']] if a.get('input', 'raw') != 'raw' else [])
         + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
         + (['precompile'] if cam['node_params'].get('precompile') else [])
-        + ([f"gil{gil:g}ms"] if (gil := cam['node_params'].get(
-            'gil_switch_interval_ms', GIL_DEFAULT)) != GIL_DEFAULT else [])
+
         + (['onenode'] if a.get('node_per_camera') is False else []))
 
 
@@ -173,7 +169,6 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'node_per_camera': a.get('node_per_camera', True), 'devices': list(a['devices']),
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'tune_malloc': p.get('tune_malloc', True),
-            'gil_switch_interval_ms': p.get('gil_switch_interval_ms'),
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
             'input': a.get('input', 'raw'), 'image_bytes_p50': s['image_bytes']['p50'],
