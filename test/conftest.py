@@ -120,6 +120,21 @@ def reuse_encoder(tracker) -> list:
     return key
 
 
+@pytest.fixture
+def kernel_launches(monkeypatch):
+    """The names of our Triton kernels (``launch.jit``) launched from here on in the test, in
+    launch order (interpreted or compiled alike)."""
+    from sam2_ros.engine.cuda.kernels import launch
+    names = []
+    original = launch.Kernel.__getitem__
+
+    def counted(self, grid):
+        names.append(self.fn.__name__)
+        return original(self, grid)
+    monkeypatch.setattr(launch.Kernel, '__getitem__', counted)
+    return names
+
+
 @pytest.fixture(scope='session')
 def tracker_factory():
     return make_tracker

@@ -24,7 +24,7 @@ pytest.importorskip('triton')
 
 from conftest import LEAN, make_tracker, shared_model  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
-from sam2_ros.engine.cuda.kernels import fused, launch  # noqa: E402
+from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_downsampler import conv_stage  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_prologue import BINARIZE, SIGMOID, MaskPrologue  # noqa
 from sam2_ros.engine.cuda.kernels.row_gemm import CONV, row_gemm  # noqa: E402
@@ -216,19 +216,8 @@ def test_memory_encoding_without_the_fused_encoder_is_sam2s(model, monkeypatch):
     assert torch.equal(out, ref)
 
 
-def _launches(monkeypatch):
-    names = []
-    original = launch.Kernel.__getitem__
-
-    def counted(self, grid):
-        names.append(self.fn.__name__)
-        return original(self, grid)
-    monkeypatch.setattr(launch.Kernel, '__getitem__', counted)
-    return names
-
-
-def test_glue_is_one_kernel_and_none_in_the_memory_encoder(model, monkeypatch):
-    names = _launches(monkeypatch)
+def test_glue_is_one_kernel_and_none_in_the_memory_encoder(model, kernel_launches):
+    names = kernel_launches
     twin = fused.fused_model(model, ('sam_glue', 'memory_encoder'))
     _run(lambda: twin._forward_sam_heads(**_heads_inputs(1), multimask_output=True), True)
     assert names == ['_heads_glue_kernel'], names
@@ -239,7 +228,7 @@ def test_glue_is_one_kernel_and_none_in_the_memory_encoder(model, monkeypatch):
     assert len(names) == 11, names          # the memory encoder's eleven, nothing more
 
 
-def test_unsupported_branches_run_sam2s_methods(model, monkeypatch):
+def test_unsupported_branches_run_sam2s_methods(model, monkeypatch, kernel_launches):
     """soft_no_obj_ptr, float16 autocast, a training model: sam2's methods (on the copy)."""
     from sam2.modeling.sam2_base import SAM2Base
     calls = []
@@ -248,7 +237,7 @@ def test_unsupported_branches_run_sam2s_methods(model, monkeypatch):
             calls.append(_name)
             return _original(self, *args, **kw)
         monkeypatch.setattr(SAM2Base, name, spy)
-    names = _launches(monkeypatch)
+    names = kernel_launches
     kw = dict(_heads_inputs(1), multimask_output=True)
     soft_model = with_children(model)
     soft_model.soft_no_obj_ptr = True
@@ -286,7 +275,7 @@ def test_group_off_keeps_sam2s_methods_and_copies_keep_the_glue():
     assert all(id(p) in shared for p in twin.parameters())
 
 
-def test_sam_glue_stream_equals_sam2s():
+def test_sam_glue_stream_equals_sam2s(kernel_launches):
     """fp32, eager runner: the model against its copy with 'sam_glue' and 'memory_encoder'
     over a stream with a click (frame 0), a mask (1) and a correction (2): prompted frames'
     binarized memories, tracked frames' sigmoid ones; the same logits within 1e-4 (the memory
@@ -294,27 +283,18 @@ def test_sam_glue_stream_equals_sam2s():
     from scenarios import schedule, synthetic_frames
     h, w, n = 48, 64, 4
     events = schedule(h, w, add2=n, add3=1, fix=2, remove=n)      # no box, no removal
-    runs, glue = [], []
-    original = launch.Kernel.__getitem__
-
-    def counted(self, grid):
-        glue.append(self.fn.__name__)
-        return original(self, grid)
+    runs, glue = [], kernel_launches          # sam2's run launches none of ours
     for fuse in (False, True):
         tr = make_tracker(image_size=64, max_objects=3, extra_hydra_overrides=list(LEAN))
         if fuse:
             tr.runner.model = fused.fused_model(tr.runner.model, ('sam_glue', 'memory_encoder'))
-            launch.Kernel.__getitem__ = counted
-        try:
-            logits = []
-            for f, frame in enumerate(synthetic_frames(n, h, w)):
-                res = tr.track(frame)
-                for _, prompt in events.get(f, []):
-                    res = tr.add_prompt(prompt)
-                logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-            runs.append(logits)
-        finally:
-            launch.Kernel.__getitem__ = original
+        logits = []
+        for f, frame in enumerate(synthetic_frames(n, h, w)):
+            res = tr.track(frame)
+            for _, prompt in events.get(f, []):
+                res = tr.add_prompt(prompt)
+            logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
+        runs.append(logits)
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         for k in ref:
