@@ -86,9 +86,10 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
     lat: List[float] = []
     small: List[int] = []   # the 4x4 images of small_ack_ms, not frames
 
+    from sam2_ros.ros.image_cdr import image_from_cdr
+
     def on_image(m: Any) -> None:
         if raw:               # the serialized message: read what is needed from its CDR
-            from sam2_ros.ros.image_cdr import image_from_cdr
             m = image_from_cdr(m)
         if m.width <= 4:
             small.append(1)

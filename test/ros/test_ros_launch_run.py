@@ -282,10 +282,12 @@ def test_rviz_true_without_rviz2_starts_nothing(tmp_path):
 
 
 def test_multi_camera_launch_tracks_two_cameras(tmp_path):
-    """One tracker per camera namespace, each on its own topics and device."""
+    """One tracker per camera namespace, each on its own topics and device; positions:=true
+    adds positions_node reading both trackers' states."""
     ros2()
     params = write_params(tmp_path / 'multi.yaml', autostart=False)
     with launched(tmp_path, 'multi', 'multi_camera.launch.py', 'cameras:=cam0,cam1',
+                  'positions:=true',
                   'devices:=cpu', 'random_weights:=true', 'image_size:=64',
                   'use_cuda_graphs:=false', f'params_file:={params}') as run:
         proc = run.proc
@@ -317,6 +319,10 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
         # the first CLI call starts the daemon, which may not have discovered the node yet
         cli_until(run.env, ['param', 'get', '/cam1/sam2_tracker', 'image_topic'],
                   r'String value is: /cam1/image_raw', 60)
+        proc.wait_log(r'3D positions of /cam0 and /cam1 \(sam2_tracker\) on '
+                      r'/sam2_positions/positions', 60)
+        cli_until(run.env, ['topic', 'info', '/cam1/sam2_tracker/state'],
+                  r'Subscription count: [1-9]', 60)
         run.close_clients()
         sigint_and_check_clean(proc, pids)
 
