@@ -29,7 +29,6 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
 from sam2_ros.ros import runtime_params, segment_service, time_jump
-from sam2_ros.ros.image_cdr import subscribe_images
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
@@ -37,6 +36,7 @@ from sam2_ros.ros.node_cli import check_device, input_topic
 from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
+from sam2_ros.ros.receiver import close_input, image_input
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker import TrackingWorker
@@ -205,7 +205,7 @@ class TrackerNode(LifecycleNode):
         outputs are published). Counters are added to the totals; prompts still held for a
         frame that never came are reported, not dropped silently."""
         for sub in self.input_subs:
-            self.destroy_subscription(sub)
+            close_input(self, sub)
         self.input_subs = []
         w, mb = self.worker, self.mailbox
         if self.rig is not None:
@@ -257,8 +257,7 @@ class TrackerNode(LifecycleNode):
         image_type = Image if o.input_type == 'raw' else CompressedImage
         topic = input_topic(o.image_topic, o.input_type)
         subs = [
-            subscribe_images(self, topic, self.on_image, image_qos(o), o.take_serialized_images)
-            if image_type is Image else
+            image_input(self, topic, self.on_image, image_qos(o), o) if image_type is Image else
             self.create_subscription(image_type, topic, self.on_image, image_qos(o)),
             self.create_subscription(messages.interfaces().Prompt, '~/prompt',
                                      lambda m: self._queue(m, 'prompt', m), PROMPT_QOS),
@@ -294,9 +293,9 @@ class TrackerNode(LifecycleNode):
                 self.resolve_topic_name('~/mask') + '_mouse_left', base + '_mouse_left']
 
     # ------------------------------------------------------------------ callbacks (executor)
-    def on_image(self, msg: Any) -> None:
+    def on_image(self, msg: Any, recv_t: Optional[float] = None) -> None:
         self.mailbox.put_frame(FrameItem(msg, inputs.stamp_ns(msg.header.stamp), msg.header,
-                                         time.monotonic()))
+                                         time.monotonic() if recv_t is None else recv_t))
 
     def on_point(self, msg: Any) -> None:
         """A geometry_msgs/Point from rqt_image_view: no stamp, and the user clicked what is

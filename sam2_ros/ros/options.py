@@ -86,6 +86,13 @@ class NodeOptions:
     take_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
         'raw images taken as serialized messages and read in place (one copy, less time holding '
         "Python's GIL); false: rclpy's message conversion"))
+    # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
+    # handed over in shared memory: the tracker's process spends no GIL time on a frame's
+    # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.
+    image_receiver_process: bool = knob(False, kind='bool', tuning=True, doc=(
+        'raw images received by a process of their own per camera and read from shared memory '
+        "(the node's interpreter spends no time on their receipt); a receiver that cannot start "
+        "falls back to a subscription in the node's process"))
     stale_timeout_s: float = knob(2.0, kind='float', doc=(
         'no frame for this long -> diagnostics WARN'))
     diagnostics_period_s: float = knob(1.0, kind='float', doc=(

@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Tuple
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, inputs, messages
-from sam2_ros.ros.image_cdr import subscribe_images
+from sam2_ros.ros.receiver import image_input
 from sam2_ros.ros.mailbox import FrameItem, PromptItem, describe
 from sam2_ros.ros.multi_worker import MultiCameraWorker
 from sam2_ros.ros.node_cli import input_topic
@@ -98,8 +98,8 @@ class Rig:
             box, p = self.mailbox.camera(c), self.prefix(c)
             topic = self.image_topic(c, o)
             subs += [
-                subscribe_images(node, topic, self._on_image(box), image_qos,
-                                 o.take_serialized_images) if image_type is Image else
+                image_input(node, topic, self._on_image(box), image_qos, o, c)
+                if image_type is Image else
                 node.create_subscription(image_type, topic, self._on_image(box), image_qos),
                 node.create_subscription(messages.interfaces().Prompt, f'{p}/prompt',
                                          self._on_stamped(node, c, 'prompt', False), PROMPT_QOS),
@@ -133,8 +133,8 @@ class Rig:
     # ------------------------------------------------------------------ callbacks
     @staticmethod
     def _on_image(box: Any) -> Any:
-        return lambda m: box.put_frame(FrameItem(m, inputs.stamp_ns(m.header.stamp), m.header,
-                                                 time.monotonic()))
+        return lambda m, t=None: box.put_frame(FrameItem(
+            m, inputs.stamp_ns(m.header.stamp), m.header, time.monotonic() if t is None else t))
 
     def _on_stamped(self, node: Any, c: int, kind: str, point: bool) -> Any:
         return lambda m: self.enqueue(c, PromptItem(m.point if point else m, kind,

@@ -13,6 +13,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh session  # one call's headline rows of three issues:
 #     raw 1 object, one node serving two cameras with 1 object each, raw 3, jpeg 1, raw 8,
 #     one node for two cameras with 3 objects each (what LIMIT_S leaves room for)
+#   bash scripts/gpu/gpu_node_latency.sh receiver # image_receiver_process on against off:
+#     one node serving two cameras (1 and 3 objects each) and one camera (1, 3, 8 objects)
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -100,6 +102,17 @@ elif [ "$MODE" = input ]; then   # raw and JPEG cameras; the target rows first
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
   run shm_3obj_overlay --objects 3 --transport shm --overlay
+elif [ "$MODE" = receiver ]; then   # receiving processes on/off, stereo first (what they are for)
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}" --receiver-process
+  run cams2_1gpu_1node_1obj --objects 1 "${ONE[@]}" --no-receiver-process
+  run shm_1obj_overlay_rxproc --objects 1 --transport shm --overlay --receiver-process
+  run shm_1obj_overlay --objects 1 --transport shm --overlay --no-receiver-process
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}" --receiver-process
+  run cams2_1gpu_1node_3obj --objects 3 "${ONE[@]}" --no-receiver-process
+  run shm_3obj_overlay_rxproc --objects 3 --transport shm --overlay --receiver-process
+  run shm_8obj_overlay_rxproc --objects 8 --transport shm --overlay --receiver-process
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node
@@ -144,7 +157,7 @@ for r in rows:
     split = ', '.join(f"{r.get(n + '_p50')}/{r.get(n + '_p99')}" for n in (
         'dds_in', 'handoff', 'decode', 'engine_span', 'publish_mask', 'dds_out'))
     print(f"{r['cameras']} {r['camera']} {r.get('node_per_camera')} {r['objects']} "
-          f"{r.get('input', 'raw')} "
+          f"{r.get('input', 'raw')}{'+rxproc' if r.get('image_receiver_process') else ''} "
           f"{r['transport']}({r.get('shm_large_segments')}) {r['overlay']} {r['pipeline']} | "
           f"{r['e2e_mask_p50']} {r['e2e_mask_p99']} | {r['e2e_state_p99']} "
           f"| {r['deadline_misses']} / {r['frames']} | {split}")

@@ -99,12 +99,15 @@ def assert_state(state, ref):
         assert o.score == pytest.approx(r.score, rel=1e-6, abs=1e-6)
 
 
-def test_two_cameras_pairing_failure_and_positions(tmp_path):
+@pytest.mark.parametrize('receivers', [False, True], ids=['in_node', 'receiver_processes'])
+def test_two_cameras_pairing_failure_and_positions(tmp_path, receivers):
+    """Also with a receiving process per camera (image_receiver_process): the same results."""
     require_messages()
     # ~/positions is a vision_msgs type, not on PyPI: installed from ../shared/ros_cli
     pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
     lease = DomainLease()
-    proc = start_node(lease, tmp_path, 'stereo', cameras=list(NAMES), camera_period_ms=60000.0)
+    proc = start_node(lease, tmp_path, 'stereo', cameras=list(NAMES), camera_period_ms=60000.0,
+                      image_receiver_process=receivers)
     try:
         proc.wait_log(r'\]: active: 2 cameras', 90)
         c = StereoClient(lease)

@@ -36,6 +36,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's tune_malloc parameter (default: the YAML's), also applied "
                          'to this receiving process (sam2_ros/ros/malloc.py)')
+    ap.add_argument('--receiver-process', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's image_receiver_process parameter (default: the YAML's): "
+                         'raw images received by a process of their own per camera')
     ap.add_argument('--precompile', default=None,
                     help="the node's precompile parameter, comma-separated ('encoder,heads'; "
                          'default: the YAML\'s); a start without its files compiles them first '

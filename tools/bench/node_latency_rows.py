@@ -150,6 +150,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + ([a['input']] if a.get('input', 'raw') != 'raw' else [])
         + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
         + (['precompile'] if cam['node_params'].get('precompile') else [])
+        + (['rxproc'] if cam['node_params'].get('image_receiver_process') else [])
 
         + (['onenode'] if a.get('node_per_camera') is False else []))
 
@@ -169,6 +170,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'node_per_camera': a.get('node_per_camera', True), 'devices': list(a['devices']),
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'tune_malloc': p.get('tune_malloc', True),
+            'image_receiver_process': bool(p.get('image_receiver_process', False)),
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
             'input': a.get('input', 'raw'), 'image_bytes_p50': s['image_bytes']['p50'],

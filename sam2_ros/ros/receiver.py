@@ -1,0 +1,178 @@
+"""The node's handle of a receiving process (node parameter ``image_receiver_process``).
+
+An :class:`ImageReceiver` starts :mod:`~sam2_ros.ros.receiver_process` for one raw image topic
+and a thread that turns its frame ring's records (:mod:`~sam2_ros.ros.frame_ring`) into the
+same :class:`~sam2_ros.ros.image_cdr.CdrImage` a serialized subscription gives (the pixels a
+view of shared memory), with the receiving process's receipt time. If the process exits while
+the node runs (it crashed, or was killed) it is restarted, at most once a second, and the
+error logged; if it does not become ready at start, ``start`` raises and the caller falls back
+to a subscription in the node's process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+
+from sam2_ros.ros import frame_ring
+from sam2_ros.ros.image_cdr import image_from_cdr, subscribe_images
+
+OnImage = Callable[[Any, float], None]      # (CdrImage, receipt time.monotonic())
+Log = Callable[[str, str], None]            # (level, text)
+READY_TIMEOUT_S = 30.0                      # a cold interpreter importing rclpy: seconds
+# slots beyond the FIFO: the frame being tracked, the last one (re-published on a correction),
+# those the mask and overlay publishers hold, one being written
+SPARE_SLOTS = 8
+
+
+class ImageReceiver:
+    """Raw images of ``topic`` (absolute) received in a process of their own; ``on_image`` is
+    called in this handle's thread, in arrival order. ``slots`` bounds the frames the node can
+    hold at once (FIFO, worker, overlay); ``max_bytes`` the largest message handed over."""
+
+    def __init__(self, topic: str, on_image: OnImage, log: Log, *, name: str, slots: int,
+                 max_bytes: int, reliability: str, depth: int, tune_malloc: bool,
+                 env: Optional[Dict[str, str]] = None) -> None:
+        self.topic, self.on_image, self.log, self.name = topic, on_image, log, name
+        self.env = child_env(os.environ if env is None else env)
+        self.argv = ['--topic', topic, '--name', name, '--slots', str(int(slots)),
+                     '--max-bytes', str(int(max_bytes)), '--reliability', reliability,
+                     '--depth', str(int(depth))] + (['--tune-malloc'] if tune_malloc else [])
+        self.proc: Optional[subprocess.Popen] = None
+        self.reader: Optional[frame_ring.RingReader] = None
+        self.thread: Optional[threading.Thread] = None
+        self.stopping = threading.Event()
+        self.ready = threading.Event()
+        self.frames = 0                 # handed to on_image
+        self.restarts = 0
+        self.rejected = 0               # too large or unreadable
+
+    @property
+    def held(self) -> int:
+        """Slots the node holds (frames queued, tracked or being published)."""
+        return self.reader.held if self.reader is not None else 0
+
+    def start(self) -> None:
+        """The process and the reading thread; RuntimeError if the process is not subscribed
+        within READY_TIMEOUT_S."""
+        self.stopping.clear()
+        self._spawn()
+        self.thread = threading.Thread(target=self._run, name=f'{self.name}_ring', daemon=True)
+        self.thread.start()
+        if not self.ready.wait(READY_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError(f'the receiving process for {self.topic} did not start within '
+                               f'{READY_TIMEOUT_S:.0f} s')
+
+    def _spawn(self) -> None:
+        mine, theirs = frame_ring.socket_pair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, '-m', 'sam2_ros.ros.receiver_process',
+                 '--fd', str(theirs.fileno())] + self.argv,
+                pass_fds=(theirs.fileno(),), env=self.env)
+        finally:
+            theirs.close()
+        self.reader = frame_ring.RingReader(mine)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            frame_ring.serve(self.reader, self._frame, self._record)
+            if self.stopping.is_set():
+                break
+            code = self.proc.wait() if self.proc is not None else None
+            self.log('error', f'the receiving process of {self.topic} exited (code {code}); '
+                              'restarting it')
+            self.restarts += 1
+            time.sleep(1.0)          # a process failing at once is not restarted in a loop
+            if not self.stopping.is_set():
+                self.ready.clear()
+                self._spawn()
+
+    def _frame(self, rec: frame_ring.Record, view: np.ndarray) -> None:
+        try:
+            msg = image_from_cdr(memoryview(view))
+        except ValueError as exc:
+            self.rejected += 1
+            self.log('error', f'{self.topic}: unreadable image message: {exc}')
+            return
+        self.frames += 1
+        self.on_image(msg, rec.t)
+
+    def _record(self, rec: frame_ring.Record) -> None:
+        if rec.kind == frame_ring.READY:
+            self.ready.set()
+        elif rec.kind == frame_ring.TOO_LARGE:
+            self.rejected += 1
+            self.log('error', f'{self.topic}: image message of {rec.nbytes} bytes dropped: over '
+                              'the limit of max_image_pixels')
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """The process terminated (the socket closed first, so a receiver waiting for a slot
+        returns), the thread joined."""
+        self.stopping.set()
+        if self.reader is not None:
+            frame_ring.close(self.reader.sock)
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+        self.thread = None
+
+
+def child_env(base: Mapping[str, str]) -> Dict[str, str]:
+    """``base`` (the node's environment: ROS domain, RMW, Fast DDS profile) with this
+    package's root on PYTHONPATH, so ``-m sam2_ros.ros.receiver_process`` imports what the
+    node runs."""
+    env = dict(base)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env['PYTHONPATH'] = os.pathsep.join([root] + [p for p in env.get('PYTHONPATH', '').split(
+        os.pathsep) if p])
+    return env
+
+
+def image_input(node: Any, topic: str, on_image: OnImage, qos: Any, opts: Any,
+                index: int = 0) -> Any:
+    """The node's input of raw images on ``topic``: an :class:`ImageReceiver` with
+    ``opts.image_receiver_process`` (a subscription in the node's process if it cannot start,
+    the reason logged), else a subscription (serialized or converted, as
+    ``opts.take_serialized_images`` says). Either calls ``on_image(msg, receipt time)``."""
+    if opts.image_receiver_process:
+        logger = node.get_logger()
+        receiver = ImageReceiver(
+            node.resolve_topic_name(topic), on_image,
+            lambda level, text: getattr(logger, level)(text, throttle_duration_sec=2.0),
+            name=f'{node.get_name()}_receiver{index}', slots=int(opts.fifo_size) + SPARE_SLOTS,
+            max_bytes=int(opts.max_image_pixels) * 8 + 65536,
+            reliability=opts.qos_reliability,
+            depth=0 if opts.process_every_frame else int(opts.qos_depth),
+            tune_malloc=bool(opts.tune_malloc))
+        try:
+            receiver.start()
+            logger.info(f'{receiver.topic}: received by a process of its own (pid '
+                        f'{receiver.proc.pid}), frames read from shared memory')
+            return receiver
+        except (RuntimeError, OSError) as exc:
+            logger.error(f'image_receiver_process: {exc}; receiving {topic} in the node\'s '
+                         'process instead')
+    return subscribe_images(node, topic, lambda m: on_image(m, time.monotonic()), qos,
+                            opts.take_serialized_images)
+
+
+def close_input(node: Any, sub: Any) -> None:
+    """Undo what ``image_input`` or ``create_subscription`` made."""
+    if isinstance(sub, ImageReceiver):
+        sub.stop()
+    else:
+        node.destroy_subscription(sub)

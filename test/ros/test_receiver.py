@@ -1,0 +1,129 @@
+"""The receiving process of raw images (node parameter image_receiver_process,
+sam2_ros/ros/receiver.py) over real DDS: every published image arrives once, in order, with
+the fields rclpy's own deserialization gives and its pixels in shared memory; a receiving
+process that dies is restarted and the stream goes on; stop ends the process."""
+
+import threading
+
+import numpy as np
+
+from ros_helpers import DomainLease, image_msg, wait_until
+from sam2_ros.ros.receiver import ImageReceiver
+
+TOPIC = '/rx_test/image_raw'
+
+
+def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import Image
+
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    node = rclpy.create_node('rx_test_camera', context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    got, logs, lock = [], [], threading.Lock()
+
+    def on_image(msg, t):
+        with lock:
+            got.append((msg.header.stamp.nanosec, msg.encoding, msg.height, msg.width,
+                        np.frombuffer(msg.data, np.uint8).copy(), t))
+    rx = ImageReceiver(TOPIC, on_image, lambda level, text: logs.append((level, text)),
+                       name='rx_test_receiver', slots=4, max_bytes=1 << 20,
+                       reliability='reliable', depth=0, tune_malloc=True, env=lease.env())
+    pub = node.create_publisher(Image, TOPIC, 100)
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (24, 32, 3), dtype=np.uint8) for _ in range(12)]
+
+    def send(i, enc='rgb8'):
+        pub.publish(image_msg(frames[i], i + 1, enc))
+
+    def spin_until(pred, what):
+        def step():
+            ex.spin_once(timeout_sec=0.02)
+            with lock:
+                return pred()
+        wait_until(step, 60.0, what)
+    try:
+        rx.start()                                   # returns once the process subscribed
+        spin_until(lambda: pub.get_subscription_count() > 0, 'the receiver to subscribe')
+        for i in range(6):
+            send(i)
+        spin_until(lambda: len(got) == 6, 'six images')
+        assert [g[0] for g in got] == [1, 2, 3, 4, 5, 6]
+        for i, (_, enc, h, w, data, _) in enumerate(got):
+            assert (enc, h, w) == ('rgb8', 24, 32)
+            np.testing.assert_array_equal(data, frames[i].reshape(-1))
+        assert all(a[-1] <= b[-1] for a, b in zip(got, got[1:]))   # receipt times in order
+        assert rx.held == 0                          # every view dropped: slots given back
+
+        rx.proc.kill()                               # the receiving process dies
+        spin_until(lambda: rx.restarts == 1 and rx.ready.is_set(), 'a restart')
+        # the dead subscriber may still count as matched for a while: send until one arrives
+        spin_until(lambda: send(6, 'bgr8') or len(got) > 6, 'an image after the restart')
+        assert got[-1][:4] == (7, 'bgr8', 24, 32)
+        assert any(level == 'error' and 'exited' in text for level, text in logs)
+    finally:
+        rx.stop()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+        lease.release()
+    assert rx.proc.poll() is not None                # the process ended with stop()
+
+
+def test_the_node_with_receiving_processes_tracks_as_in_process(tmp_path):
+    """image_receiver_process on: the node's masks and states equal the in-process tracker's
+    on the same frames and prompt, a frame the node cannot decode is reported and the next
+    one tracked, and the node's log names the receiving process."""
+    import pytest
+    import torch
+
+    from ros_helpers import (NODE_THREADS, TEST_PARAMS, Client, frames, mask_array,
+                             prompt_msg, require_messages, stamp, start_node)
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.engine.types import Prompt
+
+    require_messages()
+    lease = DomainLease()
+    proc = start_node(lease, tmp_path, 'rx_node', max_objects=2, image_receiver_process=True)
+    client = None
+    try:
+        proc.wait_log(r'\]: active:', 90)
+        client = Client(lease)
+        client.wait_connected(30)
+        fr = frames(4, seed=3)
+        box = (10, 20, 50, 60)
+        client.send_prompts(prompt_msg(1, stamp(0), box=box))
+        for i in range(2):
+            client.pub_image.publish(image_msg(fr[i], stamp(i)))
+        client.wait_state(stamp(1), 60)
+        bad = image_msg(fr[2], stamp(2))
+        bad.encoding = 'yuv422_nonsense'
+        client.pub_image.publish(bad)
+        client.pub_image.publish(image_msg(fr[3], stamp(3)))
+        client.wait_state(stamp(3), 60)
+        states, masks = client.snapshot(client.states), client.snapshot(client.masks)
+    finally:
+        if client is not None:
+            client.close()
+        proc.stop()
+        lease.release()
+    torch.set_num_threads(NODE_THREADS)
+    keys = ('model_size', 'image_size', 'random_weights', 'seed', 'device', 'precision',
+            'use_cuda_graphs', 'extra_hydra_overrides')
+    tr = StreamingTracker(TrackerConfig(max_objects=2, **{k: TEST_PARAMS[k] for k in keys}))
+    tr.queue_prompt(Prompt(1, box=box))
+    ref = {stamp(i): tr.track(fr[i]) for i in (0, 1, 3)}
+    got = {(s.header.stamp.sec * 10**9 + s.header.stamp.nanosec): (s, m)
+           for s, m in zip(states, masks)}
+    assert sorted(got) == sorted(ref)                # the bad frame has no result
+    for st, r in ref.items():
+        s, m = got[st]
+        np.testing.assert_array_equal(mask_array(m), r.label_mask())
+        assert [o.score for o in s.objects] == pytest.approx([o.score for o in r.objects],
+                                                             rel=1e-6, abs=1e-6)
+    assert any('yuv422_nonsense' in e for s in states for e in s.errors)
+    assert 'received by a process of its own' in proc.log_path.read_text(errors='replace')
