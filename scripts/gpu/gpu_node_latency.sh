@@ -15,6 +15,9 @@
 #     one node for two cameras with 3 objects each (what LIMIT_S leaves room for)
 #   bash scripts/gpu/gpu_node_latency.sh receiver # image_receiver_process on against off:
 #     one node serving two cameras (1 and 3 objects each) and one camera (1, 3, 8 objects)
+#   bash scripts/gpu/gpu_node_latency.sh targets  # every target row of the transport and stereo
+#     issues in one call, most wanted first: one node serving two cameras with receiving
+#     processes (1, 3 objects each), raw 1/3/8, jpeg 1/8, two nodes (1, 3), raw 8 with receivers
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -50,7 +53,7 @@ else
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
 fi
-if [[ "$MODE" =~ ^(input|session)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
+if [[ "$MODE" =~ ^(input|session|targets)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
   if [ ! -e /tmp/site/.installed_gpu ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
@@ -113,6 +116,18 @@ elif [ "$MODE" = receiver ]; then   # receiving processes on/off, stereo first (
   run shm_3obj_overlay_rxproc --objects 3 --transport shm --overlay --receiver-process
   run shm_8obj_overlay_rxproc --objects 8 --transport shm --overlay --receiver-process
   run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+elif [ "$MODE" = targets ]; then   # the rows the targets are judged on, most wanted first
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
+  run cams2_1gpu_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0"
+  run cams2_1gpu_3obj --objects 3 --transport shm --overlay --devices "$D0,$D0"
+  run shm_8obj_overlay_rxproc --objects 8 --transport shm --overlay --receiver-process
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node
