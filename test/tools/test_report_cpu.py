@@ -38,23 +38,34 @@ def test_render_rewrites_a_stale_section(tmp_path):
 
 
 def test_node_latency_rows_and_targets(tmp_path):
-    """Node latency rows (a list merged by save_json) reach the doc, with issue 13's targets
-    judged per camera: p99 within the object count's target AND zero deadline misses."""
+    """Node latency rows (a list merged by save_json) reach the doc, with the issues' targets
+    judged per camera: p99 within the target of the input, object count and camera count AND
+    zero deadline misses; two nodes for two cameras are a comparison without a target."""
     res = tmp_path / 'results'
     shutil.copytree(report.RESULTS, res)
     rows = json.loads((res / 'h200_node_latency.json').read_text())
     base = dict(rows[0], camera_hz=60, width=1280, height=720, deadline_misses=0,
-                date='2099-01-01', run='r1', commit='abc1234')
+                date='2099-01-01', run='r1', commit='abc1234', cameras=1, input='raw')
     new = [dict(base, objects=1, e2e_mask_p99=7.9, variant='a'),
            dict(base, objects=8, e2e_mask_p99=11.0, deadline_misses=2, variant='b'),
-           dict(base, objects=3, e2e_mask_p99=9.0, variant='c')]
+           dict(base, objects=2, e2e_mask_p99=9.0, variant='c'),
+           dict(base, objects=1, e2e_mask_p99=7.2, input='jpeg', variant='d'),
+           dict(base, objects=3, e2e_mask_p99=9.9, variant='e'),
+           dict(base, objects=3, e2e_mask_p99=11.9, cameras=2, node_per_camera=False,
+                variant='f'),
+           dict(base, objects=3, e2e_mask_p99=9.0, cameras=2, node_per_camera=True,
+                variant='g')]
     (res / 'h200_node_latency.json').write_text(json.dumps(rows + new))
     lines = report.node_latency(str(res))
     body = [line for line in lines if '2099-01-01' in line and line.startswith('|')]
-    assert len(body) == 3                                   # newest first
+    assert len(body) == 7                                   # newest first
     assert 'met (p99 <= 8' in body[0] and '/ 7.9 |' in body[0]
     assert 'missed (p99 <= 12' in body[1]                   # misses fail it
-    assert '| - |' in body[2]                               # no target for 3 objects
+    assert '| - |' in body[2]                               # no target for 2 objects
+    assert 'missed (p99 <= 7' in body[3]                    # jpeg's own target
+    assert 'met (p99 <= 10' in body[4]
+    assert 'met (p99 <= 12' in body[5]                      # one node serving two cameras
+    assert '| - |' in body[6]                               # two nodes: the comparison
     old = [r for r in rows if r.get('kind') != 'dds_probe' and r['camera_hz'] != 60]
     # no target below 60 Hz; the DDS probe rows render in a table of their own
     assert any(r.get('kind') == 'dds_probe' for r in rows)
