@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from gpu_common import cuda_kernels, record_fused as _record, tiny_cuda_cfg as _cfg
+from sam2_ros.engine import glue
 from sam2_ros.engine.model import build_model
 
 pytestmark = [pytest.mark.gpu,
@@ -273,7 +274,7 @@ def test_fused_sam_heads_gpu(model, precision, batch, multimask):
     kw = _heads_kw(batch, multimask)
     ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
     with torch.inference_mode(), ctx:
-        ref, out = ref_model._forward_sam_heads(**kw), twin._forward_sam_heads(**kw)
+        ref, out = ref_model._forward_sam_heads(**kw), glue.sam_heads(twin)(**kw)
     assert all(o.dtype == r.dtype and o.shape == r.shape for o, r in zip(out, ref))
     assert torch.equal(out[0], ref[0]) and torch.equal(out[3], ref[3])
     present = list(range(0, batch, 2))
@@ -313,7 +314,7 @@ def test_fused_encode_new_memory_gpu(model, precision, batch, from_points):
     kw = _memory_kw(batch, from_points)
 
     def encode(m):
-        feats, pos = m._encode_new_memory(**kw)
+        feats, pos = glue.new_memory(m)(**kw)
         return [feats, pos[0]]
     _compare(f'encode_new_memory_b{batch}_pts{int(from_points)}', 'memory_encoder',
              lambda: encode(ref_model), lambda: encode(twin), precision)
@@ -331,10 +332,10 @@ def test_sam_glue_kernel_count_gpu(model, batch):
     kw['backbone_features'] = feat.permute(1, 2, 0).reshape(batch, 256, 32, 32)
 
     def frame(m):
-        out = m._forward_sam_heads(**kw)
-        return m._encode_new_memory(current_vision_feats=[feat], feat_sizes=[(32, 32)],
-                                    pred_masks_high_res=out[4], object_score_logits=out[6],
-                                    is_mask_from_pts=False)
+        out = glue.sam_heads(m)(**kw)
+        return glue.new_memory(m)(current_vision_feats=[feat], feat_sizes=[(32, 32)],
+                                  pred_masks_high_res=out[4], object_score_logits=out[6],
+                                  is_mask_from_pts=False)
     with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
         sam2, ours = cuda_kernels(lambda: frame(ref_model)), cuda_kernels(lambda: frame(twin))
     counts = {'sam2': sam2[0], 'fused': ours[0], 'sam2_us': sam2[1], 'fused_us': ours[1]}

@@ -36,8 +36,10 @@ Groups:
                       masks, their cast and upsampling, the best-mask selection, the pointer
                       gating) in one kernel, and in ``_encode_new_memory`` (sigmoid or
                       binarization, scale, bias, the no-object embedding) folded into the
-                      'memory_encoder' group's kernels; the copy's class carries the two
-                      methods (``sam_glue.py``, ``heads_glue.py``, ``mask_prologue.py``)
+                      'memory_encoder' group's kernels; the copy carries the two functions as
+                      ``engine.glue.GLUE``, which ``glue.sam_heads`` / ``glue.new_memory``
+                      read, and keeps sam2's class (``sam_glue.py``, ``heads_glue.py``,
+                      ``mask_prologue.py``)
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
         twin = with_children(twin)
         setattr(twin, holes.FILLER, fill_holes_fused)
-    if 'sam_glue' in groups:   # methods, not modules: the copy's class carries them
+    if 'sam_glue' in groups:   # functions, not modules: an attribute, as 'holes'
         from sam2_ros.engine.cuda.kernels.sam_glue import with_sam_glue
         twin = with_sam_glue(twin)
     return twin
