@@ -40,6 +40,8 @@ Groups:
                       ``engine.glue.GLUE``, which ``glue.sam_heads`` / ``glue.new_memory``
                       read, and keeps sam2's class (``sam_glue.py``, ``heads_glue.py``,
                       ``mask_prologue.py``)
+  'fpn'               the image encoder's FPN neck: its top-down step (cast, nearest
+                      upsampling, add) in one kernel, bitwise sam2's (``fpn.py``)
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     elif transformer is not None:
         parts['sam_mask_decoder'] = with_children(dec, transformer=transformer)
     twin = with_children(model, **parts)
+    if 'fpn' in groups:        # after 'hiera': the image encoder is the copy's
+        from sam2_ros.engine.cuda.kernels.fpn import fused_fpn_neck
+        enc = twin.image_encoder
+        twin = with_children(twin, image_encoder=with_children(enc, neck=fused_fpn_neck(enc.neck)))
     if 'layernorm2d' in groups:
         from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
         twin = swap_layernorm2d(twin)
