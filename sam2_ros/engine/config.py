@@ -26,7 +26,7 @@ PRECOMPILE_PARTS = ('encoder', 'heads')
 # needs no Triton: what depends on the weights and shapes alone, computed once instead of on
 # every replay.
 FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
-                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue')
+                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue', 'fpn')
 TRITON_FREE_GROUPS = ('constants',)
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.

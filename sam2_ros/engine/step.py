@@ -6,7 +6,8 @@ indices, eviction and which memories to read live in ``memory.py`` / ``tracker.p
 image features come from ``encoder.py``.
 
 The functions reuse sam2's own modules (``memory_attention``, ``_forward_sam_heads``,
-``_encode_new_memory``, ``_use_mask_as_output``); only the memory assembly that sam2 does
+``_encode_new_memory``, ``_use_mask_as_output``: through ``glue.py``, which hands the fused
+copy's own versions where it carries them); only the memory assembly that sam2 does
 from a dict of past frames (``SAM2Base._prepare_memory_conditioned_features``) is redone
 here from fixed-shape tensors, with the same order and the same encodings, so results are
 equal to the official predictor.
@@ -24,7 +25,7 @@ from typing import Callable, Optional
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
-from sam2_ros.engine import attention, streams
+from sam2_ros.engine import attention, glue, streams
 from sam2_ros.engine.encoder import Features, high_res_features
 from sam2_ros.engine.holes import fill_holes, filler
 
@@ -208,7 +209,7 @@ def track_step(model, features: Features, mem: Optional[Memory],
     hires = high_res_features(features)
     multimask = model._use_multimask(mem is None, points)
     mask_in = None if prev_logits is None else prev_logits.clamp(-32.0, 32.0)
-    _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
+    _, _, _, low_res, high_res, obj_ptr, score = glue.sam_heads(model)(
         backbone_features=pix_feat, point_inputs=points, mask_inputs=mask_in,
         high_res_features=hires, multimask_output=multimask)
     low_res = filler(model)(low_res, fill_hole_area)
@@ -227,7 +228,7 @@ def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
     # no prompt: sam2 builds and embeds a padding point (its prompt encoder's, when stored)
     points = None if consts is None else \
         consts.no_points(model, pix_feat.shape[0], pix_feat.device)
-    _, _, _, low_res, high_res, obj_ptr, score = model._forward_sam_heads(
+    _, _, _, low_res, high_res, obj_ptr, score = glue.sam_heads(model)(
         backbone_features=pix_feat, point_inputs=points, mask_inputs=None,
         high_res_features=high_res_features(features),
         multimask_output=model._use_multimask(False, None))
@@ -250,7 +251,7 @@ def mask_step(model, features: Features, mask: torch.Tensor,
     pix_feat = features.vision_feats[-1]
     h, w = features.feat_sizes[-1]
     pix_feat = pix_feat.permute(1, 2, 0).reshape(-1, model.hidden_dim, h, w)
-    _, _, _, low_res, high_res, obj_ptr, score = model._use_mask_as_output(
+    _, _, _, low_res, high_res, obj_ptr, score = glue.mask_as_output(model)(
         pix_feat, high_res_features(features), mask)
     low_res = filler(model)(low_res, fill_hole_area)
     mem_feats = encode_memory(model, features, low_res, high_res, score, from_points=True)
@@ -270,7 +271,7 @@ def encode_memory(model, features: Features, low_res: Optional[torch.Tensor],
         high_res = torch.nn.functional.interpolate(
             low_res, size=(model.image_size, model.image_size), mode='bilinear',
             align_corners=False)
-    feats, _ = model._encode_new_memory(
+    feats, _ = glue.new_memory(model)(
         current_vision_feats=features.vision_feats, feat_sizes=features.feat_sizes,
         pred_masks_high_res=high_res, object_score_logits=score,
         is_mask_from_pts=from_points)

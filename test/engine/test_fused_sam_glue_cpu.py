@@ -23,12 +23,13 @@ import torch
 pytest.importorskip('triton')
 
 from conftest import LEAN, make_tracker, shared_model  # noqa: E402
+from sam2_ros.engine import glue  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_downsampler import conv_stage  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_prologue import BINARIZE, SIGMOID, MaskPrologue  # noqa
 from sam2_ros.engine.cuda.kernels.row_gemm import CONV, row_gemm  # noqa: E402
-from sam2_ros.engine.cuda.kernels.sam_glue import SamGlue, glue_class  # noqa: E402
+from sam2_ros.engine.cuda.kernels.sam_glue import FUSED_GLUE  # noqa: E402
 from sam2_ros.engine.cuda.kernels.swap import with_children  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -109,7 +110,7 @@ def test_fused_heads_equal_sam2s(model, autocast, multimask):
     twin = fused.fused_model(model, ('sam_glue',))
     kw = dict(_heads_inputs(), multimask_output=multimask)
     ref = _run(lambda: model._forward_sam_heads(**kw), autocast)
-    out = _run(lambda: twin._forward_sam_heads(**kw), autocast)
+    out = _run(lambda: glue.sam_heads(twin)(**kw), autocast)
     assert (ref[6].flatten() > 0).tolist() == [True, False, True]
     assert (ref[0][1] == -1024.0).all() and (ref[1][1] == -1024.0).all()   # absent object
     # the absent object's pointer is no_obj_ptr; the tied IoUs pick the first best (1)
@@ -130,7 +131,7 @@ def test_fused_heads_with_points_and_a_mask_prompt_equal_sam2s(model):
     kw = dict(_heads_inputs(), point_inputs=points, mask_inputs=_rand(3, 1, 32, 32, seed=5),
               multimask_output=model._use_multimask(False, points))
     ref = _run(lambda: model._forward_sam_heads(**kw), False)
-    _check_heads(ref, _run(lambda: twin._forward_sam_heads(**kw), False), False,
+    _check_heads(ref, _run(lambda: glue.sam_heads(twin)(**kw), False), False,
                  kw['multimask_output'])
 
 
@@ -151,7 +152,7 @@ def test_fused_memory_encoding_equals_sam2s(model, autocast, from_points):
     twin = fused.fused_model(model, ('memory_encoder', 'sam_glue'))
     kw = dict(_memory_inputs(), is_mask_from_pts=from_points)
     ref, ref_pos = _run(lambda: model._encode_new_memory(**kw), autocast)
-    out, pos = _run(lambda: twin._encode_new_memory(**kw), autocast)
+    out, pos = _run(lambda: glue.new_memory(twin)(**kw), autocast)
     assert out.dtype == ref.dtype and out.shape == ref.shape and out.is_contiguous()
     assert torch.equal(pos[0], ref_pos[0])
     rel = _rel(out, ref)
@@ -212,19 +213,19 @@ def test_memory_encoding_without_the_fused_encoder_is_sam2s(model, monkeypatch):
     twin = fused.fused_model(model, ('sam_glue',))
     kw = dict(_memory_inputs(), is_mask_from_pts=False)
     ref, _ = _run(lambda: model._encode_new_memory(**kw), False)
-    out, _ = _run(lambda: twin._encode_new_memory(**kw), False)
+    out, _ = _run(lambda: glue.new_memory(twin)(**kw), False)
     assert torch.equal(out, ref)
 
 
 def test_glue_is_one_kernel_and_none_in_the_memory_encoder(model, kernel_launches):
     names = kernel_launches
     twin = fused.fused_model(model, ('sam_glue', 'memory_encoder'))
-    _run(lambda: twin._forward_sam_heads(**_heads_inputs(1), multimask_output=True), True)
+    _run(lambda: glue.sam_heads(twin)(**_heads_inputs(1), multimask_output=True), True)
     assert names == ['_heads_glue_kernel'], names
     names.clear()
     kw = dict(_memory_inputs(batch=1), is_mask_from_pts=False)
     kw['object_score_logits'] = kw['object_score_logits'][:1]
-    _run(lambda: twin._encode_new_memory(**kw), True)
+    _run(lambda: glue.new_memory(twin)(**kw), True)
     assert len(names) == 11, names          # the memory encoder's eleven, nothing more
 
 
@@ -243,36 +244,78 @@ def test_unsupported_branches_run_sam2s_methods(model, monkeypatch, kernel_launc
     soft_model.soft_no_obj_ptr = True
     soft = fused.fused_model(soft_model, ('sam_glue',))
     ref = _run(lambda: soft_model._forward_sam_heads(**kw), False)
-    out = _run(lambda: soft._forward_sam_heads(**kw), False)
+    out = _run(lambda: glue.sam_heads(soft)(**kw), False)
     assert all(torch.equal(o, r) for o, r in zip(out, ref)) and names == []
     assert calls == ['_forward_sam_heads'] * 2
     twin = fused.fused_model(model, ('sam_glue', 'memory_encoder'))
     with torch.inference_mode(), torch.autocast('cpu', torch.float16):
-        twin._forward_sam_heads(**kw)
+        glue.sam_heads(twin)(**kw)
     assert names == [] and len(calls) == 3
     trained = fused.fused_model(with_children(model), ('sam_glue', 'memory_encoder'))
     trained.training = True
-    _run(lambda: trained._encode_new_memory(**_memory_inputs(), is_mask_from_pts=True), False)
+    _run(lambda: glue.new_memory(trained)(**_memory_inputs(), is_mask_from_pts=True), False)
     assert calls[-1] == '_encode_new_memory'
     calls.clear()
     names.clear()
-    _run(lambda: twin._forward_sam_heads(**kw), False)
+    _run(lambda: glue.sam_heads(twin)(**kw), False)
     assert calls == [] and names == ['_heads_glue_kernel']      # the supported path
 
 
 def test_group_off_keeps_sam2s_methods_and_copies_keep_the_glue():
+    """The glue by composition: the copy carries FUSED_GLUE as an attribute and keeps sam2's
+    class; the model keeps its methods; a later shallow copy keeps the glue, run on itself."""
     from sam2.modeling.sam2_base import SAM2Base
     model = shared_model(64)
     rest = tuple(g for g in FUSED_GROUPS if g != 'sam_glue')
-    assert not isinstance(fused.fused_model(model, rest), SamGlue)
+    assert glue.glue_of(fused.fused_model(model, rest)) is None
     twin = fused.fused_model(model, FUSED_GROUPS)
-    assert isinstance(twin, SamGlue) and type(twin) is glue_class(type(model))
+    assert glue.glue_of(twin) is FUSED_GLUE and glue.glue_of(model) is None
     assert type(model)._forward_sam_heads is SAM2Base._forward_sam_heads
-    assert not isinstance(model, SamGlue) and '_forward_sam_heads' not in vars(twin)
+    assert '_forward_sam_heads' not in vars(twin) and '_encode_new_memory' not in vars(twin)
+    assert glue.sam_heads(model) == model._forward_sam_heads       # sam2's bound methods
+    assert glue.new_memory(model) == model._encode_new_memory
+    heads = glue.sam_heads(twin)
+    assert heads.func is FUSED_GLUE.sam_heads and heads.args == (twin,)
     later = with_children(twin, memory_encoder=model.memory_encoder)   # a later shallow copy
-    assert isinstance(later, SamGlue) and later.memory_encoder is model.memory_encoder
+    assert glue.glue_of(later) is FUSED_GLUE and later.memory_encoder is model.memory_encoder
+    assert glue.new_memory(later).args == (later,)                    # run on itself
     shared = {id(p) for p in model.parameters()}
     assert all(id(p) in shared for p in twin.parameters())
+
+
+def test_fused_copies_keep_sam2s_class():
+    """No dynamic subclass: every fused copy (each group alone, all of them) is of the model's
+    own class, and the model's class and methods are sam2's."""
+    from sam2.modeling.sam2_base import SAM2Base
+    model = shared_model(64)
+    before, children = dict(vars(model)), dict(model.named_children())
+    for groups in [FUSED_GROUPS, ('sam_glue',), ('sam_glue', 'memory_encoder'),
+                   *((g,) for g in FUSED_GROUPS)]:
+        assert type(fused.fused_model(model, groups)) is type(model), groups
+    assert isinstance(model, SAM2Base) and type(model).__module__.startswith('sam2.')
+    assert vars(model).keys() == before.keys() and all(
+        vars(model)[k] is v for k, v in before.items())
+    assert dict(model.named_children()) == children and glue.glue_of(model) is None
+
+
+def test_mask_as_output_runs_the_glues_heads(model, kernel_launches):
+    """A mask prompt (sam2's _use_mask_as_output, whose pointer comes from
+    self._forward_sam_heads): on the copy the glue's heads give it (one glue kernel), and its
+    outputs are sam2's method's on the model (the pointer within the heads' bound)."""
+    twin = fused.fused_model(model, ('sam_glue',))
+    mask = torch.zeros(3, 1, 64, 64)
+    mask[0, :, 8:40, 10:30] = 1.0
+    mask[2, :, 30:60, 2:50] = 1.0             # object 1: an empty mask (absent)
+    hires = _heads_inputs()['high_res_features']
+    args = (_heads_inputs()['backbone_features'], hires, mask)
+    ref = _run(lambda: model._use_mask_as_output(*args), False)
+    assert kernel_launches == []
+    out = _run(lambda: glue.mask_as_output(twin)(*args), False)
+    assert kernel_launches == ['_heads_glue_kernel'], kernel_launches
+    for i in (0, 1, 2, 3, 4, 6):
+        assert torch.equal(out[i], ref[i]), i
+    assert _rel(out[5], ref[5]) <= 1e-6, _rel(out[5], ref[5])
+    assert glue.mask_as_output(model) == model._use_mask_as_output
 
 
 def test_sam_glue_stream_equals_sam2s(kernel_launches):

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from gpu_common import cuda_kernels, record_fused as _record, tiny_cuda_cfg as _cfg
+from sam2_ros.engine import glue
 from sam2_ros.engine.model import build_model
 
 pytestmark = [pytest.mark.gpu,
@@ -273,7 +274,7 @@ def test_fused_sam_heads_gpu(model, precision, batch, multimask):
     kw = _heads_kw(batch, multimask)
     ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
     with torch.inference_mode(), ctx:
-        ref, out = ref_model._forward_sam_heads(**kw), twin._forward_sam_heads(**kw)
+        ref, out = ref_model._forward_sam_heads(**kw), glue.sam_heads(twin)(**kw)
     assert all(o.dtype == r.dtype and o.shape == r.shape for o, r in zip(out, ref))
     assert torch.equal(out[0], ref[0]) and torch.equal(out[3], ref[3])
     present = list(range(0, batch, 2))
@@ -313,7 +314,7 @@ def test_fused_encode_new_memory_gpu(model, precision, batch, from_points):
     kw = _memory_kw(batch, from_points)
 
     def encode(m):
-        feats, pos = m._encode_new_memory(**kw)
+        feats, pos = glue.new_memory(m)(**kw)
         return [feats, pos[0]]
     _compare(f'encode_new_memory_b{batch}_pts{int(from_points)}', 'memory_encoder',
              lambda: encode(ref_model), lambda: encode(twin), precision)
@@ -331,13 +332,70 @@ def test_sam_glue_kernel_count_gpu(model, batch):
     kw['backbone_features'] = feat.permute(1, 2, 0).reshape(batch, 256, 32, 32)
 
     def frame(m):
-        out = m._forward_sam_heads(**kw)
-        return m._encode_new_memory(current_vision_feats=[feat], feat_sizes=[(32, 32)],
-                                    pred_masks_high_res=out[4], object_score_logits=out[6],
-                                    is_mask_from_pts=False)
+        out = glue.sam_heads(m)(**kw)
+        return glue.new_memory(m)(current_vision_feats=[feat], feat_sizes=[(32, 32)],
+                                  pred_masks_high_res=out[4], object_score_logits=out[6],
+                                  is_mask_from_pts=False)
     with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
         sam2, ours = cuda_kernels(lambda: frame(ref_model)), cuda_kernels(lambda: frame(twin))
     counts = {'sam2': sam2[0], 'fused': ours[0], 'sam2_us': sam2[1], 'fused_us': ours[1]}
     _record(f'sam_glue_kernels_bf16_b{batch}', counts)
     print('sam glue kernels', batch, counts)
     assert counts['fused'] <= counts['sam2'] - 15, counts
+
+
+def _fpn_inputs(neck, batch):
+    """Hiera's outputs at tiny@512: [B, C_l, 128 / 2^l, ...] float32, channels-last views of
+    [B, H, W, C] as the trunk returns them, finest first."""
+    chans = neck.backbone_channel_list[::-1]
+    return [_rand(batch, 128 >> i, 128 >> i, c, seed=30 + i).permute(0, 3, 1, 2)
+            for i, c in enumerate(chans)]
+
+
+@pytest.mark.parametrize('batch', [1, 2])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_fpn_neck_gpu(model, precision, batch):
+    """'fpn': the neck (with the 'constants' group's stored sine encodings, as the graphs run
+    it) bitwise sam2's, features and positions, dtypes and strides; bf16 with bf16 weights as
+    the tracker stores them; 2 kernels fewer under bf16 (cast, upsampling, add -> 1), 1 in
+    fp32."""
+    from sam2_ros.engine.cuda.kernels import fused
+    from sam2_ros.engine.cuda.kernels.fpn import FusedFpnNeck
+    from sam2_ros.engine.model import precast
+    base = fused.fused_model(precast(model) if precision == 'bf16' else model, ('constants',))
+    ref = base.image_encoder.neck
+    twin = fused.fused_model(base, ('fpn',)).image_encoder.neck
+    assert isinstance(twin, FusedFpnNeck) and twin.inner is ref
+    xs = _fpn_inputs(ref, batch)
+    ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
+    with torch.inference_mode(), ctx:
+        ref(xs)                                        # the stored encodings made
+        ref_out, ref_pos = ref(xs)
+        out, pos = twin(xs)
+        counts = (cuda_kernels(lambda: ref(xs))[0], cuda_kernels(lambda: twin(xs))[0])
+    for o, r in zip(out + pos, ref_out + ref_pos):
+        assert (o.dtype, o.shape, o.stride()) == (r.dtype, r.shape, r.stride())
+        assert torch.equal(o, r)
+    _record(f'fpn_neck_b{batch}_{precision}', {'kernels_sam2': counts[0],
+                                               'kernels_fused': counts[1]})
+    assert counts[1] == counts[0] - (2 if precision == 'bf16' else 1), counts
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_fused_fpn_image_encoder_gpu(model, precision):
+    """forward_image at tiny@512 of the copy with every group but the trunk's ('hiera' rounds
+    differently) = with 'constants' alone, bitwise: what the encoder graph returns."""
+    from sam2_ros.engine.config import FUSED_GROUPS
+    from sam2_ros.engine.cuda.kernels import fused
+    from sam2_ros.engine.model import precast
+    base = precast(model) if precision == 'bf16' else model
+    ref_model = fused.fused_model(base, ('constants',))
+    twin = fused.fused_model(base, tuple(g for g in FUSED_GROUPS if g != 'hiera'))
+    image = _rand(1, 3, 512, 512, seed=40)
+    ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
+    with torch.inference_mode(), ctx:
+        ref_model.forward_image(image)
+        ref, out = ref_model.forward_image(image), twin.forward_image(image)
+    for r, o in zip([ref['vision_features'], *ref['vision_pos_enc'], *ref['backbone_fpn']],
+                    [out['vision_features'], *out['vision_pos_enc'], *out['backbone_fpn']]):
+        assert o.dtype == r.dtype and o.stride() == r.stride() and torch.equal(o, r)

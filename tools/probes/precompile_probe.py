@@ -91,7 +91,7 @@ def graph_breakdown(model: str, res: int) -> None:
 def components(model: str, res: int):
     """(model, inputs, fn) of the encoder and the steady 1-object step, as the tracker runs
     them (bf16 autocast, precast weights)."""
-    from sam2_ros.engine import encoder, holes, step
+    from sam2_ros.engine import encoder, glue, holes, step
     from sam2_ros.engine.config import TrackerConfig
     from sam2_ros.engine.model import build_model, precast
     torch.manual_seed(0)
@@ -126,7 +126,7 @@ def components(model: str, res: int):
         # what follows the memory attention: SAM heads, hole filling, memory encoder
         f = encoder.Features([vf0, vf1, vf2], [vp0, vp1, vp2], sizes)
         with torch.autocast(DEV, dtype=torch.bfloat16):
-            _, _, _, low, high, ptr, score = mod._forward_sam_heads(
+            _, _, _, low, high, ptr, score = glue.sam_heads(mod)(
                 backbone_features=pix, point_inputs=None, mask_inputs=None,
                 high_res_features=encoder.high_res_features(f), multimask_output=False)
             low = holes.fill_holes(low, 8)

@@ -36,8 +36,12 @@ Groups:
                       masks, their cast and upsampling, the best-mask selection, the pointer
                       gating) in one kernel, and in ``_encode_new_memory`` (sigmoid or
                       binarization, scale, bias, the no-object embedding) folded into the
-                      'memory_encoder' group's kernels; the copy's class carries the two
-                      methods (``sam_glue.py``, ``heads_glue.py``, ``mask_prologue.py``)
+                      'memory_encoder' group's kernels; the copy carries the two functions as
+                      ``engine.glue.GLUE``, which ``glue.sam_heads`` / ``glue.new_memory``
+                      read, and keeps sam2's class (``sam_glue.py``, ``heads_glue.py``,
+                      ``mask_prologue.py``)
+  'fpn'               the image encoder's FPN neck: its top-down step (cast, nearest
+                      upsampling, add) in one kernel, bitwise sam2's (``fpn.py``)
 """
 
 from __future__ import annotations
@@ -117,6 +121,10 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     elif transformer is not None:
         parts['sam_mask_decoder'] = with_children(dec, transformer=transformer)
     twin = with_children(model, **parts)
+    if 'fpn' in groups:        # after 'hiera': the image encoder is the copy's
+        from sam2_ros.engine.cuda.kernels.fpn import fused_fpn_neck
+        enc = twin.image_encoder
+        twin = with_children(twin, image_encoder=with_children(enc, neck=fused_fpn_neck(enc.neck)))
     if 'layernorm2d' in groups:
         from sam2_ros.engine.cuda.kernels.layernorm2d import swap_layernorm2d
         twin = swap_layernorm2d(twin)
@@ -129,7 +137,7 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         from sam2_ros.engine.cuda.kernels.holes import fill_holes_fused
         twin = with_children(twin)
         setattr(twin, holes.FILLER, fill_holes_fused)
-    if 'sam_glue' in groups:   # methods, not modules: the copy's class carries them
+    if 'sam_glue' in groups:   # functions, not modules: an attribute, as 'holes'
         from sam2_ros.engine.cuda.kernels.sam_glue import with_sam_glue
         twin = with_sam_glue(twin)
     return twin

@@ -6,7 +6,8 @@ calls per tracked frame (mask downsampler, fuser, mask decoder). Under autocast 
 a convolution's bf16 output and every one of those ops rounds to bf16; the affine with the
 float32 parameters promotes to float32. The kernel does the same operations on one pixel's
 channels in registers, rounding each intermediate to the input's dtype as torch does, then
-the affine (and, where the module is followed by ``nn.GELU``, the exact erf GELU) in float32,
+the affine (and, where the module is followed by ``nn.GELU``, the exact erf GELU) in float32
+(``channel_norm.layernorm2d_math``, shared with the convolution kernels),
 and writes the dtype its consumer computes in: in SAM 2 every LayerNorm2d feeds a
 convolution or Linear (through its GELU or not), which autocast would cast to bf16.
 """
@@ -17,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sam2_ros.engine.cuda.kernels.channel_norm import layernorm2d_math
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
@@ -39,19 +41,7 @@ def _ln2d_kernel(x_ptr, x_sb, x_sc, w_ptr, b_ptr, y_ptr, C, HW, eps,
     dt = x_ptr.dtype.element_ty
     x = tl.load(x_ptr + b * x_sb + (c64 * x_sc)[:, None] + p64[None, :], mask=m2,
                 other=0.0).to(tl.float32)
-    u = cast_rne(tl.sum(x, axis=0) / C, dt).to(tl.float32)                # x.mean(1)
-    d = cast_rne(x - u[None, :], dt).to(tl.float32)                       # x - u
-    d = tl.where(m2, d, 0.0)
-    sq = cast_rne(d * d, dt).to(tl.float32)                               # .pow(2)
-    s = cast_rne(tl.sum(sq, axis=0) / C, dt).to(tl.float32)               # .mean(1)
-    r = cast_rne(tl.sqrt(cast_rne(s + eps, dt).to(tl.float32)), dt).to(tl.float32)
-    xn = cast_rne(d / r[None, :], dt).to(tl.float32)                      # (x - u) / sqrt
-    w = tl.load(w_ptr + c, mask=cm, other=0.0).to(tl.float32)
-    bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
-    y = w[:, None] * xn
-    y = y + bias[:, None]
-    if GELU:
-        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    y = layernorm2d_math(x, w_ptr, b_ptr, c, m2, cm, eps, C, 0, dt, True, GELU)
     tl.store(y_ptr + b * C * HW + (c64 * HW)[:, None] + p64[None, :],
              cast_rne(y, y_ptr.dtype.element_ty), mask=m2)
 
