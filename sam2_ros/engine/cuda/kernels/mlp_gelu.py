@@ -30,14 +30,15 @@ from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, rne_as
 
 Config = Tuple[int, int, int, int, int]    # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
-# bf16 on the tensor cores: K of Hiera's MLPs is 96 .. 1152 (tiny) / 144 .. 1152 (large), so
-# BLOCK_K 32 (96 = 3 x 32) and 64; wide N tiles for the 4C outputs, narrow ones for small M.
+# Few: each is compiled per K (a constexpr: 4 per model), on the first start only (Triton's
+# cache). bf16 on the tensor cores: K of Hiera's MLPs is 96 .. 768 (tiny), 144 .. 1152 (large),
+# so BLOCK_K 32 (96 = 3 x 32) and 64; wide N tiles for the 4C outputs; 64- or 128-wide ones
+# where M is small (the last stage: 256 rows at tiny@512, 48 programs of 128 x 128 for 132 SMs)
 BF16_CONFIGS: Tuple[Config, ...] = ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3),
-                                    (128, 128, 32, 4, 4), (128, 64, 64, 4, 4),
-                                    (64, 128, 64, 4, 4), (64, 64, 64, 4, 4))
+                                    (64, 128, 32, 4, 4), (128, 64, 64, 4, 4))
 # float32 ('ieee': FMA, no tensor cores): smaller tiles (4 bytes an operand, shared memory)
 FP32_CONFIGS: Tuple[Config, ...] = ((64, 64, 32, 4, 3), (128, 64, 32, 4, 3),
-                                    (64, 128, 32, 4, 3), (128, 128, 32, 8, 3))
+                                    (64, 128, 32, 4, 3))
 # the CPU tests: few programs and K steps (the interpreter's cost is per program and op: a
 # tiny@64 trunk's 12 MLPs take 2 s so, 17 s in 64 x 128 x 64 blocks), each cut to the
 # power of two of M, N, K where that is smaller
