@@ -224,3 +224,34 @@ def test_fused_trunk_equals_sam2s_trunk(groups, autocast, tol, kernel_launches):
     assert len(out) == len(ref)
     for o, r in zip(out, ref):
         _close(o, r, tol)
+
+
+def test_autotune_keeps_the_fastest_config_that_builds(monkeypatch):
+    """``pick`` (the CUDA path's choice, here with stand-in timings): the fastest of those
+    that build, timed once per key; none building is an error."""
+    monkeypatch.setattr(mlp_gelu, '_TUNED', {})
+    configs = [(1,), (2,), (3,)]
+    timed = []
+
+    def time_ms(cfg):
+        timed.append(cfg)
+        if cfg == (1,):
+            raise RuntimeError('out of shared memory')
+        return {(2,): 0.5, (3,): 0.2}[cfg]
+    key = ('cuda:0', 'bf16', 768, 192, 4096)
+    assert mlp_gelu.pick(key, configs, False, time_ms) == (3,)
+    assert mlp_gelu.pick(key, configs, False, time_ms) == (3,) and len(timed) == 3
+    with pytest.raises(RuntimeError, match='no block configuration'):
+        mlp_gelu.pick(key[:-1] + (64,), [(1,)], False, time_ms)
+
+
+def test_autotune_times_nothing_inside_a_capture(monkeypatch):
+    """Capturing a key not timed yet: the config kept for another M bucket of the same
+    shape (compiled already), else the first; nothing timed, nothing kept."""
+    monkeypatch.setattr(mlp_gelu, '_TUNED', {('cuda:0', 768, 192, 4096): (3,)})
+
+    def never(cfg):
+        raise AssertionError('timed inside a capture')
+    assert mlp_gelu.pick(('cuda:0', 768, 192, 256), [(1,), (3,)], True, never) == (3,)
+    assert mlp_gelu.pick(('cuda:0', 384, 96, 256), [(1,), (3,)], True, never) == (1,)
+    assert len(mlp_gelu._TUNED) == 1

@@ -19,7 +19,7 @@ one already compiled for (N, K) or the default, never timing inside a capture.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import triton
@@ -28,6 +28,7 @@ import triton.language as tl
 from sam2_ros.engine.cuda.kernels.dtypes import autocast_dtype
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, rne_as
+from sam2_ros.engine.cuda.kernels.swap import with_children
 
 Config = Tuple[int, int, int, int, int]    # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
 # Few: each is compiled per K (a constexpr: 4 per model), on the first start only (Triton's
@@ -125,19 +126,26 @@ def _config(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torc
     if x.device.type != 'cuda':
         blocks = tuple(min(b, max(16, next_pow2(d))) for b, d in zip(INTERPRETED, (m, n, k)))
         return blocks + INTERPRETED[3:]
-    shape = (x.device, x.dtype, weight.dtype, out.dtype, precision, n, k)
-    key = shape + (next_pow2(m),)
+    key = (x.device, x.dtype, weight.dtype, out.dtype, precision, n, k, next_pow2(m))
+    configs = BF16_CONFIGS if out.dtype == torch.bfloat16 else FP32_CONFIGS
+    return pick(key, configs, torch.cuda.is_current_stream_capturing(),
+                lambda cfg: _time_ms(lambda: _launch(x, weight, bias, out, cfg, precision)))
+
+
+def pick(key: tuple, configs: Sequence[Config], capturing: bool,
+         time_ms: Callable[[Config], float]) -> Config:
+    """The config for ``key`` (its last entry the M bucket): the one timed fastest by
+    ``time_ms`` on the first call, kept. Inside a capture nothing is timed (nor compiled,
+    where it can be helped): a config kept for the same key but another M bucket (built
+    already: M and N are no constexprs), else the first; nothing is kept."""
     if key in _TUNED:
         return _TUNED[key]
-    configs = BF16_CONFIGS if out.dtype == torch.bfloat16 else FP32_CONFIGS
-    if torch.cuda.is_current_stream_capturing():
-        # no timing (nor compiling, where it can be helped) inside a capture: a config
-        # already built for this (N, K) serves any M (M and N are no constexprs)
-        return next((c for kk, c in _TUNED.items() if kk[:-1] == shape), configs[0])
+    if capturing:
+        return next((c for kk, c in _TUNED.items() if kk[:-1] == key[:-1]), configs[0])
     best, best_ms = None, float('inf')
     for cfg in configs:
         try:
-            ms = _time_ms(lambda: _launch(x, weight, bias, out, cfg, precision))
+            ms = time_ms(cfg)
         except Exception:  # noqa: BLE001 - a config this GPU cannot build (shared memory)
             continue
         if ms < best_ms:
@@ -186,6 +194,10 @@ def supported(mlp: torch.nn.Module) -> bool:
 
 
 _FLOATS = (torch.float32, torch.bfloat16)
+# The compute dtypes GeluMLP runs our kernel in (the others: sam2's MLP). float32 runs on FMA
+# units, not tensor cores, as cuBLAS's does; tools/probes/mlp_gelu_probe.py says whether it is
+# faster than sam2's there too: if not, drop it here
+KERNEL_DTYPES = (torch.bfloat16, torch.float32)
 
 
 class GeluMLP(torch.nn.Module):
@@ -213,8 +225,10 @@ class GeluMLP(torch.nn.Module):
             return None
         auto = autocast_dtype(x.device)
         if auto is not None:
-            return auto if auto == torch.bfloat16 else None
-        return x.dtype if x.dtype == w.dtype == b.dtype else None
+            compute = auto if auto == torch.bfloat16 else None
+        else:
+            compute = x.dtype if x.dtype == w.dtype == b.dtype else None
+        return compute if compute in KERNEL_DTYPES else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         compute = self.compute_dtype(x)
@@ -233,7 +247,6 @@ def with_gelu_mlps(module: torch.nn.Module) -> torch.nn.Module:
     encoder, ``FusedHiera``) whose blocks' supported MLPs are ``GeluMLP``s; ``module`` and its
     blocks are unchanged (each swapped block is a copy of its own). ``module`` itself where
     no MLP is swapped."""
-    from sam2_ros.engine.cuda.kernels.swap import with_children
     children = module._modules
     for name in ('image_encoder', 'trunk'):
         if name in children:
