@@ -45,3 +45,4 @@ def test_probe_writes_a_row_per_stage(tmp_path, one_thread, capsys):
         assert r['rel_err'] <= 2.0 ** -6, r        # bf16: an ulp flip of the hidden layer
     printed = capsys.readouterr().out
     assert 'tiny@32 bf16:' in printed and 'per_frame_us_saved' in printed
+    assert f"speedup >= {min(r['fc1_gelu_speedup'] for r in rows):.3f}" in printed

@@ -173,8 +173,10 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if out is None:
         out = torch.empty(m, n, device=x.device, dtype=compute)
     assert out.shape == (m, n) and out.is_contiguous() and out.dtype == compute
-    tf32 = compute == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    precision = 'tf32' if tf32 else 'ieee'        # bf16 operands: the argument is unused
+    # bf16: 'tf32', as row_gemm.py and mlp_heads.py pass it (the tensor cores; the argument
+    # rounds float32 operands only); float32: TF32 only where torch's matmuls allow it
+    fp32 = compute == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
+    precision = 'ieee' if fp32 else 'tf32'
     _launch(x, weight, bias, out, _config(x, weight, bias, out, precision), precision)
     return out
 
