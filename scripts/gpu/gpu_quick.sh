@@ -2,8 +2,11 @@
 # A session's evidence in ONE device command (<= ~9 minutes, every part time-capped so a slow
 # one cuts the next, never the whole): the fused kernels' GPU tests, the engine's headline rows
 # with their off switch and the kernel census, the interaction rows (deferred and immediate
-# corrections), image mode tiny/large against SAM2ImagePredictor (bf16), then the deferred-prompt
-# and two-camera GPU tests. Each part logs to $OUT; failing tests are named.
+# corrections), image mode tiny/large against SAM2ImagePredictor (bf16), two fresh starts
+# (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
+# failing tests are named. Each part's time cap is an environment variable, 0 skips it:
+# FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
+# INTERACTION_S, IMAGE_S, PROBE_S (tools/probes/mlp_gelu_probe.py), STARTUP_S.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
 # `python -m tools.bench.report`.
@@ -22,27 +25,46 @@ tests() {  # tests NAME SECONDS PYTEST-ARGS...
   grep -E '^(FAILED|ERROR)|^/.*(Error|assert)' "$OUT/pytest_$name.log" | cut -c1-240 | head -12
   tail -n 1 "$OUT/pytest_$name.log" | cut -c1-200
 }
-# FUSED_S=0: skip them (e.g. after running the whole file in a command of its own)
-(( ${FUSED_S:-200} > 0 )) && tests fused "${FUSED_S:-200}" test/gpu/test_fused_kernels_gpu.py \
-  test/gpu/test_fused_graphs_gpu.py
+on() { (( ${!1:-$2} > 0 )); }    # on VAR DEFAULT: the part's cap is above 0
+read -r -a FUSED_TESTS <<< \
+  "${FUSED_TESTS:-test/gpu/test_fused_kernels_gpu.py test/gpu/test_fused_graphs_gpu.py}"
+on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-k "$FUSED_K"}
+if on PROBE_S 0; then
+  timeout "$PROBE_S" python3 -m tools.probes.mlp_gelu_probe --out "$OUT/mlp_gelu_probe.json" \
+    > "$OUT/probe.log" 2>&1
+  echo "== mlp_gelu probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -v '^{' "$OUT/probe.log" | tail -n 24
+fi
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
 ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused"
-timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 --slow-frames 20 \
-  --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" > "$OUT/engine.log" 2>&1
-echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
-grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
-timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
-  --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
-  --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
-echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
-grep '^|' "$OUT/interaction.log" | cut -c1-250
-timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
-  --variants sam2_predictor,ours --sam2-models tiny,large --precision bf16 --images 20 \
-  --warmup 3 --profile-images 2 --out "$OUT/h200_image.json" > "$OUT/image.log" 2>&1
-echo "== image (rc $?, $(( $(date +%s) - T0 )) s)"
-grep -v '^{' "$OUT/image.log" | grep '^|' | cut -c1-250 | tail -12
+if on ENGINE_S 150; then
+  timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 \
+    --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \
+    > "$OUT/engine.log" 2>&1
+  echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
+fi
+if on INTERACTION_S 90; then
+  timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
+    --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
+    --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
+  echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep '^|' "$OUT/interaction.log" | cut -c1-250
+fi
+if on IMAGE_S 90; then
+  timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
+    --variants sam2_predictor,ours --sam2-models tiny,large --precision bf16 --images 20 \
+    --warmup 3 --profile-images 2 --out "$OUT/h200_image.json" > "$OUT/image.log" 2>&1
+  echo "== image (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -v '^{' "$OUT/image.log" | grep '^|' | cut -c1-250 | tail -12
+fi
+if on STARTUP_S 0; then
+  timeout "$STARTUP_S" python3 -m tools.bench.startup --model tiny --res 512 --starts 2 \
+    --out "$OUT/h200_extra.json" > "$OUT/startup.log" 2>&1
+  echo "== startup (rc $?, $(( $(date +%s) - T0 )) s)"; grep -v '^{' "$OUT/startup.log" | tail -n 6
+fi
 left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))
 (( left > 30 )) && tests deferred_multistream "$left" test/gpu/test_deferred_gpu.py \
   test/gpu/test_multistream_gpu.py
