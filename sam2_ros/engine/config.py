@@ -25,7 +25,7 @@ PRECOMPILE_PARTS = ('encoder', 'heads')
 # group: the frame-in and masks-out graphs (cuda/io_graphs.py) run our kernels; 'constants'
 # needs no Triton: what depends on the weights and shapes alone, computed once instead of on
 # every replay.
-FUSED_GROUPS = ('hiera', 'hiera_mlp', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
+FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
                 'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue', 'fpn')
 TRITON_FREE_GROUPS = ('constants',)
 
@@ -206,8 +206,7 @@ class TrackerConfig:
     # Fused kernels in the captured graphs (CUDA with triton importable, no compile_mode):
     # the graphs run a copy of the model, sharing its weights, whose modules of these groups
     # (FUSED_GROUPS) are replaced by Triton kernels of our own that do a residual add, its
-    # LayerNorm and the bf16 cast or window copy after it in one pass, the Hiera MLPs' GELU
-    # in their first GEMM ('hiera_mlp'), RoPE in one kernel,
+    # LayerNorm and the bf16 cast or window copy after it in one pass, RoPE in one kernel,
     # the memory encoder in eleven kernels, sam2's glue around the SAM heads in one kernel and
     # around the memory encoder in none ('sam_glue'), ..., the frame-in and masks-out graphs
     # run two kernels each ('io'), hole filling one kernel (bitwise), and the
@@ -220,8 +219,7 @@ class TrackerConfig:
     # rounding of 0).
     fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
         "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
-        "cast or window copy in one kernel, the Hiera MLPs' GELU in their first GEMM, "
-        "one-kernel RoPE, LayerNorm2d, the memory encoder "
+        "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d, the memory encoder "
         "in eleven kernels, the glue around the SAM heads in one kernel and around the memory "
         "encoder in its kernels, one-kernel hole filling, frame in and masks out in two "
         "kernels each; CUDA with triton, not with compile_mode), within rounding of the eager "

@@ -6,7 +6,7 @@
 # (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
-# INTERACTION_S, IMAGE_S, PROBE_S (tools/probes/mlp_gelu_probe.py), STARTUP_S.
+# INTERACTION_S, IMAGE_S, STARTUP_S.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
 # `python -m tools.bench.report`.
@@ -29,12 +29,6 @@ on() { (( ${!1:-$2} > 0 )); }    # on VAR DEFAULT: the part's cap is above 0
 read -r -a FUSED_TESTS <<< \
   "${FUSED_TESTS:-test/gpu/test_fused_kernels_gpu.py test/gpu/test_fused_graphs_gpu.py}"
 on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-k "$FUSED_K"}
-if on PROBE_S 0; then
-  timeout "$PROBE_S" python3 -m tools.probes.mlp_gelu_probe --out "$OUT/mlp_gelu_probe.json" \
-    > "$OUT/probe.log" 2>&1
-  echo "== mlp_gelu probe (rc $?, $(( $(date +%s) - T0 )) s)"
-  grep -v '^{' "$OUT/probe.log" | tail -n 24
-fi
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"

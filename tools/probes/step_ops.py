@@ -134,8 +134,7 @@ def step_function(res: int, objects: int, cond: int, graph: str, precision: str,
     if fused:
         from sam2_ros.engine.config import FUSED_GROUPS
         from sam2_ros.engine.cuda.kernels.fused import fused_model
-        encoder = ('hiera', 'hiera_mlp')      # the step runs no image encoder
-        model = fused_model(model, tuple(g for g in FUSED_GROUPS if g not in encoder))
+        model = fused_model(model, tuple(g for g in FUSED_GROUPS if g != 'hiera'))
     graphs = StepGraphs(Holder(), cfg, model, bank, maskmem_pos, feats, None)
     cap = graphs.capture_step(StepKey(objects, cond), padded=graph == 'padded',
                               split=graph == 'split')

@@ -8,8 +8,6 @@ fallback run, is left unchanged.
 Groups:
   'hiera'             image encoder trunk: add + LayerNorm + bf16 + window (un)partition
                       (``hiera.py``)
-  'hiera_mlp'         the Hiera blocks' MLPs: the first Linear and its GELU in one GEMM, the
-                      second Linear sam2's (``mlp_gelu.py``); with or without 'hiera'
   'memory_attention'  memory attention layers: fused norms, key/value inputs cast once, one
                       q/k/v GEMM, ReLU in the MLP GEMM (``memory_attention.py``)
   'rope'              the memory attention's rotary encoding in one kernel per attention
@@ -106,15 +104,9 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     from sam2_ros.engine.cuda.kernels.memory_attention import FusedMemoryAttention
     from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer
     parts = {}
-    enc = model.image_encoder
-    trunk = enc.trunk
-    if 'hiera_mlp' in groups:    # before 'hiera': FusedHiera runs the blocks of this copy
-        from sam2_ros.engine.cuda.kernels.mlp_gelu import with_gelu_mlps
-        trunk = with_gelu_mlps(trunk)
     if 'hiera' in groups:
-        trunk = FusedHiera(trunk)
-    if trunk is not enc.trunk:
-        parts['image_encoder'] = with_children(enc, trunk=trunk)
+        enc = model.image_encoder
+        parts['image_encoder'] = with_children(enc, trunk=FusedHiera(enc.trunk))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)
