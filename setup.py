@@ -13,7 +13,8 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.10',
     # namespace-aware, so a subfolder that lacks __init__.py is not silently left out of a wheel
-    packages=find_namespace_packages(include=['sam2_ros', 'sam2_ros.*'], exclude=['*.__pycache__']),
+    packages=find_namespace_packages(include=['sam2_ros', 'sam2_ros.*'],
+                                     exclude=['*.__pycache__']),
     package_data={'': ['*.yaml']},
     install_requires=['numpy', 'PyYAML'],
     entry_points={

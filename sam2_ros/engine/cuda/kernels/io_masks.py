@@ -9,9 +9,10 @@ and centroid, the stack/where/cat of the stats and the label's cast, multiply an
   it (float32 source coordinate ``scale * (i + 0.5) - 0.5`` clamped at 0, its integer part
   and fraction, and the two-level weighted sum, with the fused multiply-adds nvcc is expected
   to make of those expressions: fma(w0, a, w1 * b), as LLVM contracts a * b + c * d; torch's
-  CPU build rounds that way too), thresholded at > 0 into the bool mask; the label (the highest id whose
-  mask is set, 0 for none) kept in registers over the objects; and per object the tile's
-  integer partial stats (area, box, coordinate sums) into a small [B, tiles, 8] buffer.
+  CPU build rounds that way too), thresholded at > 0 into the bool mask; the label (the
+  highest id whose mask is set, 0 for none) kept in registers over the objects; and per
+  object the tile's integer partial stats (area, box, coordinate sums) into a small
+  [B, tiles, 8] buffer.
 * ``_stats_kernel``, one program per object: the partials reduced (integers: exact in any
   order) and the stats row written as the reference's float64 values (area, x0, y0, x1, y1,
   cx, cy: the centroid is the exact integer coordinate sum over the area in float64; -1 for
