@@ -10,15 +10,20 @@ results) are collected as before; cleanup unfreezes first, so a released tracker
 cycles are still collected. Process-wide, so it lives in the node's process with an off switch
 (the node parameter ``gc_freeze``), as ``malloc.py`` does for the allocator.
 
-``PauseMonitor`` counts full collections and their longest pause for the node's diagnostics, so
-a stall of this kind shows in the field.
+``PauseMonitor`` counts full collections and their longest pause for the node's diagnostics, and
+keeps those of at least ``LONG_PAUSE_MS`` with their time for the node's log, so a stall of this
+kind shows in the field and in a benchmark's node log.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from typing import Optional
+from collections import deque
+from typing import List, Optional, Tuple
+
+# a full collection at least this long is logged (a third of a 60 Hz frame period)
+LONG_PAUSE_MS = 5.0
 
 
 def freeze() -> int:
@@ -40,6 +45,7 @@ class PauseMonitor:
     def __init__(self) -> None:
         self.full_collections = 0
         self.max_pause_ms = 0.0
+        self.long_pauses: deque = deque(maxlen=16)    # (time.monotonic() at its end, ms)
         self._t0: Optional[float] = None
         gc.callbacks.append(self._on_gc)
 
@@ -49,9 +55,19 @@ class PauseMonitor:
         if phase == 'start':
             self._t0 = time.perf_counter()
         elif self._t0 is not None:
+            ms = (time.perf_counter() - self._t0) * 1e3
             self.full_collections += 1
-            self.max_pause_ms = max(self.max_pause_ms, (time.perf_counter() - self._t0) * 1e3)
+            self.max_pause_ms = max(self.max_pause_ms, ms)
+            if ms >= LONG_PAUSE_MS:
+                self.long_pauses.append((time.monotonic(), ms))
             self._t0 = None
+
+    def take_long_pauses(self) -> List[Tuple[float, float]]:
+        """The long pauses since the last call, oldest first (at most the last 16)."""
+        out = []
+        while self.long_pauses:
+            out.append(self.long_pauses.popleft())
+        return out
 
     def close(self) -> None:
         if self._on_gc in gc.callbacks:

@@ -330,6 +330,10 @@ class TrackerNode(LifecycleNode):
         return SetParametersResult(successful=not reason, reason=reason)
 
     def on_diagnostics(self) -> None:
+        for t, ms in self.gc_pauses.take_long_pauses():
+            self.get_logger().warning(
+                f'a full garbage collection paused the process for {ms:.1f} ms '
+                f'(time.monotonic() {t:.3f}): frames in flight were late by as much')
         w, mb, tr = self.worker, self.mailbox, self.tracker
         if self.rig is not None and w is not None and tr is not None:
             statuses = self.rig.statuses(self, time.monotonic(), self.fallbacks_seen)

@@ -79,7 +79,8 @@ class NodeOptions:
     gc_freeze: bool = knob(True, kind='bool', tuning=True, doc=(
         'after configure, gc.freeze(): the objects configure leaves (imports, model, graphs) are '
         "skipped by Python's garbage collector; unfrozen at cleanup (diagnostics: "
-        'gc_full_collections, gc_max_pause_ms)'))
+        'gc_full_collections, gc_max_pause_ms; a full collection of 5 ms or more is logged as '
+        'a warning, on or off)'))
     # Raw images taken as serialized messages and read in place (sam2_ros/ros/image_cdr.py):
     # rclpy's conversion copies a 720p frame twice under the GIL. tools/dds_probe.py, 720p60 on
     # a 2-core VM: p50 receipt 2.7-3.0 ms serialized against 3.0-3.3 ms converted.

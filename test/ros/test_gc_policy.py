@@ -32,3 +32,18 @@ def test_pause_monitor_counts_full_collections_only():
         m.close()
     gc.collect()
     assert m.full_collections == 2 and m._on_gc not in gc.callbacks
+
+
+def test_pause_monitor_keeps_long_pauses_for_the_log(monkeypatch):
+    m = gc_policy.PauseMonitor()
+    try:
+        monkeypatch.setattr(gc_policy, 'LONG_PAUSE_MS', 0.0)     # every full collection
+        gc.collect()
+        gc.collect(1)                                           # not a full one
+        long = m.take_long_pauses()
+        assert len(long) == 1 and long[0][1] > 0 and m.take_long_pauses() == []
+        monkeypatch.setattr(gc_policy, 'LONG_PAUSE_MS', 1e9)     # none is this long
+        gc.collect()
+        assert m.take_long_pauses() == [] and m.full_collections == 2
+    finally:
+        m.close()
