@@ -120,6 +120,52 @@ def reuse_encoder(tracker) -> list:
     return key
 
 
+def perturb_norms(module, generator) -> None:
+    """Random LayerNorm affines in ``module``, in place (weights ~ N(1, 0.2), biases
+    ~ N(0, 0.2) from ``generator``): sam2's init (1, 0) would hide a wrong affine."""
+    import torch
+    with torch.no_grad():
+        for mod in module.modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.weight.normal_(1.0, 0.2, generator=generator)
+                mod.bias.normal_(0.0, 0.2, generator=generator)
+
+
+class TritonRange:
+    """A Triton kernel whose launches run in a profiler range named 'triton_kernel', so
+    ``top_level_ops`` counts a launch as one op (not the aten ops Triton's interpreter runs to
+    emulate it)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from torch.profiler import record_function
+            with record_function('triton_kernel'):
+                return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def top_level_ops(fn) -> list:
+    """The profiler events of the aten ops and Triton launches (``TritonRange``) that ``fn``
+    runs and no other of them called, in order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def counted(e):
+        return e.name.startswith('aten::') or e.name == 'triton_kernel'
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    top = []
+    for e in prof.events():
+        up = e.cpu_parent
+        while up is not None and not counted(up):
+            up = up.cpu_parent
+        if counted(e) and up is None:
+            top.append(e)
+    return top
+
+
 @pytest.fixture
 def kernel_launches(monkeypatch):
     """The names of our Triton kernels (``launch.jit``) launched from here on in the test, in

@@ -1,6 +1,7 @@
 """Shared by the GPU equivalence tests: the tracker configuration they compare and the JSON
 their measured differences go to ($OUT/gpu_equivalence.json, for docs/design.md's table; the
-fused kernels' to $OUT/gpu_fused_kernels.json), and a profiler count of kernels."""
+fused kernels' to $OUT/gpu_fused_kernels.json), a profiler count of kernels, and the model and
+inputs the fused modules' tests compare on."""
 
 import json
 import os
@@ -53,3 +54,25 @@ def cuda_kernels(fn, warm_up: bool = True) -> Tuple[int, float]:
     ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
           and not e.name.lower().startswith(('memcpy', 'memset'))]
     return len(ev), sum(getattr(e, 'device_time', 0.0) for e in ev)
+
+
+def fused_test_model():
+    """tiny@512 in float32 with TF32 off (matmuls and cuDNN: sam2's fp32 convolutions in fp32
+    too) and random LayerNorm affines (sam2's init, 1 and 0, would hide errors): the model the
+    fused modules' GPU tests compare on."""
+    import torch
+
+    from conftest import perturb_norms
+    from sam2_ros.engine.model import build_model
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    m = build_model(tiny_cuda_cfg(precision='fp32'))
+    perturb_norms(m, torch.Generator(device='cuda').manual_seed(0))
+    return m
+
+
+def cuda_rand(*shape, seed: int = 0):
+    """Standard normal float32 on the GPU from its own generator."""
+    import torch
+    return torch.randn(*shape, device='cuda', generator=torch.Generator(
+        device='cuda').manual_seed(seed))

@@ -28,7 +28,8 @@ if [ "${ENGINE_TESTS:-1}" = 1 ]; then    # ENGINE_TESTS=0: benchmarks only (test
   # the log in $OUT, the failing tests' names and the summary printed (a long tail of warnings
   # must not hide which test failed)
   python3 -m pytest -q test/gpu/test_graphs_gpu.py test/gpu/test_multistream_gpu.py \
-    test/gpu/test_fused_kernels_gpu.py test/gpu/test_fused_graphs_gpu.py -m gpu -k "not compiled" -rf --tb=line -p no:warnings \
+    test/gpu/test_fused_kernels_gpu.py test/gpu/test_fused_fpn_gpu.py \
+    test/gpu/test_fused_graphs_gpu.py -m gpu -k "not compiled" -rf --tb=line -p no:warnings \
     > "$OUT/engine_pytest.log" 2>&1
   grep -E '^(FAILED|ERROR)|^/.*(Error|assert)' "$OUT/engine_pytest.log" | cut -c1-300
   tail -n 1 "$OUT/engine_pytest.log"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
 
-from conftest import LEAN, shared_model, tracker_on_shared_model
+from conftest import LEAN, shared_model, top_level_ops, tracker_on_shared_model
 from graph_standin import graphs_on_cpu
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine import encoder, holes, step
@@ -159,17 +159,8 @@ def test_encoder_and_track_step_with_constants_equal_without(autocast):
 
 def _top_level_ops(fn) -> collections.Counter:
     """How often ``fn`` calls each aten op that no other aten op called (views included)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    out = collections.Counter()
-    for e in prof.events():
-        p = e.cpu_parent
-        while p is not None and not p.name.startswith('aten::'):
-            p = p.cpu_parent
-        if e.name.startswith('aten::') and p is None:
-            out[e.name] += 1
-    return out
+    return collections.Counter(e.name for e in top_level_ops(fn)
+                               if e.name.startswith('aten::'))
 
 
 def test_constants_remove_the_ops_they_replace():

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip('triton')
 
-from conftest import shared_model  # noqa: E402
+from conftest import TritonRange, shared_model, top_level_ops  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fpn, fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.swap import with_children  # noqa: E402
@@ -121,38 +121,15 @@ def test_fused_neck_equals_sam2s_bitwise(neck, autocast, constants, size, batch,
 def _top_level_ops(fn):
     """Top-level aten ops run by fn that compute (no views, allocations or no-op casts),
     a Triton launch counted as one (the aten ops its interpreter runs are not counted)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    names = []
-    for e in prof.events():
-        if not (e.name.startswith('aten::') or e.name == 'triton_kernel'):
-            continue
-        up, inside = e.cpu_parent, False
-        while up is not None:
-            inside |= up.name.startswith('aten::') or up.name == 'triton_kernel'
-            up = up.cpu_parent
-        no_op_cast = e.name == 'aten::to' and not any(
-            c.name == 'aten::_to_copy' for c in e.cpu_children)
-        if not inside and e.name not in NO_KERNEL and not no_op_cast:
-            names.append(e.name)
-    return names
+    return [e.name for e in top_level_ops(fn) if e.name not in NO_KERNEL and not (
+        e.name == 'aten::to' and not any(c.name == 'aten::_to_copy' for c in e.cpu_children))]
 
 
 @pytest.mark.parametrize('autocast', [False, True])
 def test_fused_neck_runs_fewer_ops(neck, autocast, monkeypatch):
     """sam2's top-down step is a cast (bf16 only), an upsampling and an add; the fused neck's
     one kernel: 2 ops fewer under bf16 autocast, 1 in float32; the rest is the same ops."""
-    from torch.profiler import record_function
-    kernel = fpn._top_down_kernel
-
-    class Ranged:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                with record_function('triton_kernel'):
-                    return kernel[grid](*args, **kwargs)
-            return launch
-    monkeypatch.setattr(fpn, '_top_down_kernel', Ranged())
+    monkeypatch.setattr(fpn, '_top_down_kernel', TritonRange(fpn._top_down_kernel))
     twin = fpn.fused_fpn_neck(neck)
     xs = _trunk_outputs(neck, 64, 1)
     _run(lambda: neck(xs), autocast)                 # sam2's sine grids cached

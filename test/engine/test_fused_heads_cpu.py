@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip('triton')
 
-from conftest import shared_model  # noqa: E402
+from conftest import TritonRange, shared_model, top_level_ops  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_decoder import FusedMaskDecoder  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mlp_heads import FusedMLP, stackable  # noqa: E402
@@ -170,37 +170,10 @@ def test_decoder_with_unstackable_heads_runs_sam2s_predict_masks():
         assert torch.equal(o, r)
 
 
-class _Ranged:
-    """A kernel whose launches run in a profiler range: the aten ops Triton's interpreter
-    runs to emulate it are not the fused path's."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            from torch.profiler import record_function
-            with record_function('triton_kernel'):
-                return self.kernel[grid](*args, **kwargs)
-        return launch
-
-
 def _op_counts(fn):
     """(top-level aten ops + Triton kernels, those of them that are not views or
     allocations) run by fn."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    top = []
-    for e in prof.events():
-        if not (e.name.startswith('aten::') or e.name == 'triton_kernel'):
-            continue
-        up, inside = e.cpu_parent, False
-        while up is not None:
-            inside |= up.name.startswith('aten::') or up.name == 'triton_kernel'
-            up = up.cpu_parent
-        if not inside:
-            top.append(e.name)
+    top = [e.name for e in top_level_ops(fn)]
     return len(top), sum(n not in NO_KERNEL for n in top)
 
 
@@ -210,7 +183,7 @@ def test_fused_predict_masks_runs_fewer_ops(autocast, monkeypatch, record_proper
     subtracted), batch 1: sam2's against the fused path's (its Triton kernel counted as one);
     bf16 with bf16 weights, as the tracker runs."""
     from sam2_ros.engine.cuda.kernels import mlp_heads
-    monkeypatch.setattr(mlp_heads, '_mlp3_kernel', _Ranged(mlp_heads._mlp3_kernel))
+    monkeypatch.setattr(mlp_heads, '_mlp3_kernel', TritonRange(mlp_heads._mlp3_kernel))
     dec = _decoder(True, bf16_weights=autocast)
     twin = FusedMaskDecoder(dec)
     kw = dict(_inputs(1, False), high_res_features=_hires(1))

@@ -19,7 +19,7 @@ pytest.importorskip('triton')
 from sam2.modeling.backbones.utils import window_partition, window_unpartition  # noqa: E402
 from sam2.modeling.position_encoding import apply_rotary_enc, compute_axial_cis  # noqa: E402
 
-from conftest import LEAN, shared_model, small_cfg  # noqa: E402
+from conftest import LEAN, perturb_norms, shared_model, small_cfg  # noqa: E402
 from sam2_ros.engine import glue  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
@@ -141,12 +141,7 @@ def _perturbed(module, seed=0):
     a wrong affine) - on a private copy of the norms, the shared model stays untouched."""
     import copy
     module = copy.deepcopy(module)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for mod in module.modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.normal_(1.0, 0.2, generator=g)
-                mod.bias.normal_(0.0, 0.2, generator=g)
+    perturb_norms(module, torch.Generator().manual_seed(seed))
     return module
 
 

@@ -1,6 +1,6 @@
 """Fused Triton kernels (TrackerConfig.fused_kernels) on the GPU, module by module (marked gpu:
 CI has none); the groups in captured graphs and the function-level kernels (I/O, hole filling,
-constants) are in test_fused_graphs_gpu.py.
+constants) are in test_fused_graphs_gpu.py, the FPN neck's in test_fused_fpn_gpu.py.
 
 Module level, tiny@512 shapes, against the sam2 module each replaces: fp32 (TF32 matmuls off)
 within 1e-4 x max |sam2| (TF32 off for matmuls and cuDNN), except the memory encoder
@@ -19,9 +19,9 @@ $OUT/gpu_fused_kernels.json (docs/design.md quotes them).
 import pytest
 import torch
 
-from gpu_common import cuda_kernels, record_fused as _record, tiny_cuda_cfg as _cfg
+from gpu_common import cuda_kernels, cuda_rand as _rand, fused_test_model
+from gpu_common import record_fused as _record
 from sam2_ros.engine import glue
-from sam2_ros.engine.model import build_model
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
@@ -32,16 +32,7 @@ BF16 = {'hiera': 2.0 ** -5, 'memory_attention': 2.0 ** -6, 'decoder': 2.0 ** -6,
 
 @pytest.fixture(scope='module')
 def model():
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False     # sam2's fp32 convolutions in fp32 too
-    m = build_model(_cfg(precision='fp32'))
-    g = torch.Generator(device='cuda').manual_seed(0)
-    with torch.no_grad():      # random norm affines: sam2's init (1, 0) would hide errors
-        for mod in m.modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.normal_(1.0, 0.2, generator=g)
-                mod.bias.normal_(0.0, 0.2, generator=g)
-    return m
+    return fused_test_model()
 
 
 def _rel(out, ref):
@@ -58,11 +49,6 @@ def _compare(name, group, fn_ref, fn_out, precision):
     assert all(o.dtype == r.dtype and o.shape == r.shape for o, r in zip(out, ref))
     _record(f'{name}_{precision}', {'rel_err': errs})
     assert max(errs) <= (FP32.get(group, 1e-4) if precision == 'fp32' else BF16[group]), errs
-
-
-def _rand(*shape, seed=0):
-    return torch.randn(*shape, device='cuda', generator=torch.Generator(
-        device='cuda').manual_seed(seed))
 
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
@@ -342,60 +328,3 @@ def test_sam_glue_kernel_count_gpu(model, batch):
     _record(f'sam_glue_kernels_bf16_b{batch}', counts)
     print('sam glue kernels', batch, counts)
     assert counts['fused'] <= counts['sam2'] - 15, counts
-
-
-def _fpn_inputs(neck, batch):
-    """Hiera's outputs at tiny@512: [B, C_l, 128 / 2^l, ...] float32, channels-last views of
-    [B, H, W, C] as the trunk returns them, finest first."""
-    chans = neck.backbone_channel_list[::-1]
-    return [_rand(batch, 128 >> i, 128 >> i, c, seed=30 + i).permute(0, 3, 1, 2)
-            for i, c in enumerate(chans)]
-
-
-@pytest.mark.parametrize('batch', [1, 2])
-@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
-def test_fused_fpn_neck_gpu(model, precision, batch):
-    """'fpn': the neck (with the 'constants' group's stored sine encodings, as the graphs run
-    it) bitwise sam2's, features and positions, dtypes and strides; bf16 with bf16 weights as
-    the tracker stores them; 2 kernels fewer under bf16 (cast, upsampling, add -> 1), 1 in
-    fp32."""
-    from sam2_ros.engine.cuda.kernels import fused
-    from sam2_ros.engine.cuda.kernels.fpn import FusedFpnNeck
-    from sam2_ros.engine.model import precast
-    base = fused.fused_model(precast(model) if precision == 'bf16' else model, ('constants',))
-    ref = base.image_encoder.neck
-    twin = fused.fused_model(base, ('fpn',)).image_encoder.neck
-    assert isinstance(twin, FusedFpnNeck) and twin.inner is ref
-    xs = _fpn_inputs(ref, batch)
-    ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
-    with torch.inference_mode(), ctx:
-        ref(xs)                                        # the stored encodings made
-        ref_out, ref_pos = ref(xs)
-        out, pos = twin(xs)
-        counts = (cuda_kernels(lambda: ref(xs))[0], cuda_kernels(lambda: twin(xs))[0])
-    for o, r in zip(out + pos, ref_out + ref_pos):
-        assert (o.dtype, o.shape, o.stride()) == (r.dtype, r.shape, r.stride())
-        assert torch.equal(o, r)
-    _record(f'fpn_neck_b{batch}_{precision}', {'kernels_sam2': counts[0],
-                                               'kernels_fused': counts[1]})
-    assert counts[1] == counts[0] - (2 if precision == 'bf16' else 1), counts
-
-
-@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
-def test_fused_fpn_image_encoder_gpu(model, precision):
-    """forward_image at tiny@512 of the copy with every group but the trunk's ('hiera' rounds
-    differently) = with 'constants' alone, bitwise: what the encoder graph returns."""
-    from sam2_ros.engine.config import FUSED_GROUPS
-    from sam2_ros.engine.cuda.kernels import fused
-    from sam2_ros.engine.model import precast
-    base = precast(model) if precision == 'bf16' else model
-    ref_model = fused.fused_model(base, ('constants',))
-    twin = fused.fused_model(base, tuple(g for g in FUSED_GROUPS if g != 'hiera'))
-    image = _rand(1, 3, 512, 512, seed=40)
-    ctx = torch.autocast('cuda', torch.bfloat16, enabled=precision == 'bf16')
-    with torch.inference_mode(), ctx:
-        ref_model.forward_image(image)
-        ref, out = ref_model.forward_image(image), twin.forward_image(image)
-    for r, o in zip([ref['vision_features'], *ref['vision_pos_enc'], *ref['backbone_fpn']],
-                    [out['vision_features'], *out['vision_pos_enc'], *out['backbone_fpn']]):
-        assert o.dtype == r.dtype and o.stride() == r.stride() and torch.equal(o, r)
