@@ -38,9 +38,13 @@ from sam2_ros.ros.executor import EXECUTORS, make_executor
 ACK_TOPIC = '/sam2_dds_probe_ack'
 
 
-def _qos():
+def _qos(depth: int = 10):
+    """RELIABLE, KEEP_LAST ``depth``: the node's image QoS at the default depth. A reliable
+    writer replaces its oldest unacknowledged sample once ``depth`` are in flight, so on a
+    loaded machine (UDP frames acknowledged ~1 s late) a depth under the frames in flight
+    drops frames by design; ``--depth`` raises it where every frame must arrive."""
     from rclpy.qos import QoSProfile, ReliabilityPolicy
-    return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class GilWaits:
@@ -73,7 +77,8 @@ class GilWaits:
 
 
 def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], None],
-               executor: str = 'single', gil_probe: bool = False, raw: bool = False) -> None:
+               executor: str = 'single', gil_probe: bool = False, raw: bool = False,
+               depth: int = 10) -> None:
     """Receive ``frames`` images and the publisher's final small one (or until ``timeout``);
     ``report`` gets the latency of each frame in ms before this process's DDS teardown, which
     once hung (see ``_bound_lifetime``)."""
@@ -97,7 +102,7 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
         sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
         lat.append((time.time_ns() - sent) / 1e6)
 
-    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos(), raw=raw)
+    node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos(depth), raw=raw)
     node.create_subscription(Image, ACK_TOPIC, on_image, _qos(), raw=raw)
     ex = make_executor(executor)
     ex.add_node(node)
@@ -156,7 +161,7 @@ def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
     message's acknowledgement; returns (frames sent, small_ack_ms)."""
     from sensor_msgs.msg import Image
 
-    pub = node.create_publisher(Image, '/sam2_dds_probe', _qos())
+    pub = node.create_publisher(Image, '/sam2_dds_probe', _qos(args.depth))
     deadline = time.monotonic() + 30.0
     while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -246,6 +251,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument('--raw', action='store_true',
                     help='the subscriber takes serialized messages (rclpy raw=True) and reads '
                          'the image from their CDR (sam2_ros/ros/image_cdr.py)')
+    ap.add_argument('--depth', type=int, default=10,
+                    help='history depth of the frames topic, both sides (see _qos)')
     ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.tune_malloc:
@@ -254,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.role == 'sub':
         subscriber(args.frames, args.frames / args.rate + 40.0,
                    lambda r: print(json.dumps(r), flush=True), args.executor, args.gil_probe,
-                   args.raw)
+                   args.raw, args.depth)
         return 0
     if args.profile:
         os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = os.path.abspath(args.profile)
@@ -263,7 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     sub = subprocess.Popen([sys.executable, '-m', 'tools.dds_probe', '--role', 'sub',
                             '--frames', str(args.frames), '--rate', str(args.rate),
-                            '--executor', args.executor]
+                            '--executor', args.executor, '--depth', str(args.depth)]
                            + (['--tune-malloc'] if args.tune_malloc else [])
                            + (['--gil-probe'] if args.gil_probe else [])
                            + (['--raw'] if args.raw else []),
@@ -298,6 +305,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary['shm_frame_segments'] = sum(1 for g in segs
                                         if g['bytes'] >= args.width * args.height * 3)
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
+                    'depth': args.depth,
                     'executor': args.executor, 'raw': args.raw,
                     'tune_malloc': args.tune_malloc,
                     **{k: os.environ.get(k) for k in (

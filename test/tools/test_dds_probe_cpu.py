@@ -5,7 +5,9 @@ back or fail, and then no frame arrives). 720p rgb8 frames: with the profile the
 shared memory (the subscriber maps the publisher's 32 MiB segment), without it through UDP
 (Fast DDS's default 512 KiB segments cannot hold a 2.7 MB frame); a small message is
 acknowledged within 1 s only with the profile (its 100 ms writer heartbeat), else at Fast
-DDS's 3 s heartbeat."""
+DDS's 3 s heartbeat. The frames topic's depth covers every frame: a reliable KEEP_LAST writer
+replaces unacknowledged samples beyond its depth, and on a loaded CI machine UDP frames are
+acknowledged ~1 s late (10 in flight at 10 Hz), which once lost 2 of 12 at depth 10."""
 
 import json
 import subprocess
@@ -22,13 +24,14 @@ def test_dds_probe_delivers_every_frame(tmp_path, profile):
     require_messages()
     out = tmp_path / 'probe.json'
     argv = [PYTHON, '-m', 'tools.dds_probe', '--width', '1280', '--height', '720',
-            '--frames', str(FRAMES), '--rate', '10', '--out', str(out)]
+            '--frames', str(FRAMES), '--rate', '10', '--depth', str(FRAMES),
+            '--out', str(out)]
     if profile:
         argv += ['--profile', profile]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
     r = json.loads(out.read_text())
-    assert r['sent'] == r['received'] == FRAMES
+    assert r['sent'] == r['received'] == FRAMES and r['depth'] == FRAMES
     assert len(r['latency_ms']) == FRAMES and all(0 < x < 5000 for x in r['latency_ms'])
     assert r['p50_ms'] <= r['p99_ms'] <= r['max_ms']
     assert (r['FASTDDS_DEFAULT_PROFILES_FILE'] or '').endswith(profile or '') and \
