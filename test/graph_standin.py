@@ -25,6 +25,8 @@ class ReplayOnCpu:
             return
         for name in vars(new):
             dst, src = getattr(self.outputs, name), getattr(new, name)
+            if dst is None:      # an optional output the function does not return
+                continue
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
             else:   # Features: lists of tensors

@@ -150,6 +150,14 @@ class TrackerConfig:
     prompt_point_buckets: tuple = knob((1, 2, 3), kind='int_array', tuning=True, doc=(
         'point counts with a prompt graph (a click is 1, a box 2, a box and a click 3); others '
         'run eagerly'))
+    # A correction on the latest tracked frame reads the same memories that frame's tracking
+    # step read (nothing of the object was written since), so memory attention would give
+    # the same features again: the track-step graphs keep them per object and the correction's
+    # graph starts from them (SAM heads with the click, memory encoder). False: the
+    # correction re-runs memory attention, as sam2 does. Graphs only; the eager path re-runs.
+    corrections_reuse_attention: bool = knob(True, kind='bool', tuning=True, doc=(
+        "a correction on the latest tracked frame starts from that frame's memory-conditioned "
+        'features (kept by its track-step graph) instead of re-running memory attention'))
     # Image mode (engine/image.py, sam2's image-predictor computation) as CUDA graphs (with
     # use_cuda_graphs, CUDA only): the image encoder, and prompt encoder + mask decoder per
     # prompt count in image_prompt_buckets and point count in prompt_point_buckets (or a mask

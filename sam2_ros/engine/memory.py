@@ -38,6 +38,8 @@ class Selection:
     ptr_rows: List[int]      # rows of the flat pointer pool
     ptr_dist: List[int]      # signed temporal distance of each pointer
     stream: int = 0          # which frame of the step's features the object reads (its camera's)
+    slot: int = 0            # the object's bank slot, and the frame it is selected for
+    frame: int = EMPTY
 
     @property
     def key(self) -> Tuple[int, int]:
@@ -48,23 +50,23 @@ class Selection:
 def index_sizes(n_s: int, n_p: int, batch: int) -> List[int]:
     """Lengths of the tables ``MemoryBank.gather`` stages, in order: feature rows, pointer
     rows, pointer distances, tpos indices ([n, B] each, memory-major), the validity flags of
-    spatial memories and pointers, and each object's stream [B]."""
+    spatial memories and pointers, each object's stream [B] and bank slot [B]."""
     return [n_s * batch, n_p * batch, n_p * batch, n_s * batch, n_s * batch, n_p * batch,
-            batch]
+            batch, batch]
 
 
 def static_index(n_s: int, n_p: int, batch: int, device) -> Tuple[torch.Tensor, dict]:
     """A graph's index block ([sum(index_sizes)] int64, set as during capture: distances 1,
     every slot valid) and its views as ``Memory`` fields (tpos_idx, ptr_dist, feat_valid,
-    ptr_valid: [n, B]; stream_of: [B])."""
+    ptr_valid: [n, B]; stream_of, slot_of: [B])."""
     sizes = index_sizes(n_s, n_p, batch)
     block = torch.zeros(sum(sizes), dtype=torch.long, device=device)
-    _, _, dist, tpos, fv, pv, stream = block.split(sizes)
+    _, _, dist, tpos, fv, pv, stream, slot = block.split(sizes)
     for t in (dist, fv, pv):
         t.fill_(1)
     return block, dict(tpos_idx=tpos.view(n_s, batch), ptr_dist=dist.view(n_p, batch),
                        feat_valid=fv.view(n_s, batch), ptr_valid=pv.view(n_p, batch),
-                       stream_of=stream)
+                       stream_of=stream, slot_of=slot)
 
 
 def _table(columns: List[List[int]], n: int, pad: int) -> np.ndarray:
@@ -82,6 +84,13 @@ class MemoryBank:
 
     Row layout per object slot: conditioning rows [0, K), then ring rows.
     feats: [O, K + R, Cm, h, w] (bf16);  ptrs: [O, K + P, C];  logits: [O, 1, S/4, S/4].
+
+    conditioned: [O, C, h, w], each object's memory-conditioned features (memory attention's
+    output) of its latest tracking step, written inside the track-step graphs
+    (``keep_conditioned``; allocated by the first, with that output's dtype), and
+    conditioned_frame [O] the frame they are of, EMPTY once the object's memories changed: a
+    correction on that frame reads the same memories, so it can start from them
+    (``TrackerConfig.corrections_reuse_attention``).
     """
 
     feats: torch.Tensor
@@ -95,6 +104,8 @@ class MemoryBank:
     num_maskmem: int
     max_ptrs: int
     stage: IndexStager
+    conditioned_frame: np.ndarray
+    conditioned: Optional[torch.Tensor] = None
     _counter: int = 0
 
     @classmethod
@@ -117,7 +128,8 @@ class MemoryBank:
             ring_frame=np.full((capacity, ring), EMPTY, np.int64),
             ptr_frame=np.full((capacity, pring), EMPTY, np.int64),
             scores=torch.zeros(capacity, device=dev),
-            num_maskmem=num_maskmem, max_ptrs=max_ptrs, stage=IndexStager(dev))
+            num_maskmem=num_maskmem, max_ptrs=max_ptrs, stage=IndexStager(dev),
+            conditioned_frame=np.full(capacity, EMPTY, np.int64))
 
     # ---- geometry --------------------------------------------------------------------
     @property
@@ -141,6 +153,28 @@ class MemoryBank:
         self.cond_frame[slot] = EMPTY
         self.ring_frame[slot] = EMPTY
         self.ptr_frame[slot] = EMPTY
+        self.conditioned_frame[slot] = EMPTY
+
+    # ---- memory-conditioned features of the latest tracking step ------------------------
+    def keep_conditioned(self, slots: torch.Tensor, pix_feat: torch.Tensor) -> None:
+        """Store pix_feat [B, C, h, w] as the conditioned features of ``slots`` [B] (device
+        indices; inside a track-step graph, so no host work). A padding row repeats an
+        object with its inputs, so a repeated slot gets the same values."""
+        if self.conditioned is None:
+            self.conditioned = pix_feat.new_zeros(self.capacity, *pix_feat.shape[1:])
+        self.conditioned.index_copy_(0, slots, pix_feat.to(self.conditioned.dtype))
+
+    def mark_conditioned(self, sels: Sequence['Selection']) -> None:
+        """The objects of ``sels`` have their conditioned features of ``sel.frame`` stored
+        (after the replay that kept them)."""
+        for sel in sels:
+            self.conditioned_frame[sel.slot] = sel.frame
+
+    def holds_conditioned(self, sel: 'Selection') -> bool:
+        """Whether the stored conditioned features are those a step with ``sel`` computes:
+        of its frame, and no memory of the object written since (``write``, ``clear``)."""
+        return self.conditioned is not None and sel.frame != EMPTY and \
+            self.conditioned_frame[sel.slot] == sel.frame
 
     def cond_frames(self, slot: int) -> List[int]:
         rows = self._cond_rows(slot)
@@ -177,7 +211,7 @@ class MemoryBank:
             if self.ptr_frame[slot, t % pring] == t:
                 ptr_rows.append(self._ptr_row(slot, k + t % pring))
                 dist.append(t_diff)
-        return Selection(feat_rows, tpos, ptr_rows, dist)
+        return Selection(feat_rows, tpos, ptr_rows, dist, slot=slot, frame=frame)
 
     def gather(self, sels: List[Selection], out: Optional[Memory] = None,
                streams: bool = False) -> Memory:
@@ -207,12 +241,13 @@ class MemoryBank:
             _table([sel.tpos_idx for sel in sels], n_s, 0),
             (np.arange(n_s)[:, None] < n_feat).ravel(),
             (np.arange(n_p)[:, None] < n_ptr).ravel(),
-            np.array([sel.stream for sel in sels], np.int64)])
+            np.array([sel.stream for sel in sels], np.int64),
+            np.array([sel.slot for sel in sels], np.int64)])
         # a graph's index block (static_index): one host copy writes every table, so only
         # the two row gathers below are kernels
         host = self.stage(values) if out is None or out.index is None else \
             self.stage.into(values, out.index)
-        f_i, p_i, d_i, t_i, fv, pv, s_i = host.split(index_sizes(n_s, n_p, batch))
+        f_i, p_i, d_i, t_i, fv, pv, s_i, o_i = host.split(index_sizes(n_s, n_p, batch))
         flat_f = self.feats.flatten(0, 1)
         flat_p = self.ptrs.flatten(0, 1)
         if out is not None and out.index is not None:
@@ -235,6 +270,8 @@ class MemoryBank:
             out.ptr_valid.copy_(pv.view(n_p, batch))
         if out.stream_of is not None:
             out.stream_of.copy_(s_i)
+        if out.slot_of is not None:
+            out.slot_of.copy_(o_i)
         return out
 
     def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,
@@ -243,6 +280,7 @@ class MemoryBank:
         logits [1, S/4, S/4]. A conditioning frame replaces a ring entry of the same frame
         (sam2 drops the non-conditioning output of a frame that becomes conditioning)."""
         k = self.max_cond
+        self.conditioned_frame[slot] = EMPTY      # a later step reads other memories
         self.logits[slot].copy_(logits)
         self.scores[slot].copy_(score.reshape(()))
         if as_cond:

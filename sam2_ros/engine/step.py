@@ -46,8 +46,10 @@ class Memory:
     stream_of:  [B] long, the frame of the step's features object b reads (its camera's),
                 when the features hold the frames of several cameras ([HW_l, N, C_l],
                 ``streams.py``); None: one frame shared by all B objects
-    index:      a graph's static buffers only: [3 n_s B + 3 n_p B + B] int64, of which
-                tpos_idx, ptr_dist, the flags (1: valid) and stream_of are views (then
+    slot_of:    [B] long, each object's bank slot (a graph's static buffers: where the step
+                keeps its conditioned features, ``MemoryBank.keep_conditioned``)
+    index:      a graph's static buffers only: [3 n_s B + 3 n_p B + 2 B] int64, of which
+                tpos_idx, ptr_dist, the flags (1: valid), stream_of and slot_of are views (then
                 int64) and which also holds the bank rows of feats and ptrs, in the order
                 ``MemoryBank.gather`` stages them: the gather writes it with one host copy
     """
@@ -59,6 +61,7 @@ class Memory:
     feat_valid: Optional[torch.Tensor] = None
     ptr_valid: Optional[torch.Tensor] = None
     stream_of: Optional[torch.Tensor] = None
+    slot_of: Optional[torch.Tensor] = None
     index: Optional[torch.Tensor] = None
 
 
@@ -70,6 +73,9 @@ class StepOut:
     obj_ptr: torch.Tensor          # [B, C]
     score: torch.Tensor            # [B, 1] object score logits
     mem_feats: torch.Tensor        # [B, Cm, h, w] bf16 (new memory of this frame)
+    # [B, C, h, w] memory attention's output on a tracking step (``track_step``), for a
+    # correction of the same frame (``prompted_heads``); None on prompted steps
+    pix_feat: Optional[torch.Tensor] = None
 
 
 def constants_of(model):
@@ -203,11 +209,24 @@ def track_step(model, features: Features, mem: Optional[Memory],
         features = streams.select(features, mem.stream_of)
     pix_feat = condition_on_memory(model, features, mem, maskmem_pos, batch_major, split_padded)
     if points is None and prev_logits is None and mem is not None:
-        if heads is not None:
-            return heads(pix_feat, features)
-        return tracking_heads(model, pix_feat, features, fill_hole_area)
+        out = heads(pix_feat, features) if heads is not None else \
+            tracking_heads(model, pix_feat, features, fill_hole_area)
+        out.pix_feat = pix_feat
+        return out
+    return prompted_heads(model, features, pix_feat, points, prev_logits, fill_hole_area,
+                          init=mem is None)
+
+
+def prompted_heads(model, features: Features, pix_feat: torch.Tensor,
+                   points: Optional[dict], prev_logits: Optional[torch.Tensor],
+                   fill_hole_area: int = 0, init: bool = False) -> StepOut:
+    """A prompted step after memory attention: SAM heads on pix_feat [B, C, h, w] with the
+    points and the previous logits (the mask input), hole filling, memory encoder from the
+    filled logits. init: an initial conditioning frame (sam2's is_init_cond_frame). Split out
+    of ``track_step`` so that a correction on a tracked frame can start from that frame's
+    ``StepOut.pix_feat``: memory attention reads the same memories as then."""
     hires = high_res_features(features)
-    multimask = model._use_multimask(mem is None, points)
+    multimask = model._use_multimask(init, points)
     mask_in = None if prev_logits is None else prev_logits.clamp(-32.0, 32.0)
     _, _, _, low_res, high_res, obj_ptr, score = glue.sam_heads(model)(
         backbone_features=pix_feat, point_inputs=points, mask_inputs=mask_in,

@@ -78,6 +78,10 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
   (( $(date +%s) - t0 > LONGEST )) && LONGEST=$(( $(date +%s) - t0 ))
   echo "== $name (rc $rc, $(( $(date +%s) - t0 )) s)"
   grep -E "^camera|image published -> mask" "$W/$name.log"
+  # which frames were slow and why (a one-off stall or every correction), and any long full
+  # garbage collection the node logged (gc_policy.PauseMonitor)
+  [ -e "$W/$name.json" ] && $PY -m tools.bench.slow_frames "$W/$name.json" -n "${SLOW_N:-4}"
+  grep -h "full garbage collection" "$W/$name".node*.log 2>/dev/null | cut -c1-160 | head -4
 }
 
 if [ "$MODE" = malloc ]; then   # tune_malloc on (default) against off, 1 and 3 objects

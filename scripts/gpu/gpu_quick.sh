@@ -6,7 +6,9 @@
 # (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
-# INTERACTION_S, IMAGE_S, STARTUP_S.
+# CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
+# memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, default on),
+# IMAGE_S, STARTUP_S.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
 # `python -m tools.bench.report`.
@@ -41,9 +43,24 @@ if on ENGINE_S 150; then
   echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
 fi
+if on CORRECTION_S 0; then
+  timeout "$CORRECTION_S" python3 -m tools.probes.correction_probe --objects 1,3 \
+    --reuse-attention on,off --out "$OUT/correction.json" > "$OUT/correction.log" 2>&1
+  echo "== correction probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  python3 - "$OUT/correction.log" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{'):
+        r = json.loads(line); c, t = r['correction_profile'], r['track_profile']
+        print(r['objects'], 'reuse' if r['reuse_attention'] else 'rerun', 'track',
+              r['track_ms_p50'], t['kernels'], t['kernel_ms'], 'correction',
+              r['correction_ms_p50'], c['kernels'], c['kernel_ms'])
+PY
+fi
 if on INTERACTION_S 90; then
   timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
     --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
+    --reuse-attention "${REUSE:-on}" \
     --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250

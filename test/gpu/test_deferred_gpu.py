@@ -89,3 +89,36 @@ def test_two_cameras_deferred_equals_immediate_on_graphs():
     assert w <= TOL, w
     for t in (d, r):
         check_stats(t)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_reused_corrections_equal_corrections_rerunning_attention(precision):
+    """corrections_reuse_attention on against off (the correction re-runs memory attention,
+    as sam2 does), immediate and deferred corrections: the same logits within the graphs'
+    tolerance against eager (test_graphs_gpu.TOLS: the kept features come from the batched
+    track step, the re-run from a batch-1 padded one), and every correction on a tracked
+    frame replayed the reused graph."""
+    from sam2_ros.engine.cuda.buckets import CorrectionKey, ReusedCorrectionKey
+    tol = {'fp32': 1e-3, 'bf16': 0.5}[precision]
+    cfgs = [tiny_cuda_cfg(precision=precision, graph_mode='batched',
+                          corrections_reuse_attention=on) for on in (True, False)]
+    model = build_model(cfgs[0])
+    on, off = (StreamingTracker(c, model=model) for c in cfgs)
+    ev, frames, w = events(), synthetic_frames(N, h=H, w=W), 0.0
+    with torch.inference_mode():
+        for f, fr in enumerate(frames):
+            w = max(w, worst(on.track(fr), off.track(fr)))
+            for p in ev.get(f, []):
+                for t in (on, off):
+                    (t.add_prompt if f % 2 == 0 else t.defer_prompt)(p)
+    record_equivalence(f'reused_vs_rerun_corrections_{precision}', w)
+    assert w <= tol, w
+    for t in (on, off):
+        check_stats(t)
+
+    def replays(t, kind):
+        return sum(c.graph.replays for k, c in t.runner.graphs.prompts.graphs.items()
+                   if isinstance(k, kind))
+    corrections = sum(1 for f, ps in ev.items() if f >= 30 for _ in ps)
+    assert replays(on, ReusedCorrectionKey) == corrections > 0
+    assert replays(on, CorrectionKey) == 0 and replays(off, CorrectionKey) == corrections

@@ -4,6 +4,7 @@ end-to-end time, rows carry the input kind and each part's p50/p99, a JPEG camer
 encoded ahead of time and decode to the frame, and the camera publishes where the node
 subscribes."""
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -136,3 +137,24 @@ def test_camera_publishes_where_the_node_subscribes(ns, kind, topic):
     from tools.bench.node_harness import INPUT_TYPE, camera_topic, image_topic
 
     assert camera_topic(ns, kind) == topic == input_topic(image_topic(ns), INPUT_TYPE[kind])
+
+
+def test_slow_frames_lists_each_cameras_slowest_measured_frames(tmp_path, capsys):
+    """tools.bench.slow_frames: per camera the slowest measured frames, slowest first, a lost
+    mask (None) first of all, warm-up frames never."""
+    from tools.bench import slow_frames
+
+    def frame(i, ms, warm=False):
+        return {'index': i, 'e2e_mask_ms': ms, 'node_engine_ms': 3.0, 'warmup': warm,
+                'correction': i == 7, 'queued': False}
+    cams = [{'index': 0, 'ns': 'left', 'frames': [frame(0, 90.0, True), frame(5, 8.0),
+                                                  frame(6, None), frame(7, 12.5)]},
+            {'index': 1, 'ns': 'right', 'frames': [frame(1, 4.0), frame(2, 6.0)]}]
+    assert [f['index'] for f in slow_frames.slowest(cams[0]['frames'], 2)] == [6, 7]
+    path = tmp_path / 'run.json'
+    path.write_text(json.dumps({'cameras': cams, 'frames': cams[0]['frames']}))
+    assert slow_frames.main([str(path), '-n', '1']) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith('camera 0 left: index e2e_mask_ms')
+    assert out[1].split()[:2] == ['6', '-'] and out[3].split()[:2] == ['2', '6.00'], out
+    assert len(out) == 4

@@ -87,11 +87,20 @@ class CorrectionKey:
 
 
 @dataclass(frozen=True)
+class ReusedCorrectionKey:
+    """A correction of the latest tracked frame from the conditioned features its track step
+    kept (``MemoryBank.holds_conditioned``): ``points`` points and the previous logits, no
+    memory attention."""
+
+    points: int
+
+
+@dataclass(frozen=True)
 class MaskPromptKey:
     """A mask prompt."""
 
 
-PromptKey = Union[InitPromptKey, CorrectionKey, MaskPromptKey]
+PromptKey = Union[InitPromptKey, CorrectionKey, ReusedCorrectionKey, MaskPromptKey]
 
 
 @dataclass(frozen=True)
@@ -155,12 +164,16 @@ def step_keys(cfg: TrackerConfig, capacity: int) -> List[StepKey]:
 
 
 def prompt_keys(cfg: TrackerConfig) -> List[PromptKey]:
-    """Every prompt graph captured at start-up: corrections only with padded graphs (they
-    read padded memories), in the conditioning buckets of the step graphs."""
+    """Every prompt graph captured at start-up: corrections re-running memory attention only
+    with padded graphs (they read padded memories), in the conditioning buckets of the step
+    graphs; corrections from the kept conditioned features with ``corrections_reuse_
+    attention``."""
     pts = cfg.prompt_point_buckets
     keys: List[PromptKey] = [InitPromptKey(p, prev) for p in pts for prev in (False, True)]
     if padded_graphs_on(cfg):
         keys += [CorrectionKey(c, p) for c in sorted(set(cond_buckets(cfg))) for p in pts]
+    if cfg.corrections_reuse_attention:
+        keys += [ReusedCorrectionKey(p) for p in pts]
     return keys + [MaskPromptKey()]
 
 

@@ -5,7 +5,10 @@ far more on its first occurrence (cuDNN builds an attention plan for each new me
 exactly when the user interacts. A prompted step's shape depends on what the prompt is, so
 one graph is captured per kind and point count, batch 1 (``buckets.prompt_keys``): a new
 object's first frame, with or without output on the frame; a correction, reading memories
-padded to bucket c exactly as the padded track-step graphs do (``attention.py``); a mask.
+padded to bucket c exactly as the padded track-step graphs do (``attention.py``); a
+correction of the latest tracked frame starting from the conditioned features its track step
+kept (``corrections_reuse_attention``: the same memories give the same memory attention, so
+only the SAM heads with the click and the memory encoder run); a mask.
 
 A prompt of another point count runs eagerly and is counted as a fallback with its reason.
 Without padded graphs (``compile_mode`` set) corrections run eagerly. The graphs run the model
@@ -32,7 +35,7 @@ from sam2_ros.engine import encoder, step, streams
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.cuda.buckets import (CorrectionKey, InitPromptKey, MaskPromptKey,
-                                          MemoryCounts, PromptKey)
+                                          MemoryCounts, PromptKey, ReusedCorrectionKey)
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.step_graphs import static_memory
 from sam2_ros.engine.memory import MemoryBank, Selection
@@ -46,6 +49,7 @@ class PromptInputs:
     labels: torch.Tensor               # [1, P] int32
     prev: Optional[torch.Tensor]       # [1, 1, S/4, S/4] previous logits
     mem: Optional[step.Memory]         # padded memories of a correction
+    pix: Optional[torch.Tensor] = None  # [1, C, h, w] kept conditioned features (reused)
 
 
 class PromptGraphs:
@@ -72,6 +76,8 @@ class PromptGraphs:
 
     def capture(self) -> None:
         for key in buckets.prompt_keys(self.cfg):
+            if isinstance(key, ReusedCorrectionKey) and self.bank.conditioned is None:
+                continue        # no track-step graph kept conditioned features
             self.graphs[key] = self.capture_prompt(key)
 
     def capture_prompt(self, key: PromptKey) -> CapturedGraph:
@@ -83,6 +89,15 @@ class PromptGraphs:
                 lambda m: step.mask_step(self.model, self.frame_feats(), m,
                                          fill_hole_area=fill),
                 torch.zeros(1, 1, s, s, device=dev))
+        if isinstance(key, ReusedCorrectionKey):
+            return self.capturer.capture(lambda x: step.prompted_heads(
+                self.model, self.frame_feats(), x.pix,
+                {'point_coords': x.coords, 'point_labels': x.labels}, x.prev,
+                fill_hole_area=fill), PromptInputs(
+                coords=torch.zeros(1, key.points, 2, device=dev),
+                labels=torch.ones(1, key.points, dtype=torch.int32, device=dev),
+                prev=b.logits.new_zeros(1, *b.logits.shape[1:]), mem=None,
+                pix=b.conditioned[:1].clone()))
         if isinstance(key, InitPromptKey):
             has_prev, mem = key.has_prev, None
         else:
@@ -105,6 +120,10 @@ class PromptGraphs:
             return None
         n_pts = points['point_coords'].shape[1]
         key: Optional[PromptKey]
+        reused = self.graphs.get(ReusedCorrectionKey(n_pts))
+        if sel is not None and prev is not None and reused is not None and \
+                self.bank.holds_conditioned(sel):
+            return reused
         if sel is None:
             key = InitPromptKey(n_pts, prev is not None)
         elif not self.padded_on:
@@ -131,6 +150,8 @@ class PromptGraphs:
             x.prev.copy_(prev)
         if x.mem is not None:
             self.bank.gather([sel], out=x.mem)
+        if x.pix is not None:
+            x.pix.copy_(self.bank.conditioned[sel.slot:sel.slot + 1])
         cap.graph.replay()
         return cap.outputs
 

@@ -95,11 +95,16 @@ class StepGraphs:
         def fn(m: step.Memory) -> step.StepOut:
             split_kv = attention.split_kv(self.model) if split else contextlib.nullcontext()
             with split_kv:
-                return step.track_step(self.model, feats, m,
-                                       self.maskmem_pos,
-                                       fill_hole_area=self.cfg.fill_hole_area, heads=heads,
-                                       batch_major=self.cfg.batch_major_memory,
-                                       split_padded=self.cfg.padded_split_attention)
+                out = step.track_step(self.model, feats, m,
+                                      self.maskmem_pos,
+                                      fill_hole_area=self.cfg.fill_hole_area, heads=heads,
+                                      batch_major=self.cfg.batch_major_memory,
+                                      split_padded=self.cfg.padded_split_attention)
+            if self.cfg.corrections_reuse_attention:    # into the bank's rows, in the graph
+                self.bank.keep_conditioned(m.slot_of, out.pix_feat)
+            # not a static output: every graph's outputs stay allocated (capture.py)
+            out.pix_feat = None
+            return out
         return self.capturer.capture(fn, mem)
 
     def _heads(self, pix_feat: torch.Tensor, feats: encoder.Features) -> step.StepOut:
@@ -172,10 +177,14 @@ class StepGraphs:
 
     def replay(self, bucket: StepBucket, key: StepKey, sels: List[Selection]) -> step.StepOut:
         """Gather ``sels`` into the static memory of graph ``key`` (padded up to its batch by
-        repeating the last object; padding rows are ignored), replay; its static outputs."""
+        repeating the last object; padding rows are ignored), replay; its static outputs. The
+        replay kept each object's conditioned features in the bank (``corrections_reuse_
+        attention``): a correction of this frame starts from them."""
         cap = (self.padded if bucket.padded else self.exact)[key]
         self.bank.gather(sels + [sels[-1]] * (key.batch - len(sels)), out=cap.inputs)
         cap.graph.replay()
+        if self.cfg.corrections_reuse_attention:
+            self.bank.mark_conditioned(sels)
         return cap.outputs
 
     def __len__(self) -> int:
