@@ -30,12 +30,12 @@ H, W = 48, 64
 TOL = 1e-4      # fp32 on the CPU: attention over the same memories, another batch layout
 
 
-def config(reuse: bool, graphs: bool = True, **kw) -> TrackerConfig:
-    return TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
-                         random_weights=True, use_cuda_graphs=False, graph_mode='batched',
-                         batch_buckets=(1, 2), max_cond_frames=2,
-                         corrections_reuse_attention=reuse,
-                         extra_hydra_overrides=list(LEAN), **kw)
+def config(reuse: bool, **kw) -> TrackerConfig:
+    base = dict(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                random_weights=True, use_cuda_graphs=False, graph_mode='batched',
+                batch_buckets=(1, 2), max_cond_frames=2, corrections_reuse_attention=reuse,
+                extra_hydra_overrides=list(LEAN))
+    return TrackerConfig(**{**base, **kw})
 
 
 def tracker(monkeypatch, reuse: bool = True, graphs: bool = True, **kw):
@@ -150,3 +150,30 @@ def test_an_eager_step_or_a_reset_keeps_no_features(monkeypatch):
     assert tr.bank.conditioned_frame[slot] == 5
     tr.reset()
     assert (tr.bank.conditioned_frame == EMPTY).all()
+
+
+def test_a_reused_correction_on_the_fused_copy(monkeypatch):
+    """The graphs' fused copy (every group; Triton's interpreter on the CPU): the correction
+    from the kept features replays the reused graph on the fused heads and equals the eager
+    runner on sam2's modules (fp32, the fused stream's bound)."""
+    pytest.importorskip('triton')
+    from sam2_ros.engine.config import FUSED_GROUPS
+    from sam2_ros.engine.cuda.kernels import fused
+    monkeypatch.setattr(runner, 'fused_copy',
+                        lambda model, cfg: fused.fused_model(model, FUSED_GROUPS))
+    small = dict(graph_mode='swap', batch_buckets=(1,), max_cond_frames=1,
+                 prompt_point_buckets=(1,))
+    tr = tracker(monkeypatch, **small)
+    assert tr.runner.graphs.prompts.model is tr.runner.graphs.model is not tr.model
+    eager = tracker(monkeypatch, graphs=False, **small)
+    got, want = [], []
+    for f, fr in enumerate(synthetic_frames(5, h=H, w=W)):
+        for t, out in ((tr, got), (eager, want)):
+            out.append([o.low_res_logits.clone() for o in t.track(fr).objects])
+            if f == 0:
+                t.add_prompt(click(1, W * 0.15, H * 0.4))
+            if f == 2:
+                out.append([o.low_res_logits.clone()
+                            for o in t.add_prompt(click(1, W * 0.3, H * 0.4)).objects])
+    assert replays(tr, ReusedCorrectionKey) == 1 and tr.stats['eager_steps'] == 0
+    assert worst(got, want) <= TOL
