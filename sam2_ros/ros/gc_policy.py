@@ -12,15 +12,17 @@ cycles are still collected. Process-wide, so it lives in the node's process with
 
 ``PauseMonitor`` counts full collections and their longest pause for the node's diagnostics, and
 keeps those of at least ``LONG_PAUSE_MS`` with their time for the node's log, so a stall of this
-kind shows in the field and in a benchmark's node log.
+kind shows in the field and in a benchmark's node log. The freeze's own collection (configure's,
+no frame in flight) is run under ``PauseMonitor.ignoring``: it is not a stall.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections import deque
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 # a full collection at least this long is logged (a third of a 60 Hz frame period)
 LONG_PAUSE_MS = 5.0
@@ -47,10 +49,20 @@ class PauseMonitor:
         self.max_pause_ms = 0.0
         self.long_pauses: deque = deque(maxlen=16)    # (time.monotonic() at its end, ms)
         self._t0: Optional[float] = None
+        self._ignore = False
         gc.callbacks.append(self._on_gc)
 
+    @contextlib.contextmanager
+    def ignoring(self) -> Iterator[None]:
+        """Collections inside are not counted (the node's own ``freeze`` at configure)."""
+        self._ignore, self._t0 = True, None
+        try:
+            yield
+        finally:
+            self._ignore = False
+
     def _on_gc(self, phase: str, info: dict) -> None:
-        if info.get('generation') != 2:
+        if info.get('generation') != 2 or self._ignore:
             return
         if phase == 'start':
             self._t0 = time.perf_counter()

@@ -127,7 +127,8 @@ class TrackerNode(LifecycleNode):
         c = self.cfg
         graphs = c.cuda_graphs_in_use
         if self.opts.gc_freeze:
-            frozen = gc_policy.freeze()
+            with self.gc_pauses.ignoring():      # configure's collection, not a stall
+                frozen = gc_policy.freeze()
             self.gc_frozen = True
             self.get_logger().info(f'gc_freeze: {frozen} objects exempt from garbage '
                                    f'collection until cleanup')

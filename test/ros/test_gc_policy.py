@@ -47,3 +47,19 @@ def test_pause_monitor_keeps_long_pauses_for_the_log(monkeypatch):
         assert m.take_long_pauses() == [] and m.full_collections == 2
     finally:
         m.close()
+
+
+def test_the_freezes_own_collection_is_not_a_pause(monkeypatch):
+    """The node freezes under ``ignoring``: that full collection (configure's, no frame in
+    flight) is neither counted nor logged; those after it are."""
+    m = gc_policy.PauseMonitor()
+    try:
+        monkeypatch.setattr(gc_policy, 'LONG_PAUSE_MS', 0.0)
+        with m.ignoring():
+            gc_policy.freeze()
+        assert m.full_collections == 0 and m.take_long_pauses() == []
+        gc.collect()
+        assert m.full_collections == 1 and len(m.take_long_pauses()) == 1
+    finally:
+        gc_policy.unfreeze()
+        m.close()
