@@ -177,3 +177,12 @@ def test_a_reused_correction_on_the_fused_copy(monkeypatch):
                             for o in t.add_prompt(click(1, W * 0.3, H * 0.4)).objects])
     assert replays(tr, ReusedCorrectionKey) == 1 and tr.stats['eager_steps'] == 0
     assert worst(got, want) <= TOL
+
+
+def test_without_prompt_graphs_nothing_is_kept(monkeypatch):
+    """prompt_graphs off: corrections run eagerly (re-running attention), so the step graphs
+    keep no features (no kernel, no buffer)."""
+    tr = tracker(monkeypatch, prompt_graphs=False)
+    run(tr, {5: [lambda t: t.add_prompt(click(1, W * 0.3, H * 0.4))]})
+    assert tr.bank.conditioned is None and not tr.runner.graphs.steps.keep
+    assert tr.stats['prompt_eager_steps'] == tr.stats['prompt_steps'] == 3, dict(tr.stats)

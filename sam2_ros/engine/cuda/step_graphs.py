@@ -73,6 +73,9 @@ class StepGraphs:
         self.exact: Dict[StepKey, CapturedGraph] = {}
         self.padded: Dict[StepKey, CapturedGraph] = {}
         self.steady_choice: Dict[StepKey, str] = {}
+        # keep each object's conditioned features for a correction's reused graph (none
+        # without prompt graphs: corrections then run eagerly and re-run attention)
+        self.keep = cfg.corrections_reuse_attention and cfg.prompt_graphs
 
     # ---- capture ---------------------------------------------------------------------
     def capture(self, keys: Sequence[StepKey], phase: Callable[[str], None]) -> None:
@@ -100,7 +103,7 @@ class StepGraphs:
                                       fill_hole_area=self.cfg.fill_hole_area, heads=heads,
                                       batch_major=self.cfg.batch_major_memory,
                                       split_padded=self.cfg.padded_split_attention)
-            if self.cfg.corrections_reuse_attention:    # into the bank's rows, in the graph
+            if self.keep:                               # into the bank's rows, in the graph
                 self.bank.keep_conditioned(m.slot_of, out.pix_feat)
             # not a static output: every graph's outputs stay allocated (capture.py)
             out.pix_feat = None
@@ -183,7 +186,7 @@ class StepGraphs:
         cap = (self.padded if bucket.padded else self.exact)[key]
         self.bank.gather(sels + [sels[-1]] * (key.batch - len(sels)), out=cap.inputs)
         cap.graph.replay()
-        if self.cfg.corrections_reuse_attention:
+        if self.keep:
             self.bank.mark_conditioned(sels)
         return cap.outputs
 
