@@ -53,8 +53,13 @@ def tracker(monkeypatch, reuse: bool = True, graphs: bool = True, **kw):
 
 
 def replays(tr, kind) -> int:
-    return sum(c.graph.replays for k, c in tr.runner.graphs.prompts.graphs.items()
-               if isinstance(k, kind))
+    """Replays of the prompt graphs of ``kind`` (the stand-in counts them); the reused ones
+    must be what ``PromptGraphs.reused`` counts (the GPU tests read that)."""
+    n = sum(c.graph.replays for k, c in tr.runner.graphs.prompts.graphs.items()
+            if isinstance(k, kind))
+    if kind is ReusedCorrectionKey:
+        assert n == tr.runner.graphs.prompts.reused
+    return n
 
 
 def click(obj_id: int, x: float, y: float, neg: bool = False) -> Prompt:

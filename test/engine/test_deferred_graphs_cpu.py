@@ -56,8 +56,4 @@ def test_two_cameras_deferred_equals_immediate_on_graphs(monkeypatch):
     assert d.stats['deferred_prompts'] == 5
     # corrections of both cameras started from the kept conditioned features (the reused
     # graph reads the prompted camera's frame), deferred as immediate
-    from sam2_ros.engine.cuda.buckets import ReusedCorrectionKey
-    for t in (d, r):
-        reused = [c.graph.replays for k, c in t.runner.graphs.prompts.graphs.items()
-                  if isinstance(k, ReusedCorrectionKey)]
-        assert sum(reused) > 0, reused
+    assert d.runner.graphs.prompts.reused == r.runner.graphs.prompts.reused > 0

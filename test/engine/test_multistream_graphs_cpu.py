@@ -26,7 +26,7 @@ from scenarios import readable_memory_diff, readable_rows
 from test_multistream import H, W, cfg_of, frame, multi
 from sam2_ros.engine import encoder, step
 from sam2_ros.engine.cuda import runner
-from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey, ReusedCorrectionKey
+from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
 from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -114,8 +114,7 @@ def test_graphs_of_two_cameras_equal_the_eager_runner(monkeypatch, mode):
     # the three corrections of tracked objects (camera 1's click at step 2, camera 0's click
     # and camera 1's box each on its frame kept through the camera's absent step) started from
     # the features their track steps kept
-    assert sum(c.graph.replays for k, c in r.graphs.prompts.graphs.items()
-               if isinstance(k, ReusedCorrectionKey)) == 3
+    assert r.graphs.prompts.reused == 3
     assert r.graphs.encoder.graph.replays == len(STEPS)      # one encode per step
     # one frame-in graph per camera, each writing its own row (8 / 9 frames of its camera)
     assert r.io[FrameInKey(H, W, 0)].graph.replays == 8

@@ -15,6 +15,8 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
+from tools.bench.results import fmt
+
 COLUMNS = ('index', 'e2e_mask_ms', 'node_engine_ms', 'dds_in_ms', 'queue_ms', 'prompts_ms',
            'handoff_out_ms', 'publish_mask_ms', 'correction', 'queued')
 
@@ -35,14 +37,8 @@ def lines(run: Dict[str, Any], n: int) -> List[str]:
     for cam in run.get('cameras') or [{'index': 0, 'ns': '', 'frames': run['frames']}]:
         out.append(f"camera {cam['index']} {cam.get('ns') or '-'}: " + ' '.join(COLUMNS))
         for f in slowest(cam['frames'], n):
-            out.append('  ' + ' '.join(_fmt(f.get(c)) for c in COLUMNS))
+            out.append('  ' + ' '.join(fmt(f.get(c)) for c in COLUMNS))
     return out
-
-
-def _fmt(v: Optional[Any]) -> str:
-    if v is None:
-        return '-'
-    return f'{v:.2f}' if isinstance(v, float) else str(v)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -68,6 +68,7 @@ class PromptGraphs:
         several = feats.vision_feats[-1].shape[1] > 1
         self.camera = torch.zeros(1, dtype=torch.long, device=bank.feats.device) \
             if several else None
+        self.reused = 0     # corrections replayed from kept conditioned features
 
     def frame_feats(self) -> encoder.Features:
         """The prompted camera's features [HW_l, 1, C_l] (called inside the captured
@@ -153,6 +154,7 @@ class PromptGraphs:
         if x.pix is not None:
             x.pix.copy_(self.bank.conditioned[sel.slot:sel.slot + 1])
         cap.graph.replay()
+        self.reused += x.pix is not None
         return cap.outputs
 
     def run_mask(self, features: encoder.Features, mask: torch.Tensor,
