@@ -81,6 +81,12 @@ class PauseMonitor:
             out.append(self.long_pauses.popleft())
         return out
 
+    def warnings(self) -> List[str]:
+        """The node log's line for each long pause since the last call."""
+        return [f'a full garbage collection paused the process for {ms:.1f} ms '
+                f'(time.monotonic() {t:.3f}): frames in flight were late by as much'
+                for t, ms in self.take_long_pauses()]
+
     def close(self) -> None:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)

@@ -24,6 +24,7 @@ from sam2_ros.engine.camera import CameraTracker
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.pairing import Group
 from sam2_ros.ros.pipeline import Outputs
+from sam2_ros.ros.stall_trace import StallTracer, traced
 from sam2_ros.ros.worker import StartedFrame, TrackingWorker
 from sam2_ros.ros.worker_types import WorkerHost
 
@@ -37,8 +38,10 @@ class MultiCameraWorker:
     def __init__(self, core: Any, mailbox: PairedMailbox, hosts: Sequence[WorkerHost],
                  outputs: Sequence[Outputs], associations: Sequence[det.Association], *,
                  pipeline: bool = False, on_group: Optional[GroupHook] = None,
-                 corrections_on_next_frame: bool = False) -> None:
+                 corrections_on_next_frame: bool = False,
+                 stall: Optional[StallTracer] = None) -> None:
         self.core = core
+        self.stall = stall             # samples the threads' stacks of a stalled track call
         self.mailbox = mailbox
         self.host = hosts[0]           # thread_init: the cameras share the tracker's device
         self.on_group = on_group
@@ -119,7 +122,8 @@ class MultiCameraWorker:
         for s in started:
             if s is not None:
                 s.times.engine0 = begun
-        out = self.core.track([None if s is None else s.rgb for s in started])
+        with traced(self.stall):
+            out = self.core.track([None if s is None else s.rgb for s in started])
         ended = time.monotonic()
         self.groups += 1
         results: List[Optional[FrameResult]] = [None] * len(self.lanes)

@@ -38,6 +38,7 @@ from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.receiver import close_input, image_input
 from sam2_ros.ros.rig import Rig
+from sam2_ros.ros.stall_trace import StallTracer
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker import TrackingWorker
 
@@ -60,6 +61,7 @@ class TrackerNode(LifecycleNode):
         self.opts: Optional[NodeOptions] = None
         self.gc_pauses = gc_policy.PauseMonitor()    # full collections, for diagnostics
         self.gc_frozen = False
+        self.stall: Optional[StallTracer] = None     # stall_trace_ms > 0: from configure
         self.malloc = malloc.Tuning()
         self.finished = False
         self.mailbox: Optional[Mailbox] = None
@@ -108,7 +110,9 @@ class TrackerNode(LifecycleNode):
             from sam2_ros.engine.tracker import StreamingTracker
 
             t0 = time.monotonic()
-            with device_context(self.cfg.device), SIGINT.interruptible(self.context.ok):
+            # configure's own full collections (model build, graph capture) are not stalls
+            with device_context(self.cfg.device), SIGINT.interruptible(self.context.ok), \
+                    self.gc_pauses.ignoring():
                 pause_for_test('tracker', self.get_logger().info)
                 cams = list(self.opts.cameras)
                 self.tracker = (MultiStreamTracker(self.cfg, cameras=len(cams)) if cams
@@ -126,6 +130,8 @@ class TrackerNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         c = self.cfg
         graphs = c.cuda_graphs_in_use
+        if self.opts.stall_trace_ms > 0:
+            self.stall = StallTracer(self.opts.stall_trace_ms)
         if self.opts.gc_freeze:
             with self.gc_pauses.ignoring():      # configure's collection, not a stall
                 frozen = gc_policy.freeze()
@@ -178,7 +184,8 @@ class TrackerNode(LifecycleNode):
                         held_ids=lambda: self.worker.hold.object_ids(), decoder=self.decoder)
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline,
-                                     corrections_on_next_frame=o.corrections_on_next_frame)
+                                     corrections_on_next_frame=o.corrections_on_next_frame,
+                                     stall=self.stall)
         self.worker.start()
         self.input_subs = self._subscribe()
         self._log_active()
@@ -240,6 +247,9 @@ class TrackerNode(LifecycleNode):
         """Everything configure and activate made: the I/O, then the tracker."""
         self.release_io()
         dev = str(getattr(self.cfg, 'device', 'cpu'))
+        if self.stall is not None:
+            self.stall.close()
+            self.stall = None
         if self.gc_frozen:              # the released tracker's cycles are collectable again
             gc_policy.unfreeze()
             self.gc_frozen = False
@@ -331,10 +341,9 @@ class TrackerNode(LifecycleNode):
         return SetParametersResult(successful=not reason, reason=reason)
 
     def on_diagnostics(self) -> None:
-        for t, ms in self.gc_pauses.take_long_pauses():
-            self.get_logger().warning(
-                f'a full garbage collection paused the process for {ms:.1f} ms '
-                f'(time.monotonic() {t:.3f}): frames in flight were late by as much')
+        stalls = self.stall.take() if self.stall is not None else []
+        for line in self.gc_pauses.warnings() + [st.describe() for st in stalls]:
+            self.get_logger().warning(line)
         w, mb, tr = self.worker, self.mailbox, self.tracker
         if self.rig is not None and w is not None and tr is not None:
             statuses = self.rig.statuses(self, time.monotonic(), self.fallbacks_seen)

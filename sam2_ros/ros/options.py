@@ -94,6 +94,13 @@ class NodeOptions:
         'raw images received by a process of their own per camera and read from shared memory '
         "(the node's interpreter spends no time on their receipt); a receiver that cannot start "
         "falls back to a subscription in the node's process"))
+    # Off unless asked for: a debugging aid for rigs whose p99 is one-off slow frames
+    # (sam2_ros/ros/stall_trace.py); on, a thread samples every thread's stack each ms while a
+    # tracking call runs past this many ms.
+    stall_trace_ms: float = knob(0.0, kind='float', tuning=True, doc=(
+        'a tracking call longer than this (ms) is logged with what every thread of the node was '
+        "doing during it (Python stacks sampled each ms: another thread holding the GIL, a "
+        'first-use load, an allocation); 0: off'))
     stale_timeout_s: float = knob(2.0, kind='float', doc=(
         'no frame for this long -> diagnostics WARN'))
     diagnostics_period_s: float = knob(1.0, kind='float', doc=(
@@ -174,6 +181,8 @@ class NodeOptions:
             raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
         if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
+        if not self.stall_trace_ms >= 0:     # NaN too
+            raise ValueError(f'stall_trace_ms must be >= 0 (0: off), got {self.stall_trace_ms!r}')
         if not self.image_topic:
             raise ValueError('image_topic must not be empty')
         check_cameras(list(self.cameras), self.camera_image, self.camera_period_ms,

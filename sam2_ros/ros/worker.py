@@ -36,6 +36,7 @@ from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
     LATEST, FrameItem, FrameTimes, LatencyWindow, Mailbox, PromptItem, Published, describe)
 from sam2_ros.ros.pipeline import OutputStage, Outputs
+from sam2_ros.ros.stall_trace import StallTracer, traced
 from sam2_ros.ros.worker_detections import DetectionPrompts
 from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
 
@@ -64,8 +65,10 @@ class TrackingWorker:
                  association: Optional[det.Association] = None,
                  pipeline: bool = False,
                  driver_alive: Optional[Callable[[], bool]] = None,
-                 corrections_on_next_frame: bool = False) -> None:
+                 corrections_on_next_frame: bool = False,
+                 stall: Optional[StallTracer] = None) -> None:
         self.tracker = tracker
+        self.stall = stall     # samples the threads' stacks of a stalled track call (or None)
         self.defer_corrections = corrections_on_next_frame
         # a camera of the multi-camera worker has no thread: that worker's thread drives it
         self.driver_alive = driver_alive
@@ -326,7 +329,8 @@ class TrackingWorker:
     def _track(self, rgb: Frame) -> Optional[FrameResult]:
         """The tracker's result for the frame, or None when it failed (reported)."""
         try:
-            return self.tracker.track(rgb)
+            with traced(self.stall):
+                return self.tracker.track(rgb)
         except TrackerError as exc:
             return self.track_failed(rgb, exc)
 

@@ -18,6 +18,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh targets  # every target row of the transport and stereo
 #     issues in one call, most wanted first: one node serving two cameras with receiving
 #     processes (1, 3 objects each), raw 1/3/8, jpeg 1/8, two nodes (1, 3), raw 8 with receivers
+#   bash scripts/gpu/gpu_node_latency.sh stall    # one node for two cameras (1 object each) and
+#     raw 3 objects with stall_trace_ms (STALL_MS, 12), then both with CUDA_MODULE_LOADING=EAGER
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -82,6 +84,9 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
   # garbage collection the node logged (gc_policy.PauseMonitor)
   [ -e "$W/$name.json" ] && $PY -m tools.bench.slow_frames "$W/$name.json" -n "${SLOW_N:-4}"
   grep -h "full garbage collection" "$W/$name".node*.log 2>/dev/null | cut -c1-160 | head -4
+  # stalled tracking calls with the threads' stacks (--stall-trace-ms; stall_trace.py)
+  grep -h -A 9 "a tracking call took" "$W/$name".node*.log 2>/dev/null | cut -c1-230 |
+    head -"${STALL_LINES:-30}"
 }
 
 if [ "$MODE" = malloc ]; then   # tune_malloc on (default) against off, 1 and 3 objects
@@ -132,6 +137,15 @@ elif [ "$MODE" = targets ]; then   # the rows the targets are judged on, most wa
   run cams2_1gpu_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0"
   run cams2_1gpu_3obj --objects 3 --transport shm --overlay --devices "$D0,$D0"
   run shm_8obj_overlay_rxproc --objects 8 --transport shm --overlay --receiver-process
+elif [ "$MODE" = stall ]; then   # the one-off slow track calls: stacks, and lazy CUDA loading
+  ST=(--stall-trace-ms "${STALL_MS:-12}")
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc_trace --objects 1 "${ONE[@]}" "${ST[@]}"
+  run shm_3obj_overlay_trace --objects 3 --transport shm --overlay "${ST[@]}"
+  export CUDA_MODULE_LOADING=EAGER     # every kernel module loaded at start, none on first use
+  run cams2_1gpu_1node_1obj_rxproc_trace_eager --objects 1 "${ONE[@]}" "${ST[@]}"
+  run shm_3obj_overlay_trace_eager --objects 3 --transport shm --overlay "${ST[@]}"
+  unset CUDA_MODULE_LOADING
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node

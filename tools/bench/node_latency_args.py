@@ -39,6 +39,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--receiver-process', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's image_receiver_process parameter (default: the YAML's): "
                          'raw images received by a process of their own per camera')
+    ap.add_argument('--stall-trace-ms', type=float, default=None,
+                    help="the node's stall_trace_ms parameter (default: the YAML's, off): a "
+                         'tracking call past this many ms is logged with every thread\'s stack '
+                         '(sam2_ros/ros/stall_trace.py)')
     ap.add_argument('--precompile', default=None,
                     help="the node's precompile parameter, comma-separated ('encoder,heads'; "
                          'default: the YAML\'s); a start without its files compiles them first '

@@ -151,6 +151,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + (['nomalloctune'] if cam['node_params'].get('tune_malloc') is False else [])
         + (['precompile'] if cam['node_params'].get('precompile') else [])
         + (['rxproc'] if cam['node_params'].get('image_receiver_process') else [])
+        + (['stalltrace'] if cam['node_params'].get('stall_trace_ms') else [])
 
         + (['onenode'] if a.get('node_per_camera') is False else []))
 
@@ -163,7 +164,9 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
         s, p = cam['summary'], cam['node_params']
         out.append({
             'model': a['model'], 'res': a['image_size'], 'objects': a['objects'],
-            'variant': variant(a, cam),
+            # CUDA_MODULE_LOADING=EAGER: every kernel module loaded at start (a diagnosis row)
+            'variant': variant(a, cam) + ('_cudaeager' if result['host'].get(
+                'CUDA_MODULE_LOADING') == 'EAGER' else ''),
             'camera_hz': a['rate'], 'width': a['width'], 'height': a['height'],
             'cameras': len(a['devices']), 'camera': cam['index'], 'device': cam['device'],
             # False: one node served every camera (its cameras parameter); True: a node each
@@ -238,7 +241,8 @@ def host_info(root: Path) -> Dict[str, Any]:
         info['dev_shm_mib'] = round(st.f_blocks * st.f_frsize / 2**20)
     except OSError:
         info['dev_shm_mib'] = None
-    for k in ('RMW_IMPLEMENTATION', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'OMP_NUM_THREADS'):
+    for k in ('RMW_IMPLEMENTATION', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'OMP_NUM_THREADS',
+              'CUDA_MODULE_LOADING'):
         info[k] = os.environ.get(k)
     info['git_commit'] = commit_id(root)
     return info
