@@ -11,7 +11,7 @@ from typing import Tuple
 
 import torch
 
-from sam2_ros.engine import encoder, step
+from sam2_ros.engine import encoder, pil_resize, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.model import autocast
@@ -22,6 +22,9 @@ def warm_up(model, cfg: TrackerConfig, runner, slots: int) -> Tuple[torch.Tensor
     slots, let the runner prepare (capture) over it. Returns the memories' positional encoding
     [1, Cm, h, w] and the bank."""
     size, device = model.image_size, torch.device(cfg.device)
+    # the first frame of a size asks which pass order Pillow uses; answered (and PIL and
+    # numpy.random imported) now, not on a stream's first frame
+    pil_resize.pillow_reorders()
     with torch.inference_mode(), autocast(cfg):
         img = torch.zeros(1, 3, size, size, device=device)
         feats = encoder.encode_image(model, img)

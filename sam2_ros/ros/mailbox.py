@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
+# np.percentile's first call imports numpy.ma (np.unique checks np.ma.is_masked): tens of ms of
+# module code holding the GIL on the first diagnostics tick, while frames stream
+import numpy.ma  # noqa: F401
 
 from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import FrameResult

@@ -37,6 +37,7 @@ from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.receiver import close_input, image_input
+from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.stall_trace import StallTracer
 from sam2_ros.ros.totals import Totals
@@ -62,6 +63,7 @@ class TrackerNode(LifecycleNode):
         self.gc_pauses = gc_policy.PauseMonitor()    # full collections, for diagnostics
         self.gc_frozen = False
         self.stall: Optional[StallTracer] = None     # stall_trace_ms > 0: from configure
+        self.late_imports = LateImports()           # armed at activation
         self.malloc = malloc.Tuning()
         self.finished = False
         self.mailbox: Optional[Mailbox] = None
@@ -178,6 +180,7 @@ class TrackerNode(LifecycleNode):
             self.mailbox, self.worker = self.rig.activate(self)
             self.input_subs = self.rig.subscribe(self, PROMPT_QOS, image_qos(o))
             self.get_logger().info(self.rig.describe_active(self))
+            self.late_imports.arm()
             return TransitionCallbackReturn.SUCCESS
         self.mailbox = Mailbox(o.process_every_frame, o.fifo_size, o.prompt_queue_size)
         host = NodeHost(self, self.tracker, self.cfg, o, self.bridge, self.log,
@@ -189,6 +192,7 @@ class TrackerNode(LifecycleNode):
         self.worker.start()
         self.input_subs = self._subscribe()
         self._log_active()
+        self.late_imports.arm()
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -218,20 +222,18 @@ class TrackerNode(LifecycleNode):
         w, mb = self.worker, self.mailbox
         if self.rig is not None:
             self.worker = None
-            held = self.rig.stop()
-            if held:
-                self.get_logger().warning(
-                    f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
-                    f'{"; ".join(held)[:500]}')
+            self._warn_dropped(self.rig.stop())
         elif w is not None:
             w.stop()
-            held = w.drop_pending()
-            if held:
-                self.get_logger().warning(
-                    f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
-                    f'{"; ".join(held)[:500]}')
+            self._warn_dropped(w.drop_pending())
             self.worker = None
             self.totals.add_activation(w, mb)
+
+    def _warn_dropped(self, held: List[str]) -> None:
+        if held:
+            self.get_logger().warning(
+                f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
+                f'{"; ".join(held)[:500]}')
 
     def release_io(self) -> None:
         """As stop_io, then the publishers (after subscribers acknowledged what was sent)."""
@@ -259,7 +261,6 @@ class TrackerNode(LifecycleNode):
 
             torch.cuda.empty_cache()
 
-    # ------------------------------------------------------------------ wiring
     def _subscribe(self) -> List[Any]:
         from geometry_msgs.msg import Point, PointStamped
         from sensor_msgs.msg import CompressedImage, Image
@@ -303,7 +304,6 @@ class TrackerNode(LifecycleNode):
         return [self.resolve_topic_name('~/overlay') + '_mouse_left',
                 self.resolve_topic_name('~/mask') + '_mouse_left', base + '_mouse_left']
 
-    # ------------------------------------------------------------------ callbacks (executor)
     def on_image(self, msg: Any, recv_t: Optional[float] = None) -> None:
         self.mailbox.put_frame(FrameItem(msg, inputs.stamp_ns(msg.header.stamp), msg.header,
                                          time.monotonic() if recv_t is None else recv_t))
@@ -342,7 +342,9 @@ class TrackerNode(LifecycleNode):
 
     def on_diagnostics(self) -> None:
         stalls = self.stall.take() if self.stall is not None else []
-        for line in self.gc_pauses.warnings() + [st.describe() for st in stalls]:
+        late = self.late_imports.take()
+        for line in (self.gc_pauses.warnings() + [st.describe() for st in stalls]
+                     + ([LateImports.describe(late)] if late else [])):
             self.get_logger().warning(line)
         w, mb, tr = self.worker, self.mailbox, self.tracker
         if self.rig is not None and w is not None and tr is not None:

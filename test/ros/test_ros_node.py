@@ -261,6 +261,9 @@ def test_diagnostics_ok_while_streaming_then_warn_when_frames_stop(fifo):
     assert float(values['latency_p50_ms']) > 0 and not math.isnan(float(values['latency_p99_ms']))
     assert int(values['eager_steps']) > 0 and values['graph_steps'] == '0'
     assert s.name == 'sam2_tracker: tracker'
+    # nothing imported while streaming (late_imports.py: an import holds the GIL while frames
+    # are in flight); the ticks above ran after frames, clicks and prompts of every kind
+    assert 'imported while streaming' not in proc.log(), proc.log()[-3000:]
 
 
 def test_latest_frame_policy_drops_stale_frames(tmp_path, lease):
