@@ -8,7 +8,7 @@
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, default on),
-# IMAGE_S, STARTUP_S.
+# IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
 # `python -m tools.bench.report`.
@@ -82,4 +82,6 @@ left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))
   test/gpu/test_multistream_gpu.py
 [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 [ -e out/gpu_fused_kernels.json ] && cp out/gpu_fused_kernels.json "$OUT/"
-echo "[gpu_quick] $(( $(date +%s) - T0 )) s"
+# the logs in one archive: a device command returns only a few files from $OUT
+( cd "$OUT" && ls ./*.log > /dev/null 2>&1 && tar czf quick_logs.tgz ./*.log && rm -f ./*.log )
+echo "[gpu_quick] $(( $(date +%s) - T0 )) s (logs: \$OUT/quick_logs.tgz)"
