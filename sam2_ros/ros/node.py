@@ -222,18 +222,12 @@ class TrackerNode(LifecycleNode):
         w, mb = self.worker, self.mailbox
         if self.rig is not None:
             self.worker = None
-            self._warn_dropped(self.rig.stop())
+            warn_dropped(self.get_logger(), self.rig.stop())
         elif w is not None:
             w.stop()
-            self._warn_dropped(w.drop_pending())
+            warn_dropped(self.get_logger(), w.drop_pending())
             self.worker = None
             self.totals.add_activation(w, mb)
-
-    def _warn_dropped(self, held: List[str]) -> None:
-        if held:
-            self.get_logger().warning(
-                f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
-                f'{"; ".join(held)[:500]}')
 
     def release_io(self) -> None:
         """As stop_io, then the publishers (after subscribers acknowledged what was sent)."""
@@ -368,6 +362,12 @@ class TrackerNode(LifecycleNode):
             self.get_clock().now().to_msg(),
             diagnostics.status_name(self.get_fully_qualified_name()), report.level,
             report.message, report.values))
+
+
+def warn_dropped(log: Any, held: List[str]) -> None:
+    if held:
+        log.warning(f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
+                    f'{"; ".join(held)[:500]}')
 
 
 def image_qos(o: NodeOptions) -> QoSProfile:
