@@ -51,6 +51,7 @@ class Snapshot:
     gc_max_pause_ms: float
     detections: Optional[Dict[str, int]] = field(default=None)   # None: vision_msgs is off
     decode: Dict[str, Any] = field(default_factory=dict)          # decode_values()
+    late_imports: int = 0          # modules imported since activation (late_imports.py)
 
 
 @dataclass
@@ -84,9 +85,10 @@ def decode_values(decoder: Any) -> Dict[str, Any]:
 
 def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts: Any,
              totals: Totals, fallbacks_seen: int, gc_pauses: Any,
-             vision_on: bool, decoder: Any = None) -> Snapshot:
+             vision_on: bool, decoder: Any = None, late_imports: int = 0) -> Snapshot:
     """Read an active node's parts (takes the worker's error count: reported once);
-    ``decoder``: the compressed input's FrameDecoder (None: raw input)."""
+    ``decoder``: the compressed input's FrameDecoder (None: raw input); ``late_imports``:
+    modules imported since activation."""
     errors = worker.errors.take_count()
     stats = tracker.stats
     return Snapshot(
@@ -106,7 +108,7 @@ def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts
         random_weights=cfg.random_weights, gc_full_collections=gc_pauses.full_collections,
         gc_max_pause_ms=gc_pauses.max_pause_ms,
         detections=totals.detections_since_start(worker) if vision_on else None,
-        decode=decode_values(decoder))
+        decode=decode_values(decoder), late_imports=late_imports)
 
 
 def report(s: Snapshot) -> Report:
@@ -150,6 +152,8 @@ def _values(s: Snapshot) -> Dict[str, Any]:
         # Python's full garbage collections in this process (gc_freeze keeps them short)
         'gc_full_collections': s.gc_full_collections,
         'gc_max_pause_ms': round(s.gc_max_pause_ms, 2),
+        # modules imported while streaming (each held the GIL: logged with their names)
+        'late_imports': s.late_imports,
     })
     values.update(s.decode)
     if s.detections is not None:

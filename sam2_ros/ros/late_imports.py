@@ -6,7 +6,8 @@ holding the GIL for tens of milliseconds: every thread waits, frames in flight a
 benchmark traced a one-off 40-80 ms wait of both cameras' frames to numpy importing
 ``numpy.ma`` on the node's first diagnostics tick. The node imports what it needs at
 configure; this watch names what still slips through: :meth:`LateImports.arm` at activation,
-:meth:`LateImports.take` on each diagnostics tick (logged, and counted in the diagnostics).
+:meth:`LateImports.take` on each diagnostics tick (logged by name, and counted in the
+diagnostics' ``late_imports``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class LateImports:
 
     def __init__(self) -> None:
         self.known: Optional[Set[str]] = None     # None: not armed
-        self.count = 0                            # modules imported since arm
+        self.count = 0      # modules imported since arm (the diagnostics' late_imports)
 
     def arm(self) -> None:
         self.known = set(sys.modules)

@@ -30,6 +30,7 @@ from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
 from sam2_ros.ros import runtime_params, segment_service, time_jump
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
+from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
 from sam2_ros.ros.node_cli import check_device, input_topic
@@ -37,7 +38,6 @@ from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.receiver import close_input, image_input
-from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.stall_trace import StallTracer
 from sam2_ros.ros.totals import Totals
@@ -355,7 +355,7 @@ class TrackerNode(LifecycleNode):
             snap = diagnostics.snapshot(time.monotonic(), w, mb, tr, self.cfg, self.opts,
                                         self.totals, self.fallbacks_seen, self.gc_pauses,
                                         vision_on=self.vision_off is None,
-                                        decoder=self.decoder)
+                                        decoder=self.decoder, late_imports=self.late_imports.count)
             self.fallbacks_seen = max(self.fallbacks_seen, snap.fallbacks)
             report = diagnostics.report(snap)
         self.diag_pub.publish(messages.diagnostics_msg(

@@ -165,7 +165,8 @@ class Rig:
             snap = diagnostics.snapshot(now, lane, self.mailbox.camera(c), lane.tracker,
                                         node.cfg, node.opts, self.totals[c], fallbacks_seen,
                                         node.gc_pauses, vision_on=node.vision_off is None,
-                                        decoder=node.decoder)
+                                        decoder=node.decoder,
+                                        late_imports=node.late_imports.count)
             report = diagnostics.report(snap)
             report.values.update(self.positions.values(c))
             out.append((f'{base}/{name}: tracker', report.level, report.message, report.values))

@@ -61,13 +61,17 @@ def traced(tracer: Optional['StallTracer']) -> ContextManager[None]:
 
 
 class StallTracer:
-    """Samples all threads' stacks while a watched call runs longer than ``threshold_ms``."""
+    """Samples all threads' stacks while a watched call runs longer than ``threshold_ms``.
 
-    def __init__(self, threshold_ms: float, interval_ms: float = 1.0, keep: int = 16) -> None:
+    sampler=False: no thread of its own; :meth:`sample` is called by the owner (tests drive
+    it so, without clocks)."""
+
+    def __init__(self, threshold_ms: float, interval_ms: float = 1.0, keep: int = 16,
+                 sampler: bool = True) -> None:
         self.threshold_s = threshold_ms / 1e3
         self.interval_s = interval_ms / 1e3
         self.stalls: Deque[Stall] = deque(maxlen=keep)
-        self.samples_taken = 0                  # over the tracer's life (tests wait on it)
+        self.samples_taken = 0                  # over the tracer's life
         self._lock = threading.Lock()
         self._started: Optional[float] = None   # perf_counter() at the watched call's start
         self._counts: Dict[str, Counter] = {}
@@ -76,8 +80,10 @@ class StallTracer:
         self._n = 0
         self._wake = threading.Event()
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name='stall_trace', daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self._run, name='stall_trace', daemon=True) \
+            if sampler else None
+        if self._thread is not None:
+            self._thread.start()
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
@@ -108,29 +114,36 @@ class StallTracer:
     def close(self) -> None:
         self._stop = True
         self._wake.set()
-        self._thread.join(timeout=1.0)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    def sample(self) -> bool:
+        """One sample of every other thread's stack if the watched call has run past the
+        threshold; whether it was taken."""
+        with self._lock:
+            now = time.perf_counter()
+            if self._started is None or now - self._started < self.threshold_s:
+                return False
+            names = {t.ident: t.name for t in threading.enumerate()}
+            me = threading.get_ident()
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    name = names.get(ident, str(ident))
+                    self._counts.setdefault(name, Counter())[stack_key(frame)] += 1
+            self._max_gap = max(self._max_gap, now - self._last_sample)
+            self._last_sample = now
+            self._n += 1
+            self.samples_taken += 1
+            return True
 
     def _run(self) -> None:
-        me = threading.get_ident()
+        # asleep until a call is watched, then until it passes the threshold (a call that
+        # ends before costs its thread no sample and no wake-up), then a sample per interval
         while not self._stop:
             self._wake.wait()
-            time.sleep(self.interval_s)
             with self._lock:
-                if self._started is None or self._stop:
-                    continue
-                now = time.perf_counter()
-                if now - self._started < self.threshold_s:
-                    continue
-                self._sample(now, me)
-
-    def _sample(self, now: float, me: int) -> None:
-        names = {t.ident: t.name for t in threading.enumerate()}
-        for ident, frame in sys._current_frames().items():
-            if ident == me:
+                started = self._started
+            if started is None:
                 continue
-            name = names.get(ident, str(ident))
-            self._counts.setdefault(name, Counter())[stack_key(frame)] += 1
-        self._max_gap = max(self._max_gap, now - self._last_sample)
-        self._last_sample = now
-        self._n += 1
-        self.samples_taken += 1
+            time.sleep(max(self.interval_s, started + self.threshold_s - time.perf_counter()))
+            self.sample()

@@ -251,7 +251,7 @@ def test_diagnostics_ok_while_streaming_then_warn_when_frames_stop(fifo):
     values = {kv.key: kv.value for kv in s.values}
     for key in ('rate_hz', 'latency_p50_ms', 'latency_p99_ms', 'dropped_frames',
                 'graph_steps', 'eager_steps', 'fallbacks', 'gc_full_collections',
-                'gc_max_pause_ms'):
+                'gc_max_pause_ms', 'late_imports'):
         assert key in values
     # gc_freeze (default on): configure's objects (imports, model) were frozen, so a full
     # collection walks only what came after (the pause itself is the benchmarks' to measure)
@@ -264,6 +264,7 @@ def test_diagnostics_ok_while_streaming_then_warn_when_frames_stop(fifo):
     # nothing imported while streaming (late_imports.py: an import holds the GIL while frames
     # are in flight); the ticks above ran after frames, clicks and prompts of every kind
     assert 'imported while streaming' not in proc.log(), proc.log()[-3000:]
+    assert values['late_imports'] == '0'
 
 
 def test_latest_frame_policy_drops_stale_frames(tmp_path, lease):
