@@ -132,6 +132,16 @@ class TrackerConfig:
     padded_split_attention: bool = knob(True, kind='bool', tuning=True, doc=(
         'padded memories (frames after a prompt, corrections) are attended in key chunks in '
         'parallel, merged by log-sum-exp, where one call would leave the GPU idle'))
+    # Objects of one step in different buckets (one in the frames after a prompt, the others
+    # steady; or steady with different conditioning-frame counts after corrections) replay
+    # ONE padded graph that holds them all instead of one graph per bucket: a replay's fixed
+    # work (the heads, the memory encoder, their launches) is paid once, and a frame's cost
+    # stops jumping for the 15 frames after every prompt. Steady objects then attend through
+    # the padded graph's kernel (within rounding of sam2's call, as 'flash'). False: one
+    # replay per bucket (exact buckets bitwise the eager step). Needs padded_graphs.
+    merge_step_buckets: bool = knob(True, kind='bool', tuning=True, doc=(
+        'objects of one step in different buckets (after a prompt, other conditioning-frame '
+        'counts) replay one padded graph holding them all, not one graph per bucket'))
     # Attention kernel of steady-state objects: 'sam2' (sam2's own call, cuDNN on recent torch;
     # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
     # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in

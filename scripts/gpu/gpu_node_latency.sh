@@ -20,6 +20,8 @@
 #     processes (1, 3 objects each), raw 1/3/8, jpeg 1/8, two nodes (1, 3), raw 8 with receivers
 #   bash scripts/gpu/gpu_node_latency.sh stall    # one node for two cameras (1 object each) and
 #     raw 3 objects with stall_trace_ms (STALL_MS, 12), then both with CUDA_MODULE_LOADING=EAGER
+#   bash scripts/gpu/gpu_node_latency.sh diag     # one node for two cameras (1 object each)
+#     with stall_trace_ms 8, the same without the overlay subscribed, and raw 1 object
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -146,6 +148,11 @@ elif [ "$MODE" = stall ]; then   # the one-off slow track calls: stacks, and laz
   run cams2_1gpu_1node_1obj_rxproc_trace_eager --objects 1 "${ONE[@]}" "${ST[@]}"
   run shm_3obj_overlay_trace_eager --objects 3 --transport shm --overlay "${ST[@]}"
   unset CUDA_MODULE_LOADING
+elif [ "$MODE" = diag ]; then   # where one node's two-camera time goes: stall trace, overlay
+  ONE=(--transport shm --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc_trace --objects 1 "${ONE[@]}" --overlay --stall-trace-ms 8
+  run cams2_1gpu_1node_1obj_rxproc_nooverlay --objects 1 "${ONE[@]}" --no-overlay
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node

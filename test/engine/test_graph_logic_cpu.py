@@ -28,12 +28,13 @@ from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 
-def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
+def graph_tracker(mode, monkeypatch, padded=True, steady='sam2', merge=True):
     graphs_on_cpu(monkeypatch)
     cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
                         random_weights=True, use_cuda_graphs=False, graph_mode=mode,
                         batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
-                        steady_attention=steady, extra_hydra_overrides=list(LEAN))
+                        steady_attention=steady, merge_step_buckets=merge,
+                        extra_hydra_overrides=list(LEAN))
     tr = tracker_on_shared_model(cfg)
     reasons = []
     tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
@@ -45,7 +46,7 @@ def graph_tracker(mode, monkeypatch, padded=True, steady='sam2'):
 
 # The graph-only settings: the eager runner reads none of them (engine/eager.py), so one
 # eager run of the stream below is the reference of every parametrization.
-GRAPH_FIELDS = ('graph_mode', 'padded_graphs', 'steady_attention')
+GRAPH_FIELDS = ('graph_mode', 'padded_graphs', 'steady_attention', 'merge_step_buckets')
 STREAM_FRAMES = 40
 
 
@@ -73,12 +74,19 @@ def eager_stream():
     return cfg, out
 
 
-@pytest.mark.parametrize('mode,padded,steady', [('swap', True, 'flash'),
-                                                ('batched', True, 'sam2'),
-                                                ('batched', True, 'split'),
-                                                ('swap', False, 'sam2')])
-def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch, eager_stream):
-    tr, cfg = graph_tracker(mode, monkeypatch, padded, steady)
+def step_replays(tr) -> int:
+    graphs = {id(c): c for c in (*tr.runner.steps.values(), *tr.runner.padded_steps.values())}
+    return sum(c.graph.replays for c in graphs.values())
+
+
+@pytest.mark.parametrize('mode,padded,steady,merge', [('swap', True, 'flash', True),
+                                                      ('batched', True, 'sam2', True),
+                                                      ('batched', True, 'sam2', False),
+                                                      ('batched', True, 'split', False),
+                                                      ('swap', False, 'sam2', True)])
+def test_graph_runner_logic_equals_eager(mode, padded, steady, merge, monkeypatch,
+                                         eager_stream):
+    tr, cfg = graph_tracker(mode, monkeypatch, padded, steady, merge)
     # steady_attention='flash' / 'split': every steady-state bucket replays that graph
     assert set(tr.runner.steady_choice.values()) == (set() if steady == 'sam2' else {steady})
     assert len(tr.runner.steady_choice) == (0 if steady == 'sam2' else len(tr.runner.steps))
@@ -92,8 +100,18 @@ def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch, eage
     frames = synthetic_frames(STREAM_FRAMES, h=48, w=64)
     events = stream_events()
     worst = 0.0
+    mixed = 0           # frames whose objects were in different buckets
     for f, fr in enumerate(frames):
+        stream = tr.handle.stream
+        sels = [tr.bank.select(o.slot, stream.frame + 1) for o in stream.objects.values()]
+        buckets_now = {tr.runner.graphs.steps.bucket_of(sel) for sel in sels}
+        before = step_replays(tr)
         a = tr.track(fr)
+        if mode == 'batched' and merge and len(sels) > 0 and None not in buckets_now:
+            # merge_step_buckets: objects of different buckets share one padded replay (two
+            # with more objects than the largest batch bucket, 2)
+            assert step_replays(tr) - before == -(-len(sels) // 2), (f, buckets_now)
+            mixed += len(buckets_now) > 1
         b_objects, b_label = ref_frames[f]
         assert [o.obj_id for o in a.objects] == [o.obj_id for o in b_objects]
         for oa, ob in zip(a.objects, b_objects):
@@ -119,7 +137,12 @@ def test_graph_runner_logic_equals_eager(mode, padded, steady, monkeypatch, eage
     replays = {k: c.graph.replays for k, c in tr.runner.steps.items()}
     if mode == 'batched':
         assert replays[StepKey(2, 1)] > 0, replays      # objects 1 and 3 stacked in one replay
-    assert any(k.cond == 2 and v > 0 for k, v in replays.items()), replays  # after correction
+    if mode == 'batched' and merge:
+        assert mixed >= 5, mixed        # the stream has frames of objects in several buckets
+        padded_replays = {k: c.graph.replays for k, c in tr.runner.padded_steps.items()}
+        assert any(k.cond == 2 and v > 0 for k, v in padded_replays.items()), padded_replays
+    else:       # after the correction, the corrected object's exact bucket of 2 cond frames
+        assert any(k.cond == 2 and v > 0 for k, v in replays.items()), replays
 
 
 def test_more_cond_frames_than_captured_runs_eager(monkeypatch):

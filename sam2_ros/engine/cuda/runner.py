@@ -273,6 +273,8 @@ class GraphRunner:
                 self._put(out, [i], self._eager([sel], features, bank, maskmem_pos), bank)
             else:
                 groups.setdefault(bucket, []).append(i)
+        if len(groups) > 1 and self.cfg.merge_step_buckets:
+            groups = self._merged(g.steps, groups, sels)
         for bucket, idx in groups.items():
             for start in range(0, len(idx), g.max_batch):
                 part = idx[start:start + g.max_batch]
@@ -286,6 +288,15 @@ class GraphRunner:
                 for i in part:
                     modes[i] = mode
         return out, modes
+
+    @staticmethod
+    def _merged(steps: StepGraphs, groups: Dict[StepBucket, List[int]],
+                sels: List[Selection]) -> Dict[StepBucket, List[int]]:
+        """The objects of several buckets as one group of the padded bucket holding them all
+        (``merge_step_buckets``), in their order; ``groups`` when none holds them all."""
+        idx = sorted(i for part in groups.values() for i in part)
+        bucket = steps.one_bucket([sels[i] for i in idx])
+        return groups if bucket is None else {bucket: idx}
 
     def _replay(self, steps: StepGraphs, bucket: StepBucket, sels: List[Selection],
                 features, bank, maskmem_pos) -> Tuple[step.StepOut, str]:

@@ -172,6 +172,16 @@ class StepGraphs:
         c = self.counts.smallest_holding(sel.key, [k.cond for k in self.padded])
         return None if c is None else StepBucket(True, c)
 
+    def one_bucket(self, sels: Sequence[Selection]) -> Optional[StepBucket]:
+        """The smallest padded bucket that holds every object of ``sels`` (one replay for
+        objects of different buckets, ``merge_step_buckets``), or None: no padded graphs, or
+        none holds them all."""
+        if not self.padded:
+            return None
+        widest = tuple(max(n) for n in zip(*(sel.key for sel in sels)))
+        c = self.counts.smallest_holding(widest, [k.cond for k in self.padded])
+        return None if c is None else StepBucket(True, c)
+
     def graph_for(self, bucket: StepBucket, n: int) -> Optional[StepKey]:
         """The key of the smallest graph of ``bucket`` that holds n objects, or None."""
         graphs = self.padded if bucket.padded else self.exact
