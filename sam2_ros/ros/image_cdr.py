@@ -1,4 +1,5 @@
-"""``sensor_msgs/Image`` read from its serialized form (CDR), the pixels a view of the buffer.
+"""``sensor_msgs/Image`` read from its serialized form (CDR), the pixels a view of the buffer;
+and written in it, for ``Publisher.publish(bytes)``.
 
 Why: rclpy converts every received message into a Python object, a 2.7 MB 720p image
 included (the C struct, then the Python array: two copies), holding the GIL throughout,
@@ -6,6 +7,13 @@ while the tracking worker waits for it (``tools/dds_probe.py --gil-probe``). A s
 with ``raw=True`` hands over the serialized bytes instead (one copy); this reads the fields
 from them, and the pixels stay a view of those bytes. Little-endian CDR (XCDR1) only, as Fast
 DDS and Cyclone DDS write on x86 and ARM; anything else is a clear ValueError.
+
+Publishing is the mirror image: ``publish(msg)`` copies the pixels into the message's array,
+converts the message to its C struct (a second copy) and serializes it (a third), all under
+the GIL; ``image_to_cdr`` writes the serialized bytes directly (one copy of the pixels), and
+rclpy hands them to the middleware as they are. They are rclpy's ``serialize_message`` of
+the same message but for the padding bytes (zeros here; Fast CDR leaves them unset), and
+read back as the same message (``test/ros/test_image_cdr.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Union
+
+import numpy as np
 
 CDR_LE = b'\x00\x01'            # encapsulation id: plain CDR, little-endian
 
@@ -69,6 +79,32 @@ def image_from_cdr(raw: Union[bytes, bytearray, memoryview]) -> CdrImage:
                          f'{len(buf) - r.pos} present')
     return CdrImage(ros_header(sec, nanosec, frame_id), height, width, encoding, big, step,
                     buf[r.pos:r.pos + n])
+
+
+def _cdr_string(s: str, pos: int) -> bytes:
+    """A CDR string at offset ``pos`` (after the id): padding to 4, length with the NUL,
+    the bytes, the NUL."""
+    raw = s.encode('utf-8')
+    return b'\x00' * (-pos % 4) + struct.pack('<I', len(raw) + 1) + raw + b'\x00'
+
+
+def image_to_cdr(img: np.ndarray, encoding: str, header: Any) -> bytes:
+    """[H, W] or [H, W, C] uint8 array -> a serialized ``sensor_msgs/Image`` (little-endian
+    CDR) with ``header`` (a std_msgs/Header, or anything with ``stamp.sec``,
+    ``stamp.nanosec`` and ``frame_id``), step = W * C, not big-endian."""
+    img = np.ascontiguousarray(img, dtype=np.uint8)
+    if img.ndim not in (2, 3):
+        raise ValueError(f'expected an [H, W] or [H, W, C] image, got shape {img.shape}')
+    h, w = int(img.shape[0]), int(img.shape[1])
+    step = w * (1 if img.ndim == 2 else int(img.shape[2]))
+    head = bytearray(CDR_LE + b'\x00\x00')
+    head += struct.pack('<iI', int(header.stamp.sec), int(header.stamp.nanosec))
+    head += _cdr_string(header.frame_id, len(head) - 4)
+    head += b'\x00' * (-(len(head) - 4) % 4) + struct.pack('<II', h, w)
+    head += _cdr_string(encoding, len(head) - 4)
+    head += struct.pack('<B', 0)                                      # is_bigendian
+    head += b'\x00' * (-(len(head) - 4) % 4) + struct.pack('<II', step, img.nbytes)
+    return b''.join((head, memoryview(img).cast('B')))
 
 
 def ros_header(sec: int, nanosec: int, frame_id: str) -> Any:

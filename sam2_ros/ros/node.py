@@ -11,7 +11,6 @@ Callbacks only hand messages to the worker, the one thread that calls the tracke
 /diagnostics (:mod:`~sam2_ros.ros.diagnostics`) runs in every state; run-time parameters are
 checked by :mod:`~sam2_ros.ros.runtime_params`; counters since start are
 :mod:`~sam2_ros.ros.totals`'. Run it as a plain process (no ``ros2`` CLI needed):
-
     python -m sam2_ros.ros.node --ros-args --params-file config/tracker.yaml -p autostart:=true
 """
 
@@ -164,11 +163,12 @@ class TrackerNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _create_outputs(self, vision: Any) -> Publishers:
+        o = self.opts
         return Publishers.create(
             self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
-            self.opts.publish_overlay, self.totals, self.association.class_of,
-            serial=not self.opts.pipeline, timing_log=self.opts.timing_log,
-            compressed_overlay=self.opts.input_type == 'compressed')
+            o.publish_overlay, self.totals, self.association.class_of, serial=not o.pipeline,
+            timing_log=o.timing_log, compressed_overlay=o.input_type == 'compressed',
+            serialized=o.publish_serialized_images)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # activates the lifecycle publishers

@@ -87,6 +87,12 @@ class NodeOptions:
     take_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
         'raw images taken as serialized messages and read in place (one copy, less time holding '
         "Python's GIL); false: rclpy's message conversion"))
+    # The raw mask and overlay images published as serialized bytes (image_cdr.image_to_cdr):
+    # rclpy's publish() of a message copies the pixels twice more under the GIL (the C
+    # struct, the serialization), on the mask's way out.
+    publish_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
+        'the raw mask and overlay images are published as serialized messages written in one '
+        "copy (less time holding Python's GIL); false: rclpy's message conversion"))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
     # handed over in shared memory: the tracker's process spends no GIL time on a frame's
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.

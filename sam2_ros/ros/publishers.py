@@ -25,7 +25,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from sam2_ros.engine.decode import to_host
 from sam2_ros.overlay import render_overlay
-from sam2_ros.ros import images, inputs, mask_compressed, messages
+from sam2_ros.ros import image_cdr, images, inputs, mask_compressed, messages
 from sam2_ros.ros.mailbox import FrameTimes, Published
 from sam2_ros.ros.timing_log import TimingLog
 from sam2_ros.ros.totals import Totals
@@ -57,9 +57,11 @@ class Publishers:
 
     def __init__(self, node: Any, pubs: Dict[str, Any], totals: Totals,
                  class_of: Callable[[int], str], serial: bool,
-                 timing_log: Optional[TimingLog] = None) -> None:
+                 timing_log: Optional[TimingLog] = None, serialized: bool = False) -> None:
         self.node, self.pubs, self.totals = node, pubs, totals
         self.class_of, self.serial = class_of, serial
+        # raw images as serialized bytes (one copy) or as rclpy messages
+        self.image = image_cdr.image_to_cdr if serialized else images.image_msg
         self.timing_log = timing_log
         self.has_overlay = any(pubs.get(name) is not None for name in OVERLAY_TOPICS)
         self.last_publish_ms = 0.0
@@ -71,11 +73,12 @@ class Publishers:
     def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
                totals: Totals, class_of: Callable[[int], str], serial: bool,
                timing_log: str = '', compressed_overlay: bool = False,
-               prefix: str = '~') -> 'Publishers':
+               prefix: str = '~', serialized: bool = False) -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
         ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
         overlay as a JPEG too (the input is compressed); ``prefix``: the topics' namespace
-        ('~/left' for camera left of a multi-camera node)."""
+        ('~/left' for camera left of a multi-camera node); ``serialized``: the raw images
+        (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``)."""
         from sensor_msgs.msg import CompressedImage, Image
 
         make = node.create_lifecycle_publisher
@@ -90,7 +93,7 @@ class Publishers:
                 'objects': (make(objects_type, f'{p}/objects', OUTPUT_QOS)
                             if objects_type is not None else None)}
         return cls(node, pubs, totals, class_of, serial,
-                   TimingLog(timing_log) if timing_log else None)
+                   TimingLog(timing_log) if timing_log else None, serialized)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -135,7 +138,7 @@ class Publishers:
         if not names:
             return []
         label = p.result.label_mask()                              # [H, W] uint8
-        build = {'mask': lambda: images.image_msg(label, 'mono8', p.header),
+        build = {'mask': lambda: self.image(label, 'mono8', p.header),
                  'mask_compressed': lambda: mask_compressed.mask_msg(label, p.header)}
         return [(self.pubs[name], build[name]()) for name in names]
 
@@ -158,7 +161,7 @@ class Publishers:
         t0 = time.perf_counter()
         img = render_overlay(to_host(p.rgb), p.result)             # [H, W, 3] uint8 RGB
         if self.subscribed('overlay'):
-            self.pubs['overlay'].publish(images.image_msg(img, 'rgb8', p.header))
+            self.pubs['overlay'].publish(self.image(img, 'rgb8', p.header))
         if self.subscribed('overlay_compressed'):
             self.pubs['overlay_compressed'].publish(images.jpeg_msg(img, p.header))
         self.last_overlay_ms = (time.perf_counter() - t0) * 1e3

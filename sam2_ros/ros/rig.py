@@ -60,7 +60,8 @@ class Rig:
             node, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
             o.publish_overlay, self.totals[c], self.associations[c].class_of,
             serial=not o.pipeline, timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
-            compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c))
+            compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
+            serialized=o.publish_serialized_images)
             for c, name in enumerate(self.names)]
         self.positions = Positions.create(node, self.names)
 

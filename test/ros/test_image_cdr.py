@@ -58,3 +58,34 @@ def test_what_is_not_a_little_endian_image_is_refused():
                       (b'\x00\x00' + raw[2:], 'little-endian'), (b'', 'little-endian')]:
         with pytest.raises(ValueError, match=what):
             image_from_cdr(bad)
+
+
+@pytest.mark.parametrize('frame_id', ['', 'c', 'ca', 'cam', 'left_optical_frame'])
+@pytest.mark.parametrize('encoding,shape', [('mono8', (3, 5)), ('rgb8', (4, 7, 3)),
+                                            ('mono8', (720, 1280))])
+def test_written_image_reads_back_as_rclpys_message(frame_id, encoding, shape):
+    """image_to_cdr (what the node publishes as bytes) deserializes to the message rclpy would
+    have serialized, of the same length (only padding bytes may differ: Fast CDR leaves
+    them unset)."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    from sensor_msgs.msg import Image
+
+    from sam2_ros.ros.image_cdr import image_to_cdr, ros_header
+    from sam2_ros.ros.images import image_msg
+
+    img = (np.arange(int(np.prod(shape))) % 253).astype(np.uint8).reshape(shape)
+    header = ros_header(1_700_000_123, 999_999_999, frame_id)
+    want = image_msg(img, encoding, header)
+    raw = image_to_cdr(img, encoding, header)
+    assert isinstance(raw, bytes)                     # what Publisher.publish takes as raw
+    assert len(raw) == len(serialize_message(want))
+    assert deserialize_message(raw, Image) == want
+    back = image_from_cdr(raw)
+    assert np.array_equal(np.frombuffer(back.data, np.uint8).reshape(shape), img)
+
+
+def test_written_image_refuses_what_is_not_an_image():
+    from sam2_ros.ros.image_cdr import image_to_cdr, ros_header
+
+    with pytest.raises(ValueError, match='image'):
+        image_to_cdr(np.zeros((2, 3, 4, 5), np.uint8), 'rgb8', ros_header(0, 0, ''))

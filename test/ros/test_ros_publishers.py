@@ -51,14 +51,15 @@ def frame():
 
 
 def outputs(readers, names=('mask', 'mask_compressed', 'overlay', 'overlay_compressed',
-                            'state')):
+                            'state'), serialized=False):
     require_messages()
     pubs = {name: FakePub(name, readers) for name in names}
     pubs.setdefault('objects', None)
     logger = SimpleNamespace(warning=lambda text: None)
     node = SimpleNamespace(context=SimpleNamespace(ok=lambda: True), get_logger=lambda: logger,
                            destroy_lifecycle_publisher=lambda p: None)
-    return Publishers(node, pubs, Totals(), lambda i: '', serial=False), pubs
+    return Publishers(node, pubs, Totals(), lambda i: '', serial=False,
+                      serialized=serialized), pubs
 
 
 def published(rgb=None, res=None):
@@ -124,6 +125,27 @@ def test_overlay_goes_to_its_readers_raw_and_jpeg_rendered_once(monkeypatch):
     assert ok and bytes(jpg.data) == want.tobytes()
     back = cv2.imdecode(np.frombuffer(bytes(jpg.data), np.uint8), cv2.IMREAD_COLOR)
     assert back.shape == ref.shape
+
+
+def test_serialized_mask_and_overlay_are_the_messages_rclpy_would_send():
+    """publish_serialized_images: the raw mask and overlay go out as bytes (Publisher.publish
+    takes them as a serialized message) that read back as the converted path's messages."""
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import Image
+
+    readers = {'mask': 1, 'overlay': 1, 'state': 1}
+    sent = {}
+    for serialized in (False, True):
+        out, pubs = outputs(readers, serialized=serialized)
+        p = published()
+        out.publish(p)
+        out.publish_overlay(p)
+        sent[serialized] = pubs
+    for name in ('mask', 'overlay'):
+        raw, msg = sent[True][name].sent[0], sent[False][name].sent[0]
+        assert isinstance(raw, bytes) and isinstance(msg, Image)
+        assert deserialize_message(raw, Image) == msg
+    assert type(sent[True]['state'].sent[0]) is type(sent[False]['state'].sent[0])
 
 
 def test_a_tensor_frame_is_copied_to_the_host_only_for_the_overlay(monkeypatch):
