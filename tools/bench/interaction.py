@@ -78,6 +78,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="comma list of 'on' and 'off': TrackerConfig.corrections_reuse_attention "
                         "(a correction starting from its frame's kept memory attention, or "
                         "re-running it); 'off' rows are named '<graph_mode>+rerun_attention'")
+    p.add_argument('--merge-buckets', default='on',
+                   help="comma list of 'on' and 'off': TrackerConfig.merge_step_buckets (objects "
+                        "of different buckets in one padded replay, or one replay per bucket); "
+                        "'off' rows are named '<graph_mode>+separate_buckets'")
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -96,8 +100,11 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.variants = _csv(a.variants)
     a.corrections = _csv(a.corrections)
     a.reuse_attention = _csv(a.reuse_attention)
-    if not a.reuse_attention or set(a.reuse_attention) - {'on', 'off'}:
-        p.error(f"--reuse-attention takes 'on' and/or 'off', got {a.reuse_attention}")
+    a.merge_buckets = _csv(a.merge_buckets)
+    for name in ('reuse_attention', 'merge_buckets'):
+        got = getattr(a, name)
+        if not got or set(got) - {'on', 'off'}:
+            p.error(f"--{name.replace('_', '-')} takes 'on' and/or 'off', got {got}")
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         p.error(f'unknown variants {bad}; known: {list(VARIANTS)}')
@@ -156,11 +163,11 @@ def row_key(row: dict) -> tuple:
 def run_row(a: argparse.Namespace, objects: int, variant: str,
             corrections: str = 'deferred',
             around: Optional[Callable[[int, Callable[[], object]], object]] = None,
-            reuse: bool = True) -> Dict[str, object]:
+            reuse: bool = True, merge: bool = True) -> Dict[str, object]:
     """Build a tracker for one row and time the interactive stream on it; the row comes back
     without the provenance fields (``stamp`` adds those). ``around(t, work)``, when given, runs
     timed frame t's work (a probe's profiler or per-frame record) and returns what it
-    returns. reuse: ``corrections_reuse_attention``."""
+    returns. reuse: ``corrections_reuse_attention``; merge: ``merge_step_buckets``."""
     import torch
 
     from sam2_ros.engine.config import TrackerConfig
@@ -173,7 +180,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                         precision=a.precision, max_objects=objects + 1,
                         use_cuda_graphs=True, graph_mode=variant,
                         precompile=tuple(_csv(a.precompile)),
-                        corrections_reuse_attention=reuse)
+                        corrections_reuse_attention=reuse, merge_step_buckets=merge)
     tr = StreamingTracker(cfg)
     kinds = {t: k for t in range(1, a.frames + 1)
              if (k := prompts_on(t, a.correct_every, a.new_at))}
@@ -227,7 +234,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     row: Dict[str, object] = dict(
         model=a.model, res=a.res, objects=objects,
         variant=variant + ('+precompile' if a.precompile else '')
-        + ('' if reuse else '+rerun_attention'), corrections=corrections,
+        + ('' if reuse else '+rerun_attention') + ('' if merge else '+separate_buckets'),
+        corrections=corrections,
         frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
         ms_p99=round(float(np.percentile(ms, 99)), 3), ms_max=round(max(ms), 3))
@@ -274,16 +282,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         print('# RANDOM WEIGHTS (--random-weights): timings only, the masks mean nothing',
               flush=True)
     rows, failed = [], []
-    for o, v, c, r in ((o, v, c, r) for o in a.objects for v in a.variants
-                       for c in a.corrections for r in a.reuse_attention):
+    for o, v, c, r, m in ((o, v, c, r, m) for o in a.objects for v in a.variants
+                          for c in a.corrections for r in a.reuse_attention
+                          for m in a.merge_buckets):
         t = time.perf_counter()
         try:
             with torch.inference_mode():
-                row = stamp(run_row(a, o, v, c, reuse=r == 'on'), prov)
+                row = stamp(run_row(a, o, v, c, reuse=r == 'on', merge=m == 'on'), prov)
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             traceback.print_exc()
-            failed.append((o, v, c, r))
-            print(f'FAILED {a.model}@{a.res} x{o} {v} {c} reuse {r}: {exc!r}', flush=True)
+            failed.append((o, v, c, r, m))
+            print(f'FAILED {a.model}@{a.res} x{o} {v} {c} reuse {r} merge {m}: {exc!r}',
+                  flush=True)
             continue
         rows.append(row)
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', flush=True)
