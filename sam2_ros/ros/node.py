@@ -26,7 +26,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import diagnostics, gc_policy, inputs, malloc, messages, node_cli, params
+from sam2_ros.ros import diagnostics, gc_policy, inputs, messages, node_cli, params, process_tuning
 from sam2_ros.ros import runtime_params, segment_service, time_jump
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.late_imports import LateImports
@@ -63,7 +63,7 @@ class TrackerNode(LifecycleNode):
         self.gc_frozen = False
         self.stall: Optional[StallTracer] = None     # stall_trace_ms > 0: from configure
         self.late_imports = LateImports()           # armed at activation
-        self.malloc = malloc.Tuning()
+        self.tuning = process_tuning.ProcessTuning()    # tune_malloc, opencv_threads
         self.finished = False
         self.mailbox: Optional[Mailbox] = None
         self.worker: Optional[TrackingWorker] = None
@@ -104,7 +104,7 @@ class TrackerNode(LifecycleNode):
             if typos:
                 raise ValueError(f'unknown parameter {", ".join(typos)}')
             self.cfg, self.opts = params.read(self)
-            self.malloc.apply(self.opts.tune_malloc, self.get_logger().warning)
+            self.tuning.apply(self.opts, self.get_logger().warning)
             check_device(self.cfg.device)
             messages.interfaces()  # fail now, not at the first frame, if messages are missing
             from sam2_ros.engine.multistream import MultiStreamTracker

@@ -93,6 +93,11 @@ class NodeOptions:
     publish_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
         'the raw mask and overlay images are published as serialized messages written in one '
         "copy (less time holding Python's GIL); false: rclpy's message conversion"))
+    # OpenCV's worker threads (sam2_ros/ros/process_tuning.py): the overlay's whole-image
+    # calls otherwise burst over every core, beside the tracking worker.
+    opencv_threads: int = knob(0, kind='int', tuning=True, doc=(
+        "OpenCV's worker threads in the node's process (the overlay, host decoding); 0: "
+        "OpenCV's default, a thread per core"))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
     # handed over in shared memory: the tracker's process spends no GIL time on a frame's
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.
@@ -189,6 +194,9 @@ class NodeOptions:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.stall_trace_ms >= 0:     # NaN too
             raise ValueError(f'stall_trace_ms must be >= 0 (0: off), got {self.stall_trace_ms!r}')
+        if int(self.opencv_threads) < 0:
+            raise ValueError(f'opencv_threads must be >= 0 (0: OpenCV\'s default), got '
+                             f'{self.opencv_threads!r}')
         if not self.image_topic:
             raise ValueError('image_topic must not be empty')
         check_cameras(list(self.cameras), self.camera_image, self.camera_period_ms,

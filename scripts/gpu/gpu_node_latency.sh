@@ -22,6 +22,8 @@
 #     raw 3 objects with stall_trace_ms (STALL_MS, 12), then both with CUDA_MODULE_LOADING=EAGER
 #   bash scripts/gpu/gpu_node_latency.sh diag     # one node for two cameras (1 object each)
 #     with stall_trace_ms 8, the same without the overlay subscribed, and raw 1 object
+#   bash scripts/gpu/gpu_node_latency.sh threads  # one node for two cameras (1, 3 objects each)
+#     with OpenCV's default pool and opencv_threads 1, raw 3/8/1 objects
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -153,6 +155,16 @@ elif [ "$MODE" = diag ]; then   # where one node's two-camera time goes: stall t
   run cams2_1gpu_1node_1obj_rxproc_trace --objects 1 "${ONE[@]}" --overlay --stall-trace-ms 8
   run cams2_1gpu_1node_1obj_rxproc_nooverlay --objects 1 "${ONE[@]}" --no-overlay
   run shm_1obj_overlay --objects 1 --transport shm --overlay
+elif [ "$MODE" = threads ]; then   # OpenCV's pool (opencv_threads) in the one-node stereo rows
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run cams2_1gpu_1node_1obj_rxproc_cv1 --objects 1 "${ONE[@]}" --opencv-threads 1
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run cams2_1gpu_1node_3obj_rxproc_cv1 --objects 3 "${ONE[@]}" --opencv-threads 1
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_1obj_overlay_cv1 --objects 1 --transport shm --overlay --opencv-threads 1
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node

@@ -2,6 +2,7 @@
 configure only when its parameter is on."""
 
 import platform
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,3 +49,22 @@ def test_node_tunes_only_when_asked(monkeypatch, on):
     tuning.apply(on, warnings.append)
     tuning.apply(on, warnings.append)           # once per process
     assert calls == ([1] if on else []) and warnings == []
+
+
+@pytest.mark.parametrize('threads', [0, 1, 3])
+def test_node_sets_opencv_threads_only_when_asked(monkeypatch, threads):
+    """opencv_threads (sam2_ros/ros/process_tuning.py, with tune_malloc in one call at
+    configure): cv2.setNumThreads(n) for n > 0; 0 leaves OpenCV's pool as it was."""
+    import cv2
+
+    from sam2_ros.ros.process_tuning import ProcessTuning
+
+    monkeypatch.setattr(malloc, 'keep_large_buffers', lambda: True)
+    before = cv2.getNumThreads()
+    try:
+        tuning = ProcessTuning()
+        tuning.apply(SimpleNamespace(tune_malloc=True, opencv_threads=threads), print)
+        assert cv2.getNumThreads() == (threads if threads else before)
+        assert tuning.malloc.tuned and tuning.opencv_threads == threads
+    finally:
+        cv2.setNumThreads(before)
