@@ -165,6 +165,11 @@ elif [ "$MODE" = threads ]; then   # OpenCV's pool (opencv_threads) in the one-n
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run shm_1obj_overlay_cv1 --objects 1 --transport shm --overlay --opencv-threads 1
+elif [ "$MODE" = merge ]; then   # merge_step_buckets on and off: one node, two cameras, 3 each
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
+  run cams2_1gpu_1node_3obj_rxproc_again --objects 3 "${ONE[@]}"
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node

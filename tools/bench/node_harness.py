@@ -103,6 +103,8 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
         values['tune_malloc'] = bool(args.tune_malloc)
     if getattr(args, 'stall_trace_ms', None) is not None:
         values['stall_trace_ms'] = float(args.stall_trace_ms)
+    if getattr(args, 'merge_buckets', None) is not None:
+        values['merge_step_buckets'] = bool(args.merge_buckets)
     if getattr(args, 'opencv_threads', None) is not None:
         values['opencv_threads'] = int(args.opencv_threads)
     if getattr(args, 'receiver_process', None) is not None:

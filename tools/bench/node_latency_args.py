@@ -43,6 +43,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="the node's stall_trace_ms parameter (default: the YAML's, off): a "
                          'tracking call past this many ms is logged with every thread\'s stack '
                          '(sam2_ros/ros/stall_trace.py)')
+    ap.add_argument('--merge-buckets', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's merge_step_buckets parameter (default: the YAML's): objects "
+                         'of different step buckets in one padded replay')
     ap.add_argument('--opencv-threads', type=int, default=None,
                     help="the node's opencv_threads parameter (default: the YAML's, 0: "
                          "OpenCV's pool of a thread per core)")

@@ -152,6 +152,8 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + (['precompile'] if cam['node_params'].get('precompile') else [])
         + (['rxproc'] if cam['node_params'].get('image_receiver_process') else [])
         + (['stalltrace'] if cam['node_params'].get('stall_trace_ms') else [])
+        + (['separatebuckets'] if cam['node_params'].get('merge_step_buckets') is False
+           else [])
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
 
