@@ -75,6 +75,25 @@ cp benchmarks/results/h200_node_latency.json "$RESULTS"
 RUN=${RUN_ID:-$(date -u +%Y%m%dT%H%M%SZ)-$MODE}
 BASE=("${SIZE[@]}" --model tiny --results "$RESULTS" --run-id "$RUN")
 
+# Nothing of a run may outlive it: a node left running by a run killed at the limit (rc 124)
+# loads every run after it, and the next device command on a warm machine too (a session's
+# later rows collapsed to 60-1000 ms after one). Every process of this script inherits its tag;
+# after each run, any left is named and killed (first: those of an earlier invocation).
+export SAM2_BENCH_TAG="gpu_node_latency_$$_$(date +%s)"
+reap() {  # reap WHEN TAG-PATTERN
+  local pid pids=()
+  for pid in $(pgrep -f 'python' || true); do
+    [ "$pid" = $$ ] && continue
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "SAM2_BENCH_TAG=$2" &&
+      pids+=("$pid")
+  done
+  (( ${#pids[@]} )) || return 0
+  echo "   $1: killed ${#pids[@]} stray process(es):"
+  ps -o pid=,etime=,args= -p "$(IFS=,; echo "${pids[*]}")" | cut -c1-150 | sed 's/^/     /'
+  kill -9 "${pids[@]}" 2>/dev/null
+}
+reap "before the runs" 'gpu_node_latency_.*'
+
 run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not fit
   local name=$1; shift; local t0 left rc
   t0=$(date +%s); left=$(( LIMIT - (t0 - T0) ))
@@ -83,6 +102,7 @@ run() {  # run NAME ARGS...: one benchmark invocation, skipped when it would not
     --out "$W/$name.json" > "$W/$name.log" 2>&1; rc=$?
   (( $(date +%s) - t0 > LONGEST )) && LONGEST=$(( $(date +%s) - t0 ))
   echo "== $name (rc $rc, $(( $(date +%s) - t0 )) s)"
+  reap "after $name" "$SAM2_BENCH_TAG"
   grep -E "^camera|image published -> mask" "$W/$name.log"
   # which frames were slow and why (a one-off stall or every correction), and any long full
   # garbage collection the node logged (gc_policy.PauseMonitor)
