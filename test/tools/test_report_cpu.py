@@ -99,9 +99,10 @@ def test_compact_sections(tmp_path):
     assert sum('rows from before runs had ids' in s for s in node) == 1
 
 
-def test_node_latency_precompile_column(tmp_path):
-    """A node row with precompiled parts says which in its own column; a row without them
-    shows '-'."""
+def test_node_latency_precompile_and_other_settings_column(tmp_path):
+    """A node row with precompiled parts says which in its own column, with the settings its
+    variant names that no other column shows (opencv_threads, merge_step_buckets off); a row
+    with none shows '-'."""
     res = tmp_path / 'results'
     shutil.copytree(report.RESULTS, res)
     rows = json.loads((res / 'h200_node_latency.json').read_text())
@@ -109,11 +110,13 @@ def test_node_latency_precompile_column(tmp_path):
                 commit='abc1234', precompile=None, variant='x')
     new = [dict(base, objects=1, precompile='encoder,heads'),
            dict(base, objects=2, precompile='encoder'),
-           dict(base, objects=3)]
+           dict(base, objects=3),
+           dict(base, objects=4, variant='60hz_shm_rxproc_separatebuckets_cv1_onenode')]
     (res / 'h200_node_latency.json').write_text(json.dumps(rows + new))
     lines = report.node_latency(str(res))
     header = next(line for line in lines if line.startswith('| camera |'))
-    col = header.split(' | ').index('precompile')
+    col = header.split(' | ').index('precompile, other')
     cells = {line.split(' | ')[2]: line.split(' | ')[col] for line in lines
              if '2099-01-01' in line and line.startswith('|')}
-    assert cells == {'1': 'encoder,heads', '2': 'encoder', '3': '-'}
+    assert cells == {'1': 'encoder,heads', '2': 'encoder', '3': '-',
+                     '4': 'separatebuckets, cv1'}

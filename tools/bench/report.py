@@ -169,7 +169,7 @@ def node_latency(results: str) -> List[str]:
             {True: 'yes', False: 'no'}.get(r.get('image_receiver_process'), '-'),
             'yes' if r.get('overlay') else 'no',
             {True: 'on', False: 'off'}.get(r.get('pipeline'), '-'),
-            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _f(r.get('precompile')),
+            {True: 'on', False: 'off'}.get(r.get('tune_malloc'), '-'), _other(r),
             r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
@@ -178,7 +178,7 @@ def node_latency(results: str) -> List[str]:
     out = _node_prov(rows) + [''] + _table(
         ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode',
          'transport', 'input', 'receiver process',
-         'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile', 'corrections',
+         'overlay subscribed', 'pipeline', 'tune_malloc', 'precompile, other', 'corrections',
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
          'split p50 / p99 ms: DDS in, hand-offs, decode, engine, mask publish, DDS out',
@@ -189,6 +189,18 @@ def node_latency(results: str) -> List[str]:
                   'machine; the `dds_probe` rows of the same file):', ''] + _prov(probes) + [
         ''] + _table(
         ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
+
+
+# settings a row's variant names that no column shows (node_latency_rows.variant)
+_OTHER = re.compile(r'^(cv\d+|separatebuckets|stalltrace|cudaeager)$')
+
+
+def _other(r: dict) -> str:
+    """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
+    'separatebuckets' (merge_step_buckets off), 'stalltrace', 'cudaeager'."""
+    tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
+    parts = ([r['precompile']] if r.get('precompile') else []) + tags
+    return ', '.join(parts) or '-'
 
 
 def _nodes(r: dict) -> str:
