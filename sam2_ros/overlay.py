@@ -38,6 +38,11 @@ def _palette() -> np.ndarray:
 _LUT = _palette()
 
 
+def palette() -> np.ndarray:
+    """[256, 3] uint8: label value -> RGB color (row 0, the background, unused)."""
+    return _LUT[:, 0]
+
+
 def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
                    contours: bool = True, labels: bool = True) -> np.ndarray:
     """Return a copy of ``rgb`` ([H, W, 3] uint8) with the objects of ``res`` drawn on it.
@@ -50,30 +55,51 @@ def render_overlay(rgb: np.ndarray, res: FrameResult, alpha: float = 0.5,
     mask). Per-object passes (contour tracing, boolean indexing) would cost a full-image pass
     per object, too slow for a camera's rate with many objects. Objects that are not
     'tracking' are labelled with their state, so an occluded object's stale mask is not
-    mistaken for a confident one.
+    mistaken for a confident one. ``overlay_device.shade`` is the same shading with torch ops
+    (on the GPU in the node); both then draw the labels with :func:`put_labels`.
     """
-    h, w = rgb.shape[:2]
     out = rgb.copy()
     if not res.objects:
         return out
-    label = res.label_mask()
+    shade(out, res.label_mask(), alpha, contours)
+    if labels:
+        put_labels(out, res)
+    return out
+
+
+def outline_kernel(h: int, w: int) -> int:
+    """Side of the square window whose label changes mark an outline pixel (odd, >= 3)."""
+    thick = outline_thickness(h, w)
+    return 2 * thick - 1 if thick > 1 else 3
+
+
+def outline_thickness(h: int, w: int) -> int:
+    return max(1, round(min(h, w) / 300))
+
+
+def shade(out: np.ndarray, label: np.ndarray, alpha: float = 0.5,
+          contours: bool = True) -> None:
+    """Blend each labelled pixel of ``out`` ([H, W, 3] uint8, in place) with its object's color
+    and, with ``contours``, paint the object's inner outline in that color."""
     colored = cv2.LUT(cv2.merge((label, label, label)), _LUT)
     blend = cv2.addWeighted(out, 1.0 - alpha, colored, alpha, 0.0)
     cv2.copyTo(blend, (label > 0).view(np.uint8), out)     # in place, where any object
-    thick = max(1, round(min(h, w) / 300))
     if contours:
-        kernel = np.ones((2 * thick - 1, 2 * thick - 1), np.uint8) if thick > 1 else \
-            np.ones((3, 3), np.uint8)
+        k = outline_kernel(*label.shape)
+        kernel = np.ones((k, k), np.uint8)
         changes = (cv2.erode(label, kernel) != label) | (cv2.dilate(label, kernel) != label)
         cv2.copyTo(colored, (changes & (label > 0)).view(np.uint8), out)   # inner outline
-    if labels:
-        scale = max(0.35, min(h, w) / 700)
-        for obj in sorted(res.objects, key=lambda o: o.obj_id):
-            if obj.area > 0 and obj.centroid is not None:
-                text = str(obj.obj_id) if obj.state == TRACKING else \
-                    f'{obj.obj_id} {obj.state}'
-                _put_label(out, text, obj.centroid, id_color(obj.obj_id), scale, thick)
-    return out
+
+
+def put_labels(out: np.ndarray, res: FrameResult) -> None:
+    """Each object's id (and state when not tracking) at its centroid, in place."""
+    h, w = out.shape[:2]
+    scale = max(0.35, min(h, w) / 700)
+    thick = outline_thickness(h, w)
+    for obj in sorted(res.objects, key=lambda o: o.obj_id):
+        if obj.area > 0 and obj.centroid is not None:
+            text = str(obj.obj_id) if obj.state == TRACKING else f'{obj.obj_id} {obj.state}'
+            _put_label(out, text, obj.centroid, id_color(obj.obj_id), scale, thick)
 
 
 def _put_label(img: np.ndarray, text: str, xy: Tuple[float, float],

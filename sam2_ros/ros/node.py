@@ -35,7 +35,7 @@ from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describ
 from sam2_ros.ros.node_cli import check_device, input_topic
 from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
-from sam2_ros.ros.publishers import Publishers
+from sam2_ros.ros.publishers import Publishers, overlay_device_of
 from sam2_ros.ros.receiver import close_input, image_input
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.stall_trace import StallTracer
@@ -168,7 +168,8 @@ class TrackerNode(LifecycleNode):
             self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
             o.publish_overlay, self.totals, self.association.class_of, serial=not o.pipeline,
             timing_log=o.timing_log, compressed_overlay=o.input_type == 'compressed',
-            serialized=o.publish_serialized_images)
+            serialized=o.publish_serialized_images,
+            overlay_device=overlay_device_of(o, self.cfg.device))
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # activates the lifecycle publishers
@@ -203,13 +204,11 @@ class TrackerNode(LifecycleNode):
         self.release()
         return TransitionCallbackReturn.SUCCESS
 
+    on_error = on_cleanup           # an error releases everything, as cleanup does
+
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.release()
         self.finished = True
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.release()
         return TransitionCallbackReturn.SUCCESS
 
     def stop_io(self) -> None:

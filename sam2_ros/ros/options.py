@@ -93,6 +93,13 @@ class NodeOptions:
     publish_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
         'the raw mask and overlay images are published as serialized messages written in one '
         "copy (less time holding Python's GIL); false: rclpy's message conversion"))
+    # The overlay rendered on the tracker's GPU (sam2_ros/overlay_device.py: the same pixels as
+    # the host's OpenCV rendering): two 720p overlays at 60 Hz on the host cost one node
+    # serving two cameras 3.5 ms of its p99 (docs/performance.md). A CPU tracker renders on the
+    # host either way; a failure on the GPU falls back to the host, logged once.
+    overlay_on_gpu: bool = knob(True, kind='bool', tuning=True, doc=(
+        "the overlay is rendered on the tracker's GPU (the same pixels; false, or a CPU "
+        'tracker: on the host with OpenCV)'))
     # OpenCV's worker threads (sam2_ros/ros/process_tuning.py): the overlay's whole-image
     # calls otherwise burst over every core, beside the tracking worker.
     opencv_threads: int = knob(0, kind='int', tuning=True, doc=(

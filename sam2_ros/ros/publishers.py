@@ -20,11 +20,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 from rclpy.duration import Duration
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from sam2_ros.engine.decode import to_host
 from sam2_ros.overlay import render_overlay
+from sam2_ros.overlay_device import DeviceOverlay
 from sam2_ros.ros import image_cdr, images, inputs, mask_compressed, messages
 from sam2_ros.ros.mailbox import FrameTimes, Published
 from sam2_ros.ros.timing_log import TimingLog
@@ -44,6 +46,13 @@ OVERLAY_TOPICS = ('overlay', 'overlay_compressed')   # for eyes only: never wait
 ACKED_AFTER_S = 3.5
 
 
+def overlay_device_of(opts: Any, device: Any) -> Optional[str]:
+    """Where the node renders its overlay: the tracker's CUDA device with ``overlay_on_gpu``,
+    else None (the host)."""
+    dev = str(device)
+    return dev if opts.overlay_on_gpu and dev.startswith('cuda') else None
+
+
 class Publishers:
     """mask (raw and PNG), state, overlay (optional; raw, and JPEG for a compressed input) and
     objects (optional) of one configured node.
@@ -57,9 +66,12 @@ class Publishers:
 
     def __init__(self, node: Any, pubs: Dict[str, Any], totals: Totals,
                  class_of: Callable[[int], str], serial: bool,
-                 timing_log: Optional[TimingLog] = None, serialized: bool = False) -> None:
+                 timing_log: Optional[TimingLog] = None, serialized: bool = False,
+                 overlay_device: Optional[str] = None) -> None:
         self.node, self.pubs, self.totals = node, pubs, totals
         self.class_of, self.serial = class_of, serial
+        # the overlay rendered on this device (overlay_on_gpu), None: on the host
+        self.device_overlay = DeviceOverlay(overlay_device) if overlay_device else None
         # raw images as serialized bytes (one copy) or as rclpy messages
         self.image = image_cdr.image_to_cdr if serialized else images.image_msg
         self.timing_log = timing_log
@@ -73,12 +85,14 @@ class Publishers:
     def create(cls, node: Any, state_type: Any, objects_type: Optional[Any], overlay: bool,
                totals: Totals, class_of: Callable[[int], str], serial: bool,
                timing_log: str = '', compressed_overlay: bool = False,
-               prefix: str = '~', serialized: bool = False) -> 'Publishers':
+               prefix: str = '~', serialized: bool = False,
+               overlay_device: Optional[str] = None) -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
         ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
         overlay as a JPEG too (the input is compressed); ``prefix``: the topics' namespace
         ('~/left' for camera left of a multi-camera node); ``serialized``: the raw images
-        (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``)."""
+        (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``);
+        ``overlay_device``: where the overlay is rendered (:func:`overlay_device_of`)."""
         from sensor_msgs.msg import CompressedImage, Image
 
         make = node.create_lifecycle_publisher
@@ -93,7 +107,7 @@ class Publishers:
                 'objects': (make(objects_type, f'{p}/objects', OUTPUT_QOS)
                             if objects_type is not None else None)}
         return cls(node, pubs, totals, class_of, serial,
-                   TimingLog(timing_log) if timing_log else None, serialized)
+                   TimingLog(timing_log) if timing_log else None, serialized, overlay_device)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -159,12 +173,24 @@ class Publishers:
         if not self.alive():
             return
         t0 = time.perf_counter()
-        img = render_overlay(to_host(p.rgb), p.result)             # [H, W, 3] uint8 RGB
+        img = self.render_overlay(p)                               # [H, W, 3] uint8 RGB
         if self.subscribed('overlay'):
             self.pubs['overlay'].publish(self.image(img, 'rgb8', p.header))
         if self.subscribed('overlay_compressed'):
             self.pubs['overlay_compressed'].publish(images.jpeg_msg(img, p.header))
         self.last_overlay_ms = (time.perf_counter() - t0) * 1e3
+
+    def render_overlay(self, p: Published) -> np.ndarray:
+        """The frame's overlay on the host: rendered on the GPU (the same pixels) where
+        ``overlay_on_gpu``; on the host from then on if that ever fails (logged once)."""
+        if self.device_overlay is not None:
+            try:
+                return self.device_overlay.render(p.rgb, p.result)
+            except Exception as exc:  # noqa: BLE001 - the host renders it instead
+                self.device_overlay = None
+                self.node.get_logger().warning(
+                    f'overlay on the GPU failed ({exc!r}); rendering it on the host from now on')
+        return render_overlay(to_host(p.rgb), p.result)
 
     # ------------------------------------------------------------------ release
     def release(self) -> None:

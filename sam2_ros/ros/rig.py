@@ -29,7 +29,7 @@ from sam2_ros.ros.node_cli import input_topic
 from sam2_ros.ros.node_host import NodeHost
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.positions import Positions
-from sam2_ros.ros.publishers import Publishers
+from sam2_ros.ros.publishers import Publishers, overlay_device_of
 from sam2_ros.ros.totals import Totals
 
 
@@ -61,7 +61,8 @@ class Rig:
             o.publish_overlay, self.totals[c], self.associations[c].class_of,
             serial=not o.pipeline, timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
             compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
-            serialized=o.publish_serialized_images)
+            serialized=o.publish_serialized_images,
+            overlay_device=overlay_device_of(o, node.cfg.device))
             for c, name in enumerate(self.names)]
         self.positions = Positions.create(node, self.names)
 

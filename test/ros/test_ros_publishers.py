@@ -21,6 +21,7 @@ from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.totals import Totals
 
 H, W = 24, 32
+WARNINGS = []                      # what the fake node logged
 
 
 class FakePub:
@@ -51,15 +52,15 @@ def frame():
 
 
 def outputs(readers, names=('mask', 'mask_compressed', 'overlay', 'overlay_compressed',
-                            'state'), serialized=False):
+                            'state'), serialized=False, overlay_device=None):
     require_messages()
     pubs = {name: FakePub(name, readers) for name in names}
     pubs.setdefault('objects', None)
-    logger = SimpleNamespace(warning=lambda text: None)
+    logger = SimpleNamespace(warning=WARNINGS.append)
     node = SimpleNamespace(context=SimpleNamespace(ok=lambda: True), get_logger=lambda: logger,
                            destroy_lifecycle_publisher=lambda p: None)
     return Publishers(node, pubs, Totals(), lambda i: '', serial=False,
-                      serialized=serialized), pubs
+                      serialized=serialized, overlay_device=overlay_device), pubs
 
 
 def published(rgb=None, res=None):
@@ -146,6 +147,40 @@ def test_serialized_mask_and_overlay_are_the_messages_rclpy_would_send():
         assert isinstance(raw, bytes) and isinstance(msg, Image)
         assert deserialize_message(raw, Image) == msg
     assert type(sent[True]['state'].sent[0]) is type(sent[False]['state'].sent[0])
+
+
+def test_overlay_rendered_on_the_device_is_the_hosts_and_falls_back_once(monkeypatch):
+    """overlay_on_gpu: the overlay is rendered by overlay_device (here on the CPU device; on
+    the GPU in test/gpu/test_overlay_gpu.py) with the host renderer's pixels; a failure there
+    is logged once and the host renders from then on."""
+    from sam2_ros.overlay_device import DeviceOverlay
+
+    readers = {'overlay': 1}
+    out, pubs = outputs(readers, overlay_device='cpu')
+    p = published()
+    out.publish_overlay(p)
+    want = render_overlay(p.rgb, p.result)
+    got = np.frombuffer(bytes(pubs['overlay'].sent[0].data), np.uint8).reshape(H, W, 3)
+    np.testing.assert_array_equal(got, want)
+    calls = []
+
+    def broken(self, rgb, res):
+        calls.append(1)
+        raise RuntimeError('CUDA error: out of memory')
+    monkeypatch.setattr(DeviceOverlay, 'render', broken)
+    WARNINGS.clear()
+    for _ in range(2):
+        out.publish_overlay(p)
+    assert calls == [1] and len(WARNINGS) == 1 and 'out of memory' in WARNINGS[0]
+    for msg in pubs['overlay'].sent[1:]:
+        np.testing.assert_array_equal(
+            np.frombuffer(bytes(msg.data), np.uint8).reshape(H, W, 3), want)
+
+
+@pytest.mark.parametrize('on, device, where', [(True, 'cuda', 'cuda'), (True, 'cuda:1', 'cuda:1'),
+                                               (False, 'cuda', None), (True, 'cpu', None)])
+def test_the_overlay_goes_to_the_trackers_gpu_only_when_asked(on, device, where):
+    assert pubs_mod.overlay_device_of(SimpleNamespace(overlay_on_gpu=on), device) == where
 
 
 def test_a_tensor_frame_is_copied_to_the_host_only_for_the_overlay(monkeypatch):

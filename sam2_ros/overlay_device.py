@@ -1,0 +1,90 @@
+"""The overlay's shading (``overlay.shade``: masks blended with their colors, inner outlines)
+with torch ops, on the device of the frame: the ROS node renders its overlays on the GPU.
+
+Why: a 720p overlay is a dozen whole-image OpenCV passes on the host (color lookup, weighted
+sum, masked copies, erosion, dilation), about 4 ms of CPU per frame and per camera, beside
+the tracking worker, the receivers and the publishers of the same process; with two 60 Hz
+cameras it was 3.5 ms of the one-node p99 (docs/performance.md). On the GPU it is a few
+small kernels and two copies. The pixels equal OpenCV's at the overlay's alpha (0.5: the
+weighted sum is exact in float32 and both round it half to even; at other alphas OpenCV's fused
+multiply-add rounds a few sums one level the other way); erosion and dilation are max pools
+whose padding never wins, as OpenCV's default border (``test/cli/test_overlay_device.py``).
+The id labels are text, drawn on the host after the copy back (``overlay.put_labels``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from sam2_ros.engine.types import FrameResult
+from sam2_ros.overlay import outline_kernel, palette, put_labels
+
+_PALETTES: Dict[torch.device, torch.Tensor] = {}
+
+
+def _palette(device: torch.device) -> torch.Tensor:
+    if device not in _PALETTES:
+        _PALETTES[device] = torch.from_numpy(np.ascontiguousarray(palette())).to(device)
+    return _PALETTES[device]
+
+
+def shade(rgb: torch.Tensor, label: torch.Tensor, alpha: float = 0.5,
+          contours: bool = True) -> torch.Tensor:
+    """rgb [H, W, 3] uint8, label [H, W] uint8 (0: background), on one device -> a new
+    [H, W, 3] uint8 image: ``overlay.shade``'s pixels."""
+    colored = _palette(rgb.device)[label.long()]                     # [H, W, 3]
+    blend = torch.round(rgb.float() * (1.0 - alpha) + colored.float() * alpha)
+    obj = (label > 0).unsqueeze(-1)                                  # [H, W, 1]
+    out = torch.where(obj, blend.clamp_(0, 255).to(torch.uint8), rgb)
+    if contours:
+        k = outline_kernel(*label.shape)
+        lab = label.float()[None, None]                              # [1, 1, H, W]
+        dilated = F.max_pool2d(lab, k, stride=1, padding=k // 2)
+        eroded = -F.max_pool2d(-lab, k, stride=1, padding=k // 2)
+        edge = ((dilated != lab) | (eroded != lab))[0, 0].unsqueeze(-1) & obj
+        out = torch.where(edge, colored, out)
+    return out
+
+
+class DeviceOverlay:
+    """Overlays rendered on ``device`` on a CUDA stream of their own (the tracker's work is
+    not queued behind them), from host or device frames, returned on the host with labels.
+    One thread uses it (the node's overlay thread): its staging buffer is reused per frame."""
+
+    def __init__(self, device: str) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == 'cuda'
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.staging: Optional[torch.Tensor] = None      # pinned [H, W, 3] for host frames
+
+    def render(self, rgb, res: FrameResult) -> np.ndarray:
+        """rgb [H, W, 3] uint8 (numpy on the host, or a tensor on any device), the frame's
+        results -> the overlay [H, W, 3] uint8 on the host (``overlay.render_overlay``'s)."""
+        if not res.objects:
+            return rgb.contiguous().cpu().numpy() if isinstance(rgb, torch.Tensor) \
+                else np.array(rgb, copy=True)
+        with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+            frame = self._to_device(rgb)
+            label = torch.from_numpy(np.ascontiguousarray(res.label_mask())).to(self.device)
+            out = shade(frame, label).cpu().numpy()      # the copy back waits for the kernels
+        put_labels(out, res)
+        return out
+
+    def _to_device(self, rgb) -> torch.Tensor:
+        """The frame as a [H, W, 3] uint8 tensor on the device: a tensor as it is (or copied
+        there), a host array through the pinned staging buffer (a received frame is a
+        read-only view, which torch does not wrap)."""
+        if isinstance(rgb, torch.Tensor):
+            return rgb.to(self.device)
+        arr = np.asarray(rgb)
+        if not self.cuda:
+            return torch.from_numpy(np.array(arr, copy=True))
+        if self.staging is None or tuple(self.staging.shape) != arr.shape:
+            self.staging = torch.empty(arr.shape, dtype=torch.uint8).pin_memory()
+        np.copyto(self.staging.numpy(), arr)
+        return self.staging.to(self.device, non_blocking=True)

@@ -1,0 +1,28 @@
+"""The node's overlay rendered on the GPU (sam2_ros/overlay_device.py, overlay_on_gpu) against
+the host's OpenCV rendering: the same pixels, labels included, from a host frame (a read-only
+view, as a received message is) and from a frame already on the GPU (nvJPEG's); the
+tracker's stream is left alone (the overlay's work runs on a stream of its own)."""
+
+import numpy as np
+import pytest
+import torch
+
+from overlay_scenes import result, scene
+from sam2_ros import overlay
+from sam2_ros.overlay_device import DeviceOverlay
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
+
+
+@pytest.mark.parametrize('h,w', [(720, 1280), (1080, 1920), (37, 53)])
+def test_gpu_overlay_equals_the_hosts(h, w):
+    rgb, label = scene(h, w, seed=h)
+    res = result(label)
+    want = overlay.render_overlay(rgb, res)
+    ov = DeviceOverlay('cuda')
+    frozen = rgb.copy()
+    frozen.flags.writeable = False
+    for frame in (frozen, torch.from_numpy(rgb).cuda(), frozen):     # staging reused
+        np.testing.assert_array_equal(ov.render(frame, res), want)
+    assert ov.stream is not None and ov.stream != torch.cuda.current_stream()
