@@ -68,9 +68,10 @@ class EagerRunner:
         return encoder.encode_image(self.model, image)
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ids: List[int], sync: bool = True) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """logits [B, 1, s, s], scores [B], ids [B] -> masks [B, H, W] bool, stats [B, 8] and
-        label [H, W] uint8 on the host (``masks_out.host_results``)."""
+        label [H, W] uint8 on the host (``masks_out.host_results``; complete on return
+        whatever ``sync`` says)."""
         return masks_out.host_results(logits, h, w, scores, ids)
 
     def track(self, features: encoder.Features, bank: MemoryBank, sels: List[Selection],

@@ -32,52 +32,12 @@ from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
 from sam2_ros.engine.runners import make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
+from sam2_ros.engine.stream_handle import StreamHandle
 from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
                                    StreamsResult)
 from sam2_ros.engine.warm_up import warm_up
 
 log = logging.getLogger(__name__)
-
-
-class StreamHandle:
-    """Camera c of a ``MultiStreamTracker`` (``tracker.stream(c)``): the prompt and object calls
-    of ``StreamingTracker``, with the same semantics and errors, on this camera alone."""
-
-    def __init__(self, tracker: 'MultiStreamTracker', stream: Stream):
-        self.tracker = tracker
-        self.stream = stream
-
-    @property
-    def object_ids(self) -> List[int]:
-        """Ids of this camera's tracked objects, ascending (queued ones excluded)."""
-        return sorted(self.stream.objects)
-
-    @property
-    def frame_index(self) -> int:
-        """Index of this camera's latest tracked frame (-1 before the first)."""
-        return self.stream.frame
-
-    def add_prompt(self, prompt: Prompt) -> FrameResult:
-        """As ``StreamingTracker.add_prompt``, on this camera's latest frame."""
-        return self.tracker.add_prompt(self.stream, prompt)
-
-    def defer_prompt(self, prompt: Prompt) -> None:
-        """As ``StreamingTracker.defer_prompt``: on this camera's latest frame, computed with
-        this camera's next frame."""
-        self.tracker.defer_prompt(self.stream, prompt)
-
-    def queue_prompt(self, prompt: Prompt) -> None:
-        """As ``StreamingTracker.queue_prompt``: for this camera's next frame."""
-        self.stream.queue(dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id)))
-
-    def remove_object(self, obj_id: int) -> None:
-        """As ``StreamingTracker.remove_object``."""
-        self.stream.remove(obj_id)
-
-    def reset(self) -> None:
-        """As ``StreamingTracker.reset``: this camera's objects only; its next frame may have
-        another size."""
-        self.stream.reset()
 
 
 class MultiStreamTracker:
@@ -248,10 +208,14 @@ class MultiStreamTracker:
         except Exception as exc:  # noqa: BLE001 - the frames fail, memory stays consistent
             self._fail([s.index for s in live], out, exc, self._step_failed(exc))
             return
-        for s in live:
+        # every camera's read-back queued, then one synchronize for all of them
+        reads = [self._read(s, sync=False) for s in live]
+        if self.device.type == 'cuda':
+            torch.cuda.current_stream(self.device).synchronize()
+        for s, read in zip(live, reads):
             self.stats['frames'] += 1
             mode = _mode([m for (t, _), m in zip(tracked, modes) if t is s])
-            out.results[s.index] = self._result(s, mode, t0, tracked=True)
+            out.results[s.index] = self._built(s, read, mode, t0, tracked=True)
 
     @staticmethod
     def _step_failed(exc: Exception) -> Callable[[Stream], str]:
@@ -357,13 +321,26 @@ class MultiStreamTracker:
         """Results of every object of the stream on its latest frame, read back in one
         device-to-host copy. engine_ms runs from t0 to the end of that copy (so it includes
         the GPU work). tracked=True (a new frame) advances each object's occluded/lost run."""
-        f, (h, w) = stream.frame, stream.hw
+        return self._built(stream, self._read(stream), mode, t0, tracked)
+
+    def _read(self, stream: Stream, sync: bool = True) -> Tuple[list, torch.Tensor, tuple]:
+        """The read-back of the stream's objects (their masks, stats and label mask in one
+        copy to the host): (objects, their logits, (masks, stats, label)). sync=False: queued
+        only, the caller synchronizes before ``_built`` reads the arrays."""
+        h, w = stream.hw
         objs = stream.sorted_objects()
         slots = self.bank.stage([o.slot for o in objs])
         logits = self.bank.logits.index_select(0, slots)
         scores = self.bank.scores.index_select(0, slots)
+        return objs, logits, self.runner.results(logits, scores, h, w,
+                                                 [o.obj_id for o in objs], sync=sync)
+
+    def _built(self, stream: Stream, read: tuple, mode: str, t0: float,
+               tracked: bool) -> FrameResult:
+        """The FrameResult of a read-back (``_read``) that has completed."""
+        f, (h, w) = stream.frame, stream.hw
+        objs, logits, (masks, stats, label) = read
         ids = [o.obj_id for o in objs]
-        masks, stats, label = self.runner.results(logits, scores, h, w, ids)
         stream.occluded_runs()      # those of prompts deferred on the previous frame, first
         res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
         res.set_label(label, ids)

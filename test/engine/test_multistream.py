@@ -165,6 +165,27 @@ def test_one_track_call_and_one_encode_per_step(one_thread, monkeypatch):
     assert calls['track'] == [[0, 1, 1], [0, 0]]
 
 
+def test_cameras_read_back_with_one_wait_prompts_at_once(one_thread, monkeypatch):
+    """A step queues every camera's read-back (sync=False) and synchronizes once for all; a
+    prompt's result is read back and waited for at once."""
+    m = multi(cfg_of())
+    syncs = []
+    real = m.runner.results
+
+    def results(logits, scores, h, w, ids, sync=True):
+        syncs.append(sync)
+        return real(logits, scores, h, w, ids, sync=sync)
+    monkeypatch.setattr(m.runner, 'results', results)
+    m.track([frame(0, 0), frame(1, 0)])
+    assert syncs == [False, False]
+    syncs.clear()
+    m.stream(1).add_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    assert syncs == [True]
+    syncs.clear()
+    out = m.track([frame(0, 1), frame(1, 1)])
+    assert syncs == [False, False] and len(out.results[1].objects) == 1
+
+
 def test_capacity_and_ids_are_per_camera(one_thread):
     m = multi(cfg_of(max_objects=2))
     m.track([frame(0, 0), frame(1, 0)])

@@ -93,9 +93,12 @@ class GraphIO:
         cap.event = self._record()
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                ids: List[int], sync: bool = True
+                ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """As ``EagerRunner.results``, by the mask graph of the smallest bucket that holds the
-        objects; None when there is none (the caller runs it eagerly)."""
+        objects; None when there is none (the caller runs it eagerly). sync=False: the copies
+        to the returned (pinned) arrays are queued, not waited for: the caller synchronizes
+        the stream before reading them (several cameras' read-backs, one wait)."""
         n = logits.shape[0]
         batch = buckets.smallest_batch(self.out_buckets, n) if n else None
         cap = None if batch is None else self.get(MasksOutKey(batch, h, w))
@@ -115,7 +118,7 @@ class GraphIO:
         host_m.copy_(masks[:n], non_blocking=self.cuda)
         host_s.copy_(stats[:n], non_blocking=self.cuda)
         host_l.copy_(label, non_blocking=self.cuda)
-        if self.cuda:
+        if self.cuda and sync:
             torch.cuda.current_stream().synchronize()
         return host_m.numpy(), host_s.numpy(), host_l.numpy()
 

@@ -250,9 +250,11 @@ class GraphRunner:
         return self.graphs.encoder.outputs
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
-                ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ids: List[int], sync: bool = True) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As ``EagerRunner.results``, by the masks-out graph where there is one; sync=False:
+        the copies are only queued (the caller synchronizes the stream before reading)."""
         out = None if self.graphs is None else self.graphs.io.results(logits, scores, h, w,
-                                                                       ids)
+                                                                       ids, sync=sync)
         return self.eager.results(logits, scores, h, w, ids) if out is None else out
 
     # ---- steps -----------------------------------------------------------------------

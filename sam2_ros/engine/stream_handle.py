@@ -1,0 +1,53 @@
+"""Camera c of a ``MultiStreamTracker`` (``tracker.stream(c)``): the per-camera prompt and
+object calls, delegated to the tracker for that camera's stream. Imports no ROS."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, List
+
+from sam2_ros.engine.prompts import check_obj_id
+from sam2_ros.engine.stream import Stream
+from sam2_ros.engine.types import FrameResult, Prompt
+
+class StreamHandle:
+    """Camera c of a ``MultiStreamTracker`` (``tracker.stream(c)``): the prompt and object calls
+    of ``StreamingTracker``, with the same semantics and errors, on this camera alone."""
+
+    def __init__(self, tracker: Any, stream: Stream):
+        """tracker: the ``MultiStreamTracker`` (not imported here: it imports this module);
+        stream: its camera's ``Stream``."""
+        self.tracker = tracker
+        self.stream = stream
+
+    @property
+    def object_ids(self) -> List[int]:
+        """Ids of this camera's tracked objects, ascending (queued ones excluded)."""
+        return sorted(self.stream.objects)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of this camera's latest tracked frame (-1 before the first)."""
+        return self.stream.frame
+
+    def add_prompt(self, prompt: Prompt) -> FrameResult:
+        """As ``StreamingTracker.add_prompt``, on this camera's latest frame."""
+        return self.tracker.add_prompt(self.stream, prompt)
+
+    def defer_prompt(self, prompt: Prompt) -> None:
+        """As ``StreamingTracker.defer_prompt``: on this camera's latest frame, computed with
+        this camera's next frame."""
+        self.tracker.defer_prompt(self.stream, prompt)
+
+    def queue_prompt(self, prompt: Prompt) -> None:
+        """As ``StreamingTracker.queue_prompt``: for this camera's next frame."""
+        self.stream.queue(dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id)))
+
+    def remove_object(self, obj_id: int) -> None:
+        """As ``StreamingTracker.remove_object``."""
+        self.stream.remove(obj_id)
+
+    def reset(self) -> None:
+        """As ``StreamingTracker.reset``: this camera's objects only; its next frame may have
+        another size."""
+        self.stream.reset()
