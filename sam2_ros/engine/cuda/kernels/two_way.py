@@ -6,7 +6,9 @@ letting autocast cast q, k and v to bf16 (the image side's ``keys + key_pe`` is 
 twice per block). Here each norm does the residual add and writes, besides its float32
 output (the residual stream), the bf16 inputs the following projections read: the output
 plus its positional encoding and the output itself. The first block's image-side inputs
-come from one kernel (``elementwise.py``). Projections, SDPA and MLPs are sam2's modules.
+come from one kernel (``elementwise.py``). A self-attention projects the one tensor it
+reads as several of q, k, v with one GEMM (``Projections``). SDPA and MLPs are sam2's
+modules.
 """
 
 from __future__ import annotations
@@ -21,13 +23,48 @@ from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import NormOut, add_layernorm
 
 
-def attend(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor,
-           v: torch.Tensor) -> torch.Tensor:
-    """sam2's ``Attention.forward`` on inputs already in the projections' dtype."""
-    q = attn._separate_heads(attn.q_proj(q), attn.num_heads)
-    k = attn._separate_heads(attn.k_proj(k), attn.num_heads)
-    v = attn._separate_heads(attn.v_proj(v), attn.num_heads)
-    out = F.scaled_dot_product_attention(q, k, v)
+class Projections:
+    """An attention's q, k, v projections with their weights concatenated once, for inputs
+    that are one tensor: a self-attention's q = k = v (the first block's, one GEMM for the
+    three) or q = k (the later blocks' queries + PE, one GEMM for both, one for v). The same
+    products as three Linears, in fewer kernels (within a GEMM's rounding)."""
+
+    def __init__(self, attn: torch.nn.Module):
+        self.attn = attn
+        ps = (attn.q_proj, attn.k_proj, attn.v_proj)
+        with torch.no_grad():
+            self.qkv = (torch.cat([p.weight for p in ps]), torch.cat([p.bias for p in ps]))
+            self.qk = (torch.cat([p.weight for p in ps[:2]]),
+                       torch.cat([p.bias for p in ps[:2]]))
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a = self.attn
+        if q is k and k is v:
+            return _linear(q, *self.qkv).split(a.internal_dim, dim=-1)
+        if q is k:
+            qp, kp = _linear(q, *self.qk).split(a.internal_dim, dim=-1)
+            return qp, kp, a.v_proj(v)
+        return a.q_proj(q), a.k_proj(k), a.v_proj(v)
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """F.linear in x's dtype (x is already in the dtype the Linears compute in)."""
+    if w.dtype != x.dtype:
+        w, b = w.to(x.dtype), b.to(x.dtype)
+    return F.linear(x, w, b)
+
+
+def attend(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           proj: Optional[Projections] = None) -> torch.Tensor:
+    """sam2's ``Attention.forward`` on inputs already in the projections' dtype; ``proj``:
+    its projections fused where inputs are shared."""
+    qp, kp, vp = proj(q, k, v) if proj is not None else (
+        attn.q_proj(q), attn.k_proj(k), attn.v_proj(v))
+    h = attn.num_heads
+    out = F.scaled_dot_product_attention(attn._separate_heads(qp, h),
+                                         attn._separate_heads(kp, h),
+                                         attn._separate_heads(vp, h))
     return attn.out_proj(attn._recombine_heads(out))
 
 
@@ -55,6 +92,8 @@ class FusedTwoWayTransformer(torch.nn.Module):
     def __init__(self, inner: torch.nn.Module):
         super().__init__()
         self.inner = inner
+        # each block's self-attention reads one tensor as q and k (and v in the first block)
+        self.self_proj = [Projections(layer.self_attn) for layer in inner.layers]
 
     def forward(self, image_embedding: torch.Tensor, image_pe: torch.Tensor,
                 point_embedding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -67,8 +106,9 @@ class FusedTwoWayTransformer(torch.nn.Module):
         k_pe, k_plain = key_value_inputs(keys_x, key_pe, lin)
         keys = _Side(keys_x, k_pe, k_plain)
         queries: Optional[_Side] = None
-        for layer in t.layers:
-            queries, keys = self._block(layer, point_embedding, queries, keys, query_pe, key_pe)
+        for layer, proj in zip(t.layers, self.self_proj):
+            queries, keys = self._block(layer, proj, point_embedding, queries, keys, query_pe,
+                                        key_pe)
         attn_out = attend(t.final_attn_token_to_image, queries.with_pe, keys.with_pe,
                           keys.plain)
         out = add_layernorm(t.norm_final_attn, queries.x, attn_out,
@@ -77,18 +117,20 @@ class FusedTwoWayTransformer(torch.nn.Module):
         return out, keys.x
 
     @staticmethod
-    def _block(blk, point_embedding: torch.Tensor, queries: Optional[_Side], keys: _Side,
-               query_pe: torch.Tensor, key_pe: torch.Tensor) -> Tuple[_Side, _Side]:
+    def _block(blk, proj: Projections, point_embedding: torch.Tensor,
+               queries: Optional[_Side], keys: _Side, query_pe: torch.Tensor,
+               key_pe: torch.Tensor) -> Tuple[_Side, _Side]:
         if blk.skip_first_layer_pe:     # no residual: queries = self_attn(queries, ...)
             x = point_embedding if queries is None else queries.x
-            sa = blk.self_attn(q=x, k=x, v=x)
+            x = x.to(linear_input(x, x.dtype))       # autocast's cast, once for q, k and v
+            sa = attend(blk.self_attn, x, x, x, proj)
             q = _norm(blk.norm1, sa, None, query_pe)
         else:
             if queries is None:
                 queries = _Side(point_embedding, *(t.to(linear_input(
                     point_embedding, point_embedding.dtype)) for t in (
                         point_embedding + query_pe, point_embedding)))
-            sa = attend(blk.self_attn, queries.with_pe, queries.with_pe, queries.plain)
+            sa = attend(blk.self_attn, queries.with_pe, queries.with_pe, queries.plain, proj)
             q = _norm(blk.norm1, queries.x, sa, query_pe)
         ca = attend(blk.cross_attn_token_to_image, q.with_pe, keys.with_pe, keys.plain)
         q = _norm(blk.norm2, q.x, ca, query_pe)
