@@ -24,6 +24,9 @@
 #     with stall_trace_ms 8, the same without the overlay subscribed, and raw 1 object
 #   bash scripts/gpu/gpu_node_latency.sh threads  # one node for two cameras (1, 3 objects each)
 #     with OpenCV's default pool and opencv_threads 1, raw 3/8/1 objects
+#   bash scripts/gpu/gpu_node_latency.sh overlay  # one node for two cameras: overlay_on_gpu on
+#     and off, merge_step_buckets on and off (3 objects), then raw 1/3/8 and jpeg 1/8
+#   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -59,7 +62,7 @@ else
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
 fi
-if [[ "$MODE" =~ ^(input|session|targets)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
+if [[ "$MODE" =~ ^(input|session|targets|overlay)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
   if [ ! -e /tmp/site/.installed_gpu ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
@@ -190,6 +193,18 @@ elif [ "$MODE" = merge ]; then   # merge_step_buckets on and off: one node, two 
   run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
   run cams2_1gpu_1node_3obj_rxproc_again --objects 3 "${ONE[@]}"
+elif [ "$MODE" = overlay ]; then   # the GPU overlay and merged buckets, then the target rows
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run cams2_1gpu_1node_1obj_rxproc_hostoverlay --objects 1 "${ONE[@]}" --no-gpu-overlay
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
+  run cams2_1gpu_1node_3obj_rxproc_hostoverlay --objects 3 "${ONE[@]}" --no-gpu-overlay
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
 elif [ "$MODE" = session ]; then   # the target rows of transport and stereo, most wanted first
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" --one-node

@@ -105,6 +105,8 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
         values['stall_trace_ms'] = float(args.stall_trace_ms)
     if getattr(args, 'merge_buckets', None) is not None:
         values['merge_step_buckets'] = bool(args.merge_buckets)
+    if getattr(args, 'gpu_overlay', None) is not None:
+        values['overlay_on_gpu'] = bool(args.gpu_overlay)
     if getattr(args, 'opencv_threads', None) is not None:
         values['opencv_threads'] = int(args.opencv_threads)
     if getattr(args, 'receiver_process', None) is not None:

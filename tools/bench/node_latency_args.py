@@ -46,6 +46,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--merge-buckets', action=argparse.BooleanOptionalAction, default=None,
                     help="the node's merge_step_buckets parameter (default: the YAML's): objects "
                          'of different step buckets in one padded replay')
+    ap.add_argument('--gpu-overlay', action=argparse.BooleanOptionalAction, default=None,
+                    help="the node's overlay_on_gpu parameter (default: the YAML's): the overlay "
+                         "rendered on the tracker's GPU, or on the host")
     ap.add_argument('--opencv-threads', type=int, default=None,
                     help="the node's opencv_threads parameter (default: the YAML's, 0: "
                          "OpenCV's pool of a thread per core)")

@@ -154,6 +154,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + (['stalltrace'] if cam['node_params'].get('stall_trace_ms') else [])
         + (['separatebuckets'] if cam['node_params'].get('merge_step_buckets') is False
            else [])
+        + (['hostoverlay'] if cam['node_params'].get('overlay_on_gpu') is False else [])
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
 

@@ -192,12 +192,13 @@ def node_latency(results: str) -> List[str]:
 
 
 # settings a row's variant names that no column shows (node_latency_rows.variant)
-_OTHER = re.compile(r'^(cv\d+|separatebuckets|stalltrace|cudaeager)$')
+_OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager)$')
 
 
 def _other(r: dict) -> str:
     """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
-    'separatebuckets' (merge_step_buckets off), 'stalltrace', 'cudaeager'."""
+    'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
+    'stalltrace', 'cudaeager'."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
     return ', '.join(parts) or '-'
