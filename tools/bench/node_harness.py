@@ -70,6 +70,35 @@ def camera_topic(ns: str, input_kind: str = 'raw') -> str:
 
 # ----------------------------------------------------------------------------- node process
 
+# The benchmark's flags that set one node parameter each, as given (unset: the YAML's):
+# (flag, parameter, type, what the help adds)
+NODE_FLAGS = (
+    ('--pipeline', 'pipeline', bool, ''),
+    ('--tune-malloc', 'tune_malloc', bool,
+     ', also applied to this receiving process (sam2_ros/ros/malloc.py)'),
+    ('--receiver-process', 'image_receiver_process', bool,
+     ': raw images received by a process of their own per camera'),
+    ('--stall-trace-ms', 'stall_trace_ms', float,
+     ": 0 is off; a tracking call past this many ms is logged with every thread's stack "
+     '(sam2_ros/ros/stall_trace.py)'),
+    ('--merge-buckets', 'merge_step_buckets', bool,
+     ': objects of different step buckets in one padded replay'),
+    ('--gpu-overlay', 'overlay_on_gpu', bool,
+     ": the overlay rendered on the tracker's GPU, or on the host"),
+    ('--opencv-threads', 'opencv_threads', int, ": 0, OpenCV's pool of a thread per core"),
+)
+
+
+def node_flag_values(args: argparse.Namespace) -> Dict[str, Any]:
+    """{parameter: value} of the NODE_FLAGS given on the command line."""
+    out = {}
+    for flag, param, kind, _ in NODE_FLAGS:
+        value = getattr(args, flag[2:].replace('-', '_'), None)
+        if value is not None:
+            out[param] = kind(value)
+    return out
+
+
 def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log_path: Path,
                ns: str = '', device: Optional[str] = None,
                cameras: Sequence[str] = ()) -> NodeProcess:
@@ -97,20 +126,7 @@ def start_node(args: argparse.Namespace, env: Dict[str, str], workdir: Path, log
                        'camera_period_ms': 1000.0 / args.rate, 'pair_tolerance_ms': 0.0})
     if args.graph_mode:
         values['graph_mode'] = args.graph_mode
-    if args.pipeline is not None:
-        values['pipeline'] = bool(args.pipeline)
-    if args.tune_malloc is not None:
-        values['tune_malloc'] = bool(args.tune_malloc)
-    if getattr(args, 'stall_trace_ms', None) is not None:
-        values['stall_trace_ms'] = float(args.stall_trace_ms)
-    if getattr(args, 'merge_buckets', None) is not None:
-        values['merge_step_buckets'] = bool(args.merge_buckets)
-    if getattr(args, 'gpu_overlay', None) is not None:
-        values['overlay_on_gpu'] = bool(args.gpu_overlay)
-    if getattr(args, 'opencv_threads', None) is not None:
-        values['opencv_threads'] = int(args.opencv_threads)
-    if getattr(args, 'receiver_process', None) is not None:
-        values['image_receiver_process'] = bool(args.receiver_process)
+    values.update(node_flag_values(args))
     if getattr(args, 'precompile', None):
         values['precompile'] = csv(args.precompile)
     return NodeProcess(values, workdir / f'node_params{ns}.yaml', log_path, env=env, ns=ns,

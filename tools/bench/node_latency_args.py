@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
-from tools.bench.node_harness import INPUTS, ROOT, TRANSPORTS
+from tools.bench.node_harness import INPUTS, NODE_FLAGS, ROOT, TRANSPORTS
 from sam2_ros.engine.config import default_precision
 
 DESCRIPTION = ('End-to-end latency of the ROS node: image published -> mask (and state) '
@@ -31,27 +31,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--objects', type=int, default=1,
                     help='objects prompted (box prompts): one moving disc each')
     ap.add_argument('--graph-mode', default=None, help='swap | batched (default: the YAML)')
-    ap.add_argument('--pipeline', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's pipeline parameter (default: the YAML's)")
-    ap.add_argument('--tune-malloc', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's tune_malloc parameter (default: the YAML's), also applied "
-                         'to this receiving process (sam2_ros/ros/malloc.py)')
-    ap.add_argument('--receiver-process', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's image_receiver_process parameter (default: the YAML's): "
-                         'raw images received by a process of their own per camera')
-    ap.add_argument('--stall-trace-ms', type=float, default=None,
-                    help="the node's stall_trace_ms parameter (default: the YAML's, off): a "
-                         'tracking call past this many ms is logged with every thread\'s stack '
-                         '(sam2_ros/ros/stall_trace.py)')
-    ap.add_argument('--merge-buckets', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's merge_step_buckets parameter (default: the YAML's): objects "
-                         'of different step buckets in one padded replay')
-    ap.add_argument('--gpu-overlay', action=argparse.BooleanOptionalAction, default=None,
-                    help="the node's overlay_on_gpu parameter (default: the YAML's): the overlay "
-                         "rendered on the tracker's GPU, or on the host")
-    ap.add_argument('--opencv-threads', type=int, default=None,
-                    help="the node's opencv_threads parameter (default: the YAML's, 0: "
-                         "OpenCV's pool of a thread per core)")
+    for flag, param, kind, why in NODE_FLAGS:    # a node parameter each, passed as given
+        ap.add_argument(flag, default=None, help=f"the node's {param} parameter (default: the "
+                                                 f"YAML's){why}",
+                        **({'action': argparse.BooleanOptionalAction} if kind is bool
+                           else {'type': kind}))
     ap.add_argument('--precompile', default=None,
                     help="the node's precompile parameter, comma-separated ('encoder,heads'; "
                          'default: the YAML\'s); a start without its files compiles them first '

@@ -1,10 +1,10 @@
 """sam2's ``RoPEAttention`` with its rotary encoding in one kernel (``rope.py``).
 
 Projections and the output projection are sam2's Linears (a self-attention whose q, k and v
-inputs are one tensor runs one GEMM over the three projections' concatenated weights); the
-attention call is ``attend`` (q, k, v [B, H, L, D] -> [B, H, Lq, D]): SDPA as sam2, or the
-graph runner's variable-length / split-KV attention (``attention.py`` swaps it in through
-``swapped``).
+inputs are one tensor runs one GEMM over the three projections' concatenated weights,
+``projections.py``); the attention call is ``attend`` (q, k, v [B, H, L, D] -> [B, H, Lq, D]):
+SDPA as sam2, or the graph runner's variable-length / split-KV attention (``attention.py``
+swaps it in through ``swapped``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from sam2.modeling.sam.transformer import RoPEAttention
 
+from sam2_ros.engine.cuda.kernels.projections import Projections
 from sam2_ros.engine.cuda.kernels.rope import rope_tables, rotary_qk
 
 
@@ -28,24 +29,16 @@ class FusedRoPEAttention(RoPEAttention):
     so that sam2's layers pass it the pointer-token count."""
 
     def __init__(self, inner: RoPEAttention, attend: Optional[Callable] = None,
-                 fuse_qkv: bool = False, qkv: Optional[Tuple[torch.Tensor, ...]] = None):
+                 fuse_qkv: bool = False, proj: Optional[Projections] = None):
         torch.nn.Module.__init__(self)
         self.inner = inner
         self.attend = attend or _sdpa
-        self.qkv = qkv
-        if fuse_qkv and qkv is None and inner.kv_in_dim == inner.embedding_dim:
-            with torch.no_grad():
-                self.qkv = (torch.cat([p.weight for p in self.projections()]),
-                            torch.cat([p.bias for p in self.projections()]))
+        self.proj = proj if proj is not None or not fuse_qkv else Projections(inner)
         self.tables: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def projections(self):
-        a = self.inner
-        return a.q_proj, a.k_proj, a.v_proj
 
     def swapped(self, attend: Callable) -> 'FusedRoPEAttention':
         """The same module attending with ``attend`` (shares weights and tables)."""
-        twin = FusedRoPEAttention(self.inner, attend, qkv=self.qkv)
+        twin = FusedRoPEAttention(self.inner, attend, proj=self.proj)
         twin.tables = self.tables
         return twin
 
@@ -63,11 +56,8 @@ class FusedRoPEAttention(RoPEAttention):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 num_k_exclude_rope: int = 0) -> torch.Tensor:
         a = self.inner
-        if self.qkv is not None and q is k and k is v:
-            c = a.internal_dim
-            qp, kp, vp = F.linear(q, *self.qkv).split(c, dim=-1)    # [B, L, C] views
-        else:
-            qp, kp, vp = (proj(x) for proj, x in zip(self.projections(), (q, k, v)))
+        qp, kp, vp = self.proj(q, k, v) if self.proj is not None else (
+            a.q_proj(q), a.k_proj(k), a.v_proj(v))                  # [B, L, C] (views)
         lq = qp.shape[1]
         if lq != kp.shape[1] - num_k_exclude_rope:
             assert a.rope_k_repeat, 'keys of another length than the queries need rope_k_repeat'

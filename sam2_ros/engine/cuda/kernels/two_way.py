@@ -21,38 +21,7 @@ import torch.nn.functional as F
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_linear
 from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import NormOut, add_layernorm
-
-
-class Projections:
-    """An attention's q, k, v projections with their weights concatenated once, for inputs
-    that are one tensor: a self-attention's q = k = v (the first block's, one GEMM for the
-    three) or q = k (the later blocks' queries + PE, one GEMM for both, one for v). The same
-    products as three Linears, in fewer kernels (within a GEMM's rounding)."""
-
-    def __init__(self, attn: torch.nn.Module):
-        self.attn = attn
-        ps = (attn.q_proj, attn.k_proj, attn.v_proj)
-        with torch.no_grad():
-            self.qkv = (torch.cat([p.weight for p in ps]), torch.cat([p.bias for p in ps]))
-            self.qk = (torch.cat([p.weight for p in ps[:2]]),
-                       torch.cat([p.bias for p in ps[:2]]))
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor,
-                 v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a = self.attn
-        if q is k and k is v:
-            return _linear(q, *self.qkv).split(a.internal_dim, dim=-1)
-        if q is k:
-            qp, kp = _linear(q, *self.qk).split(a.internal_dim, dim=-1)
-            return qp, kp, a.v_proj(v)
-        return a.q_proj(q), a.k_proj(k), a.v_proj(v)
-
-
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """F.linear in x's dtype (x is already in the dtype the Linears compute in)."""
-    if w.dtype != x.dtype:
-        w, b = w.to(x.dtype), b.to(x.dtype)
-    return F.linear(x, w, b)
+from sam2_ros.engine.cuda.kernels.projections import Projections
 
 
 def attend(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
