@@ -122,11 +122,16 @@ def test_positions_node_triangulates_objects_seen_by_both_trackers(tmp_path):
                    'the positions node to subscribe')
         pubs[0].publish(state_msg(1_000, [(1, xl, yl, 2.0)]))     # before camera_info:
         pubs[1].publish(state_msg(1_000, [(1, xr, yr, 2.0)]))     # paired, not published
-        for pub, cam in zip(infos, (calib.left, calib.right)):
-            pub.publish(info_msg(cam))
+        # camera_info only once the node has the pair: topics are not ordered among each
+        # other, and a state re-sent after late discovery could otherwise arrive after it
         spin_until(lambda: any(kv.key == 'pairs_before_camera_info' and kv.value == '1'
                                for d in diags for s in d.status for kv in s.values),
                    'diagnostics: the pair before camera_info')
+        for pub, cam in zip(infos, (calib.left, calib.right)):
+            pub.publish(info_msg(cam))
+        # and the next states only once it is calibrated (its diagnostics say 'ok')
+        spin_until(lambda: any(s.message == 'ok' for d in diags for s in d.status),
+                   'diagnostics: the pair calibrated')
         # frame 2000: object 1 in both, 2 only on the left, 3 hidden on the right
         pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (3, xr, yr, -4.0)]))
         pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0), (2, 30.0, 40.0, 1.0),
