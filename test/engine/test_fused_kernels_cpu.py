@@ -219,6 +219,38 @@ def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
     assert type(model.memory_attention).__name__ == 'MemoryAttention'   # the original intact
 
 
+@pytest.mark.parametrize('autocast', [False, True])
+def test_fused_memory_attention_projects_every_layers_keys_and_values_in_two_gemms(autocast):
+    """The cross-attentions of all layers read the same memory: their key projections run as
+    one GEMM and their value projections as another (``SharedKeyValues``), so n layers run
+    6n + 2 GEMMs (self q/k/v and output, cross q and output, the MLP's two) where sam2 runs
+    10n, and the fused layers would run 8n with a key and value GEMM each."""
+    ma = _perturbed(shared_model(64).memory_attention)
+    kw = _memory_inputs(2, 16, 3, 5, autocast)
+    n = len(ma.layers)
+    counts = [_gemms(lambda: _both(lambda: m(**kw), autocast))
+              for m in (ma, FusedMemoryAttention(ma, rope=True))]
+    assert n >= 2 and counts == [10 * n, 6 * n + 2], (n, counts)
+
+
+def _gemms(fn) -> int:
+    """The matrix products (GEMM launches) fn runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.__name__.split('.')[0])
+            return func(*args, **(kwargs or {}))
+
+    with Count() as c:
+        fn()
+    return sum(c.ops.count(op) for op in ('linear', 'addmm', 'mm', 'bmm', '_addmm_activation'))
+
+
 @pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -6)])
 def test_fused_two_way_transformer_equals_sam2(autocast, tol):
     tw = _perturbed(shared_model(64).sam_mask_decoder.transformer)
@@ -236,26 +268,11 @@ def test_fused_two_way_self_attention_projects_shared_inputs_in_one_gemm(autocas
     """The first block's self-attention (q = k = v) projects in one GEMM, the second's (q = k)
     in two: 29 GEMMs for the transformer instead of sam2's 32, and under autocast one cast of
     the point embeddings instead of three."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(func.__name__.split('.')[0])
-            return func(*args, **(kwargs or {}))
-
     tw = _perturbed(shared_model(64).sam_mask_decoder.transformer)
     img, pe = _rand(3, 256, 4, 4, seed=14), _rand(1, 256, 4, 4, seed=15)
     pts = _rand(3, 7, 256, seed=16)
-    counts = []
-    for module in (tw, FusedTwoWayTransformer(tw)):
-        with Count() as c:
-            _both(lambda: module(img, pe, pts), autocast)
-        counts.append(sum(c.ops.count(op) for op in ('linear', 'addmm', 'mm', 'bmm',
-                                                      '_addmm_activation')))
+    counts = [_gemms(lambda: _both(lambda: m(img, pe, pts), autocast))
+              for m in (tw, FusedTwoWayTransformer(tw))]
     assert counts == [32, 29], counts
 
 

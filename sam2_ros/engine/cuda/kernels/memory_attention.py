@@ -9,6 +9,9 @@ Here
 * ``memory + pos`` and ``memory`` are cast once for all layers (``elementwise.py``);
 * RoPE runs in one kernel per attention, self-attention projects q, k, v with one GEMM,
   the MLP's first Linear applies its ReLU in the GEMM's epilogue;
+* the cross-attentions of all layers read the same memory, so their key projections run as
+  one GEMM over the layers' concatenated weights, and their value projections as another
+  (``projections.SharedKeyValues``);
 * the final norm writes [B, C, L] storage, so that the step's reshape to [B, C, h, w] is a
   view;
 * split-KV attention (``attention.split_kv``) merges its chunks in one kernel
@@ -19,7 +22,7 @@ graph runner's attention swaps (``attention.py``) apply to it as to sam2's.
 
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 from sam2.modeling.sam.transformer import RoPEAttention
@@ -27,6 +30,7 @@ from sam2.modeling.sam.transformer import RoPEAttention
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_linear
 from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
+from sam2_ros.engine.cuda.kernels.projections import SharedKeyValues
 from sam2_ros.engine.cuda.kernels.rope_attention import FusedRoPEAttention
 from sam2_ros.engine.cuda.kernels.split_merge import merge_splits
 
@@ -44,8 +48,10 @@ class FusedMemoryAttentionLayer(torch.nn.Module):
 
     def forward(self, a: torch.Tensor, b: Optional[torch.Tensor], b_scale: Optional[float],
                 kin: torch.Tensor, vin: torch.Tensor, query_pos: torch.Tensor,
-                num_k_exclude_rope: int):
-        """Input residual a + b_scale * b ([B, L, C]); returns (residual, MLP output)."""
+                num_k_exclude_rope: int,
+                kv: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
+        """Input residual a + b_scale * b ([B, L, C]); returns (residual, MLP output).
+        kv: this layer's cross-attention keys and values, already projected."""
         ly = self.inner
         sum_dtype = a.dtype if b is None else torch.promote_types(a.dtype, b.dtype)
         dt = linear_input(a, norm_output(a, sum_dtype))
@@ -57,6 +63,8 @@ class FusedMemoryAttentionLayer(torch.nn.Module):
         pe = query_pos if ly.pos_enc_at_cross_attn_queries else None
         n2 = add_layernorm(ly.norm2, n1.s, sa, store_sum=True, y_dtype=dt, pe=pe, pe_dtype=dt)
         kw = {'num_k_exclude_rope': num_k_exclude_rope} if num_k_exclude_rope > 0 else {}
+        if kv is not None:
+            kw['projected'] = kv
         ca = self.cross_attn_image(q=n2.yp if pe is not None else n2.y, k=kin, v=vin, **kw)
         n3 = add_layernorm(ly.norm3, n2.s, ca, store_sum=True, y_dtype=dt)
         if ly.activation_str == 'relu':
@@ -75,6 +83,10 @@ class FusedMemoryAttention(torch.nn.Module):
         self.inner = inner
         self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope)
                                           for ly in inner.layers)
+        cross = [ly.cross_attn_image for ly in self.layers]
+        inner_cross = [m.inner for m in cross if isinstance(m, FusedRoPEAttention)]
+        self.shared_kv = SharedKeyValues(inner_cross) if len(inner_cross) == len(cross) and \
+            SharedKeyValues.applicable(inner_cross) else None
         self.split_merge = merge_splits     # attention.split_kv merges with this kernel
         # its kernels read the current frame, its positions and the memory at any strides
         # (add_layernorm, key_value_inputs), so step.condition_on_memory copies none of them
@@ -99,9 +111,11 @@ class FusedMemoryAttention(torch.nn.Module):
         keys_pos = any(ly.pos_enc_at_cross_attn_keys for ly in m.layers)
         assert keys_pos == all(ly.pos_enc_at_cross_attn_keys for ly in m.layers)
         kin, vin = key_value_inputs(mem, mpos if keys_pos else None, kv_dtype)
-        for layer in self.layers:
+        kvs = self.shared_kv(kin, vin) if self.shared_kv is not None else \
+            [None] * len(self.layers)
+        for layer, kv in zip(self.layers, kvs):
             n_ex = num_obj_ptr_tokens if isinstance(layer.cross_attn_image, RoPEAttention) else 0
-            a, b = layer(a, b, scale, kin, vin, qpos, n_ex)
+            a, b = layer(a, b, scale, kin, vin, qpos, n_ex, kv)
             scale = None
         bsz, length, c = a.shape
         sum_dtype = a.dtype if b is None else torch.promote_types(a.dtype, b.dtype)

@@ -54,10 +54,16 @@ class FusedRoPEAttention(RoPEAttention):
         return self.tables[key]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                num_k_exclude_rope: int = 0) -> torch.Tensor:
+                num_k_exclude_rope: int = 0,
+                projected: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """projected: (k_proj(k), v_proj(v)) already computed (``SharedKeyValues``: the memory
+        attention projects every layer's keys and values at once); k and v are then unused."""
         a = self.inner
-        qp, kp, vp = self.proj(q, k, v) if self.proj is not None else (
-            a.q_proj(q), a.k_proj(k), a.v_proj(v))                  # [B, L, C] (views)
+        if projected is not None:
+            qp, (kp, vp) = a.q_proj(q), projected                    # [B, L, C] (views)
+        else:
+            qp, kp, vp = self.proj(q, k, v) if self.proj is not None else (
+                a.q_proj(q), a.k_proj(k), a.v_proj(v))              # [B, L, C] (views)
         lq = qp.shape[1]
         if lq != kp.shape[1] - num_k_exclude_rope:
             assert a.rope_k_repeat, 'keys of another length than the queries need rope_k_repeat'
