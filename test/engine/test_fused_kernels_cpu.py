@@ -164,6 +164,23 @@ def test_fused_hiera_equals_sam2_trunk(autocast, tol):
         _close(o, r, tol)
 
 
+def test_fused_hiera_partitions_windows_in_its_norms():
+    """Every block's window partition is the first norm's own store, the stage changes'
+    too (they write y in the grid for the pooled projection and in windows for attention):
+    no pad or copy kernel of sam2's ``window_partition`` is left."""
+    trunk = shared_model(64).image_encoder.trunk
+    x = _rand(1, 3, 64, 64, seed=9)
+
+    def run(m):         # no_grad: composite ops reach the counter decomposed, as they launch
+        with torch.no_grad(), torch.autocast('cpu', torch.bfloat16):
+            return m(x)
+    copies = []
+    for m in (trunk, FusedHiera(trunk)):
+        run(m)          # the first call computes what is kept (the positional embedding)
+        copies.append(_ops(lambda: run(m), ('clone', 'constant_pad_nd')))
+    assert copies[0] >= 4 and copies[1] == 0, copies
+
+
 def _memory_inputs(bsz, length, n_s, n_p, bf16):
     curr = _rand(length, bsz, 256, seed=10, dtype=torch.bfloat16 if bf16 else torch.float32)
     mem = _rand(n_s * length + 4 * n_p, bsz, 64, seed=12,
@@ -235,6 +252,11 @@ def test_fused_memory_attention_projects_every_layers_keys_and_values_in_two_gem
 
 def _gemms(fn) -> int:
     """The matrix products (GEMM launches) fn runs."""
+    return _ops(fn, ('linear', 'addmm', 'mm', 'bmm', '_addmm_activation'))
+
+
+def _ops(fn, names) -> int:
+    """How many of the aten ops ``names`` fn runs."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -248,7 +270,7 @@ def _gemms(fn) -> int:
 
     with Count() as c:
         fn()
-    return sum(c.ops.count(op) for op in ('linear', 'addmm', 'mm', 'bmm', '_addmm_activation'))
+    return sum(c.ops.count(op) for op in names)
 
 
 @pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -6)])

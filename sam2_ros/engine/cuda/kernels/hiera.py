@@ -9,12 +9,14 @@ A ``MultiScaleBlock`` computes (sam2/modeling/backbones/hieradet.py, drop_path o
 and autocast casts each norm's float32 output to bf16 before the next Linear. Here
 * the first norm also does the previous block's residual add (``x + mlp`` is never written
   alone, except as a stage output) and writes its bf16 output straight into the window
-  layout (padding rows zero, as F.pad's);
+  layout (padding rows zero, as F.pad's); at a stage change also in the grid layout, which
+  the pooled projection of the shortcut reads;
 * the second norm reads the attention output through the unpartition index map, adds the
   shortcut and writes the new residual and its bf16 output.
 The first block's input add (patch embedding + positional embedding) is fused the same way;
 the positional embedding (an interpolation of parameters) is computed once per size.
-Attention, projections, pooling and the MLP are sam2's modules, sharing its weights.
+A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
+projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 from sam2.modeling.backbones.hieradet import do_pool
-from sam2.modeling.backbones.utils import window_partition
 
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
+from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
 
 
 def partition_rows(h: int, w: int, ws: int, device) -> torch.Tensor:
@@ -61,6 +63,11 @@ class FusedHiera(torch.nn.Module):
         self.rows: Dict[tuple, torch.Tensor] = {}         # index maps per shape
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
         self.outputs = outs
+        # each block's attention: a stage change's pools its queries in one kernel (q_pool.py)
+        strides = [pool_stride(blk.attn) for blk in trunk.blocks]
+        self.attns = torch.nn.ModuleList(
+            blk.attn if s is None else PooledQueryAttention(blk.attn, s)
+            for blk, s in zip(trunk.blocks, strides))
 
     def _pos_embed(self, h: int, w: int, device) -> torch.Tensor:
         key = (h, w, device)
@@ -85,34 +92,36 @@ class FusedHiera(torch.nn.Module):
         for i, blk in enumerate(t.blocks):
             store_in = i - 1 in self.outputs        # the previous block ended a stage
             hw_in = (h, w)
-            x_in, a, b, (h, w) = self._block(blk, a, b, h, w, store_in)
+            x_in, a, b, (h, w) = self._block(blk, self.attns[i], a, b, h, w, store_in)
             if store_in:
                 outputs.append(x_in.view(bsz, *hw_in, -1).permute(0, 3, 1, 2))
         if len(t.blocks) - 1 in self.outputs:
             outputs.append((a + b).view(bsz, h, w, -1).permute(0, 3, 1, 2))
         return outputs
 
-    def _block(self, blk, a: torch.Tensor, b: torch.Tensor, h: int, w: int,
-               store_in: bool) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor,
+    def _block(self, blk, attn_mod: torch.nn.Module, a: torch.Tensor, b: torch.Tensor, h: int,
+               w: int, store_in: bool) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor,
                                          Tuple[int, int]]:
         """One MultiScaleBlock on input a + b ([B, H*W, C] each). Returns (a + b if it was
         stored, the residual before the MLP, the MLP output, the output grid size)."""
         bsz, c = a.shape[0], blk.dim
         ws = blk.window_size
         dt = linear_input(a, torch.promote_types(a.dtype, b.dtype))
+        rows = self._rows('partition', h, w, ws, a.device) if ws > 0 else None
         if blk.dim != blk.dim_out:        # stage change: pooled projection as the shortcut
-            n1 = add_layernorm(blk.norm1, a, b, store_sum=store_in, y_dtype=dt)
-            y = n1.y.view(bsz, h, w, c)
+            # the norm writes y twice, in the grid (the projection's input) and in windows
+            n1 = add_layernorm(blk.norm1, a, b, a_rows=rows, store_sum=store_in, y_dtype=dt,
+                               y_at_a_rows=ws > 0)
+            y = (n1.yg if ws > 0 else n1.y).view(bsz, h, w, c)
             shortcut = do_pool(blk.proj(y), blk.pool)
-            xw = window_partition(y, ws)[0] if ws > 0 else y
+            xw = n1.y.view(-1, ws, ws, c) if ws > 0 else y
             x_in = n1.s
         else:
-            rows = self._rows('partition', h, w, ws, a.device) if ws > 0 else None
             n1 = add_layernorm(blk.norm1, a, b, a_rows=rows, store_sum=True, y_dtype=dt)
             shortcut = n1.s.view(bsz, h, w, c)
             xw = n1.y.view(-1, ws, ws, c) if ws > 0 else n1.y.view(bsz, h, w, c)
             x_in = n1.s
-        attn = blk.attn(xw)
+        attn = attn_mod(xw)
         h2, w2, c2 = shortcut.shape[1:]
         rows = None
         if ws > 0:

@@ -39,10 +39,11 @@ def _add_ln_kernel(
         y_ptr, y_sb, y_sl, y_sc,
         pe_ptr, pe_sb, pe_sl, pe_sc, yp_ptr, yp_sb, yp_sl,
         yc_ptr, yc_sb, yc_sl,
+        yg_ptr, yg_sb, yg_sl,
         n_rows, L, L_in, C,
         A_IDX: tl.constexpr, HAS_B: tl.constexpr, B_IDX: tl.constexpr,
         B_SCALE: tl.constexpr, SUM_BF16: tl.constexpr, STORE_S: tl.constexpr,
-        HAS_PE: tl.constexpr, STORE_YC: tl.constexpr,
+        HAS_PE: tl.constexpr, STORE_YC: tl.constexpr, STORE_YG: tl.constexpr,
         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK_C)
@@ -95,6 +96,9 @@ def _add_ln_kernel(
         y_ = cast_rne(y, y_ptr.dtype.element_ty).to(tl.float32)
         tl.store(yc_ptr + (bi * yc_sb + li_ * yc_sl)[:, None] + c64[None, :],
                  cast_rne(y_, yc_ptr.dtype.element_ty), mask=om)
+    if STORE_YG:        # y again at a's rows (a window partition's input layout)
+        tl.store(yg_ptr + (bi * yg_sb + la * yg_sl)[:, None] + c64[None, :],
+                 cast_rne(y, yg_ptr.dtype.element_ty), mask=m2)
 
 
 @dataclass
@@ -105,6 +109,7 @@ class NormOut:
     s: Optional[torch.Tensor] = None      # [B, L_in, C] the sum (rows of a's index map)
     yp: Optional[torch.Tensor] = None     # [B, L, C] y + pe
     yc: Optional[torch.Tensor] = None     # [B, L, C] y in another dtype
+    yg: Optional[torch.Tensor] = None     # [B, L_in, C] y at a's rows (before the index map)
 
 
 def _rows(t: torch.Tensor):
@@ -119,14 +124,16 @@ def add_layernorm(norm: torch.nn.LayerNorm, a: torch.Tensor, b: Optional[torch.T
                   y_dtype: torch.dtype = torch.float32, store_sum: bool = False,
                   y: Optional[torch.Tensor] = None, pe: Optional[torch.Tensor] = None,
                   pe_dtype: Optional[torch.dtype] = None,
-                  yc_dtype: Optional[torch.dtype] = None) -> NormOut:
+                  yc_dtype: Optional[torch.dtype] = None,
+                  y_at_a_rows: bool = False) -> NormOut:
     """``norm(a + b_scale * b)`` with sam2's dtype semantics, in one kernel.
 
     a [B, L_in, C], b [B, L_b, C] or None; a_rows [L] int32: output row l reads a's row
     a_rows[l] (-1: zero output row, nothing stored in s) and, unless b_rows [L] is given, b's
     same row. out_len: L (default a's L). y: a preallocated output [B, L, C] (any strides, e.g.
     a permuted view) instead of a new contiguous one. pe [B, L, C]: also return y + pe in
-    pe_dtype. yc_dtype: also return y cast to that dtype.
+    pe_dtype. yc_dtype: also return y cast to that dtype. y_at_a_rows: also return y in a's
+    row order ([B, L_in, C], y's dtype; with a_rows a window partition, y before it).
     """
     bsz, l_in, c = a.shape
     assert c == norm.normalized_shape[-1], (a.shape, norm.normalized_shape)
@@ -142,8 +149,9 @@ def add_layernorm(norm: torch.nn.LayerNorm, a: torch.Tensor, b: Optional[torch.T
     s = torch.empty(bsz, l_in, c, device=a.device, dtype=sum_dtype) if store_sum else None
     yp = torch.empty(bsz, length, c, device=a.device, dtype=pe_dtype) if pe is not None else None
     yc = torch.empty(bsz, length, c, device=a.device, dtype=yc_dtype) if yc_dtype else None
+    yg = torch.empty(bsz, l_in, c, device=a.device, dtype=y.dtype) if y_at_a_rows else None
     bb = dummy_like(b, a)
-    ss, pp, ypp, ycc = (dummy_like(t, y) for t in (s, pe, yp, yc))
+    ss, pp, ypp, ycc, ygg = (dummy_like(t, y) for t in (s, pe, yp, yc, yg))
     block_c = next_pow2(c)
     block_r = max(1, min(_TILE // block_c, next_pow2(bsz * length)))
     n_rows = bsz * length
@@ -156,9 +164,10 @@ def add_layernorm(norm: torch.nn.LayerNorm, a: torch.Tensor, b: Optional[torch.T
         y, *_rows(y),
         pp, *_rows(pp), ypp, *(_rows(ypp)[:2]),
         ycc, *(_rows(ycc)[:2]),
+        ygg, *(_rows(ygg)[:2]),
         n_rows, length, l_in, c,
         A_IDX=a_rows is not None, HAS_B=b is not None, B_IDX=b_rows is not None,
         B_SCALE=b_scale is not None, SUM_BF16=sum_dtype == torch.bfloat16,
         STORE_S=s is not None, HAS_PE=pe is not None, STORE_YC=yc is not None,
-        BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
-    return NormOut(y, s, yp, yc)
+        STORE_YG=yg is not None, BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+    return NormOut(y, s, yp, yc, yg)
