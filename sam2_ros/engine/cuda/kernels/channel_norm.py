@@ -16,6 +16,13 @@ from sam2_ros.engine.cuda.kernels.rounding import cast_rne
 
 
 @triton.jit
+def gelu_erf(y):
+    """nn.GELU (approximate='none') of float32 ``y``, in float32: torch's formula
+    (x * 0.5 * (1 + erf(x * M_SQRT1_2))), which computes bf16 inputs in float32 too."""
+    return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+
+
+@triton.jit
 def layernorm2d_math(x, w_ptr, b_ptr, c, valid, c_valid, eps, C, AXIS: tl.constexpr,
                      DT: tl.constexpr, MASKED: tl.constexpr, GELU: tl.constexpr):
     """x float32 (values of DT), channels along AXIS (0 or 1) of a 2-D tile -> LayerNorm2d
@@ -40,7 +47,7 @@ def layernorm2d_math(x, w_ptr, b_ptr, c, valid, c_valid, eps, C, AXIS: tl.conste
     y = tl.expand_dims(w, 1 - AXIS) * xn
     y = y + tl.expand_dims(b, 1 - AXIS)
     if GELU:
-        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+        y = gelu_erf(y)
     return y
 
 

@@ -7,7 +7,10 @@ slices and stacks the hypernetworks' outputs. Here the constant tokens are conca
 (at build), the positional encoding goes to the two-way transformer unrepeated (both sam2's
 and ours broadcast it: the same sums), and every head that is a 3-layer ReLU MLP runs in one
 kernel (``mlp_heads.py``) writing hyper_in [B, 4, C/8], the IoU [B, 4] and the object score
-[B, 1] directly. The upscaling and the hypernetwork product are sam2's code. ``forward``
+[B, 1] directly. The upscaling is sam2's code, except where the 'layernorm2d' group has
+fused its LayerNorm2d and GELU: then the residual add before the norm runs inside the norm's
+kernel and the last add with its GELU in one kernel (``layernorm2d.py``), two kernels fewer.
+The hypernetwork product is sam2's code. ``forward``
 (multimask selection, dynamic multimask via stability, the object-pointer tokens) is sam2's
 own, inherited.
 """
@@ -20,6 +23,7 @@ import torch
 from sam2.modeling.sam.mask_decoder import MaskDecoder
 from sam2.modeling.sam.transformer import TwoWayTransformer
 
+from sam2_ros.engine.cuda.kernels.layernorm2d import add_gelu, fuses_upscaling
 from sam2_ros.engine.cuda.kernels.mlp_heads import MLPStack, stackable
 from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer
 
@@ -101,8 +105,14 @@ class FusedMaskDecoder(MaskDecoder):
         else:
             dc1, ln1, act1, dc2, act2 = self.output_upscaling
             feat_s0, feat_s1 = high_res_features
-            upscaled_embedding = act1(ln1(dc1(src) + feat_s1))
-            upscaled_embedding = act2(dc2(upscaled_embedding) + feat_s0)
+            if fuses_upscaling(ln1, act1, act2):
+                # 'layernorm2d' fused the norm and its GELU: each add joins the kernel after
+                # it, rounded as torch's add (the same values as the lines below)
+                up = ln1(dc1(src), residual=feat_s1)                     # [B, C/4, 2h, 2w]
+                upscaled_embedding = add_gelu(dc2(up), feat_s0)          # [B, C/8, 4h, 4w]
+            else:
+                upscaled_embedding = act1(ln1(dc1(src) + feat_s1))
+                upscaled_embedding = act2(dc2(upscaled_embedding) + feat_s0)
         flat = self.heads.run(hs, bsz * self.flat_width)
         hw_ = self.n_hyper * self.hyper_width
         hyper_in = flat[:bsz * hw_].view(bsz, self.n_hyper, self.hyper_width)
