@@ -26,7 +26,8 @@ PRECOMPILE_PARTS = ('encoder', 'heads')
 # needs no Triton: what depends on the weights and shapes alone, computed once instead of on
 # every replay.
 FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
-                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue', 'fpn')
+                'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue', 'fpn',
+                'pointer_pos')
 TRITON_FREE_GROUPS = ('constants',)
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.

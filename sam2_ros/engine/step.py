@@ -85,6 +85,18 @@ def constants_of(model):
     return getattr(model, 'constants', None)
 
 
+# The attribute of a model copy that encodes the object pointers' temporal positions in one
+# kernel: the fused copy the graphs capture (group 'pointer_pos',
+# ``cuda/kernels/pointer_pos.py``) carries it; the model itself, which the eager runner (the
+# reference) runs, never has it.
+POINTER_POS = 'sam2_ros_pointer_pos'
+
+
+def pointer_pos_of(model):
+    """``model``'s ``POINTER_POS``, or None: sam2's ops (sine encoding, projection, copy)."""
+    return getattr(model, POINTER_POS, None)
+
+
 def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bool = False):
     """Assemble the memory sequence the memory attention reads, in sam2's order.
 
@@ -111,11 +123,18 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
         spatial_dtype = spatial_pos.dtype
     mem_dim = model.mem_dim
     hidden = model.hidden_dim
-    # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected.
+    # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected; where the
+    # model carries the one-kernel encoding (None: it does not compute this call) it writes
+    # it into memory_pos below instead
     t_diff_max = model.max_obj_ptrs_in_encoder - 1
     tpos_dim = hidden if model.proj_tpos_enc_in_obj_ptrs else mem_dim
-    sine = get_1d_sine_pe if consts is None else consts.sine_pe
-    ptr_pos = model.obj_ptr_tpos_proj(sine(mem.ptr_dist / t_diff_max, dim=tpos_dim))
+    encode = pointer_pos_of(model)
+    ptr_dtype = None if encode is None else encode.dtype(model, mem.ptr_dist)
+    ptr_pos = None
+    if ptr_dtype is None:
+        sine = get_1d_sine_pe if consts is None else consts.sine_pe
+        ptr_pos = model.obj_ptr_tpos_proj(sine(mem.ptr_dist / t_diff_max, dim=tpos_dim))
+        ptr_dtype = ptr_pos.dtype
     n_p = mem.ptrs.shape[0]
     split = hidden // mem_dim
     n_sp, n_ptr = n_s * hw, n_p * split
@@ -123,7 +142,7 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
                           .transpose(0, 1) if batch_major else
                           mem.feats.new_empty(n_sp + n_ptr, batch, mem_dim, dtype=dt)
                           for dt in (torch.promote_types(mem.feats.dtype, mem.ptrs.dtype),
-                                     torch.promote_types(spatial_dtype, ptr_pos.dtype)))
+                                     torch.promote_types(spatial_dtype, ptr_dtype)))
     # spatial memories: [n_s, B, Cm, h, w] -> tokens [n_s, HW, B, Cm] (bf16 until this copy)
     memory[:n_sp].view(n_s, hw, batch, mem_dim).copy_(mem.feats.flatten(3).permute(0, 3, 1, 2))
     spatial_out = memory_pos[:n_sp].view(n_s, hw, batch, mem_dim)
@@ -135,8 +154,11 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     # token of a pointer has the pointer's position (sam2's repeat_interleave)
     memory[n_sp:].view(n_p, split, batch, mem_dim).copy_(
         mem.ptrs.reshape(n_p, batch, split, mem_dim).transpose(1, 2))
-    memory_pos[n_sp:].view(n_p, split, batch, mem_dim).copy_(
-        ptr_pos.unsqueeze(1).expand(n_p, split, batch, mem_dim))
+    ptr_out = memory_pos[n_sp:].view(n_p, split, batch, mem_dim)
+    if ptr_pos is None:
+        encode(model, mem.ptr_dist, t_diff_max, ptr_out)
+    else:
+        ptr_out.copy_(ptr_pos.unsqueeze(1).expand(n_p, split, batch, mem_dim))
     return memory, memory_pos, n_ptr
 
 

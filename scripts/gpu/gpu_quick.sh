@@ -31,6 +31,7 @@ on() { (( ${!1:-$2} > 0 )); }    # on VAR DEFAULT: the part's cap is above 0
 G=test/gpu
 FUSED_DEFAULT="$G/test_fused_kernels_gpu.py $G/test_fused_fpn_gpu.py"
 FUSED_DEFAULT+=" $G/test_fused_upscaling_gpu.py $G/test_q_pool_gpu.py $G/test_fused_graphs_gpu.py"
+FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py"
 read -r -a FUSED_TESTS <<< "${FUSED_TESTS:-$FUSED_DEFAULT}"
 on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-k "$FUSED_K"}
 T=tiny@512; L=large@1024

@@ -143,6 +143,13 @@ def cached_pos_embed(trunk: torch.nn.Module) -> torch.nn.Module:
     return twin
 
 
+def sine_frequencies(dim: int, temperature: float, device: torch.device) -> torch.Tensor:
+    """The divisors [dim // 2] float32 of sam2's ``get_1d_sine_pe(pos, dim, temperature)``,
+    by the same ops (``pointer_pos.py`` reads them too)."""
+    dim_t = torch.arange(dim // 2, dtype=torch.float32, device=device)
+    return temperature ** (2 * (dim_t // 2) / (dim // 2))
+
+
 class StepConstants(torch.nn.Module):
     """The constants ``step.py`` reads from a model that has them (``model.constants``, set
     by ``with_constants``); without it ``step.py`` computes the same values per call."""
@@ -176,10 +183,8 @@ class StepConstants(torch.nn.Module):
     def sine_pe(self, pos: torch.Tensor, dim: int, temperature: int = 10000) -> torch.Tensor:
         """sam2's ``get_1d_sine_pe(pos, dim)`` ([..., dim]) with its frequencies computed once:
         the same ops on the same values (``test_sine_pe_equals_sam2``)."""
-        def frequencies() -> torch.Tensor:
-            dim_t = torch.arange(dim // 2, dtype=torch.float32, device=pos.device)
-            return temperature ** (2 * (dim_t // 2) / (dim // 2))
-        dim_t = self.store.get(('dim_t', dim, temperature, call_state(pos.device)), frequencies)
+        dim_t = self.store.get(('dim_t', dim, temperature, call_state(pos.device)),
+                               lambda: sine_frequencies(dim, temperature, pos.device))
         pe = pos.unsqueeze(-1) / dim_t
         return torch.cat([pe.sin(), pe.cos()], dim=-1)
 

@@ -23,7 +23,9 @@ Groups:
                       (``memory_encoder.py``, ``mask_downsampler.py``, ``cx_block.py``,
                       ``row_gemm.py``); a memory encoder of another structure stays sam2's
   'layernorm2d'       every LayerNorm2d (mask decoder upscaling; the memory encoder's where the
-                      'memory_encoder' group is off), with the GELU after it (``layernorm2d.py``)
+                      'memory_encoder' group is off), with the GELU after it; in the mask
+                      decoder's upscaling (with 'decoder_heads') also the residual add before
+                      the norm, and the last add with its GELU in one kernel (``layernorm2d.py``)
   'io'                not a module: the frame-in graph's resize + normalization and the
                       masks-out graph's masks, stats and label, two kernels each
                       (``io_frame.py``, ``io_masks.py``; ``cuda/io_graphs.py`` captures them)
@@ -42,6 +44,12 @@ Groups:
                       ``mask_prologue.py``)
   'fpn'               the image encoder's FPN neck: its top-down step (cast, nearest
                       upsampling, add) in one kernel, bitwise sam2's (``fpn.py``)
+  'pointer_pos'       not a module: the object pointers' temporal position encoding in
+                      ``step.memory_tokens`` (division, sine encoding, cast, projection, the
+                      repeat over each pointer's tokens) in one kernel writing memory_pos
+                      (``pointer_pos.py``); the copy carries it as ``engine.step.POINTER_POS``,
+                      which ``step.pointer_pos_of`` reads; a projection other than sam2's Linear
+                      (an Identity) keeps sam2's ops
 """
 
 from __future__ import annotations
@@ -140,6 +148,9 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     if 'sam_glue' in groups:   # functions, not modules: an attribute, as 'holes'
         from sam2_ros.engine.cuda.kernels.sam_glue import with_sam_glue
         twin = with_sam_glue(twin)
+    if 'pointer_pos' in groups:    # a function, not a module: an attribute, as 'holes'
+        from sam2_ros.engine.cuda.kernels.pointer_pos import with_pointer_pos
+        twin = with_pointer_pos(twin)
     return twin
 
 
