@@ -119,8 +119,8 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
         terms = maskmem_pos.flatten(2).permute(2, 0, 1).unsqueeze(0), tpos.unsqueeze(1)
         spatial_dtype = torch.result_type(*terms)
     else:       # the same sums, gathered from a table of the num_maskmem possible ones
-        spatial_pos = consts.spatial_pos(model, maskmem_pos, mem.tpos_idx)
-        spatial_dtype = spatial_pos.dtype
+        spatial_table = consts.spatial_table(model, maskmem_pos)           # [K, HW, Cm]
+        spatial_dtype = spatial_table.dtype
     mem_dim = model.mem_dim
     hidden = model.hidden_dim
     # Pointer temporal encoding, as sam2: sine(dist / (max_ptrs - 1)), projected; where the
@@ -149,7 +149,7 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     if consts is None:              # computed in the sum's dtype, as sam2's add
         torch.add(*terms, out=spatial_out)
     else:
-        spatial_out.copy_(spatial_pos)
+        consts.gather_spatial(spatial_table, mem.tpos_idx, spatial_out)
     # each pointer [C] is `split` tokens of Cm: [n_p, B, C] -> [n_p, split, B, Cm]; each
     # token of a pointer has the pointer's position (sam2's repeat_interleave)
     memory[n_sp:].view(n_p, split, batch, mem_dim).copy_(

@@ -109,6 +109,31 @@ def test_spatial_pos_table_equals_the_add(dtype):
               other.flatten(2).permute(2, 0, 1).unsqueeze(0) + tpos.unsqueeze(1))
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_spatial_gather_writes_memory_pos_rows_itself(dtype):
+    """``gather_spatial`` writes the table's rows into memory_pos's strided spatial rows (the
+    batch-major layout of a batched step) with the gather alone: the values of
+    ``spatial_pos`` and no copy after the gather; of another dtype it casts in a copy."""
+    from torch.profiler import profile
+    model = shared_model(64)
+    consts = constants.StepConstants()
+    maskmem_pos = _rand(1, 64, 4, 4, seed=4, dtype=dtype)
+    tpos_idx = torch.tensor([[6, 6], [5, 0], [4, 3]])
+    with torch.inference_mode():
+        ref = consts.spatial_pos(model, maskmem_pos, tpos_idx)         # [3, 16, 2, 64]
+        table = consts.spatial_table(model, maskmem_pos)
+        for out_dtype in (table.dtype, torch.float64):
+            memory_pos = torch.full((2, 3 * 16 + 8, 64), float('nan'), dtype=out_dtype)
+            out = memory_pos.transpose(0, 1)[:3 * 16].view(3, 16, 2, 64)
+            with profile() as prof:
+                constants.StepConstants.gather_spatial(table, tpos_idx, out)
+            names = [e.name for e in prof.events()]
+            _same(out, ref.to(out_dtype))
+            assert memory_pos[:, 3 * 16:].isnan().all()         # the pointer rows untouched
+            copies = names.count('aten::copy_')
+            assert copies == (0 if out_dtype == table.dtype else 1), names
+
+
 def test_hole_tables_fill_as_without():
     logits = _rand(3, 1, 16, 16, seed=5)
     logits[1] = logits[1].abs()                  # foreground only: nothing to fill

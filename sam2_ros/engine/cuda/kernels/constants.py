@@ -166,19 +166,33 @@ class StepConstants(torch.nn.Module):
         fn = getattr(model.sam_prompt_encoder, 'no_points', None)
         return None if fn is None else fn(batch, device)
 
-    def spatial_pos(self, model, maskmem_pos: torch.Tensor,
-                    tpos_idx: torch.Tensor) -> torch.Tensor:
-        """maskmem_pos [1, Cm, h, w] (+) maskmem_tpos_enc[tpos_idx] -> [n_s, HW, B, Cm] (a
-        view): one gather from the table of the num_maskmem sums, not a gather and an add."""
+    def spatial_table(self, model, maskmem_pos: torch.Tensor) -> torch.Tensor:
+        """[num_maskmem, HW, Cm]: maskmem_pos [1, Cm, h, w] + each row of maskmem_tpos_enc."""
         held = self.spatial.get(id(maskmem_pos))
         if held is None or held[0] is not maskmem_pos:
             with torch.no_grad():     # the add step.memory_tokens does, for every table row
                 table = maskmem_pos.flatten(2).permute(0, 2, 1) \
                     + model.maskmem_tpos_enc.flatten(1).unsqueeze(1)      # [K, HW, Cm]
             if _capturing():
-                return table[tpos_idx].permute(0, 2, 1, 3)
+                return table
             held = self.spatial[id(maskmem_pos)] = (maskmem_pos, table)
-        return held[1][tpos_idx].permute(0, 2, 1, 3)        # [n_s, B, HW, Cm] -> view
+        return held[1]
+
+    def spatial_pos(self, model, maskmem_pos: torch.Tensor,
+                    tpos_idx: torch.Tensor) -> torch.Tensor:
+        """maskmem_pos [1, Cm, h, w] (+) maskmem_tpos_enc[tpos_idx] -> [n_s, HW, B, Cm] (a
+        view): one gather from the table of the num_maskmem sums, not a gather and an add."""
+        return self.spatial_table(model, maskmem_pos)[tpos_idx].permute(0, 2, 1, 3)
+
+    @staticmethod
+    def gather_spatial(table: torch.Tensor, tpos_idx: torch.Tensor, out: torch.Tensor) -> None:
+        """out [n_s, HW, B, Cm] (any strides: memory_pos's rows) = table[tpos_idx], permuted
+        as ``spatial_pos`` returns it. Of the table's dtype, the gather writes out itself (one
+        kernel, not a gather and a copy); of another, it is cast in the copy."""
+        if out.dtype == table.dtype:
+            torch.ops.aten.index.Tensor_out(table, [tpos_idx], out=out.permute(0, 2, 1, 3))
+        else:
+            out.copy_(table[tpos_idx].permute(0, 2, 1, 3))
 
     def sine_pe(self, pos: torch.Tensor, dim: int, temperature: int = 10000) -> torch.Tensor:
         """sam2's ``get_1d_sine_pe(pos, dim)`` ([..., dim]) with its frequencies computed once:
