@@ -7,9 +7,11 @@ fallback run, is left unchanged.
 
 Groups:
   'hiera'             image encoder trunk: add + LayerNorm + bf16 + window (un)partition
-                      (``hiera.py``)
+                      (``hiera.py``), a stage change's query pooling in one kernel
+                      (``q_pool.py``)
   'memory_attention'  memory attention layers: fused norms, key/value inputs cast once, one
-                      q/k/v GEMM, ReLU in the MLP GEMM (``memory_attention.py``)
+                      q/k/v GEMM, the cross-attentions' keys and values of all layers in two
+                      GEMMs, ReLU in the MLP GEMM (``memory_attention.py``)
   'rope'              the memory attention's rotary encoding in one kernel per attention
                       (``rope_attention.py``)
   'decoder'           the mask decoder's two-way transformer: fused norms and attention inputs
