@@ -234,3 +234,51 @@ def test_upscaling_runs_sam2_ops_without_the_group_or_exact_gelu(groups, act2):
     out = _run(lambda: dec.predict_masks(**kw), False)
     for o, r in zip(out, ref):
         _close(o, r, 1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('dtypes', [(torch.float32, torch.float32, torch.float32),
+                                    (torch.bfloat16, torch.bfloat16, torch.float32),
+                                    (torch.float32, torch.bfloat16, torch.bfloat16)])
+def test_sum_key_value_inputs_equal_add_then_add_and_cast(dtypes):
+    """The keys' kernel of the two-way transformer with the dense embedding added in it: the
+    sum as torch's add (promoted dtype), keys + pe and the keys cast to bf16 as before;
+    a broadcast addend (stride 0 over the batch, as the no-mask embedding) too. Bitwise."""
+    from sam2_ros.engine.cuda.kernels.elementwise import sum_key_value_inputs
+    x = _rand(3, 16, 256, seed=21, dtype=dtypes[0])
+    pos = _rand(1, 16, 256, seed=23, dtype=dtypes[2]).expand(3, -1, -1)
+    for add in (_rand(3, 16, 256, seed=22, dtype=dtypes[1]),
+                _rand(1, 1, 256, seed=24, dtype=dtypes[1]).expand(3, 16, -1)):
+        s, k, v = sum_key_value_inputs(x, add, pos, torch.bfloat16)
+        ref = x + add
+        assert s.dtype == ref.dtype and torch.equal(s, ref)
+        assert torch.equal(k, (ref + pos).to(torch.bfloat16))
+        assert torch.equal(v, ref.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize('autocast, tol', [(False, 1e-5), (True, 2.0 ** -6)])
+@pytest.mark.parametrize('repeat', [False, True])
+def test_fused_decoder_adds_the_dense_embedding_in_its_keys_kernel(autocast, tol, repeat):
+    """With the fused two-way transformer ('decoder'), predict_masks no longer adds the dense
+    prompt embedding to the image embedding itself: the transformer's keys kernel does (no
+    add left in predict_masks), with outputs equal to sam2's, one image embedding repeated
+    over the prompts (repeat_image) too."""
+    model = _model()
+    dec = fused.fused_model(model, ('decoder', 'decoder_heads', 'layernorm2d')).sam_mask_decoder
+    kw = _inputs(model, 3, 'tracker', torch.bfloat16 if autocast else torch.float32)
+    if repeat:
+        kw.update(image_embeddings=kw['image_embeddings'][:1], repeat_image=True)
+    ref = _run(lambda: model.sam_mask_decoder.predict_masks(**kw), autocast)
+    out = _run(lambda: dec.predict_masks(**kw), autocast)
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        _close(o, r, tol)
+
+    def ctx():
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.autocast('cpu', torch.bfloat16, enabled=autocast))
+        return stack
+    _, by_src = count_step(lambda a: dec.predict_masks(**a), kw, ctx)
+    adds = sum(c.get('add', 0) for src, c in by_src.items() if 'predict_masks' in src)
+    assert adds == 0, by_src

@@ -5,7 +5,8 @@ tokens on every call, repeats the image positional encoding per prompt, then run
 hypernetwork MLPs, the IoU head and the object-score head one after another on strided token
 slices and stacks the hypernetworks' outputs. Here the constant tokens are concatenated once
 (at build), the positional encoding goes to the two-way transformer unrepeated (both sam2's
-and ours broadcast it: the same sums), and every head that is a 3-layer ReLU MLP runs in one
+and ours broadcast it: the same sums), the fused transformer adds the dense prompt embedding
+to the image embedding in the kernel that prepares its keys (``two_way.py``), and every head that is a 3-layer ReLU MLP runs in one
 kernel (``mlp_heads.py``) writing hyper_in [B, 4, C/8], the IoU [B, 4] and the object score
 [B, 1] directly. The upscaling is sam2's code, except where the 'layernorm2d' group has
 fused its LayerNorm2d and GELU: then the residual add before the norm runs inside the norm's
@@ -84,20 +85,25 @@ class FusedMaskDecoder(MaskDecoder):
         dense = dense_prompt_embeddings
         tokens = torch.cat((self.output_tokens.unsqueeze(0).expand(bsz, -1, -1),
                             sparse_prompt_embeddings), dim=1)              # [B, T, C]
+        fold = isinstance(self.transformer, FusedTwoWayTransformer)
         if not repeat_image:
             assert image_embeddings.shape[0] == bsz
-            src = image_embeddings + dense
+            src = image_embeddings if fold else image_embeddings + dense
         elif image_embeddings.size(0) == 1 and dense.size(0) == bsz:
-            src = image_embeddings + dense         # broadcast: repeat_interleave's sums
+            # broadcast: repeat_interleave's sums
+            src = image_embeddings if fold else image_embeddings + dense
         else:
             src = torch.repeat_interleave(image_embeddings, bsz, dim=0) + dense
+            fold = False
+        # fold: the fused transformer adds dense in the kernel that prepares its keys
         assert image_pe.size(0) == 1, \
             'image_pe should have size 1 in batch dim (from `get_dense_pe()`)'
         pos_src = image_pe
         if not isinstance(self.transformer, (TwoWayTransformer, FusedTwoWayTransformer)):
             pos_src = torch.repeat_interleave(image_pe, bsz, dim=0)   # may not broadcast
-        b, c, h, w = src.shape
-        hs, src = self.transformer(src, pos_src, tokens)     # [B, T, C], [B, hw, C]
+        b, c, h, w = torch.broadcast_shapes(src.shape, dense.shape) if fold else src.shape
+        hs, src = self.transformer(src, pos_src, tokens, dense=dense) if fold else \
+            self.transformer(src, pos_src, tokens)          # [B, T, C], [B, hw, C]
         mask_tokens_out = hs[:, s + 1:(s + 1 + self.num_mask_tokens), :]
         src = src.transpose(1, 2).view(b, c, h, w)
         if not self.use_high_res_features:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_linear
-from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
+from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs, sum_key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import NormOut, add_layernorm
 from sam2_ros.engine.cuda.kernels.projections import Projections
 
@@ -65,14 +65,26 @@ class FusedTwoWayTransformer(torch.nn.Module):
         self.self_proj = [Projections(layer.self_attn) for layer in inner.layers]
 
     def forward(self, image_embedding: torch.Tensor, image_pe: torch.Tensor,
-                point_embedding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                point_embedding: torch.Tensor, dense: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """dense: [B, C, h, w] added to image_embedding (broadcast) in the kernel that
+        prepares the keys (the mask decoder's ``image_embeddings + dense``), not before."""
         t = self.inner
         keys_x = image_embedding.flatten(2).permute(0, 2, 1)        # [B, HW, C]
+        add = None
+        if dense is not None:
+            add = dense.flatten(2).permute(0, 2, 1)
+            shape = torch.broadcast_shapes(keys_x.shape, add.shape)
+            keys_x, add = keys_x.expand(shape), add.expand(shape)
         key_pe = image_pe.flatten(2).permute(0, 2, 1)
         key_pe = key_pe.expand(keys_x.shape[0], -1, -1)
         query_pe = point_embedding
-        lin = linear_input(keys_x, torch.promote_types(keys_x.dtype, key_pe.dtype))
-        k_pe, k_plain = key_value_inputs(keys_x, key_pe, lin)
+        sum_dtype = keys_x.dtype if add is None else torch.promote_types(keys_x.dtype, add.dtype)
+        lin = linear_input(keys_x, torch.promote_types(sum_dtype, key_pe.dtype))
+        if add is None:
+            k_pe, k_plain = key_value_inputs(keys_x, key_pe, lin)
+        else:
+            keys_x, k_pe, k_plain = sum_key_value_inputs(keys_x, add, key_pe, lin)
         keys = _Side(keys_x, k_pe, k_plain)
         queries: Optional[_Side] = None
         for layer, proj in zip(t.layers, self.self_proj):
