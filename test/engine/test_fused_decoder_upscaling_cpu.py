@@ -180,15 +180,20 @@ def test_fused_upscaling_predict_masks_equals_sam2(autocast, tol, feat_dtype, bs
         _close(o, r, tol)
 
 
-def _ops(decoder, kw, autocast):
-    """{aten op or 'triton <kernel>': launches} of one predict_masks call, counted as the
+def _counted(decoder, kw, autocast):
+    """(launches, {source function: Counter of ops}) of one predict_masks call, counted as the
     step-ops probe counts a step (after one uncounted call)."""
     def ctx():
         stack = contextlib.ExitStack()
         stack.enter_context(torch.no_grad())
         stack.enter_context(torch.autocast('cpu', torch.bfloat16, enabled=autocast))
         return stack
-    total, by_src = count_step(lambda a: decoder.predict_masks(**a), kw, ctx)
+    return count_step(lambda a: decoder.predict_masks(**a), kw, ctx)
+
+
+def _ops(decoder, kw, autocast):
+    """{aten op or 'triton <kernel>': launches} of one predict_masks call."""
+    total, by_src = _counted(decoder, kw, autocast)
     ops = {}
     for counter in by_src.values():
         for name, n in counter.items():
@@ -273,12 +278,6 @@ def test_fused_decoder_adds_the_dense_embedding_in_its_keys_kernel(autocast, tol
     for o, r in zip(out, ref):
         assert o.dtype == r.dtype and o.shape == r.shape
         _close(o, r, tol)
-
-    def ctx():
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.no_grad())
-        stack.enter_context(torch.autocast('cpu', torch.bfloat16, enabled=autocast))
-        return stack
-    _, by_src = count_step(lambda a: dec.predict_masks(**a), kw, ctx)
+    _, by_src = _counted(dec, kw, autocast)
     adds = sum(c.get('add', 0) for src, c in by_src.items() if 'predict_masks' in src)
     assert adds == 0, by_src
