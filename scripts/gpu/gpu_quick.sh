@@ -7,8 +7,8 @@
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
-# memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, default on),
-# IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
+# memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
+# --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
 # `python -m tools.bench.report`.
@@ -62,7 +62,7 @@ fi
 if on INTERACTION_S 90; then
   timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
     --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
-    --reuse-attention "${REUSE:-on}" \
+    --reuse-attention "${REUSE:-on}" --merge-buckets "${MERGE:-on}" \
     --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250

@@ -145,6 +145,47 @@ def test_graph_runner_logic_equals_eager(mode, padded, steady, merge, monkeypatc
         assert any(k.cond == 2 and v > 0 for k, v in replays.items()), replays
 
 
+def test_buckets_merge_only_where_the_configure_timings_say_it_pays(monkeypatch,
+                                                                     eager_stream):
+    """``merge_pays`` weighs one replay of the merged padded graph against a replay per
+    bucket by the replay times of configure (per kind and batch size): untimed, objects of
+    several buckets always merge; timed so that the padded graphs are slow, each bucket
+    replays its own graph, every mixed frame, with the results of the eager runner."""
+    from sam2_ros.engine.cuda.buckets import StepBucket
+    tr, _ = graph_tracker('batched', monkeypatch)
+    steps = tr.runner.graphs.steps
+    assert steps.replay_times == {}     # 'sam2': nothing timed
+    one_each = {StepBucket(True, 1): 1, StepBucket(False, 1): 1}
+    assert steps.merge_pays(one_each, StepBucket(True, 1), 2)
+    steps.replay_times = {(False, 1): 1.0, (False, 2): 1.5, (True, 1): 1.2, (True, 2): 1.8}
+    assert steps.merge_pays(one_each, StepBucket(True, 1), 2)          # 1.8 <= 1.2 + 1.0
+    assert not steps.merge_pays(one_each, StepBucket(True, 1), 1)      # 2 x 1.2 > 2.2
+    assert not steps.merge_pays({StepBucket(False, 1): 2, StepBucket(True, 2): 1},
+                                StepBucket(True, 2), 2)     # 1.8 + 1.2 > 1.5 + 1.2
+    steps.replay_times[(True, 2)] = 3.0
+    assert not steps.merge_pays(one_each, StepBucket(True, 1), 2)      # 3.0 > 2.2
+    _, ref_frames = eager_stream
+    events, mixed = stream_events(), 0
+    for f, fr in enumerate(synthetic_frames(STREAM_FRAMES, h=48, w=64)):
+        sels = [tr.bank.select(o.slot, tr.handle.stream.frame + 1)
+                for o in tr.handle.stream.objects.values()]
+        groups = {}
+        for sel in sels:
+            b = steps.bucket_of(sel)
+            groups[b] = groups.get(b, 0) + 1
+        before = step_replays(tr)
+        a = tr.track(fr)
+        if len(groups) > 1:     # a replay per bucket (per 2 objects, the largest batch)
+            mixed += 1
+            assert step_replays(tr) - before == sum(-(-n // 2) for n in groups.values()), f
+        for oa, ob in zip(a.objects, ref_frames[f][0]):
+            assert oa.obj_id == ob.obj_id
+            assert float((oa.low_res_logits - ob.low_res_logits).abs().max()) <= 1e-4
+        for kind, p in events.get(f, []):
+            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
+    assert mixed >= 5, mixed
+
+
 def test_more_cond_frames_than_captured_runs_eager(monkeypatch):
     tr, cfg = graph_tracker('swap', monkeypatch)
     frames = synthetic_frames(60, h=48, w=64)

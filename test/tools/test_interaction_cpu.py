@@ -117,3 +117,18 @@ def test_interaction_frames_probe_times_every_frame_and_its_window(tmp_path, one
     assert len(row['frame_ms']) == 6 and all(ms > 0 for ms in row['frame_ms'])
     assert sorted(row['window']) == ['2', '3']
     assert row['window']['2']['kernels'] is None
+
+
+def test_interaction_merge_variants_name_their_rows(tmp_path, one_thread):
+    """--merge-buckets takes 'on', 'off' and 'always' (merged wherever buckets differ, the
+    configure timings forgotten); the rows say which, anything else is refused."""
+    out = tmp_path / 'interaction.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
+            '--h', '64', '--w', '96', '--frames', '4', '--correct-every', '2', '--new-at', '0',
+            '--objects', '1', '--variants', 'swap', '--corrections', 'deferred',
+            '--merge-buckets', 'off,always', '--random-weights', '--out', str(out)]
+    assert bench.main(argv) == 0
+    assert [r['variant'] for r in json.loads(out.read_text())] == [
+        'swap+separate_buckets', 'swap+merge_always']
+    with pytest.raises(SystemExit):
+        bench.main(argv[:-5] + ['--merge-buckets', 'sometimes', '--random-weights'])

@@ -79,9 +79,12 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "(a correction starting from its frame's kept memory attention, or "
                         "re-running it); 'off' rows are named '<graph_mode>+rerun_attention'")
     p.add_argument('--merge-buckets', default='on',
-                   help="comma list of 'on' and 'off': TrackerConfig.merge_step_buckets (objects "
-                        "of different buckets in one padded replay, or one replay per bucket); "
-                        "'off' rows are named '<graph_mode>+separate_buckets'")
+                   help="comma list of 'on', 'off' and 'always': TrackerConfig.merge_step_buckets "
+                        "(objects of different buckets in one padded replay where configure's "
+                        "replay timings say it is faster, or one replay per bucket); 'always' "
+                        "(a benchmark variant) forgets the timings, so every such frame merges; "
+                        "'off' rows are named '<graph_mode>+separate_buckets', 'always' ones "
+                        "'<graph_mode>+merge_always'")
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -101,10 +104,11 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.corrections = _csv(a.corrections)
     a.reuse_attention = _csv(a.reuse_attention)
     a.merge_buckets = _csv(a.merge_buckets)
-    for name in ('reuse_attention', 'merge_buckets'):
+    for name, allowed in (('reuse_attention', {'on', 'off'}),
+                          ('merge_buckets', {'on', 'off', 'always'})):
         got = getattr(a, name)
-        if not got or set(got) - {'on', 'off'}:
-            p.error(f"--{name.replace('_', '-')} takes 'on' and/or 'off', got {got}")
+        if not got or set(got) - allowed:
+            p.error(f"--{name.replace('_', '-')} takes {sorted(allowed)}, got {got}")
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         p.error(f'unknown variants {bad}; known: {list(VARIANTS)}')
@@ -163,11 +167,12 @@ def row_key(row: dict) -> tuple:
 def run_row(a: argparse.Namespace, objects: int, variant: str,
             corrections: str = 'deferred',
             around: Optional[Callable[[int, Callable[[], object]], object]] = None,
-            reuse: bool = True, merge: bool = True) -> Dict[str, object]:
+            reuse: bool = True, merge: str = 'on') -> Dict[str, object]:
     """Build a tracker for one row and time the interactive stream on it; the row comes back
     without the provenance fields (``stamp`` adds those). ``around(t, work)``, when given, runs
     timed frame t's work (a probe's profiler or per-frame record) and returns what it
-    returns. reuse: ``corrections_reuse_attention``; merge: ``merge_step_buckets``."""
+    returns. reuse: ``corrections_reuse_attention``; merge: ``merge_step_buckets`` 'on' /
+    'off', or 'always' (on, with configure's replay timings forgotten)."""
     import torch
 
     from sam2_ros.engine.config import TrackerConfig
@@ -180,8 +185,10 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                         precision=a.precision, max_objects=objects + 1,
                         use_cuda_graphs=True, graph_mode=variant,
                         precompile=tuple(_csv(a.precompile)),
-                        corrections_reuse_attention=reuse, merge_step_buckets=merge)
+                        corrections_reuse_attention=reuse, merge_step_buckets=merge != 'off')
     tr = StreamingTracker(cfg)
+    if merge == 'always' and getattr(tr.runner, 'graphs', None) is not None:
+        tr.runner.graphs.steps.replay_times.clear()     # StepGraphs.merge_pays: untimed
     kinds = {t: k for t in range(1, a.frames + 1)
              if (k := prompts_on(t, a.correct_every, a.new_at))}
     new_id = objects + 1                           # its disc is the stream's last one
@@ -234,7 +241,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     row: Dict[str, object] = dict(
         model=a.model, res=a.res, objects=objects,
         variant=variant + ('+precompile' if a.precompile else '')
-        + ('' if reuse else '+rerun_attention') + ('' if merge else '+separate_buckets'),
+        + ('' if reuse else '+rerun_attention')
+        + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge],
         corrections=corrections,
         frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
@@ -288,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         t = time.perf_counter()
         try:
             with torch.inference_mode():
-                row = stamp(run_row(a, o, v, c, reuse=r == 'on', merge=m == 'on'), prov)
+                row = stamp(run_row(a, o, v, c, reuse=r == 'on', merge=m), prov)
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             traceback.print_exc()
             failed.append((o, v, c, r, m))

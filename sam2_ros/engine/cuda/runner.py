@@ -276,7 +276,7 @@ class GraphRunner:
             else:
                 groups.setdefault(bucket, []).append(i)
         if len(groups) > 1 and self.cfg.merge_step_buckets:
-            groups = self._merged(g.steps, groups, sels)
+            groups = self._merged(g.steps, groups, sels, g.max_batch)
         for bucket, idx in groups.items():
             for start in range(0, len(idx), g.max_batch):
                 part = idx[start:start + g.max_batch]
@@ -293,12 +293,16 @@ class GraphRunner:
 
     @staticmethod
     def _merged(steps: StepGraphs, groups: Dict[StepBucket, List[int]],
-                sels: List[Selection]) -> Dict[StepBucket, List[int]]:
+                sels: List[Selection], max_batch: int) -> Dict[StepBucket, List[int]]:
         """The objects of several buckets as one group of the padded bucket holding them all
-        (``merge_step_buckets``), in their order; ``groups`` when none holds them all."""
+        (``merge_step_buckets``), in their order; ``groups`` when none holds them all or the
+        replay times of configure say the replays per bucket are faster."""
         idx = sorted(i for part in groups.values() for i in part)
         bucket = steps.one_bucket([sels[i] for i in idx])
-        return groups if bucket is None else {bucket: idx}
+        if bucket is None or not steps.merge_pays(
+                {b: len(part) for b, part in groups.items()}, bucket, max_batch):
+            return groups
+        return {bucket: idx}
 
     def _replay(self, steps: StepGraphs, bucket: StepBucket, sels: List[Selection],
                 features, bank, maskmem_pos) -> Tuple[step.StepOut, str]:

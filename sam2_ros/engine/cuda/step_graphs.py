@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -73,6 +73,9 @@ class StepGraphs:
         self.exact: Dict[StepKey, CapturedGraph] = {}
         self.padded: Dict[StepKey, CapturedGraph] = {}
         self.steady_choice: Dict[StepKey, str] = {}
+        # seconds per replay by (padded, batch), timed at configure ('auto'), which
+        # ``merge_pays`` compares; empty: not timed
+        self.replay_times: Dict[Tuple[bool, int], float] = {}
         # keep each object's conditioned features for a correction's reused graph (none
         # without prompt graphs: corrections then run eagerly and re-run attention)
         self.keep = cfg.corrections_reuse_attention and cfg.prompt_graphs
@@ -138,6 +141,9 @@ class StepGraphs:
                 best = min(times, key=times.get)
                 choice = best if times[best] < (1 - AUTO_MARGIN) * times['sam2'] else 'sam2'
                 choice_of_batch[key.batch] = choice
+                self.replay_times[(False, key.batch)] = times[choice]
+                if 'flash' in times:
+                    self.replay_times[(True, key.batch)] = times['flash']
             else:
                 wanted = choice_of_batch.get(key.batch, mode)
                 options = self._steady_options(key, (wanted,))
@@ -146,6 +152,9 @@ class StepGraphs:
             if choice != 'sam2':
                 self.steady_choice[key] = choice
         log.info('steady-state attention per (batch, cond) bucket: %s', self.steady_choice)
+        if self.replay_times:
+            log.info('step replay ms per (padded, batch): %s', {
+                k: round(v * 1e3, 3) for k, v in sorted(self.replay_times.items())})
 
     def _steady_options(self, key: StepKey, names: Sequence[str]) -> Dict[str, CapturedGraph]:
         """sam2's exact graph of ``key`` and the candidates among ``names`` that exist:
@@ -181,6 +190,32 @@ class StepGraphs:
         widest = tuple(max(n) for n in zip(*(sel.key for sel in sels)))
         c = self.counts.smallest_holding(widest, [k.cond for k in self.padded])
         return None if c is None else StepBucket(True, c)
+
+    def merge_pays(self, apart: Dict[StepBucket, int], merged: StepBucket,
+                   max_batch: int) -> bool:
+        """Whether one replay of the ``merged`` padded bucket for all objects (per chunk of
+        max_batch) is expected to be faster than a replay per bucket of ``apart`` ({bucket:
+        objects}), by the replay times of configure. Those are one timing per batch size and
+        kind (the buckets of a batch size differ by a spatial memory per conditioning frame),
+        so a merge is judged by what its graph costs, not by the replays it saves: merging a
+        few objects saves a replay's fixed cost, merging many can raise the batch bucket and
+        pads every object's memories to the widest (two cameras of three objects, one of
+        them corrected: a padded graph of 8 rows instead of exact graphs of 4 and 2).
+        True where a time is missing (not timed: the merge is the default)."""
+        def cost(bucket: StepBucket, n: int) -> Optional[float]:
+            total = 0.0
+            for start in range(0, n, max_batch):
+                key = self.graph_for(bucket, min(max_batch, n - start))
+                t = None if key is None else self.replay_times.get((bucket.padded, key.batch))
+                if t is None:
+                    return None
+                total += t
+            return total
+        costs = [cost(b, n) for b, n in apart.items()]
+        merged_cost = cost(merged, sum(apart.values()))
+        if merged_cost is None or any(c is None for c in costs):
+            return True
+        return merged_cost <= sum(costs)
 
     def graph_for(self, bucket: StepBucket, n: int) -> Optional[StepKey]:
         """The key of the smallest graph of ``bucket`` that holds n objects, or None."""
