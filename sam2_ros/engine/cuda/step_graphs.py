@@ -37,6 +37,10 @@ from sam2_ros.engine.memory import MemoryBank, Selection, static_index
 
 log = logging.getLogger(__name__)
 AUTO_MARGIN = 0.05      # steady_attention='auto' leaves sam2's call only this much slower
+# merge_step_buckets keeps the objects' buckets apart only where their replays are this much
+# faster than the merged one by configure's timings: each extra replay also gathers its
+# objects' memories and copies its outputs out, host and copy work the timing does not see
+MERGE_MARGIN = 0.15
 
 
 def static_memory(bank: MemoryBank, counts: MemoryCounts, batch: int, n_cond: int,
@@ -194,8 +198,9 @@ class StepGraphs:
     def merge_pays(self, apart: Dict[StepBucket, int], merged: StepBucket,
                    max_batch: int) -> bool:
         """Whether one replay of the ``merged`` padded bucket for all objects (per chunk of
-        max_batch) is expected to be faster than a replay per bucket of ``apart`` ({bucket:
-        objects}), by the replay times of configure. Those are one timing per batch size and
+        max_batch) is expected to cost no more than a replay per bucket of ``apart`` ({bucket:
+        objects}), by the replay times of configure, the replays apart being MERGE_MARGIN
+        faster at least to be kept apart. Those are one timing per batch size and
         kind (the buckets of a batch size differ by a spatial memory per conditioning frame),
         so a merge is judged by what its graph costs, not by the replays it saves: merging a
         few objects saves a replay's fixed cost, merging many can raise the batch bucket and
@@ -215,7 +220,7 @@ class StepGraphs:
         merged_cost = cost(merged, sum(apart.values()))
         if merged_cost is None or any(c is None for c in costs):
             return True
-        return merged_cost <= sum(costs)
+        return sum(costs) >= (1 - MERGE_MARGIN) * merged_cost
 
     def graph_for(self, bucket: StepBucket, n: int) -> Optional[StepKey]:
         """The key of the smallest graph of ``bucket`` that holds n objects, or None."""
