@@ -141,14 +141,14 @@ class TrackerConfig:
     # the padded graph's kernel (within rounding of sam2's call, as 'flash'). A merge can
     # also cost more than it saves (a larger batch bucket, every object's memories padded to
     # the widest: two cameras' objects after a correction), so where configure timed the
-    # replays (steady_attention 'auto') a merge runs only when its graph is faster than the
-    # replays per bucket (StepGraphs.merge_pays). False: one replay per bucket (exact
+    # replays (steady_attention 'auto') the buckets stay apart where their replays are clearly
+    # faster than the merged graph's (StepGraphs.merge_pays). False: one replay per bucket (exact
     # buckets bitwise the eager step). Needs padded_graphs.
     merge_step_buckets: bool = knob(True, kind='bool', tuning=True, doc=(
         'objects of one step in different buckets (after a prompt, other conditioning-frame '
-        'counts) replay one padded graph holding them all, not one graph per bucket, where '
-        "configure's replay timings (steady_attention 'auto') say that is faster; untimed: "
-        'always'))
+        'counts) replay one padded graph holding them all, not one graph per bucket, unless '
+        "configure's replay timings (steady_attention 'auto') find the replays per bucket 15% "
+        'faster; untimed: always'))
     # Attention kernel of steady-state objects: 'sam2' (sam2's own call, cuDNN on recent torch;
     # bitwise the eager step), 'flash' (the padded graph's variable-length FlashAttention;
     # padded_graphs only), 'split' (split-KV: the memory attention's keys in chunks attended in
