@@ -44,8 +44,11 @@ def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tenso
 
 def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
     """The raw frame [H, W, 3] uint8 on ``device`` (the only host-to-device copy)."""
-    if isinstance(frame, np.ndarray) and any(s < 0 for s in frame.strides):
-        frame = np.ascontiguousarray(frame)     # a view such as bgr[..., ::-1]: torch refuses
+    if isinstance(frame, np.ndarray) and (any(s < 0 for s in frame.strides)
+                                          or not frame.flags.writeable):
+        # a view such as bgr[..., ::-1] torch refuses; a read-only one (a received message's
+        # bytes) it wraps with a warning
+        frame = np.ascontiguousarray(frame) if frame.flags.writeable else np.array(frame)
     return torch.as_tensor(frame).to(device, non_blocking=True)
 
 

@@ -62,8 +62,14 @@ def raw_view(msg: Any, channels: int) -> np.ndarray:
 
 
 def image_to_rgb(msg: Any, bridge: Any) -> np.ndarray:
-    """sensor_msgs/Image -> [H, W, 3] uint8 RGB (a copy; the message may be reused)."""
+    """sensor_msgs/Image -> [H, W, 3] uint8 RGB. rgb8 (what most pipelines into the tracker
+    carry): a view of the message's bytes (read-only where they are, e.g. a frame-ring slot,
+    which the view keeps from being reused): the frame's one host copy is then the tracker's
+    own into pinned memory, not a fresh 2.7 MB array per 720p frame as well. Other encodings:
+    converted by cv_bridge, a new array."""
     channels = check_image(msg)
+    if msg.encoding == 'rgb8':
+        return raw_view(msg, channels)
     try:
         img = cv_bridge_compat.decode(bridge, msg, raw_view(msg, channels), 'rgb8')
     except Exception as exc:  # cv_bridge raises CvBridgeError, KeyError, TypeError...

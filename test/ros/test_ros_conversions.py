@@ -165,7 +165,9 @@ def test_fallback_equals_cv_bridge(bridge, kind, pad, encoding):
     msg, px = raw_msg(encoding, pad=pad)
     want = images.image_to_rgb(msg, bridge)
     out = decode_broken(kind, images.image_to_rgb, msg)
-    assert out.dtype == np.uint8 and out.shape == want.shape and out.flags.c_contiguous
+    # rgb8 is a view of the message (no bridge), strided where rows are padded
+    assert out.dtype == np.uint8 and out.shape == want.shape and (
+        out.flags.c_contiguous or encoding == 'rgb8')
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(out, expected_rgb(encoding, px))
 
@@ -297,8 +299,8 @@ def test_a_bridge_rounding_step_to_whole_pixels_gets_padded_rows_repacked():
     assert compat.report(b).ignores_step == set(compat.BRIDGE_CALLS) - {('mono8', 'rgb8'),
                                                                         ('mono8', 'passthrough')}
     for pad in (0, 3, 4):                # 3 is whole pixels, but the probe tells no more
-        msg, px = raw_msg('rgb8', pad=pad)
-        np.testing.assert_array_equal(images.image_to_rgb(msg, b), px)
+        msg, px = raw_msg('bgr8', pad=pad)                  # rgb8 needs no bridge
+        np.testing.assert_array_equal(images.image_to_rgb(msg, b), px[..., ::-1])
         assert (b.seen[-1] is msg) == (pad == 0), pad
 
 
@@ -313,6 +315,25 @@ def test_the_pypi_port_gets_repacked_rows_and_a_cleared_byte_order_flag(bridge):
     msg, px = raw_msg('mono8', pad=2)
     msg.is_bigendian = 1
     np.testing.assert_array_equal(images.mask_to_bool(msg, bridge), px[..., 0] > 0)
+
+
+@pytest.mark.parametrize('pad', [0, 5])
+def test_rgb8_frame_is_a_view_of_the_message_bytes(bridge, pad):
+    """rgb8 reaches the tracker as a view of the message's bytes (no bridge, no copy; the
+    tracker's copy into pinned memory is the frame's one host copy), read-only where the bytes
+    are (a frame-ring slot, serialized bytes), honouring padded rows."""
+    from types import SimpleNamespace
+    rclpy_msg, px = raw_msg('rgb8', pad=pad)
+    out = images.image_to_rgb(rclpy_msg, bridge)
+    np.testing.assert_array_equal(out, px)
+    assert np.shares_memory(out, np.frombuffer(rclpy_msg.data, np.uint8))
+    # as a serialized message's fields read it (image_cdr): bytes, read-only
+    msg = SimpleNamespace(**{k: getattr(rclpy_msg, k) for k in (
+        'height', 'width', 'encoding', 'is_bigendian', 'step')}, data=bytes(rclpy_msg.data))
+    out = images.image_to_rgb(msg, bridge)
+    np.testing.assert_array_equal(out, px)
+    assert np.shares_memory(out, np.frombuffer(msg.data, np.uint8))
+    assert not out.flags.writeable
 
 
 def test_raw_view_honours_step_without_copying():
