@@ -84,6 +84,9 @@ class GraphRunner:
             log.warning('compile_mode=%s: padded_graphs off (frames after a prompt run '
                         'eagerly)', cfg.compile_mode)
         self.capture_s = 0.0
+        # the last step with objects in several buckets: 'merged' (one padded replay) or
+        # 'apart' (a replay per bucket; merge_step_buckets off or merge_pays said so); None
+        self.last_merge: Optional[str] = None
         self.capture_phases: Dict[str, float] = {}
 
     # ---- capture ---------------------------------------------------------------------
@@ -275,8 +278,11 @@ class GraphRunner:
                 self._put(out, [i], self._eager([sel], features, bank, maskmem_pos), bank)
             else:
                 groups.setdefault(bucket, []).append(i)
-        if len(groups) > 1 and self.cfg.merge_step_buckets:
-            groups = self._merged(g.steps, groups, sels, g.max_batch)
+        self.last_merge = None
+        if len(groups) > 1:
+            if self.cfg.merge_step_buckets:
+                groups = self._merged(g.steps, groups, sels, g.max_batch)
+            self.last_merge = 'merged' if len(groups) == 1 else 'apart'
         for bucket, idx in groups.items():
             for start in range(0, len(idx), g.max_batch):
                 part = idx[start:start + g.max_batch]
