@@ -120,6 +120,16 @@ def reuse_encoder(tracker) -> list:
     return key
 
 
+def assert_close_rel(out, ref, rel: float) -> float:
+    """max |out - ref| <= rel x max(1, max |ref|) (same shape, compared in float32), the bound
+    of the fused kernels' CPU tests; returns the error."""
+    out, ref = out.float(), ref.float()
+    assert out.shape == ref.shape
+    err = (out - ref).abs().max().item()
+    assert err <= rel * max(1.0, ref.abs().max().item()), (err, ref.abs().max().item())
+    return err
+
+
 def perturb_norms(module, generator) -> None:
     """Random LayerNorm affines in ``module``, in place (weights ~ N(1, 0.2), biases
     ~ N(0, 0.2) from ``generator``): sam2's init (1, 0) would hide a wrong affine."""

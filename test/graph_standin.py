@@ -1,6 +1,7 @@
 """Stand-ins for CUDA graphs on the CPU: a "graph" whose replay re-runs the captured function
 into the captured outputs, so the graph layer's bookkeeping (buckets, static buffers, fallbacks)
-runs in CI without a GPU. Shared by the graph-logic tests of test/engine."""
+runs in CI without a GPU. Shared by the graph-logic tests of test/engine, with
+``graph_tracker``, a tracker whose runner captured every graph with the stand-in."""
 
 import torch
 
@@ -46,3 +47,24 @@ def graphs_on_cpu(monkeypatch, capture_fn=fake_capture_same_outputs) -> None:
     monkeypatch.setattr(capture.Capturer, 'capture', capture_fn)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
     monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+
+
+def graph_tracker(mode, monkeypatch, padded=True, steady='sam2', merge=True):
+    """A tiny 64 px tracker on the shared model whose GraphRunner captured its graphs with
+    the stand-in (batch buckets 1 and 2, two conditioning frames): (tracker, config)."""
+    from conftest import LEAN, tracker_on_shared_model
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.cuda import runner
+    graphs_on_cpu(monkeypatch)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, graph_mode=mode,
+                        batch_buckets=(1, 2), max_cond_frames=2, padded_graphs=padded,
+                        steady_attention=steady, merge_step_buckets=merge,
+                        extra_hydra_overrides=list(LEAN))
+    tr = tracker_on_shared_model(cfg)
+    reasons = []
+    tr.runner = runner.GraphRunner(tr.model, cfg, reasons.append)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert not reasons, reasons
+    return tr, cfg

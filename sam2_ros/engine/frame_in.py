@@ -47,8 +47,8 @@ def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
     if isinstance(frame, np.ndarray) and (any(s < 0 for s in frame.strides)
                                           or not frame.flags.writeable):
         # a view such as bgr[..., ::-1] torch refuses; a read-only one (a received message's
-        # bytes) it wraps with a warning
-        frame = np.ascontiguousarray(frame) if frame.flags.writeable else np.array(frame)
+        # bytes) it wraps with a warning: a copy of either
+        frame = np.array(frame)
     return torch.as_tensor(frame).to(device, non_blocking=True)
 
 

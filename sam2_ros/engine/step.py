@@ -156,7 +156,7 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
         mem.ptrs.reshape(n_p, batch, split, mem_dim).transpose(1, 2))
     ptr_out = memory_pos[n_sp:].view(n_p, split, batch, mem_dim)
     if ptr_pos is None:
-        encode(model, mem.ptr_dist, t_diff_max, ptr_out)
+        encode(model, mem.ptr_dist, t_diff_max, ptr_out, ptr_dtype)
     else:
         ptr_out.copy_(ptr_pos.unsqueeze(1).expand(n_p, split, batch, mem_dim))
     return memory, memory_pos, n_ptr

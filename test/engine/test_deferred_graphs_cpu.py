@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from test_deferred_prompts import drive, drive_cameras, same_result, same_state
-from test_graph_logic_cpu import graph_tracker
+from graph_standin import graph_tracker
 from test_multistream_graphs_cpu import graph_and_eager
 
 pytestmark = pytest.mark.usefixtures('one_thread')

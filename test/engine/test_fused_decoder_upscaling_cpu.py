@@ -25,6 +25,7 @@ import torch
 
 pytest.importorskip('triton')
 
+from conftest import assert_close_rel  # noqa: E402
 from conftest import shared_model  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused, mask_decoder  # noqa: E402
 from sam2_ros.engine.cuda.kernels.layernorm2d import (FusedLayerNorm2d, add_gelu,  # noqa: E402
@@ -37,14 +38,6 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 def _rand(*shape, seed=0, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
-def _close(out, ref, rel):
-    out, ref = out.float(), ref.float()
-    assert out.shape == ref.shape
-    err = (out - ref).abs().max().item()
-    assert err <= rel * max(1.0, ref.abs().max().item()), (err, ref.abs().max().item())
-    return err
 
 
 def _norm2d(c, seed=0):
@@ -92,7 +85,7 @@ def test_layernorm2d_residual_equals_norm_of_torch_add(dtypes, layout, gelu):
     assert out.dtype == ref.dtype
     if s.dtype == torch.bfloat16 and not gelu:
         assert torch.equal(out, ref)
-    _close(out, ref, 1e-5)
+    assert_close_rel(out, ref, 1e-5)
     with torch.autocast('cpu', torch.bfloat16):      # its consumer is a conv: written in bf16
         assert ln(x, residual=r).dtype == torch.bfloat16
 
@@ -117,7 +110,7 @@ def test_add_gelu_equals_torch_add_then_gelu(dtypes, layout):
     assert out.dtype == ref.dtype and out.shape == ref.shape and out.is_contiguous()
     assert torch.equal(out, _gelu_correctly_rounded_erf(s))
     if ref.dtype == torch.float32:
-        _close(out, ref, 1e-6)
+        assert_close_rel(out, ref, 1e-6)
     else:
         # one bf16 ulp of each value (at most 2^-7 of it) where torch's erf flips a rounding,
         # plus, in the negative tail where 1 + erf cancels, a float32 ulp of erf near -1
@@ -177,7 +170,7 @@ def test_fused_upscaling_predict_masks_equals_sam2(autocast, tol, feat_dtype, bs
     assert out[0].shape == (bsz, 4, 16, 16)
     for o, r in zip(out, ref):
         assert o.dtype == r.dtype and o.shape == r.shape
-        _close(o, r, tol)
+        assert_close_rel(o, r, tol)
 
 
 def _counted(decoder, kw, autocast):
@@ -238,7 +231,7 @@ def test_upscaling_runs_sam2_ops_without_the_group_or_exact_gelu(groups, act2):
     ref = _run(lambda: model.sam_mask_decoder.predict_masks(**kw), False)
     out = _run(lambda: dec.predict_masks(**kw), False)
     for o, r in zip(out, ref):
-        _close(o, r, 1e-5)
+        assert_close_rel(o, r, 1e-5)
 
 
 @torch.no_grad()
@@ -277,7 +270,7 @@ def test_fused_decoder_adds_the_dense_embedding_in_its_keys_kernel(autocast, tol
     out = _run(lambda: dec.predict_masks(**kw), autocast)
     for o, r in zip(out, ref):
         assert o.dtype == r.dtype and o.shape == r.shape
-        _close(o, r, tol)
+        assert_close_rel(o, r, tol)
     _, by_src = _counted(dec, kw, autocast)
     adds = sum(c.get('add', 0) for src, c in by_src.items() if 'predict_masks' in src)
     assert adds == 0, by_src

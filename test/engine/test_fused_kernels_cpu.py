@@ -20,6 +20,7 @@ from sam2.modeling.backbones.utils import window_partition, window_unpartition  
 from sam2.modeling.position_encoding import apply_rotary_enc, compute_axial_cis  # noqa: E402
 
 from conftest import LEAN, perturb_norms, shared_model, small_cfg  # noqa: E402
+from conftest import assert_close_rel  # noqa: E402
 from sam2_ros.engine import glue  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
@@ -33,14 +34,6 @@ from sam2_ros.engine.cuda.kernels.two_way import FusedTwoWayTransformer  # noqa:
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 BF16_ULP = 2.0 ** -8
-
-
-def _close(out, ref, rel):
-    out, ref = out.float(), ref.float()
-    assert out.shape == ref.shape
-    err = (out - ref).abs().max().item()
-    assert err <= rel * max(1.0, ref.abs().max().item()), (err, ref.abs().max().item())
-    return err
 
 
 def _norm(c, seed=0):
@@ -69,10 +62,10 @@ def test_add_layernorm_equals_add_then_norm(dtypes):
     s = a + b
     assert out.s.dtype == s.dtype and torch.equal(out.s, s)       # the add rounds as torch's
     y = n(s.float())
-    _close(out.y, y, 1e-5)
+    assert_close_rel(out.y, y, 1e-5)
     # bf16 outputs: torch's cast of (nearly) the same float32 values, at most one ulp apart
-    _close(out.yc, y.bfloat16(), BF16_ULP)
-    _close(out.yp, (y + pe).bfloat16(), BF16_ULP)
+    assert_close_rel(out.yc, y.bfloat16(), BF16_ULP)
+    assert_close_rel(out.yp, (y + pe).bfloat16(), BF16_ULP)
     assert (out.yc != y.bfloat16()).float().mean() < 0.01
 
 
@@ -83,7 +76,7 @@ def test_add_layernorm_scale_and_strided_output():
     b = _rand(5, 3, 64, seed=2).transpose(0, 1)
     out = torch.full((3, 64, 5), float('nan'))
     add_layernorm(n, a, b, b_scale=0.1, y=out.transpose(1, 2))
-    _close(out.transpose(1, 2), n(a + 0.1 * b), 1e-5)
+    assert_close_rel(out.transpose(1, 2), n(a + 0.1 * b), 1e-5)
 
 
 @torch.no_grad()
@@ -103,7 +96,7 @@ def test_window_maps_equal_sam2_partition(hw, ws):
     out = add_layernorm(n, x.reshape(1, h * w, 32), x.reshape(1, h * w, 32), a_rows=rows,
                         store_sum=True)
     ref, _ = window_partition(n(x + x), ws)
-    _close(out.y.reshape(ref.shape), ref, 1e-5)
+    assert_close_rel(out.y.reshape(ref.shape), ref, 1e-5)
     assert torch.equal(out.s, (x + x).reshape(1, h * w, 32))
 
 
@@ -161,7 +154,7 @@ def test_fused_hiera_equals_sam2_trunk(autocast, tol):
     assert len(out) == len(ref) == 4
     for o, r in zip(out, ref):
         assert o.dtype == r.dtype
-        _close(o, r, tol)
+        assert_close_rel(o, r, tol)
 
 
 def test_fused_hiera_partitions_windows_in_its_norms():
@@ -197,7 +190,7 @@ def test_fused_memory_attention_equals_sam2(autocast, tol, rope):
     ref = _both(lambda: ma(**kw), autocast)
     out = _both(lambda: FusedMemoryAttention(ma, rope=rope)(**kw), autocast)
     assert out.dtype == ref.dtype
-    _close(out, ref, tol)
+    assert_close_rel(out, ref, tol)
 
 
 @torch.no_grad()
@@ -210,7 +203,7 @@ def test_merge_splits_equals_split_attention_merge(dtype):
     ref = split_attention(q, k, v, 4)
     out = split_attention(q, k, v, 4, merge=merge_splits)
     assert out.dtype == ref.dtype and out.is_contiguous()
-    _close(out, ref, 1e-6 if dtype == torch.float32 else BF16_ULP)
+    assert_close_rel(out, ref, 1e-6 if dtype == torch.float32 else BF16_ULP)
 
 
 @pytest.mark.parametrize('swap', ['split', 'masked'])
@@ -232,7 +225,7 @@ def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
             assert all(type(ly.cross_attn_image).__name__ == 'FusedRoPEAttention'
                        for ly in twin.memory_attention.layers)
             out = twin.memory_attention(**kw)
-    _close(out, ref, 1e-5)
+    assert_close_rel(out, ref, 1e-5)
     assert type(model.memory_attention).__name__ == 'MemoryAttention'   # the original intact
 
 
@@ -282,7 +275,7 @@ def test_fused_two_way_transformer_equals_sam2(autocast, tol):
     out = _both(lambda: FusedTwoWayTransformer(tw)(img, pe, pts), autocast)
     for o, r in zip(out, ref):
         assert o.dtype == r.dtype
-        _close(o, r, tol)
+        assert_close_rel(o, r, tol)
 
 
 @pytest.mark.parametrize('autocast', [False, True])
@@ -315,7 +308,7 @@ def test_fused_layernorm2d_equals_sam2(dtype, gelu):
     out = FusedLayerNorm2d(n, gelu=gelu)(x)
     if dtype == torch.bfloat16 and not gelu:
         assert torch.equal(out, ref)
-    _close(out, ref, 1e-5)
+    assert_close_rel(out, ref, 1e-5)
     with torch.autocast('cpu', torch.bfloat16):      # consumers are convs: written in bf16
         assert FusedLayerNorm2d(n, gelu=gelu)(x).dtype == torch.bfloat16
 
@@ -331,7 +324,7 @@ def test_swapped_layernorm2d_memory_encoder_and_decoder_equal_sam2(autocast, tol
     pix = _rand(2, 256, 4, 4, seed=21)
     masks = _rand(2, 1, 64, 64, seed=22)
     run = (lambda m: m.memory_encoder(pix, masks, skip_mask_sigmoid=True)['vision_features'])
-    _close(_both(lambda: run(twin), autocast), _both(lambda: run(model), autocast), tol)
+    assert_close_rel(_both(lambda: run(twin), autocast), _both(lambda: run(model), autocast), tol)
 
 
 def test_fused_groups_are_off_on_the_cpu_and_validated():
@@ -372,5 +365,5 @@ def test_fused_model_runs_a_stream_as_sam2_does():
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         for k in ref:
-            _close(out[k], ref[k], 1e-4)
+            assert_close_rel(out[k], ref[k], 1e-4)
     assert np.isfinite([v.abs().max().item() for f in runs[1] for v in f.values()]).all()

@@ -4,6 +4,11 @@ such as libdevice calls, the code generator's dtype and layout rules) fails in C
 in a capture on the GPU machine, where a failing fused capture falls back to sam2's modules.
 Each case is a configuration the tracker launches at tiny@512 (bf16 under autocast, fp32)."""
 
+import json
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 pytest.importorskip('triton')
@@ -61,8 +66,8 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize('case', sorted(CASES))
-def test_kernel_compiles_for_sm90_without_a_gpu(case):
+def compile_case(case: str) -> dict:
+    """Compile one case for sm_90: its signature's check and what the PTX / cubin hold."""
     module, name, signature, constexprs = CASES[case]
     fn = JITFunction(getattr(module, name).fn)
     sig = dict(signature, **{k: 'constexpr' for k in constexprs})
@@ -70,7 +75,29 @@ def test_kernel_compiles_for_sm90_without_a_gpu(case):
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                          for k, v in constexprs.items()})
     compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4})
-    assert len(compiled.asm['cubin']) > 0
-    if name == '_pointer_pos_kernel':    # IEEE divisions and libdevice's sine, as torch's
-        ptx = compiled.asm['ptx']
-        assert 'div.rn.f32' in ptx and 'div.full' not in ptx and 'sin.approx' not in ptx
+    ptx = compiled.asm['ptx']
+    return {'cubin_bytes': len(compiled.asm['cubin']), 'div_rn': 'div.rn.f32' in ptx,
+            'div_full': 'div.full' in ptx, 'sin_approx': 'sin.approx' in ptx}
+
+
+@pytest.fixture(scope='module')
+def compiled():
+    """Every case compiled in a fresh interpreter: Triton's interpreter, which the other CPU
+    tests run in this process, leaves triton.language patched for itself, and a compile after
+    it fails (``tl.program_id`` returns an IR value), whichever order the tests run in."""
+    code = ('import json, sys; sys.path[:0] = ["test/engine", "."]; '
+            'import test_kernels_compile_cpu as t; '
+            'print(json.dumps({c: t.compile_case(c) for c in t.CASES}))')
+    root = pathlib.Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_kernel_compiles_for_sm90_without_a_gpu(case, compiled):
+    got = compiled[case]
+    assert got['cubin_bytes'] > 0
+    if CASES[case][1] == '_pointer_pos_kernel':   # IEEE divisions and libdevice's sine
+        assert got['div_rn'] and not got['div_full'] and not got['sin_approx'], got

@@ -87,7 +87,7 @@ def test_kernel_equals_sam2(model, autocast, dist_dtype, out_dtype):
     with _ctx(autocast):
         ref = _reference(model, DIST)
         assert enc.dtype(model, dist) == ref.dtype
-        enc(model, dist, model.max_obj_ptrs_in_encoder - 1, out)
+        enc(model, dist, model.max_obj_ptrs_in_encoder - 1, out, ref.dtype)
     assert memory_pos[:n_sp].isnan().all()
     for s in range(split):      # sam2's value in the Linear's dtype, then memory_pos's
         _check(out[:, s], ref.to(out_dtype), model, bf16=autocast or out_dtype != torch.float32)
@@ -118,7 +118,8 @@ def test_encoding_equals_sam2s(model, autocast):
     out = torch.empty(DIST.shape[0], 1, DIST.shape[1], model.mem_dim)
     with _ctx(autocast):
         ref = _reference(sel, DIST).float()
-        PointerPos()(sel, DIST, sel.max_obj_ptrs_in_encoder - 1, out)
+        enc = PointerPos()
+        enc(sel, DIST, sel.max_obj_ptrs_in_encoder - 1, out, enc.dtype(sel, DIST))
     err = (out[:, 0] - ref).abs().max().item()
     assert err <= (2.0 ** -8 if autocast else 2.0 ** -22), err
 

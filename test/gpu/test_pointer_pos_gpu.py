@@ -55,7 +55,7 @@ def test_pointer_pos_kernel_gpu(model, precision, dist_dtype):
     with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16, enabled=bf16):
         ref = model.obj_ptr_tpos_proj(get_1d_sine_pe(dist / t_diff_max, dim=model.hidden_dim))
         assert enc.dtype(model, dist) == ref.dtype
-        enc(model, dist, t_diff_max, out)
+        enc(model, dist, t_diff_max, out, ref.dtype)
     assert buf[:, :3].isnan().all()
     ref = ref.float()
     err = (out - ref.unsqueeze(1)).abs()
@@ -95,7 +95,8 @@ def test_pointer_pos_encoding_bitwise_gpu(model, precision, dist_dtype):
     with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16,
                                                 enabled=precision == 'bf16'):
         ref = proj(get_1d_sine_pe(dist / t_diff_max, dim=model.hidden_dim)).float()
-        PointerPos()(sel, dist, t_diff_max, out)
+        enc = PointerPos()
+        enc(sel, dist, t_diff_max, out, enc.dtype(sel, dist))
     differ = int((out[:, 0] != ref).sum())
     _record(f'pointer_pos_encoding_{precision}_{str(dist_dtype).split(".")[1]}',
             {'differing': differ, 'abs_err': float((out[:, 0] - ref).abs().max())})

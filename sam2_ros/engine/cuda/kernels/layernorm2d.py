@@ -49,21 +49,15 @@ def _ln2d_kernel(x_ptr, x_sb, x_sc, r_ptr, r_sb, r_sc, r_sh, r_sw, w_ptr, b_ptr,
     p64 = p.to(tl.int64)
     x = tl.load(x_ptr + b * x_sb + (c64 * x_sc)[:, None] + p64[None, :], mask=m2,
                 other=0.0).to(tl.float32)
+    dt = x_ptr.dtype.element_ty         # the norm's input dtype: x's, or the sum's
     if HAS_R:
         # the residual's pixel (h, w) by its own strides: a view of the encoder's [HW, B, C]
         r = tl.load(r_ptr + b * r_sb + (c64 * r_sc)[:, None] + (
             (p64 // W) * r_sh + (p64 % W) * r_sw)[None, :], mask=m2, other=0.0).to(tl.float32)
-        if SUM_OF_R:        # x + r rounded to r's dtype (the promoted one), as torch's add
-            x = cast_rne(x + r, r_ptr.dtype.element_ty).to(tl.float32)
-            y = layernorm2d_math(x, w_ptr, b_ptr, c, m2, cm, eps, C, 0,
-                                 r_ptr.dtype.element_ty, True, GELU)
-        else:
-            x = cast_rne(x + r, x_ptr.dtype.element_ty).to(tl.float32)
-            y = layernorm2d_math(x, w_ptr, b_ptr, c, m2, cm, eps, C, 0,
-                                 x_ptr.dtype.element_ty, True, GELU)
-    else:
-        y = layernorm2d_math(x, w_ptr, b_ptr, c, m2, cm, eps, C, 0, x_ptr.dtype.element_ty,
-                             True, GELU)
+        if SUM_OF_R:        # r's dtype is the promoted one
+            dt = r_ptr.dtype.element_ty
+        x = cast_rne(x + r, dt).to(tl.float32)         # rounded as torch's add
+    y = layernorm2d_math(x, w_ptr, b_ptr, c, m2, cm, eps, C, 0, dt, True, GELU)
     tl.store(y_ptr + b * C * HW + (c64 * HW)[:, None] + p64[None, :],
              cast_rne(y, y_ptr.dtype.element_ty), mask=m2)
 

@@ -6,12 +6,12 @@ hypernetwork MLPs, the IoU head and the object-score head one after another on s
 slices and stacks the hypernetworks' outputs. Here the constant tokens are concatenated once
 (at build), the positional encoding goes to the two-way transformer unrepeated (both sam2's
 and ours broadcast it: the same sums), the fused transformer adds the dense prompt embedding
-to the image embedding in the kernel that prepares its keys (``two_way.py``), and every head that is a 3-layer ReLU MLP runs in one
-kernel (``mlp_heads.py``) writing hyper_in [B, 4, C/8], the IoU [B, 4] and the object score
-[B, 1] directly. The upscaling is sam2's code, except where the 'layernorm2d' group has
-fused its LayerNorm2d and GELU: then the residual add before the norm runs inside the norm's
-kernel and the last add with its GELU in one kernel (``layernorm2d.py``), two kernels fewer.
-The hypernetwork product is sam2's code. ``forward``
+to the image embedding in the kernel that prepares its keys (``two_way.py``), and every head
+that is a 3-layer ReLU MLP runs in one kernel (``mlp_heads.py``) writing hyper_in [B, 4, C/8],
+the IoU [B, 4] and the object score [B, 1] directly. The upscaling is sam2's code, except
+where the 'layernorm2d' group has fused its LayerNorm2d and GELU: then the residual add before
+the norm runs inside the norm's kernel and the last add with its GELU in one kernel
+(``layernorm2d.py``), two kernels fewer. The hypernetwork product is sam2's code. ``forward``
 (multimask selection, dynamic multimask via stability, the object-pointer tokens) is sam2's
 own, inherited.
 """
@@ -85,17 +85,17 @@ class FusedMaskDecoder(MaskDecoder):
         dense = dense_prompt_embeddings
         tokens = torch.cat((self.output_tokens.unsqueeze(0).expand(bsz, -1, -1),
                             sparse_prompt_embeddings), dim=1)              # [B, T, C]
-        fold = isinstance(self.transformer, FusedTwoWayTransformer)
-        if not repeat_image:
-            assert image_embeddings.shape[0] == bsz
-            src = image_embeddings if fold else image_embeddings + dense
-        elif image_embeddings.size(0) == 1 and dense.size(0) == bsz:
-            # broadcast: repeat_interleave's sums
-            src = image_embeddings if fold else image_embeddings + dense
+        assert repeat_image or image_embeddings.shape[0] == bsz
+        # one image for every prompt broadcasts: repeat_interleave's sums
+        broadcast = not repeat_image or (image_embeddings.size(0) == 1 and dense.size(0) == bsz)
+        # fold: the fused transformer adds dense in the kernel that prepares its keys
+        fold = broadcast and isinstance(self.transformer, FusedTwoWayTransformer)
+        if fold:
+            src = image_embeddings
+        elif broadcast:
+            src = image_embeddings + dense
         else:
             src = torch.repeat_interleave(image_embeddings, bsz, dim=0) + dense
-            fold = False
-        # fold: the fused transformer adds dense in the kernel that prepares its keys
         assert image_pe.size(0) == 1, \
             'image_pe should have size 1 in batch dim (from `get_dense_pe()`)'
         pos_src = image_pe

@@ -143,11 +143,11 @@ class PointerPos:
         return None
 
     def __call__(self, model: torch.nn.Module, dist: torch.Tensor, t_diff_max: float,
-                 out: torch.Tensor) -> None:
+                 out: torch.Tensor, dtype: torch.dtype) -> None:
         """Writes obj_ptr_tpos_proj(get_1d_sine_pe(dist / t_diff_max)) of dist [n_p, B] into
         out [n_p, split, B, Cm] (any strides and float dtype, memory_pos's pointer rows), each
         pointer's row into its split tokens; t_diff_max a Python number, as memory_tokens
-        divides by it. Only where ``dtype`` is not None."""
+        divides by it. ``dtype``: what ``dtype(model, dist)`` returned (not None)."""
         proj = model.obj_ptr_tpos_proj
         dim = proj.in_features
         dev = dist.device
@@ -157,7 +157,7 @@ class PointerPos:
         rows = n_p * batch
         if rows == 0 or split == 0:
             return
-        bf16 = self.dtype(model, dist) == torch.bfloat16
+        bf16 = dtype == torch.bfloat16
         on_cpu = dev.type != 'cuda'
         # Triton's interpreter (triton 3.6) multiplies bf16 tl.dot operands as their bit
         # patterns: there they go in as float32 holding the bf16 values (the same products)

@@ -1,0 +1,199 @@
+"""The CUDA-graph runner's I/O graphs (frame in, masks out, the label) on the CPU, with the
+graph stand-in of test/graph_standin.py (CI has no GPU): captured per resolution and bucket on
+first use or at start, results never overwritten by a later replay, any frame layout staged,
+a failed capture run eagerly; every output equal to the eager runner's.
+"""
+
+import pytest
+import torch
+
+from conftest import LEAN, tracker_on_shared_model
+from graph_standin import fake_capture_same_outputs, graph_tracker, graphs_on_cpu
+from scenarios import schedule, synthetic_frames
+from sam2_ros.engine.cuda import capture, io_graphs, runner
+from sam2_ros.engine.cuda.buckets import FrameInKey, MasksOutKey
+from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.tracker import StreamingTracker
+from sam2_ros.engine.types import FrameResult, ObjectResult, Prompt
+
+# one intra-op thread (conftest.one_thread): the ops are tiny
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def test_io_graphs_per_resolution_and_bucket(monkeypatch):
+    """Frames and masks go through I/O graphs captured on first use: one input graph per
+    source resolution, one mask graph per (object bucket, resolution); only the two most
+    recently used resolutions are kept. Results equal the eager path's bit for bit."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    for h, w in ((48, 64), (64, 48), (48, 64), (40, 40)):     # A, B, A again, C
+        frames = synthetic_frames(3, h=h, w=w)
+        for t in (tr, ref):
+            t.reset()
+            t.track(frames[0])
+            for p in (1, 2, 3):
+                t.add_prompt(Prompt(p, box=(2 + p, 2 + p, w - 2 * p, h - 2 * p)))
+        a, b = tr.track(frames[1]), ref.track(frames[1])
+        assert [o.obj_id for o in a.objects] == [1, 2, 3]
+        for oa, ob in zip(a.objects, b.objects):
+            assert (oa.mask == ob.mask).all() and oa.box == ob.box and oa.area == ob.area
+        assert FrameInKey(h, w) in tr.runner.io and MasksOutKey(4, h, w) in tr.runner.io
+        # every object bucket's mask graph with the first: none captures mid-stream later
+        assert {k.batch for k in tr.runner.io if isinstance(k, MasksOutKey) and k.hw == (h, w)} \
+            == set(tr.runner.graphs.io.out_buckets)
+    assert {k.hw for k in tr.runner.io} == {(48, 64), (40, 40)}   # B: least recently used
+    assert tr.runner.io[FrameInKey(40, 40)].graph.replays == 2
+
+
+def test_io_graph_results_are_not_overwritten_and_any_frame_layout_stages(monkeypatch):
+    """The mask graph hands out fresh host buffers: a frame's masks, label and stats stay as
+    they were after later frames (nothing is reused under a caller that keeps them). Frames
+    that torch cannot wrap (read-only, reversed channels) are staged by numpy and give the
+    results of the same pixels passed as a plain array."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    frames = synthetic_frames(6, h=48, w=64)
+    tr.track(frames[0])
+    tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+    tr.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    kept = [tr.track(fr) for fr in frames[1:3]]
+    snap = [([o.mask.copy() for o in r.objects], r.label_mask().copy(),
+             [(o.area, o.box) for o in r.objects]) for r in kept]
+    readonly = frames[3].copy()
+    readonly.flags.writeable = False
+    reversed_view = frames[4][..., ::-1].copy()[..., ::-1]     # same pixels, negative stride
+    assert min(reversed_view.strides) < 0
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    ref.track(frames[0])
+    ref.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+    ref.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    for fr in frames[1:3]:
+        ref.track(fr)
+    a = tr.track(readonly)
+    b = ref.track(frames[3])
+    for r, (masks, label, facts) in zip(kept, snap):
+        assert all((o.mask == m).all() for o, m in zip(r.objects, masks))
+        assert (r.label_mask() == label).all()
+        assert [(o.area, o.box) for o in r.objects] == facts
+    for oa, ob in zip(a.objects, b.objects):
+        assert (oa.mask == ob.mask).all() and oa.area == ob.area
+    tr.remove_object(2)
+    ref.remove_object(2)
+    a, b = tr.track(reversed_view), ref.track(frames[4])
+    assert (a.objects[0].mask == b.objects[0].mask).all()
+
+
+def test_io_graph_stages_tensor_frames(monkeypatch):
+    """Tensor frames through the frame-in graph's staging: a contiguous [H, W, 3] tensor and
+    the channels-last view of a [3, H, W] one (what nvJPEG's output is handed on as,
+    engine/decode.py) give the results of the same pixels as numpy arrays."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref, _ = graph_tracker('swap', monkeypatch)
+    frames = synthetic_frames(3, h=48, w=64)
+    given = [torch.from_numpy(frames[0].copy()),
+             torch.from_numpy(frames[1]).permute(2, 0, 1).contiguous().permute(1, 2, 0),
+             torch.from_numpy(frames[2]).permute(2, 0, 1).contiguous().permute(1, 2, 0)]
+    assert not given[1].is_contiguous()
+    for k, (t, fr) in enumerate(zip(given, frames)):
+        a, b = tr.track(t), ref.track(fr)
+        if k == 0:
+            a = tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+            b = ref.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+        assert len(a.objects) == len(b.objects) == 1
+        for oa, ob in zip(a.objects, b.objects):
+            assert torch.equal(oa.low_res_logits, ob.low_res_logits)
+            assert (oa.mask == ob.mask).all()
+    assert tr.runner.io[FrameInKey(48, 64)].graph.replays == 3 == \
+        ref.runner.io[FrameInKey(48, 64)].graph.replays
+
+
+def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+
+    def broken(*a):
+        raise RuntimeError('no I/O graph today')
+    monkeypatch.setattr(io_graphs.GraphIO, 'capture_masks_out', broken)
+    tr.runner.on_fallback = tr._count_fallback
+    frames = synthetic_frames(20, h=48, w=64)
+    p = schedule(48, 64, 1, 2, 3, 4)[0][0][1]
+    for t in (tr, ref):
+        t.track(frames[0])
+        t.add_prompt(p)
+    for fr in frames[1:]:
+        a, b = tr.track(fr), ref.track(fr)
+        assert (a.objects[0].mask == b.objects[0].mask).all()
+    assert tr.stats['fallbacks'] == 1 and 'I/O graph capture failed' in \
+        next(iter(tr.fallback_reasons))
+    assert tr.stats['graph_steps'] > 0        # the model steps still replay graphs
+
+
+def test_io_graphs_of_a_known_resolution_are_captured_at_start(monkeypatch):
+    """io_resolution: the frame-in graph and every mask bucket's graph exist after prepare
+    (configure, for the node); the first frames capture nothing more and equal eager."""
+    graphs_on_cpu(monkeypatch)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, max_cond_frames=1,
+                        max_objects=3, io_resolution=(64, 48), extra_hydra_overrides=list(LEAN))
+    tr = tracker_on_shared_model(cfg)
+    tr.runner = runner.GraphRunner(tr.model, cfg, print)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    assert set(tr.runner.io) == {FrameInKey(48, 64), MasksOutKey(1, 48, 64),
+                                 MasksOutKey(2, 48, 64), MasksOutKey(3, 48, 64)}
+    captured = []
+    monkeypatch.setattr(capture.Capturer, 'capture',
+                        lambda self, fn, x: captured.append(fn) or
+                        fake_capture_same_outputs(self, fn, x))
+    ref = StreamingTracker(cfg.replace(use_cuda_graphs=False), model=tr.model)
+    frames = synthetic_frames(4, h=48, w=64)
+    for t in (tr, ref):
+        t.track(frames[0])
+        t.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+        t.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    for fr in frames[1:]:
+        a, b = tr.track(fr), ref.track(fr)
+        assert [o.obj_id for o in a.objects] == [1, 2]
+        for oa, ob in zip(a.objects, b.objects):
+            assert (oa.mask == ob.mask).all() and oa.area == ob.area and oa.box == ob.box
+    assert not captured
+    assert tr.runner.io[FrameInKey(48, 64)].graph.replays == 4
+    assert tr.runner.io[MasksOutKey(2, 48, 64)].graph.replays >= 3
+    with pytest.raises(ValueError, match='io_resolution'):
+        cfg.replace(io_resolution=(64,)).validate()
+
+
+def test_label_graph_ignores_padding_rows(monkeypatch):
+    """The mask graph of a bucket larger than the object count keeps stale logits in its
+    padding rows (here of a removed object 4): their ids are zeroed, so they never reach the
+    label mask, which equals the eager runner's for the same inputs."""
+    tr, cfg = graph_tracker('swap', monkeypatch)
+    h, w, s = 24, 32, tr.bank.logits.shape[-1]
+    logits = torch.full((4, 1, s, s), -5.0)
+    logits[:, :, : s // 2] = 5.0                     # every object: the top half of the image
+    logits[3, :, s // 2:] = 5.0                      # object 4: the whole image
+    scores = torch.ones(4)
+    eager = runner.EagerRunner(tr.model, cfg)
+    with torch.inference_mode():
+        m4, _, l4 = tr.runner.results(logits, scores, h, w, [1, 2, 3, 4])
+        assert (l4 == 4).all() and m4.shape == (4, h, w)
+        m3, st3, l3 = tr.runner.results(logits[:3], scores[:3], h, w, [1, 2, 7])
+        em3, est3, el3 = eager.results(logits[:3], scores[:3], h, w, [1, 2, 7])
+    assert MasksOutKey(4, h, w) in tr.runner.io    # both calls used the batch-4 mask graph
+    assert (l3[: h // 2] == 7).all() and (l3[h // 2:] == 0).all(), 'stale row 4 leaked'
+    assert (l3 == el3).all() and (m3 == em3).all() and (st3 == est3).all()
+
+
+def test_frame_result_label_is_rebuilt_when_objects_change():
+    masks = [torch.zeros(6, 8, dtype=torch.bool).numpy() for _ in range(2)]
+    masks[0][:3] = True
+    masks[1][2:] = True
+    objs = [ObjectResult(i + 1, m, 1.0, 'tracking', None, int(m.sum()), None, 0)
+            for i, m in enumerate(masks)]
+    res = FrameResult(0, 6, 8, list(objs))
+    built = res.label_mask()
+    assert (built[:2] == 1).all() and (built[2:] == 2).all()     # overlap: higher id wins
+    given = built.copy()
+    res.set_label(given, [1, 2])
+    assert res.label_mask() is given                # the tracker's precomputed one, as is
+    res.objects.pop()                               # objects changed: built from the masks
+    assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()
