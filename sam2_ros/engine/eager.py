@@ -33,6 +33,7 @@ class EagerRunner:
     def __init__(self, model, cfg: TrackerConfig):
         self.model = model
         self.cfg = cfg
+        self.last_merge: Optional[str] = None     # one object at a time: no buckets merged
 
     def prepare(self, bank: MemoryBank, maskmem_pos: torch.Tensor,
                 features: encoder.Features) -> None:

@@ -314,9 +314,8 @@ class MultiStreamTracker:
                                 outs.mem_feats, outs.obj_ptr, outs.low_res_logits, outs.score)
         for m in modes:
             self.stats[f'{m}_steps'] += 1
-        merge = getattr(self.runner, 'last_merge', None)      # a graph runner's only
-        if merge is not None:       # objects in several buckets: merged or apart
-            self.stats[f'buckets_{merge}_steps'] += 1
+        if self.runner.last_merge is not None:     # objects in several buckets
+            self.stats[f'buckets_{self.runner.last_merge}_steps'] += 1
         return modes
 
     def _result(self, stream: Stream, mode: str, t0: float,
