@@ -99,8 +99,14 @@ def reference_rgb(m):
             'mono8': lambda a: np.repeat(a, 3, axis=2)}[m.encoding](px)
 
 
+def _rgb8(height, width, step, data):
+    from sensor_msgs.msg import Image
+    return Image(height=height, width=width, encoding='rgb8', step=step, data=data)
+
+
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw_images())
+@example(m=_rgb8(2, 1, 4, [0] * 8))  # padded rows: the rgb8 view is strided, not a copy
 def test_image_decode(bridge, m):
     try:
         out = images.image_to_rgb(m, bridge)
@@ -113,7 +119,10 @@ def test_image_decode(bridge, m):
         return
     count('test_image_decode', 'accepted')
     assert m.encoding in images.ENCODING_CHANNELS
-    assert out.dtype == np.uint8 and out.shape == (m.height, m.width, 3) and out.flags.c_contiguous
+    assert out.dtype == np.uint8 and out.shape == (m.height, m.width, 3)
+    # rgb8 is a view of the message's rows (strided where step pads them); the rest are copies
+    assert out.strides[1:] == (3, 1)
+    assert out.flags.c_contiguous or (m.encoding == 'rgb8' and m.step > m.width * 3)
     np.testing.assert_array_equal(out, reference_rgb(m))
 
 
