@@ -26,6 +26,9 @@
 #     with OpenCV's default pool and opencv_threads 1, raw 3/8/1 objects
 #   bash scripts/gpu/gpu_node_latency.sh overlay  # one node for two cameras: overlay_on_gpu on
 #     and off, merge_step_buckets on and off (3 objects), then raw 1/3/8 and jpeg 1/8
+#   bash scripts/gpu/gpu_node_latency.sh headline # the target rows of the transport and stereo
+#     issues once each (one node for two cameras with 1 and 3 objects, merging on and off at 3;
+#     raw 1/3/8, jpeg 1/8)
 #   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
@@ -62,7 +65,7 @@ else
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
 fi
-if [[ "$MODE" =~ ^(input|session|targets|overlay)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
+if [[ "$MODE" =~ ^(input|session|targets|overlay|headline)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
   if [ ! -e /tmp/site/.installed_gpu ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
@@ -200,6 +203,16 @@ elif [ "$MODE" = overlay ]; then   # the GPU overlay and merged buckets, then th
   run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
   run cams2_1gpu_1node_3obj_rxproc_hostoverlay --objects 3 "${ONE[@]}" --no-gpu-overlay
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run shm_3obj_overlay --objects 3 --transport shm --overlay
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
+  run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
+elif [ "$MODE" = headline ]; then   # every target row once, merged buckets on and off
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run shm_3obj_overlay --objects 3 --transport shm --overlay
   run shm_8obj_overlay --objects 8 --transport shm --overlay
