@@ -1,0 +1,42 @@
+"""tools.bench.merge: a device command's files land in their families' results files by key,
+replacing rows of the same key and keeping the rest."""
+
+import json
+
+from tools.bench import merge
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+
+
+def _row(variant, ms, **kw):
+    return dict(model='tiny', res=512, objects=1, variant=variant, ms_p50=ms, **kw)
+
+
+def test_device_files_replace_rows_of_their_key_and_keep_the_rest(tmp_path):
+    dev, res = tmp_path / 'dev', tmp_path / 'res'
+    dev.mkdir(), res.mkdir()
+    _write(res / 'h200.json', [_row('a', 1.0), _row('b', 2.0)])
+    _write(dev / 'h200.json', [_row('b', 3.0)])
+    _write(res / 'h200_interaction.json', [_row('a', 1.0, corrections='deferred')])
+    _write(dev / 'h200_interaction.json', [_row('a', 5.0, corrections='immediate')])
+    _write(res / 'h200_extra.json', {'invocations': [{'commit': 'old'}], 'rows': {'x': 1}})
+    _write(dev / 'h200_extra.json', {'env': {'commit': 'abc1234'}, 'rows': {'y': 2}})
+    _write(res / 'h200_equivalence.json', {'kept': 1, 'replaced': 1})
+    _write(dev / 'gpu_equivalence.json', {'replaced': 2})
+    _write(dev / 'gpu_fused_kernels.json', {'q_pool': 0.0})
+
+    done = merge.merge(str(dev), str(res))
+
+    assert set(done) == {'h200.json', 'h200_interaction.json', 'h200_extra.json',
+                         'gpu_equivalence.json', 'gpu_fused_kernels.json'}
+    engine = json.loads((res / 'h200.json').read_text())
+    assert [(r['variant'], r['ms_p50']) for r in engine] == [('a', 1.0), ('b', 3.0)]
+    inter = json.loads((res / 'h200_interaction.json').read_text())
+    assert sorted(r['corrections'] for r in inter) == ['deferred', 'immediate']
+    extra = json.loads((res / 'h200_extra.json').read_text())
+    assert extra['invocations'] == [{'commit': 'old'}, {'commit': 'abc1234'}]
+    assert extra['rows'] == {'x': 1, 'y': 2}
+    eq = json.loads((res / 'h200_equivalence.json').read_text())
+    assert eq == {'kept': 1, 'replaced': 2, 'fused_kernels_gpu_abc1234': {'q_pool': 0.0}}

@@ -1,0 +1,95 @@
+"""Merge what a device command brought back into benchmarks/results/.
+
+    python -m tools.bench.merge /work/.device/1 [--results benchmarks/results]
+
+Each file the GPU scripts write ($OUT) goes to its family's results file by that family's key:
+  h200.json              engine rows, by (model, res, objects, variant)
+  h200_interaction.json  interaction rows, by the engine key and the corrections mode
+  h200_extra.json        the engine run's invocation (appended) and its per-row details
+  h200_node_latency.json the scripts copy the committed file and add rows: taken whole
+  gpu_equivalence.json   GPU test comparisons: keys replace keys of h200_equivalence.json
+  gpu_fused_kernels.json the fused kernels' GPU tests: one entry fused_kernels_gpu_<commit>
+The commit comes from the engine run's provenance (or --commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from typing import List, Optional
+
+from tools.bench import interaction, results
+
+
+def _load(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _dump(path: str, data) -> None:
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=1)
+
+
+def merge_extra(src: str, dst: str) -> Optional[str]:
+    """Append the run's invocation, update its rows; returns the run's commit."""
+    new, old = _load(src), _load(dst)
+    env = new.get('env') or {}
+    if env and env not in old.setdefault('invocations', []):
+        old['invocations'].append(env)
+    old.setdefault('rows', {}).update(new.get('rows', {}))
+    for key in ('startup', 'probes'):
+        if isinstance(new.get(key), dict):
+            old.setdefault(key, {}).update(new[key])
+    _dump(dst, old)
+    return env.get('commit')
+
+
+def merge(device_dir: str, res_dir: str, commit: Optional[str] = None) -> List[str]:
+    """Merge every known file of ``device_dir`` into ``res_dir``; returns what was merged."""
+    done = []
+    src = lambda name: os.path.join(device_dir, name)  # noqa: E731
+    dst = lambda name: os.path.join(res_dir, name)  # noqa: E731
+    if os.path.exists(src('h200.json')):
+        results.save_json(dst('h200.json'), _load(src('h200.json')))
+        done.append('h200.json')
+    if os.path.exists(src('h200_interaction.json')):
+        results.save_json(dst('h200_interaction.json'), _load(src('h200_interaction.json')),
+                          key=interaction.row_key)
+        done.append('h200_interaction.json')
+    if os.path.exists(src('h200_extra.json')):
+        commit = merge_extra(src('h200_extra.json'), dst('h200_extra.json')) or commit
+        done.append('h200_extra.json')
+    if os.path.exists(src('h200_node_latency.json')):
+        shutil.copyfile(src('h200_node_latency.json'), dst('h200_node_latency.json'))
+        done.append('h200_node_latency.json')
+    eq_path = dst('h200_equivalence.json')
+    eq = _load(eq_path)
+    if os.path.exists(src('gpu_equivalence.json')):
+        eq.update(_load(src('gpu_equivalence.json')))
+        done.append('gpu_equivalence.json')
+    if os.path.exists(src('gpu_fused_kernels.json')):
+        if not commit:
+            raise SystemExit('gpu_fused_kernels.json: no commit known; pass --commit')
+        eq[f'fused_kernels_gpu_{commit}'] = _load(src('gpu_fused_kernels.json'))
+        done.append('gpu_fused_kernels.json')
+    _dump(eq_path, eq)
+    return done
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog='python -m tools.bench.merge', description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('device_dir')
+    p.add_argument('--results', default='benchmarks/results')
+    p.add_argument('--commit', default=None)
+    a = p.parse_args(argv)
+    for name in merge(a.device_dir, a.results, a.commit):
+        print('merged', name)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
