@@ -19,7 +19,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from sam2_ros.engine.cuda.kernels import (elementwise, layernorm, layernorm2d,  # noqa: E402
-                                          pointer_pos, q_pool)
+                                          pointer_pos, q_pool, rope)
 
 I64, I32, F32 = 'i64', 'i32', 'fp32'
 
@@ -41,6 +41,14 @@ _ADD_LN = dict(a_ptr='*bf16', a_idx_ptr='*i32', a_sb=I64, a_sl=I64, a_sc=I64, b_
                yg_ptr='*bf16', yg_sb=I64, yg_sl=I64, n_rows=I32, L=I32, L_in=I32, C=I32)
 
 CASES = {
+    'rope bf16': (rope, '_rope_kernel', dict(
+        q_ptr='*bf16', q_sb=I64, q_sl=I64, k_ptr='*bf16', k_sb=I64, k_sl=I64, cos_ptr='*fp32',
+        sin_ptr='*fp32', qo_ptr='*bf16', ko_ptr='*bf16', Lq=I32, Lk=I32, n_rope=I32, H=I32,
+        D2=I32, n_q_blocks=I32), dict(BLOCK_L=16, BLOCK_D2=128)),
+    'rope fp32': (rope, '_rope_kernel', dict(
+        q_ptr='*fp32', q_sb=I64, q_sl=I64, k_ptr='*fp32', k_sb=I64, k_sl=I64, cos_ptr='*fp32',
+        sin_ptr='*fp32', qo_ptr='*fp32', ko_ptr='*fp32', Lq=I32, Lk=I32, n_rope=I32, H=I32,
+        D2=I32, n_q_blocks=I32), dict(BLOCK_L=16, BLOCK_D2=128)),
     'q_pool bf16': (q_pool, '_q_pool_kernel', dict(
         x_ptr='*bf16', x_sb=I64, x_sr=I64, y_ptr='*bf16', W=I32, H2=I32, W2=I32, C=I32),
         dict(SH=2, SW=2, BLOCK_P=16, BLOCK_C=256)),
@@ -65,6 +73,13 @@ CASES = {
         HAS_PE=False, STORE_YC=False, STORE_YG=True, BLOCK_R=16, BLOCK_C=256)),
 }
 
+# Arguments the GPU's launches pass divisible by 16 (Triton specialises such pointers and
+# integers at launch; strides of 256-channel rows, 128 pairs per head): the compile here gets
+# the same hints, so the PTX is the one the GPU runs
+_ROPE_DIVISIBLE = ('q_ptr', 'q_sb', 'q_sl', 'k_ptr', 'k_sb', 'k_sl', 'cos_ptr', 'sin_ptr',
+                   'qo_ptr', 'ko_ptr', 'D2', 'Lq', 'Lk')
+DIVISIBLE = {'rope bf16': _ROPE_DIVISIBLE, 'rope fp32': _ROPE_DIVISIBLE}
+
 
 def compile_case(case: str) -> dict:
     """Compile one case for sm_90: its signature's check and what the PTX / cubin hold."""
@@ -72,12 +87,15 @@ def compile_case(case: str) -> dict:
     fn = JITFunction(getattr(module, name).fn)
     sig = dict(signature, **{k: 'constexpr' for k in constexprs})
     assert set(sig) == set(fn.arg_names), set(sig) ^ set(fn.arg_names)
+    attrs = {(fn.arg_names.index(k),): [['tt.divisibility', 16]]
+             for k in DIVISIBLE.get(case, ())}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
-                                         for k, v in constexprs.items()})
+                                         for k, v in constexprs.items()}, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4})
     ptx = compiled.asm['ptx']
     return {'cubin_bytes': len(compiled.asm['cubin']), 'div_rn': 'div.rn.f32' in ptx,
-            'div_full': 'div.full' in ptx, 'sin_approx': 'sin.approx' in ptx}
+            'div_full': 'div.full' in ptx, 'sin_approx': 'sin.approx' in ptx,
+            'scalar_b16_access': ptx.count('ld.global.b16') + ptx.count('st.global.b16')}
 
 
 @pytest.fixture(scope='module')
@@ -101,3 +119,5 @@ def test_kernel_compiles_for_sm90_without_a_gpu(case, compiled):
     assert got['cubin_bytes'] > 0
     if CASES[case][1] == '_pointer_pos_kernel':   # IEEE divisions and libdevice's sine
         assert got['div_rn'] and not got['div_full'] and not got['sin_approx'], got
+    if CASES[case][1] == '_rope_kernel':   # whole rows in vector loads and stores, no
+        assert got['scalar_b16_access'] == 0, got   # element-wise access of the pairs

@@ -24,6 +24,29 @@ from sam2_ros.engine.cuda.kernels.rounding import cast_rne
 _TILE = 4096
 
 
+@triton.jit
+def _rotate_rows(x_ptr, dst_ptr, rows, rm, n_rot, cos_ptr, sin_ptr, Lq, D2,
+                 BLOCK_L: tl.constexpr, BLOCK_D2: tl.constexpr):
+    """Rows of one (batch, head): x_ptr, dst_ptr [BLOCK_L] row starts; rows < n_rot rotated by
+    table row (row mod Lq), the rest copied. Whole rows in one contiguous load (vectorised),
+    split into the pairs' real and imaginary parts in registers: sam2's view_as_complex
+    without strided loads."""
+    cols = tl.arange(0, 2 * BLOCK_D2)
+    mx = rm[:, None] & (cols < 2 * D2)[None, :]
+    x = tl.load(x_ptr[:, None] + cols[None, :], mask=mx, other=0.0)
+    xr, xi = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_L, BLOCK_D2, 2)))
+    j = tl.arange(0, BLOCK_D2)
+    rot = (rows < n_rot)[:, None]
+    mt = rm[:, None] & (j < D2)[None, :] & rot
+    t = (rows.to(tl.int64) % Lq)[:, None] * D2 + j[None, :]
+    c = tl.load(cos_ptr + t, mask=mt, other=1.0)
+    s = tl.load(sin_ptr + t, mask=mt, other=0.0)
+    yr = tl.where(rot, xr * c - xi * s, xr)
+    yi = tl.where(rot, xr * s + xi * c, xi)
+    y = tl.reshape(tl.join(yr, yi), (BLOCK_L, 2 * BLOCK_D2))
+    tl.store(dst_ptr[:, None] + cols[None, :], cast_rne(y, dst_ptr.dtype.element_ty), mask=mx)
+
+
 @jit
 def _rope_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sb, k_sl, cos_ptr, sin_ptr,
                  qo_ptr, ko_ptr, Lq, Lk, n_rope, H, D2, n_q_blocks,
@@ -32,40 +55,18 @@ def _rope_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sb, k_sl, cos_ptr, sin_ptr,
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
-    j = tl.arange(0, BLOCK_D2)
-    jm = j < D2
-    j64 = j.to(tl.int64)
     if pid < n_q_blocks:            # queries: every row rotated, table row = query row
         rows = pid * BLOCK_L + tl.arange(0, BLOCK_L)
-        rm = rows < Lq
-        m2 = rm[:, None] & jm[None, :]
         r64 = rows.to(tl.int64)
-        src = q_ptr + (b * q_sb + r64 * q_sl + h * 2 * D2)[:, None] + 2 * j64[None, :]
-        xr = tl.load(src, mask=m2, other=0.0).to(tl.float32)
-        xi = tl.load(src + 1, mask=m2, other=0.0).to(tl.float32)
-        t = r64[:, None] * D2 + j64[None, :]
-        c = tl.load(cos_ptr + t, mask=m2, other=0.0)
-        s = tl.load(sin_ptr + t, mask=m2, other=0.0)
-        dst = qo_ptr + ((bh * Lq + r64) * 2 * D2)[:, None] + 2 * j64[None, :]
-        tl.store(dst, cast_rne(xr * c - xi * s, qo_ptr.dtype.element_ty), mask=m2)
-        tl.store(dst + 1, cast_rne(xr * s + xi * c, qo_ptr.dtype.element_ty), mask=m2)
+        _rotate_rows(q_ptr + b * q_sb + r64 * q_sl + h * 2 * D2,
+                     qo_ptr + (bh * Lq + r64) * 2 * D2, rows, rows < Lq, Lq,
+                     cos_ptr, sin_ptr, Lq, D2, BLOCK_L, BLOCK_D2)
     else:                           # keys: rows < n_rope rotated by table row (row mod Lq)
         rows = (pid - n_q_blocks) * BLOCK_L + tl.arange(0, BLOCK_L)
-        rm = rows < Lk
-        m2 = rm[:, None] & jm[None, :]
         r64 = rows.to(tl.int64)
-        src = k_ptr + (b * k_sb + r64 * k_sl + h * 2 * D2)[:, None] + 2 * j64[None, :]
-        xr = tl.load(src, mask=m2, other=0.0).to(tl.float32)
-        xi = tl.load(src + 1, mask=m2, other=0.0).to(tl.float32)
-        rot = (rows < n_rope)[:, None]
-        t = (r64 % Lq)[:, None] * D2 + j64[None, :]
-        c = tl.load(cos_ptr + t, mask=m2 & rot, other=1.0)
-        s = tl.load(sin_ptr + t, mask=m2 & rot, other=0.0)
-        dst = ko_ptr + ((bh * Lk + r64) * 2 * D2)[:, None] + 2 * j64[None, :]
-        yr = tl.where(rot, xr * c - xi * s, xr)
-        yi = tl.where(rot, xr * s + xi * c, xi)
-        tl.store(dst, cast_rne(yr, ko_ptr.dtype.element_ty), mask=m2)
-        tl.store(dst + 1, cast_rne(yi, ko_ptr.dtype.element_ty), mask=m2)
+        _rotate_rows(k_ptr + b * k_sb + r64 * k_sl + h * 2 * D2,
+                     ko_ptr + (bh * Lk + r64) * 2 * D2, rows, rows < Lk, n_rope,
+                     cos_ptr, sin_ptr, Lq, D2, BLOCK_L, BLOCK_D2)
 
 
 def rope_tables(freqs_cis: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
