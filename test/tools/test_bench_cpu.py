@@ -59,6 +59,8 @@ def test_kernel_groups_of_names():
     from tools.bench.profiling import group_of
     assert group_of('_add_ln_kernel') == 'ours_triton'
     assert group_of('_ln2d_kernel') == 'ours_triton'
+    for ours in ('_gemm_kernel', '_dwconv_norm_kernel', '_stage_kernel', '_pass_kernel'):
+        assert group_of(ours) == 'ours_triton', ours
     assert group_of('void at::native::vectorized_elementwise_kernel<4>') == \
         'cast_or_elementwise'
     assert group_of('sm90_xmma_gemm_bf16bf16') == 'gemm'
