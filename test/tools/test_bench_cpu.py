@@ -65,3 +65,12 @@ def test_kernel_groups_of_names():
         'cast_or_elementwise'
     assert group_of('sm90_xmma_gemm_bf16bf16') == 'gemm'
     assert group_of('something_else') == 'other'
+
+
+def test_two_camera_variant_steps_both_cameras_objects():
+    from tools.bench import variants
+    spec = variants.Spec('tiny', 128, objects=2, frames=3, device='cpu', precision='fp32')
+    run = variants.VARIANTS['ours_graph_batched_cams2'](spec)
+    masks = run.step()
+    assert len(masks) == 4 and all(m.shape == (720, 1280) for m in masks)
+    assert run.info['tracker'].stream(1).object_ids == [1, 2]

@@ -132,7 +132,8 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             return out
         return wrapper
 
-    core = tr.core            # StreamingTracker's steps are its MultiStreamTracker's
+    # StreamingTracker's steps are its MultiStreamTracker's; a MultiStreamTracker is its own
+    core = getattr(tr, 'core', tr)
     tr.runner.encode_frame = timed('preprocess+encoder', tr.runner.encode_frame)
     core._track_objects = timed('objects', core._track_objects)
     core._result = timed('results', core._result)
