@@ -15,6 +15,7 @@ from tools.bench import interaction as bench
 FRAMES, EVERY, NEW_AT = 20, 10, 15
 ROW_KEYS = {'model', 'res', 'objects', 'variant', 'corrections', 'run', 'frames', 'ms_p50',
             'ms_p99', 'ms_max', 'eager_steps', 'graph_steps', 'prompt_steps', 'deferred_prompts',
+            'buckets_merged_steps', 'buckets_apart_steps',
             'fallbacks', 'slowest', 'src', 'weights', 'date', 'commit', 'gpu', 'command'}
 
 
@@ -82,7 +83,8 @@ def test_step_counts_report_every_steps_key_the_tracker_has():
              'fallbacks': 1}
     got = bench.step_counts(after, before)
     assert got == {'eager_steps': 2, 'graph_steps': 0, 'prompt_steps': 2,
-                   'prompt_graph_steps': 2, 'fallbacks': 1, 'deferred_prompts': 0}
+                   'prompt_graph_steps': 2, 'fallbacks': 1, 'deferred_prompts': 0,
+                   'buckets_merged_steps': 0, 'buckets_apart_steps': 0}
     row = {'model': 'tiny', 'res': 512, 'objects': 1, 'variant': 'swap', 'frames': 9,
            'ms_p50': 1.0, 'ms_p99': 1.5, 'ms_max': 2.0, 'slowest': [], **got}
     assert '| prompt_graph_steps |' in bench.table([row]) and '| 1.50 |' in bench.table([row])

@@ -54,7 +54,9 @@ CORRECTIONS = ('immediate', 'deferred')  # add_prompt on the frame, or defer_pro
 SLOWEST = 5                             # slowest frames kept per row
 # Step counters every row carries, 0 when the tracker never counted one; any other
 # ``*_steps`` counter the tracker has (e.g. prompt_graph_steps) is added when present.
-STEP_KEYS = ('eager_steps', 'graph_steps', 'prompt_steps')
+# always in a row, 0 included: a row says that no step ran apart, not that none was counted
+STEP_KEYS = ('eager_steps', 'graph_steps', 'prompt_steps', 'buckets_merged_steps',
+             'buckets_apart_steps')
 
 
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
