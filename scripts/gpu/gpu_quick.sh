@@ -37,7 +37,8 @@ on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-
 T=tiny@512; L=large@1024
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
-ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused"
+ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"
+ONLY+="$T:1:ours_graph_batched_cams2;$T:3:ours_graph_batched_cams2"   # a stereo node's step
 if on ENGINE_S 150; then
   timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 \
     --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \

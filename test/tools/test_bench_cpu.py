@@ -73,4 +73,14 @@ def test_two_camera_variant_steps_both_cameras_objects():
     run = variants.VARIANTS['ours_graph_batched_cams2'](spec)
     masks = run.step()
     assert len(masks) == 4 and all(m.shape == (720, 1280) for m in masks)
-    assert run.info['tracker'].stream(1).object_ids == [1, 2]
+    assert run.info['tracker'].stream(1).object_ids == [1, 2] and run.info['cameras'] == 2
+
+
+def test_cli_row_of_the_two_camera_variant(tmp_path):
+    out = tmp_path / 'r.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--only',
+            'tiny@128:1:ours_graph_batched_cams2', '--frames', '2', '--warmup', '0',
+            '--profile-frames', '0', '--out', str(out)]
+    assert cli.main(argv) == 0
+    (row,) = json.loads(out.read_text())
+    assert row['variant'] == 'ours_graph_batched_cams2' and row['objects'] == 1

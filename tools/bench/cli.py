@@ -107,8 +107,9 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
             t = time.perf_counter()
             masks = run.step()
             ms.append((time.perf_counter() - t) * 1e3)
-            assert len(masks) == objects and masks[0].shape == (V.SRC_H, V.SRC_W), \
-                (len(masks), masks[0].shape)
+            # every object of every camera (two-camera variants: `objects` per camera)
+            assert len(masks) == objects * run.info.get('cameras', 1), len(masks)
+            assert masks[0].shape == (V.SRC_H, V.SRC_W), masks[0].shape
         p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
         gk = kernel_ms(run, a.profile_frames, a.device)
         peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None

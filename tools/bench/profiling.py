@@ -134,7 +134,8 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
 
     # StreamingTracker's steps are its MultiStreamTracker's; a MultiStreamTracker is its own
     core = getattr(tr, 'core', tr)
-    tr.runner.encode_frame = timed('preprocess+encoder', tr.runner.encode_frame)
+    # the step encodes through encode_streams (one camera: encode_frame inside it)
+    tr.runner.encode_streams = timed('preprocess+encoder', tr.runner.encode_streams)
     core._track_objects = timed('objects', core._track_objects)
     core._result = timed('results', core._result)
     try:
@@ -146,7 +147,7 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
     finally:
         for k in ('_track_objects', '_result'):
             core.__dict__.pop(k, None)
-        tr.runner.__dict__.pop('encode_frame', None)
+        tr.runner.__dict__.pop('encode_streams', None)
     out = {k: round(v * 1e3 / frames, 3) for k, v in acc.items()}
     out['total'] = round(total * 1e3 / frames, 3)
     out['other'] = round(out['total'] - sum(v for k, v in out.items() if k != 'total'), 3)

@@ -120,7 +120,7 @@ def ours_graph_batched_cams2(spec: Spec) -> Run:
         return [o.mask for r in out.results for o in r.objects]
 
     return Run(step, compile_s=float(getattr(tr.runner, 'capture_s', 0.0)),
-               info={'tracker': tr, 'stats': tr.stats})
+               info={'tracker': tr, 'stats': tr.stats, 'cameras': 2})
 
 
 def ours_eager(spec: Spec) -> Run:
