@@ -6,7 +6,8 @@
 #   source scripts/gpu/gpu_env.sh
 #   SAM2_ROS_COMMIT=<sha> bash scripts/gpu/gpu_engine.sh [precompile]
 # Writes $OUT/h200.json (+ h200_extra.json), h200_interaction.json, gpu_equivalence.json,
-# startup rows in h200_extra.json; merge them into benchmarks/results/ with save_json.
+# startup rows in h200_extra.json; merge them into benchmarks/results/ with
+# `python -m tools.bench.merge <the folder they came back to>`.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 export OUT

@@ -10,7 +10,7 @@
 # memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
-# Then merge $OUT/h200*.json into benchmarks/results/ (tools/bench/results.py) and run
+# Then `python -m tools.bench.merge <the folder the files came back to>` and run
 # `python -m tools.bench.report`.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; export OUT
