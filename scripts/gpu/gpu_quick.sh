@@ -6,6 +6,7 @@
 # (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
+# OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
@@ -45,6 +46,17 @@ if on ENGINE_S 150; then
     > "$OUT/engine.log" 2>&1
   echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
+fi
+if on OVERLAY_S 0; then   # the overlays beside a two-camera step (tools/probes/overlay_probe.py)
+  timeout "$OVERLAY_S" python3 -m tools.probes.overlay_probe --objects 1,3 \
+    --out "$OUT/overlay_probe.json" > "$OUT/overlay.log" 2>&1
+  echo "== overlay probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep '^{' "$OUT/overlay.log" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print(r['objects_per_camera'], r['overlay'], r['track_ms_p50'], r['track_ms_p99'],
+          r['overlays_rendered'], r['overlay_steps_behind_at_end'])"
 fi
 if on CORRECTION_S 0; then
   timeout "$CORRECTION_S" python3 -m tools.probes.correction_probe --objects 1,3 \

@@ -26,11 +26,12 @@ def test_device_files_replace_rows_of_their_key_and_keep_the_rest(tmp_path):
     _write(res / 'h200_equivalence.json', {'kept': 1, 'replaced': 1})
     _write(dev / 'gpu_equivalence.json', {'replaced': 2})
     _write(dev / 'gpu_fused_kernels.json', {'q_pool': 0.0})
+    _write(dev / 'overlay_probe.json', {'gpu': 'H200', 'rows': [{'overlay': 'gpu'}]})
 
     done = merge.merge(str(dev), str(res))
 
     assert set(done) == {'h200.json', 'h200_interaction.json', 'h200_extra.json',
-                         'gpu_equivalence.json', 'gpu_fused_kernels.json'}
+                         'gpu_equivalence.json', 'gpu_fused_kernels.json', 'overlay_probe.json'}
     engine = json.loads((res / 'h200.json').read_text())
     assert [(r['variant'], r['ms_p50']) for r in engine] == [('a', 1.0), ('b', 3.0)]
     inter = json.loads((res / 'h200_interaction.json').read_text())
@@ -38,5 +39,7 @@ def test_device_files_replace_rows_of_their_key_and_keep_the_rest(tmp_path):
     extra = json.loads((res / 'h200_extra.json').read_text())
     assert extra['invocations'] == [{'commit': 'old'}, {'commit': 'abc1234'}]
     assert extra['rows'] == {'x': 1, 'y': 2}
+    assert extra['probes'] == {'overlay_probe_abc1234': {'gpu': 'H200',
+                                                         'rows': [{'overlay': 'gpu'}]}}
     eq = json.loads((res / 'h200_equivalence.json').read_text())
     assert eq == {'kept': 1, 'replaced': 2, 'fused_kernels_gpu_abc1234': {'q_pool': 0.0}}

@@ -9,6 +9,7 @@ Each file the GPU scripts write ($OUT) goes to its family's results file by that
   h200_node_latency.json the scripts copy the committed file and add rows: taken whole
   gpu_equivalence.json   GPU test comparisons: keys replace keys of h200_equivalence.json
   gpu_fused_kernels.json the fused kernels' GPU tests: one entry fused_kernels_gpu_<commit>
+  PROBES (tools/probes)  h200_extra.json probes, one entry <name>_<commit>
 The commit comes from the engine run's provenance (or --commit).
 """
 
@@ -21,6 +22,10 @@ import shutil
 from typing import List, Optional
 
 from tools.bench import interaction, results
+
+
+# the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
+PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json')
 
 
 def _load(path: str):
@@ -65,6 +70,15 @@ def merge(device_dir: str, res_dir: str, commit: Optional[str] = None) -> List[s
     if os.path.exists(src('h200_node_latency.json')):
         shutil.copyfile(src('h200_node_latency.json'), dst('h200_node_latency.json'))
         done.append('h200_node_latency.json')
+    probes = [name for name in PROBES if os.path.exists(src(name))]
+    if probes:
+        if not commit:
+            raise SystemExit(f'{probes}: no commit known; pass --commit')
+        extra = _load(dst('h200_extra.json'))
+        for name in probes:
+            extra.setdefault('probes', {})[f'{name[:-5]}_{commit}'] = _load(src(name))
+        _dump(dst('h200_extra.json'), extra)
+        done += probes
     eq_path = dst('h200_equivalence.json')
     eq = _load(eq_path)
     if os.path.exists(src('gpu_equivalence.json')):
