@@ -23,6 +23,13 @@ from sam2_ros.engine.cuda.kernels.rounding import cast_rne
 _TILE = 4096
 
 
+@triton.jit
+def _load_rows(ptr, sb, sl, sc, b, l, c64, mask):
+    """[BLOCK_R, BLOCK_C] float32 of a [B, L, C] tensor at any strides: rows (b, l), cols c."""
+    return tl.load(ptr + (b * sb + l * sl)[:, None] + (c64 * sc)[None, :], mask=mask,
+                   other=0.0).to(tl.float32)
+
+
 @jit
 def _add_cast_kernel(m_ptr, m_sb, m_sl, m_sc, p_ptr, p_sb, p_sl, p_sc, a_ptr, a_sb, a_sl, a_sc,
                      s_ptr, k_ptr, v_ptr, n_rows, L, C, HAS_P: tl.constexpr,
@@ -34,21 +41,16 @@ def _add_cast_kernel(m_ptr, m_sb, m_sl, m_sc, p_ptr, p_sb, p_sl, p_sc, a_ptr, a_
     b = (rows // L).to(tl.int64)
     l = (rows % L).to(tl.int64)
     c64 = cols.to(tl.int64)
-    m = tl.load(m_ptr + (b * m_sb + l * m_sl)[:, None] + (c64 * m_sc)[None, :], mask=mask,
-                other=0.0).to(tl.float32)
+    m = _load_rows(m_ptr, m_sb, m_sl, m_sc, b, l, c64, mask)
     out = (rows.to(tl.int64) * C)[:, None] + c64[None, :]
     if HAS_A:           # m = m + a first, rounded as torch's add rounds it, and kept
-        a = tl.load(a_ptr + (b * a_sb + l * a_sl)[:, None] + (c64 * a_sc)[None, :], mask=mask,
-                    other=0.0).to(tl.float32)
-        m = m + a
+        m = m + _load_rows(a_ptr, a_sb, a_sl, a_sc, b, l, c64, mask)
         if A_SUM_BF16:
             m = cast_rne(m, tl.bfloat16).to(tl.float32)
         tl.store(s_ptr + out, cast_rne(m, s_ptr.dtype.element_ty), mask=mask)
     tl.store(v_ptr + out, cast_rne(m, v_ptr.dtype.element_ty), mask=mask)
     if HAS_P:
-        p = tl.load(p_ptr + (b * p_sb + l * p_sl)[:, None] + (c64 * p_sc)[None, :], mask=mask,
-                    other=0.0).to(tl.float32)
-        k = m + p
+        k = m + _load_rows(p_ptr, p_sb, p_sl, p_sc, b, l, c64, mask)
         if SUM_BF16:
             k = cast_rne(k, tl.bfloat16).to(tl.float32)
         tl.store(k_ptr + out, cast_rne(k, k_ptr.dtype.element_ty), mask=mask)
