@@ -306,11 +306,13 @@ class TrackerNode(LifecycleNode):
         on screen, i.e. the latest processed frame (the next one before any frame)."""
         self._enqueue(PromptItem(msg, 'click', LATEST))
 
-    def on_clock_jump(self) -> None:
+    def on_clock_jump(self, now_ns: int) -> None:
+        """/clock jumped back to now_ns: queued after the prompts received before it (a prompt
+        of the new run that came first is held again for its frame, time_jumped)."""
         if self.worker is not None and self.rig is not None:
-            self.rig.enqueue_all(lambda: PromptItem(None, time_jump.TIME_JUMP, 0))
+            self.rig.enqueue_all(lambda: PromptItem(None, time_jump.TIME_JUMP, now_ns))
         elif self.worker is not None:
-            self._enqueue(PromptItem(None, time_jump.TIME_JUMP, 0))
+            self._enqueue(PromptItem(None, time_jump.TIME_JUMP, now_ns))
 
     def _queue(self, msg: Any, kind: str, payload: Any) -> None:
         self._enqueue(PromptItem(payload, kind, inputs.stamp_ns(msg.header.stamp)))

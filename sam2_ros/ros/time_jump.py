@@ -28,13 +28,14 @@ def image_jump_reason(last_ns: int, stamp_ns: int) -> str:
 CLOCK_JUMP_REASON = 'the ROS clock (/clock, use_sim_time) jumped back (a replay restarted?)'
 
 
-def watch_clock(clock: object, on_back: Callable[[], None]) -> object:
-    """Call ``on_back()`` whenever the ROS ``clock`` (an rclpy Clock) jumps backwards, which
-    happens under use_sim_time when /clock does. Keep the returned handle alive (rclpy
-    drops the callback with it). rclpy is imported here, not by the module."""
+def watch_clock(clock: object, on_back: Callable[[int], None]) -> object:
+    """Call ``on_back(now_ns)`` whenever the ROS ``clock`` (an rclpy Clock) jumps backwards,
+    which happens under use_sim_time when /clock does; now_ns: the clock's time after the
+    jump. Keep the returned handle alive (rclpy drops the callback with it). rclpy is imported
+    here, not by the module."""
     from rclpy.clock import JumpThreshold
     from rclpy.duration import Duration
 
     threshold = JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1),
                               on_clock_change=False)
-    return clock.create_jump_callback(threshold, post_callback=lambda jump: on_back())
+    return clock.create_jump_callback(threshold, post_callback=lambda jump: on_back(clock.now().nanoseconds))

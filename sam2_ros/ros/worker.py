@@ -179,8 +179,8 @@ class TrackingWorker:
 
     def _on_prompt(self, item: PromptItem) -> None:
         """A prompt, click or detections message: applied now, or held for its frame."""
-        if item.kind == time_jump.TIME_JUMP:
-            self.time_jumped(time_jump.CLOCK_JUMP_REASON)
+        if item.kind == time_jump.TIME_JUMP:     # its stamp: the clock's time after the jump
+            self.time_jumped(time_jump.CLOCK_JUMP_REASON, to_ns=item.stamp_ns)
             return
         what = describe(item.kind, item.stamp_ns)
         held = Held(item, what)
@@ -213,8 +213,9 @@ class TrackingWorker:
     def time_jumped(self, why: str, to_ns: Optional[int] = None) -> None:
         """Time went backwards (time_jump.py): as ROS nodes handle a clock reset, forget what
         was kept by time (objects, items held for frames, the stamp table). With ``to_ns``
-        (the frame that jumped back), prompts applied as old since the last frame whose
-        stamps are >= it are held for their frames of the new time line."""
+        (the frame that jumped back, or the clock's time after its jump), prompts applied as
+        old since the last frame whose stamps are >= it are held for their frames of the new
+        time line: a new run's prompt that came before the jump was seen is not lost."""
         self.tracker.reset()
         self.hold.drain()
         for held in self._applied_old:

@@ -67,6 +67,21 @@ def test_clock_jump_resets_and_drops_what_was_held():
     assert tr.calls[-1] == ('track', 1) and tr.calls.count(('reset',)) == 1
 
 
+def test_a_new_runs_prompt_seen_before_the_clock_jump_is_held_for_its_frame():
+    """The new run's /clock and its first prompt travel on different topics: when the prompt's
+    callback runs first it is applied as old to the old run's last frame; the jump (to the
+    clock's time then) holds it again for its frame instead of dropping it with the objects."""
+    w, tr, pub, logs = make_worker()
+    w._on_frame(frame(1, stamp(0)))
+    w._on_frame(frame(1, stamp(4)))
+    w._on_prompt(prompt(ADD, 1, stamp(0)))                 # the new run's: taken as old
+    assert tr.calls[-1] == ('add', 1)
+    w._on_prompt(PromptItem(None, time_jump.TIME_JUMP, stamp(0) - 30_000_000))
+    assert tr.calls[-1] == ('reset',) and w.waiting_prompts == 1
+    w._on_frame(frame(1, stamp(0)))
+    assert tr.calls[-2:] == [('queue', 1), ('track', 1)] and tr.calls.count(('reset',)) == 1
+
+
 def play(lease, bag, tmp_path, tag, clock):
     args = ['--wait-topic', '/clock:2'] if clock else ['--no-clock']
     player = Proc([PYTHON, '-m', 'sam2_ros.ros.replay', str(bag), '--wait', *args,
