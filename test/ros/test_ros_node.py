@@ -115,9 +115,13 @@ def test_scenario_matches_in_process_tracker(fifo):
     for i in (7, 8):
         c.pub_image.publish(image_msg(fr[i], stamp(i)))
     c.wait_state(stamp(8), 60)
-    time.sleep(0.3)
-    states, masks, overlays = (c.snapshot(x)[n:] for x, n in
-                               zip((c.states, c.masks, c.overlays), n0))
+    # the last frame's mask and overlay are other topics than its state: waited for, not a
+    # fixed sleep (0.3 s was not always enough on a loaded 2-core CI machine); 10 of each:
+    # 9 frames and the correction's re-publish
+    stores = (c.states, c.masks, c.overlays)
+    wait_until(lambda: all(len(c.snapshot(x)) - n >= 10 for x, n in zip(stores, n0)), 30,
+               'the last masks and overlays')
+    states, masks, overlays = (c.snapshot(x)[n:] for x, n in zip(stores, n0))
 
     # the same calls, in process
     tr = in_process_tracker()
