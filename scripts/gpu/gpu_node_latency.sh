@@ -25,7 +25,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh threads  # one node for two cameras (1, 3 objects each)
 #     with OpenCV's default pool and opencv_threads 1, raw 3/8/1 objects
 #   bash scripts/gpu/gpu_node_latency.sh overlay  # one node for two cameras: overlay_on_gpu on
-#     and off, merge_step_buckets on and off (3 objects), then raw 1/3/8 and jpeg 1/8
+#     and off, merge_step_buckets on and off (3 objects), then raw 1/3/8 and jpeg 1/8, then
+#     raw 1 with the camera publishing rclpy messages (--camera-publish message)
 #   bash scripts/gpu/gpu_node_latency.sh headline # the target rows of the transport and stereo
 #     issues once each (one node for two cameras with 1 and 3 objects, merging on and off at 3;
 #     raw 1/3/8, jpeg 1/8)
@@ -208,6 +209,7 @@ elif [ "$MODE" = overlay ]; then   # the GPU overlay and merged buckets, then th
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
+  run shm_1obj_overlay_campubmsg --objects 1 --transport shm --overlay --camera-publish message
 elif [ "$MODE" = headline ]; then   # every target row once, merged buckets on and off
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from ros_helpers import require_messages
 from tools.bench import node_latency_frames as nlf
 from tools.bench import node_latency_rows as rows_mod
 
@@ -127,6 +128,34 @@ def test_jpeg_camera_frames_are_encoded_ahead_and_decode_to_the_frame():
         assert len(m.data) < 160 * 120 * 3 / 3
     raw = CameraConfig(**{**vars(cfg), 'input': 'raw'})
     assert frame_messages(raw, cam, 4) is None
+
+
+@pytest.mark.parametrize('kind', ['raw', 'jpeg'])
+def test_serialized_camera_frames_read_back_as_the_stamped_message(kind):
+    """The camera's default payload (bytes built before the frame is due) is the frame's
+    message, stamped, as rclpy reads it back; 'message' gives the message itself."""
+    require_messages()
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import CompressedImage, Image
+
+    from sam2_ros.synthetic import SyntheticCamera
+    from tools.bench.camera_process import CameraConfig, frame_messages, frame_payload
+
+    cfg = CameraConfig(index=0, domain_id=0, image_topic='/t', prompt_topic='/p', width=160,
+                       height=120, objects=2, frames=3, warmup=1, rate=4.0, input=kind)
+    cam = SyntheticCamera(160, 120, objects=2, seed=0)
+    encoded = frame_messages(cfg, cam, 4)
+    ns = 1_700_000_123_456_789_012
+    raw = frame_payload(cfg, cam, encoded, 2, ns)
+    as_msg = frame_payload(CameraConfig(**{**vars(cfg), 'publish': 'message'}), cam, encoded,
+                           2, ns)
+    assert isinstance(raw, bytes) and not isinstance(as_msg, bytes)
+    back = deserialize_message(raw, Image if kind == 'raw' else CompressedImage)
+    assert (back.header.stamp.sec, back.header.stamp.nanosec) == divmod(ns, 10 ** 9)
+    assert back == as_msg
+    if kind == 'raw':
+        img = np.frombuffer(bytes(back.data), np.uint8).reshape(120, 160, 3)
+        assert back.encoding == 'rgb8' and np.array_equal(img, cam.frame(2))
 
 
 @pytest.mark.parametrize('ns, kind, topic', [('', 'raw', '/camera/image_raw'),

@@ -13,8 +13,11 @@ camera's only work is drawing and publishing, on a drift-free schedule (frame ``
 
 Everything timed is on ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process of
 the host), so the receiving process compares its receipt times directly with the publish
-times this process sends back. Each frame's header stamp is the wall clock at publish, as
-before: the receiver matches masks and states to frames by it.
+times this process sends back. Each frame's header stamp is the wall clock at its due time:
+the receiver matches masks and states to frames by it. A frame is published as serialized
+bytes built before it is due (``publish: serialized``, the default), as a C++ camera driver
+hands the middleware one serialized copy; ``message`` publishes an rclpy message instead,
+converted and serialized inside ``publish()``, whose copies then count in the rows' DDS in.
 
 The protocol over the :func:`multiprocessing.Pipe` (child -> parent / parent -> child):
 ``('ready', pid)`` once the node subscribes to the image and prompt topics; ``('start',)``;
@@ -64,6 +67,11 @@ class CameraConfig:
     # stamp_base_ns + i * period (prompts at stamp_base_ns): the cameras of one node stamp a
     # frame pair alike, as a hardware-synchronized stereo camera does, so the node pairs them
     stamp_base_ns: int = 0
+    # 'serialized': each frame's message serialized before it is due and published as bytes
+    # (one copy of the pixels, as a C++ driver's publish); 'message': an rclpy message, which
+    # publish() converts and serializes under the GIL in the camera process (copies the pixels
+    # twice more), time the rows' DDS in then includes
+    publish: str = 'serialized'
 
 
 def node_name(pid: int) -> str:
@@ -224,9 +232,6 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
     single-process benchmark (prompts 0.3 s before frame 0, a click right before the frame it
     precedes), now without subscribers sharing the process. ``encoded``: the JPEG messages
     (None: rgb8 frames drawn as they come)."""
-    from sam2_ros.ros.images import image_msg
-    from sam2_ros.ros.node_client import header_msg, set_stamp
-
     prompt_ns = cfg.stamp_base_ns or time.time_ns()
     send_prompts(pub_prompt, cam, cfg.objects, prompt_ns)
     time.sleep(0.3)
@@ -236,8 +241,6 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
     sent: List[Dict[str, Any]] = []
     t_start, last_click, n_clicks = time.monotonic(), None, 0
     for i in range(total):
-        msg = (image_msg(cam.frame(i), 'rgb8', header_msg(0)) if encoded is None
-               else encoded[i])                                 # stamped at publish
         _check_stop(conn)
         if i <= cfg.warmup and sent:
             # Warm-up is paced: each frame waits for the previous one's state, so one-off
@@ -255,18 +258,39 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
             click = n_clicks % cfg.objects + 1
             n_clicks, last_click = n_clicks + 1, time.monotonic()
             send_click(pub_prompt, cam, click, i)
+        # stamped with the wall clock's time at the due time (or the pair's common stamp)
+        ns = (cfg.stamp_base_ns + round(i * period * 1e9) if cfg.stamp_base_ns else
+              max(time.time_ns() + round((due - time.monotonic()) * 1e9), prompt_ns))
+        msg = frame_payload(cfg, cam, encoded, i, ns)                  # before it is due
         spin_until(due)
-        ns = (cfg.stamp_base_ns + round(i * period * 1e9) if cfg.stamp_base_ns
-              else max(time.time_ns(), prompt_ns))
-        set_stamp(msg.header, ns)
         t_pub = time.monotonic()
         pub_image.publish(msg)
         t_ret = time.monotonic()
         sent.append({'index': i, 'stamp_ns': ns, 't_pub': t_pub, 't_ret': t_ret,
                      'late_ms': (t_pub - due) * 1e3, 'correction': click,
-                     'publish_call_ms': (t_ret - t_pub) * 1e3, 'bytes': len(msg.data)})
+                     'publish_call_ms': (t_ret - t_pub) * 1e3, 'bytes': len(msg)
+                     if isinstance(msg, bytes) else len(msg.data)})
     return {'pid': os.getpid(), 'node': node_name(os.getpid()), 'sent': sent,
             't_start': t_start, 'clicks': n_clicks, 'spin_ms': cfg.spin_ms}
+
+
+def frame_payload(cfg: CameraConfig, cam: Any, encoded: Optional[List[Any]], i: int,
+                  ns: int) -> Any:
+    """Frame ``i`` stamped ``ns`` as ``publish()`` takes it: the message (``cfg.publish``
+    'message'), or its serialized bytes ('serialized'; rgb8 written by ``image_to_cdr``)."""
+    from rclpy.serialization import serialize_message
+
+    from sam2_ros.ros.image_cdr import image_to_cdr
+    from sam2_ros.ros.images import image_msg
+    from sam2_ros.ros.node_client import header_msg, set_stamp
+
+    if encoded is None:
+        if cfg.publish == 'serialized':
+            return image_to_cdr(cam.frame(i), 'rgb8', header_msg(ns))
+        return image_msg(cam.frame(i), 'rgb8', header_msg(ns))
+    msg = encoded[i]
+    set_stamp(msg.header, ns)
+    return serialize_message(msg) if cfg.publish == 'serialized' else msg
 
 
 class CameraProcess:

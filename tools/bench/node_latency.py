@@ -90,7 +90,8 @@ def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
         width=args.width, height=args.height,
         objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
         corrections_every=args.corrections_every, tune_malloc=tune_malloc,
-        spin_ms=args.camera_spin_ms, input=args.input, jpeg_quality=args.jpeg_quality))
+        spin_ms=args.camera_spin_ms, input=args.input, jpeg_quality=args.jpeg_quality,
+        publish=args.camera_publish))
         for k, ns in enumerate(namespaces)]
 
 
@@ -280,7 +281,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
                 'cuda_graphs', 'input', 'jpeg_quality', 'node_per_camera',
-                'overlay', 'transport', 'corrections_every', 'camera_spin_ms')},
+                'overlay', 'transport', 'corrections_every', 'camera_spin_ms', 'camera_publish')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
             'shm_segments_mapped': segs,

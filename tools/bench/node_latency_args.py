@@ -62,6 +62,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          "(sensor_msgs/CompressedImage on <image topic>/compressed, encoded "
                          "ahead of time so the camera is never the bottleneck; the node's "
                          "input_type compressed)")
+    ap.add_argument('--camera-publish', default='serialized', choices=('serialized', 'message'),
+                    help="how the camera publishes a frame: its serialized bytes, built before "
+                         "it is due (as a C++ driver's one copy), or an rclpy message that "
+                         'publish() converts and serializes (two more copies of the pixels, '
+                         "timed in the rows' DDS in)")
     ap.add_argument('--jpeg-quality', type=int, default=90, help='JPEG quality of --input jpeg')
     ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
                     'bf16 on cuda)')

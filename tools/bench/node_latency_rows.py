@@ -158,7 +158,9 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
 
-        + (['onenode'] if a.get('node_per_camera') is False else []))
+        + (['onenode'] if a.get('node_per_camera') is False else [])
+        # frames published as serialized bytes (rows before it have no camera_publish)
+        + (['camser'] if a.get('camera_publish') == 'serialized' else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -181,7 +183,8 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'image_receiver_process': bool(p.get('image_receiver_process', False)),
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
-            'input': a.get('input', 'raw'), 'image_bytes_p50': s['image_bytes']['p50'],
+            'input': a.get('input', 'raw'),
+            'camera_publish': a.get('camera_publish', 'message'), 'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),
             'overlays_received': cam['overlays_received'],
