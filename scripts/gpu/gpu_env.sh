@@ -14,3 +14,9 @@ unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pycache}
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# Triton's compiled kernels in the checkout (.cache/, ignored by git): a fresh machine compiles
+# the fused kernels once (a minute or more of a device command); the GPU scripts put them in
+# $OUT/triton_cache.tgz, and a later command that carries .cache/triton back starts with them
+# (Triton keys each entry by source, options, GPU and version: a stale one is never used).
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
+mkdir -p "$TRITON_CACHE_DIR"
