@@ -24,9 +24,10 @@
 #     with stall_trace_ms 8, the same without the overlay subscribed, and raw 1 object
 #   bash scripts/gpu/gpu_node_latency.sh threads  # one node for two cameras (1, 3 objects each)
 #     with OpenCV's default pool and opencv_threads 1, raw 3/8/1 objects
-#   bash scripts/gpu/gpu_node_latency.sh overlay  # one node for two cameras: overlay_on_gpu on
-#     and off, merge_step_buckets on and off (3 objects), then raw 1/3/8 and jpeg 1/8, then
-#     raw 1 with the camera publishing rclpy messages (--camera-publish message)
+#   bash scripts/gpu/gpu_node_latency.sh overlay  # one node for two cameras, overlay_on_gpu on
+#     and off, with raw 1 / 3 objects after each pair, then jpeg 1, raw 8, jpeg 8, raw 1 with
+#     the camera publishing rclpy messages (--camera-publish message), and 3 objects per
+#     camera with merge_step_buckets off
 #   bash scripts/gpu/gpu_node_latency.sh headline # the target rows of the transport and stereo
 #     issues once each (one node for two cameras with 1 and 3 objects, merging on and off at 3;
 #     raw 1/3/8, jpeg 1/8)
@@ -197,19 +198,19 @@ elif [ "$MODE" = merge ]; then   # merge_step_buckets on and off: one node, two 
   run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
   run cams2_1gpu_1node_3obj_rxproc_again --objects 3 "${ONE[@]}"
-elif [ "$MODE" = overlay ]; then   # the GPU overlay and merged buckets, then the target rows
+elif [ "$MODE" = overlay ]; then   # the GPU overlay on and off, then the target rows
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
   run cams2_1gpu_1node_1obj_rxproc_hostoverlay --objects 1 "${ONE[@]}" --no-gpu-overlay
-  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
-  run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
-  run cams2_1gpu_1node_3obj_rxproc_hostoverlay --objects 3 "${ONE[@]}" --no-gpu-overlay
   run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_hostoverlay --objects 3 "${ONE[@]}" --no-gpu-overlay
   run shm_3obj_overlay --objects 3 --transport shm --overlay
-  run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg
+  run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_8obj_overlay_jpeg --objects 8 --transport shm --overlay --input jpeg
   run shm_1obj_overlay_campubmsg --objects 1 --transport shm --overlay --camera-publish message
+  run cams2_1gpu_1node_3obj_rxproc_separate --objects 3 "${ONE[@]}" --no-merge-buckets
 elif [ "$MODE" = headline ]; then   # every target row once, merged buckets on and off
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
