@@ -14,8 +14,7 @@ The id labels are text, drawn on the host after the copy back (``overlay.put_lab
 
 from __future__ import annotations
 
-import contextlib
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 import torch
@@ -54,13 +53,20 @@ def shade(rgb: torch.Tensor, label: torch.Tensor, alpha: float = 0.5,
 class DeviceOverlay:
     """Overlays rendered on ``device`` on a CUDA stream of their own (the tracker's work is
     not queued behind them), from host or device frames, returned on the host with labels.
-    One thread uses it (the node's overlay thread): its staging buffer is reused per frame."""
+
+    Every copy between host and device goes through a pinned buffer of this instance: a copy
+    from or to pageable memory is synchronous (the driver stages it and the calling thread
+    waits, a host-to-device one after a stream synchronize), a few milliseconds per 720p
+    overlay that the tracking worker of the same process shares the driver and the GIL with.
+    One thread uses an instance (the node's overlay thread); the returned image is a view of
+    its output buffer, valid until its next ``render`` (the publisher copies it out first)."""
 
     def __init__(self, device: str) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == 'cuda'
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
-        self.staging: Optional[torch.Tensor] = None      # pinned [H, W, 3] for host frames
+        # pinned host buffers by role ('frame', 'label', 'out'), reused while the shape holds
+        self.pinned: Dict[str, torch.Tensor] = {}
 
     def render(self, rgb, res: FrameResult) -> np.ndarray:
         """rgb [H, W, 3] uint8 (numpy on the host, or a tensor on any device), the frame's
@@ -68,23 +74,38 @@ class DeviceOverlay:
         if not res.objects:
             return rgb.contiguous().cpu().numpy() if isinstance(rgb, torch.Tensor) \
                 else np.array(rgb, copy=True)
-        with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
-            frame = self._to_device(rgb)
-            label = torch.from_numpy(np.ascontiguousarray(res.label_mask())).to(self.device)
-            out = shade(frame, label).cpu().numpy()      # the copy back waits for the kernels
-        put_labels(out, res)
-        return out
-
-    def _to_device(self, rgb) -> torch.Tensor:
-        """The frame as a [H, W, 3] uint8 tensor on the device: a tensor as it is (or copied
-        there), a host array through the pinned staging buffer (a received frame is a
-        read-only view, which torch does not wrap)."""
-        if isinstance(rgb, torch.Tensor):
-            return rgb.to(self.device)
-        arr = np.asarray(rgb)
         if not self.cuda:
-            return torch.from_numpy(np.array(arr, copy=True))
-        if self.staging is None or tuple(self.staging.shape) != arr.shape:
-            self.staging = torch.empty(arr.shape, dtype=torch.uint8).pin_memory()
-        np.copyto(self.staging.numpy(), arr)
-        return self.staging.to(self.device, non_blocking=True)
+            frame = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.array(rgb))
+            out = shade(frame.to(self.device), torch.from_numpy(
+                np.ascontiguousarray(res.label_mask())).to(self.device)).cpu().numpy()
+            put_labels(out, res)
+            return out
+        with torch.cuda.stream(self.stream):
+            frame = rgb.to(self.device) if isinstance(rgb, torch.Tensor) \
+                else self._upload('frame', rgb)
+            label = self._upload('label', res.label_mask())
+            shaded = shade(frame, label)                           # [H, W, 3] uint8
+            out = self._buffer('out', tuple(shaded.shape))
+            out.copy_(shaded, non_blocking=True)
+        self.stream.synchronize()        # this stream's kernels and copies, no other's
+        img = out.numpy()
+        put_labels(img, res)
+        return img
+
+    def _buffer(self, role: str, shape: tuple) -> torch.Tensor:
+        """The pinned uint8 host buffer of ``role`` with ``shape`` (a new one on a new shape).
+        Reusing it is safe: every render waits for its stream before returning, so no copy of
+        the previous render still reads or writes it."""
+        buf = self.pinned.get(role)
+        if buf is None or tuple(buf.shape) != shape:
+            buf = self.pinned[role] = torch.empty(shape, dtype=torch.uint8).pin_memory()
+        return buf
+
+    def _upload(self, role: str, arr) -> torch.Tensor:
+        """A host uint8 array (any strides, read-only too: a received frame) -> a device copy,
+        through the pinned buffer of ``role``, queued on the current (this instance's)
+        stream."""
+        arr = np.asarray(arr)
+        buf = self._buffer(role, arr.shape)
+        np.copyto(buf.numpy(), arr)
+        return buf.to(self.device, non_blocking=True)

@@ -1,7 +1,8 @@
 """The node's overlay rendered on the GPU (sam2_ros/overlay_device.py, overlay_on_gpu) against
 the host's OpenCV rendering: the same pixels, labels included, from a host frame (a read-only
-view, as a received message is) and from a frame already on the GPU (nvJPEG's); the
-tracker's stream is left alone (the overlay's work runs on a stream of its own)."""
+view, as a received message is) and from a frame already on the GPU (nvJPEG's), every host
+copy through the same pinned buffers; the tracker's stream is left alone (the overlay's work
+runs on a stream of its own)."""
 
 import numpy as np
 import pytest
@@ -23,6 +24,11 @@ def test_gpu_overlay_equals_the_hosts(h, w):
     ov = DeviceOverlay('cuda')
     frozen = rgb.copy()
     frozen.flags.writeable = False
+    ptrs = set()
     for frame in (frozen, torch.from_numpy(rgb).cuda(), frozen):     # staging reused
         np.testing.assert_array_equal(ov.render(frame, res), want)
+        ptrs.add(tuple(b.data_ptr() for b in ov.pinned.values()))
+    # every host copy through pinned buffers, the same ones frame after frame
+    assert set(ov.pinned) == {'frame', 'label', 'out'} and len(ptrs) == 1
+    assert all(b.is_pinned() for b in ov.pinned.values())
     assert ov.stream is not None and ov.stream != torch.cuda.current_stream()
