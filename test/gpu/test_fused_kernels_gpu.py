@@ -59,6 +59,20 @@ def test_fused_hiera_gpu(model, precision):
     _compare('hiera', 'hiera', lambda: trunk(x), lambda: FusedHiera(trunk)(x), precision)
 
 
+def test_fused_hiera_gelu_epilogue_gpu(model):
+    """The opt-in 'gelu_epilogue' (cuBLASLt's tanh GELU in the MLP's first GEMM) under bf16
+    stays within the fused Hiera's bf16 bound of sam2's trunk, and differs from it (the
+    epilogue ran); its measured error goes to gpu_fused_kernels.json."""
+    from sam2_ros.engine.cuda.kernels.hiera import FusedHiera
+    trunk = model.image_encoder.trunk
+    x = _rand(1, 3, 512, 512, seed=1)
+    _compare('hiera_gelu_epilogue', 'hiera', lambda: trunk(x),
+             lambda: FusedHiera(trunk, gelu_epilogue=True)(x), 'bf16')
+    with torch.inference_mode(), torch.autocast('cuda', torch.bfloat16):
+        on, off = FusedHiera(trunk, gelu_epilogue=True)(x), FusedHiera(trunk)(x)
+    assert any(not torch.equal(a, b) for a, b in zip(on, off))
+
+
 @pytest.mark.parametrize('batch', [1, 3])
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_fused_memory_attention_gpu(model, precision, batch):

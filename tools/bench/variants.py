@@ -23,6 +23,8 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
+from sam2_ros.engine.config import FUSED_GROUPS
+
 SRC_H, SRC_W = 720, 1280
 
 
@@ -139,6 +141,17 @@ def ours_graph_batched_unfused(spec: Spec) -> Run:
     """ours_graph_batched with sam2's modules in the graphs (the off switch of
     fused_kernels)."""
     return _ours(spec, graphs=True, mode='batched', fused_kernels=False)
+
+
+def ours_graph_gelu(spec: Spec) -> Run:
+    """ours_graph with the opt-in 'gelu_epilogue' group too (config.FUSED_OPT_IN)."""
+    return _ours(spec, graphs=True, mode='swap', fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
+
+
+def ours_graph_batched_gelu(spec: Spec) -> Run:
+    """ours_graph_batched with the opt-in 'gelu_epilogue' group too."""
+    return _ours(spec, graphs=True, mode='batched',
+                 fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
 
 
 def ours_graph_unfused(spec: Spec) -> Run:
@@ -312,6 +325,8 @@ VARIANTS = {
     'ours_graph_batched_unfused': ours_graph_batched_unfused,
     'ours_graph_batched_cams2': ours_graph_batched_cams2,
     'ours_graph_unfused': ours_graph_unfused,
+    'ours_graph_gelu': ours_graph_gelu,
+    'ours_graph_batched_gelu': ours_graph_batched_gelu,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,

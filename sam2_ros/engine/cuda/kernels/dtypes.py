@@ -44,3 +44,26 @@ def relu_linear(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return F.relu(F.linear(x, w, b))
     out = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t())
     return out.view(*x.shape[:-1], w.shape[0])
+
+
+def gelu_mlp(mlp: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A 2-layer GELU ``sam2_utils.MLP`` on x [..., C] in its Linears' compute dtype, with the
+    GELU in the first GEMM's epilogue (cuBLASLt's bias + GELU): no separate elementwise pass
+    over the hidden activations. cuBLASLt's GELU is the tanh approximation, applied to the
+    float32 accumulator before rounding, where sam2's exact GELU reads the rounded bf16 product:
+    not bitwise; the two differ by far less than a bf16 step (``FUSED_OPT_IN``)."""
+    first, second = mlp.layers
+    w = first.weight if first.weight.dtype == x.dtype else first.weight.to(x.dtype)
+    b = first.bias if first.bias.dtype == x.dtype else first.bias.to(x.dtype)
+    hidden = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t(), use_gelu=True)
+    return second(hidden).view(*x.shape[:-1], second.out_features)
+
+
+def is_gelu_mlp(mlp: torch.nn.Module) -> bool:
+    """A sam2 MLP ``gelu_mlp`` computes: two Linears with biases, exact GELU, no sigmoid."""
+    layers = getattr(mlp, 'layers', ())
+    act = getattr(mlp, 'act', None)
+    return (len(layers) == 2 and all(isinstance(m, torch.nn.Linear) and m.bias is not None
+                                     for m in layers)
+            and type(act) is torch.nn.GELU and act.approximate == 'none'
+            and not getattr(mlp, 'sigmoid_output', False))

@@ -52,6 +52,9 @@ Groups:
                       (``pointer_pos.py``); the copy carries it as ``engine.step.POINTER_POS``,
                       which ``step.pointer_pos_of`` reads; a projection other than sam2's Linear
                       (an Identity) keeps sam2's ops
+Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
+  'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
+                      (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
 """
 
 from __future__ import annotations
@@ -116,7 +119,8 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     parts = {}
     if 'hiera' in groups:
         enc = model.image_encoder
-        parts['image_encoder'] = with_children(enc, trunk=FusedHiera(enc.trunk))
+        parts['image_encoder'] = with_children(enc, trunk=FusedHiera(
+            enc.trunk, gelu_epilogue='gelu_epilogue' in groups))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)

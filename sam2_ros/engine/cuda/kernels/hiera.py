@@ -16,7 +16,8 @@ and autocast casts each norm's float32 output to bf16 before the next Linear. He
 The first block's input add (patch embedding + positional embedding) is fused the same way;
 the positional embedding (an interpolation of parameters) is computed once per size.
 A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
-projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights.
+projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
+the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from sam2.modeling.backbones.hieradet import do_pool
 
-from sam2_ros.engine.cuda.kernels.dtypes import linear_input
+from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp, linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
 
@@ -56,9 +57,11 @@ class FusedHiera(torch.nn.Module):
     outputs (a list of [B, C, H, W] feature maps, the last stage first as sam2 returns them)
     from the same weights."""
 
-    def __init__(self, trunk: torch.nn.Module):
+    def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False):
         super().__init__()
         self.trunk = trunk
+        # the MLPs' GELU in their first GEMM (dtypes.gelu_mlp; the opt-in 'gelu_epilogue')
+        self.gelu_epilogue = gelu_epilogue
         self.pos: Dict[tuple, torch.Tensor] = {}          # (H, W, device) -> [1, HW, C]
         self.rows: Dict[tuple, torch.Tensor] = {}         # index maps per shape
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
@@ -131,4 +134,7 @@ class FusedHiera(torch.nn.Module):
         sc = shortcut.flatten(1, 2)
         dt2 = linear_input(a, torch.promote_types(sc.dtype, attn.dtype))
         n2 = add_layernorm(blk.norm2, sc, attn, b_rows=rows, store_sum=True, y_dtype=dt2)
-        return x_in, n2.s, blk.mlp(n2.y), (h2, w2)
+        # float32 keeps sam2's exact GELU: the approximation is only for 16-bit compute
+        mlp = gelu_mlp(blk.mlp, n2.y) if self.gelu_epilogue and is_gelu_mlp(blk.mlp) and \
+            n2.y.dtype != torch.float32 and n2.y.is_contiguous() else blk.mlp(n2.y)
+        return x_in, n2.s, mlp, (h2, w2)
