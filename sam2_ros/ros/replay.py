@@ -8,6 +8,14 @@ Messages keep their recorded spacing (divided by ``--rate``) and ``/clock`` foll
 so a node with ``use_sim_time:=true`` sees the recorded time line.
 
     python -m sam2_ros.ros.replay BAG [--rate 1.0] [--topics T ...] [--wait] [--no-clock]
+        [--in-order]
+
+``--in-order`` makes a replay reproducible across topics: each message is acknowledged by
+every subscriber before the next one goes out. Without it, a message on one topic can overtake
+an earlier one on another when discovery is still completing on the subscriber's side (the
+publisher sees the subscription, the subscription does not see the publisher yet, and a
+reliable sample then waits for a retransmission): a prompt recorded before its frame arrives
+after it.
 
 :func:`project_typestore` gives a rosbags typestore that knows our msg/*.msg, for writing
 bags that contain prompts (see test/ros/test_ros_replay.py).
@@ -23,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CLOCK_HZ = 40.0  # /clock updates while waiting between messages (as rosbag2's default)
+ACK_TIMEOUT_S = 10.0   # --in-order: longest wait for one message's acknowledgements
 
 
 def msg_dir() -> Path:
@@ -72,6 +81,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument('--start-delay', type=float, default=0.0,
                     help='seconds between discovery and the first message')
     ap.add_argument('--qos-depth', type=int, default=100, help='publisher history depth')
+    ap.add_argument('--in-order', action='store_true',
+                    help='publish each message only after every subscriber acknowledged the one '
+                         'before (on any topic): the recorded order across topics is kept, '
+                         'the recorded spacing only where the subscribers keep up')
     args = ap.parse_args(list(argv))
     if args.rate <= 0:
         ap.error('--rate must be > 0')
@@ -91,11 +104,12 @@ class BagPlayer:
 
     def __init__(self, node: Any, bag: str, *, rate: float = 1.0,
                  topics: Optional[List[str]] = None, clock: bool = True,
-                 qos_depth: int = 100) -> None:
+                 qos_depth: int = 100, in_order: bool = False) -> None:
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rosbags.rosbag2 import Reader
 
-        self.node, self.rate = node, rate
+        self.node, self.rate, self.in_order = node, rate, in_order
+        self.unacked = 0       # in-order messages not acknowledged within ACK_TIMEOUT_S
         self.reader = Reader(bag)
         self.reader.open()
         conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
@@ -160,13 +174,19 @@ class BagPlayer:
             self._publish_clock(t_ns)
             self.pubs[conn.topic].publish(bytes(raw))
             self.counts[conn.topic] += 1
+            if self.in_order:
+                self.unacked += not self._acked(self.pubs[conn.topic], ACK_TIMEOUT_S)
         return time.monotonic() - t_wall0
 
     def wait_acked(self, timeout: float = 10.0) -> bool:
         """Reliable delivery of the last messages before the process exits."""
+        return all(self._acked(p, timeout) for p in self.pubs.values())
+
+    @staticmethod
+    def _acked(pub: Any, timeout: float) -> bool:
         from rclpy.duration import Duration
 
-        return all(p.wait_for_all_acked(Duration(seconds=timeout)) for p in self.pubs.values())
+        return pub.wait_for_all_acked(Duration(seconds=timeout))
 
     def close(self) -> None:
         self.reader.close()
@@ -184,7 +204,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     player = None
     try:
         player = BagPlayer(node, args.bag, rate=args.rate, topics=args.topics,
-                           clock=not args.no_clock, qos_depth=args.qos_depth)
+                           clock=not args.no_clock, qos_depth=args.qos_depth,
+                           in_order=args.in_order)
         extra = dict(parse_wait_topic(w) for w in args.wait_topic)
         if args.wait or extra:
             short = player.wait_for_subscribers(args.wait_timeout, args.wait, extra)
@@ -196,7 +217,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         acked = player.wait_acked()
         log.info(f'replayed {sum(player.counts.values())} messages in {seconds:.2f} s '
                  f'({", ".join(f"{t}: {n}" for t, n in player.counts.items())})'
-                 f'{"" if acked else "; some were not acknowledged by all subscribers"}')
+                 f'{"" if acked else "; some were not acknowledged by all subscribers"}'
+                 f'{f"; {player.unacked} not acknowledged in order" if player.unacked else ""}')
         return 0
     except Exception as exc:  # unreadable bag, unknown message package, bad topic name...
         log.error(f'cannot replay {args.bag}: {type(exc).__name__}: {exc}')

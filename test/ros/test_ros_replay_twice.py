@@ -84,7 +84,10 @@ def test_a_new_runs_prompt_seen_before_the_clock_jump_is_held_for_its_frame():
 
 def play(lease, bag, tmp_path, tag, clock):
     args = ['--wait-topic', '/clock:2'] if clock else ['--no-clock']
-    player = Proc([PYTHON, '-m', 'sam2_ros.ros.replay', str(bag), '--wait', *args,
+    # --in-order: the prompt recorded 30 ms before its frame reaches the node before it, also
+    # when the node's side of discovery lags the player's (a CI run once had both prompts
+    # delivered after frame 3, applied there as old)
+    player = Proc([PYTHON, '-m', 'sam2_ros.ros.replay', str(bag), '--wait', '--in-order', *args,
                    '--wait-timeout', '60'], lease.env(), tmp_path / f'replay_{tag}.log')
     try:
         assert player.p.wait(120) == 0, player.log()
