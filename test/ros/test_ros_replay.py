@@ -138,3 +138,34 @@ def test_wait_topic_syntax_and_unreadable_bag(tmp_path):
     finally:
         lease.release()
     assert p.returncode == 1 and 'cannot replay' in p.stderr + p.stdout
+
+
+@pytest.mark.parametrize('in_order', [False, True])
+def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, monkeypatch, in_order):
+    """--in-order: after each message the player waits for its topic's acknowledgements
+    (one wait per message, in the recorded order); without it, none until the end."""
+    import rclpy
+
+    from sam2_ros.ros.replay import BagPlayer
+
+    bag = write_bag(tmp_path / 'bag', 'mcap')
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    node = rclpy.create_node('in_order_test', context=ctx)
+    waits = []
+    try:
+        player = BagPlayer(node, str(bag), rate=50.0, clock=False, in_order=in_order)
+        monkeypatch.setattr(BagPlayer, '_acked', staticmethod(
+            lambda pub, timeout: waits.append(pub.topic_name) or True))
+        player.play()
+        player.close()
+    finally:
+        node.destroy_node()
+        ctx.try_shutdown()
+        lease.release()
+    prompt = PROMPT_TOPIC
+    want = [prompt, '/camera/image_raw', '/camera/image_raw', prompt] + \
+        ['/camera/image_raw'] * (N - 2)
+    assert waits == (want if in_order else [])
+    assert player.unacked == 0
