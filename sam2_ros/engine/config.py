@@ -32,9 +32,7 @@ TRITON_FREE_GROUPS = ('constants',)
 # Fast paths that are not bitwise sam2's, so not in ``fused_kernels: true``: named in its list
 # to turn on. 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on
 # the float32 accumulator: within a bf16 step of sam2's exact GELU on the rounded product).
-# 'hiera_flash': Hiera's attention calls without cuDNN's SDPA kernel (FlashAttention instead:
-# another kernel, its own rounding).
-FUSED_OPT_IN = ('gelu_epilogue', 'hiera_flash')
+FUSED_OPT_IN = ('gelu_epilogue',)
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {

@@ -42,7 +42,6 @@ ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched
 ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"
 ONLY+="$T:1:ours_graph_batched_cams2;$T:3:ours_graph_batched_cams2"   # a stereo node's step
 ONLY+=";$T:1:ours_graph_batched_gelu;$T:10:ours_graph_batched_gelu;$L:1:ours_graph_gelu"   # opt-in
-ONLY+=";$L:1:ours_graph_hflash"
 if on ENGINE_S 150; then
   timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 \
     --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \

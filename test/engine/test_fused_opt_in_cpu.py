@@ -5,7 +5,7 @@ not in ``fused_kernels: true``; its difference from sam2 is bounded on the GPU
 (test/gpu/test_fused_kernels_gpu.py). torch's CPU kernel applies the exact GELU, so here the
 function is checked for what it computes (sam2's MLP, one GEMM call with the activation),
 which MLPs take it, that the fused trunk routes every block's MLP through it under bf16 (not
-in float32), and the opt-in. 'hiera_flash': the blocks' attention without cuDNN's kernel.
+in float32), and the opt-in.
 """
 
 import pytest
@@ -89,25 +89,3 @@ def test_gelu_epilogue_is_opt_in_by_name():
     off = fused.fused_model(model, ('hiera',))
     assert on.image_encoder.trunk.gelu_epilogue and not off.image_encoder.trunk.gelu_epilogue
 
-
-def test_hiera_flash_keeps_cudnn_out_of_the_blocks_attention(monkeypatch):
-    """The opt-in 'hiera_flash': every block's attention runs with cuDNN's SDPA kernel not
-    allowed (the rest of the model as before), and the output is the same on the CPU."""
-    trunk = shared_model(64).image_encoder.trunk
-    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(9))
-    seen, real = [], torch.nn.functional.scaled_dot_product_attention
-
-    def spy(*args, **kw):
-        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
-        return real(*args, **kw)
-    monkeypatch.setattr(torch.nn.functional, 'scaled_dot_product_attention', spy)
-    with torch.inference_mode():
-        plain = FusedHiera(trunk)(x)
-        n = len(seen)
-        out = FusedHiera(trunk, no_cudnn_attention=True)(x)
-    assert n == len(trunk.blocks) and all(seen[:n]) and not any(seen[n:])
-    assert len(seen) == 2 * n and torch.backends.cuda.cudnn_sdp_enabled()    # restored
-    for o, p in zip(out, plain):
-        assert torch.equal(o, p)
-    on = fused.fused_model(shared_model(64), ('hiera', 'hiera_flash'))
-    assert on.image_encoder.trunk.no_cudnn_attention

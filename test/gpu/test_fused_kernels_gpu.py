@@ -73,17 +73,6 @@ def test_fused_hiera_gelu_epilogue_gpu(model):
     assert any(not torch.equal(a, b) for a, b in zip(on, off))
 
 
-@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
-def test_fused_hiera_flash_gpu(model, precision):
-    """The opt-in 'hiera_flash' (the blocks' SDPA without cuDNN's kernel) within the fused
-    Hiera's bounds of sam2's trunk."""
-    from sam2_ros.engine.cuda.kernels.hiera import FusedHiera
-    trunk = model.image_encoder.trunk
-    x = _rand(1, 3, 512, 512, seed=1)
-    _compare('hiera_flash', 'hiera', lambda: trunk(x),
-             lambda: FusedHiera(trunk, no_cudnn_attention=True)(x), precision)
-
-
 @pytest.mark.parametrize('batch', [1, 3])
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_fused_memory_attention_gpu(model, precision, batch):

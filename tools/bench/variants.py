@@ -154,11 +154,6 @@ def ours_graph_batched_gelu(spec: Spec) -> Run:
                  fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
 
 
-def ours_graph_hflash(spec: Spec) -> Run:
-    """ours_graph with the opt-in 'hiera_flash' group too."""
-    return _ours(spec, graphs=True, mode='swap', fused_kernels=FUSED_GROUPS + ('hiera_flash',))
-
-
 def ours_graph_unfused(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='swap', fused_kernels=False)
 
@@ -332,7 +327,6 @@ VARIANTS = {
     'ours_graph_unfused': ours_graph_unfused,
     'ours_graph_gelu': ours_graph_gelu,
     'ours_graph_batched_gelu': ours_graph_batched_gelu,
-    'ours_graph_hflash': ours_graph_hflash,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,

@@ -55,7 +55,6 @@ Groups:
 Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
-  'hiera_flash'       with 'hiera': the blocks' attention without cuDNN's SDPA kernel
 """
 
 from __future__ import annotations
@@ -121,8 +120,7 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     if 'hiera' in groups:
         enc = model.image_encoder
         parts['image_encoder'] = with_children(enc, trunk=FusedHiera(
-            enc.trunk, gelu_epilogue='gelu_epilogue' in groups,
-            no_cudnn_attention='hiera_flash' in groups))
+            enc.trunk, gelu_epilogue='gelu_epilogue' in groups))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)

@@ -17,25 +17,19 @@ The first block's input add (patch embedding + positional embedding) is fused th
 the positional embedding (an interpolation of parameters) is computed once per size.
 A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
 projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
-the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``),
-with 'hiera_flash' the attention calls may not use cuDNN's kernel.
+the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from sam2.modeling.backbones.hieradet import do_pool
 
 from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp, linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
-
-# SDPA's backends but cuDNN's (the opt-in 'hiera_flash')
-NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def partition_rows(h: int, w: int, ws: int, device) -> torch.Tensor:
@@ -63,15 +57,11 @@ class FusedHiera(torch.nn.Module):
     outputs (a list of [B, C, H, W] feature maps, the last stage first as sam2 returns them)
     from the same weights."""
 
-    def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False,
-                 no_cudnn_attention: bool = False):
+    def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False):
         super().__init__()
         self.trunk = trunk
         # the MLPs' GELU in their first GEMM (dtypes.gelu_mlp; the opt-in 'gelu_epilogue')
         self.gelu_epilogue = gelu_epilogue
-        # the opt-in 'hiera_flash': the blocks' SDPA may not pick cuDNN's kernel (which pads
-        # a head of 72 channels, Hiera-B+/L's, to 128; FlashAttention's to 96)
-        self.no_cudnn_attention = no_cudnn_attention
         self.pos: Dict[tuple, torch.Tensor] = {}          # (H, W, device) -> [1, HW, C]
         self.rows: Dict[tuple, torch.Tensor] = {}         # index maps per shape
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
@@ -134,8 +124,7 @@ class FusedHiera(torch.nn.Module):
             shortcut = n1.s.view(bsz, h, w, c)
             xw = n1.y.view(-1, ws, ws, c) if ws > 0 else n1.y.view(bsz, h, w, c)
             x_in = n1.s
-        with sdpa_kernel(NO_CUDNN) if self.no_cudnn_attention else contextlib.nullcontext():
-            attn = attn_mod(xw)
+        attn = attn_mod(xw)
         h2, w2, c2 = shortcut.shape[1:]
         rows = None
         if ws > 0:
