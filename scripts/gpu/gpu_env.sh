@@ -1,5 +1,8 @@
 # Source on the GPU machine (repo root, .whl carried): installs the carried pure-Python wheels
 # once into /tmp/site and sets the environment of every benchmark/test command there.
+# Set SAM2_ROS_COMMIT to this machine's `git rev-parse --short HEAD` in the command: the copy
+# there may carry an older git directory than the working tree it runs (rows of 2026-12-05 said
+# 0e7cc45 for a tree at 0bf42a1).
 #   source scripts/gpu/gpu_env.sh
 if [ ! -e /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl &&

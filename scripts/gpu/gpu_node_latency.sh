@@ -31,6 +31,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh headline # the target rows of the transport and stereo
 #     issues once each (one node for two cameras with 1 and 3 objects, merging on and off at 3;
 #     raw 1/3/8, jpeg 1/8)
+#   bash scripts/gpu/gpu_node_latency.sh twonodes # two cameras on one GPU, a node each, 1 and 3
+#     objects per camera (the comparison rows of one node serving both)
 #   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
@@ -233,6 +235,10 @@ elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), the
     run "cams2_1gpu_1node_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0" \
       --one-node
   done
+  for n in 1 3; do
+    run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
+  done
+elif [ "$MODE" = twonodes ]; then   # the one-node stereo rows' comparison: a node per camera
   for n in 1 3; do
     run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
   done
