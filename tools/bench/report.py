@@ -198,9 +198,12 @@ _OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager)$
 def _other(r: dict) -> str:
     """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
     'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
-    'stalltrace', 'cudaeager'."""
+    'stalltrace', 'cudaeager'; 'camera msg' where the row says its camera published rclpy
+    messages (rows from before ``camera_publish`` say nothing: they all did)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
+    if r.get('camera_publish') == 'message':
+        parts.append('camera msg')
     return ', '.join(parts) or '-'
 
 
