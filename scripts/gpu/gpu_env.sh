@@ -19,7 +19,11 @@ export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # Triton's compiled kernels in the checkout (.cache/, ignored by git): a fresh machine compiles
 # the fused kernels once (a minute or more of a device command); the GPU scripts put them in
-# $OUT/triton_cache.tgz, and a later command that carries .cache/triton back starts with them
-# (Triton keys each entry by source, options, GPU and version: a stale one is never used).
+# $OUT/triton_cache.tgz. Copied here to .cache/triton_cache.tgz and carried (7 MB, where the
+# unpacked 45 MB would not fit beside .whl), it is unpacked into an empty cache (Triton keys
+# each entry by source, options, GPU and version: a stale one is never used).
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
 mkdir -p "$TRITON_CACHE_DIR"
+if [ -f .cache/triton_cache.tgz ] && [ -z "$(ls -A "$TRITON_CACHE_DIR")" ]; then
+  tar xzf .cache/triton_cache.tgz -C "$TRITON_CACHE_DIR" || echo "triton_cache.tgz unreadable"
+fi

@@ -12,8 +12,9 @@
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
-# `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache.tgz: unpacked
-# into .cache/triton here and carried, the next machine skips the kernels' compilation.
+# `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache.tgz: copied to
+# .cache/triton_cache.tgz here and carried (carry [".whl", ".cache/triton_cache.tgz"]), the next
+# machine skips the kernels' compilation (gpu_env.sh unpacks it).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; export OUT
 T0=$(date +%s)
