@@ -184,7 +184,8 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
             'input': a.get('input', 'raw'),
-            'camera_publish': a.get('camera_publish', 'message'), 'image_bytes_p50': s['image_bytes']['p50'],
+            'camera_publish': a.get('camera_publish', 'message'),
+            'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),
             'overlays_received': cam['overlays_received'],
