@@ -41,7 +41,7 @@ from hole_cases import adversarial, logits_of
 from reference import (FillAwareCompare, connected_components_like_C, drive, official_fill_area,
                        sam2_has_C)
 from scenarios import schedule, synthetic_frames
-from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.config import FUSED_GROUPS, TrackerConfig
 from sam2_ros.engine.holes import fill_holes
 from sam2_ros.engine.model import build_model
 from sam2_ros.engine.tracker import StreamingTracker
@@ -141,11 +141,22 @@ MISMATCH = {'fp32': 1e-3, 'bf16': 1e-2}
 @pytest.mark.parametrize('graphs', [False, True], ids=['eager', 'graphs'])
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_official_with_extension_300_frames(precision, graphs, monkeypatch):
+    official_300_frames(precision, graphs, monkeypatch)
+
+
+def test_official_300_frames_with_the_opt_in_gelu_epilogue(monkeypatch):
+    """The opt-in 'gelu_epilogue' (not bitwise: cuBLASLt's tanh GELU) keeps the bf16 graphs'
+    bounds against the official predictor over the same 300 frames."""
+    official_300_frames('bf16', True, monkeypatch,
+                        fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
+
+
+def official_300_frames(precision: str, graphs: bool, monkeypatch, **cfg_kw) -> None:
     assert sam2_has_C(), NO_C
     import sam2.utils.misc as misc
     torch.backends.cudnn.benchmark = False
     cfg = TrackerConfig(model_size='tiny', image_size=512, device='cuda', random_weights=True,
-                        max_objects=4, precision=precision, use_cuda_graphs=graphs)
+                        max_objects=4, precision=precision, use_cuda_graphs=graphs, **cfg_kw)
     model = build_model(cfg)
     assert cfg.fill_hole_area == official_fill_area(model) == 8
     holes = []
@@ -166,7 +177,8 @@ def test_official_with_extension_300_frames(precision, graphs, monkeypatch):
     worst: dict = {}
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if precision == 'bf16' else \
         torch.autocast('cuda', enabled=False)
-    name = f"official_C_vs_{'graph' if graphs else 'eager'}_{precision}"
+    name = f"official_C_vs_{'graph' if graphs else 'eager'}_{precision}" + \
+        ('_gelu_epilogue' if 'fused_kernels' in cfg_kw else '')
     stats = {}
     try:
         with torch.inference_mode(), ctx:
