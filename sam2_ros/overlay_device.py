@@ -65,7 +65,8 @@ class DeviceOverlay:
         self.device = torch.device(device)
         self.cuda = self.device.type == 'cuda'
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
-        # pinned host buffers by role ('frame', 'label', 'out'), reused while the shape holds
+        # host buffers by role ('frame', 'label', 'out'), reused while the shape holds (pinned
+        # on a GPU)
         self.pinned: Dict[str, torch.Tensor] = {}
 
     def render(self, rgb, res: FrameResult) -> np.ndarray:
@@ -74,37 +75,34 @@ class DeviceOverlay:
         if not res.objects:
             return rgb.contiguous().cpu().numpy() if isinstance(rgb, torch.Tensor) \
                 else np.array(rgb, copy=True)
-        if not self.cuda:
-            frame = rgb if isinstance(rgb, torch.Tensor) else torch.from_numpy(np.array(rgb))
-            out = shade(frame.to(self.device), torch.from_numpy(
-                np.ascontiguousarray(res.label_mask())).to(self.device)).cpu().numpy()
-            put_labels(out, res)
-            return out
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream):       # None (the CPU): no stream, a no-op
             frame = rgb.to(self.device) if isinstance(rgb, torch.Tensor) \
                 else self._upload('frame', rgb)
             label = self._upload('label', res.label_mask())
             shaded = shade(frame, label)                           # [H, W, 3] uint8
             out = self._buffer('out', tuple(shaded.shape))
-            out.copy_(shaded, non_blocking=True)
-        self.stream.synchronize()        # this stream's kernels and copies, no other's
+            out.copy_(shaded, non_blocking=self.cuda)
+        if self.cuda:
+            self.stream.synchronize()    # this stream's kernels and copies, no other's
         img = out.numpy()
         put_labels(img, res)
         return img
 
     def _buffer(self, role: str, shape: tuple) -> torch.Tensor:
-        """The pinned uint8 host buffer of ``role`` with ``shape`` (a new one on a new shape).
+        """The uint8 host buffer of ``role`` with ``shape`` (a new one on a new shape), pinned
+        when the overlay renders on a GPU.
         Reusing it is safe: every render waits for its stream before returning, so no copy of
         the previous render still reads or writes it."""
         buf = self.pinned.get(role)
         if buf is None or tuple(buf.shape) != shape:
-            buf = self.pinned[role] = torch.empty(shape, dtype=torch.uint8).pin_memory()
+            buf = torch.empty(shape, dtype=torch.uint8)
+            buf = self.pinned[role] = buf.pin_memory() if self.cuda else buf
         return buf
 
     def _upload(self, role: str, arr) -> torch.Tensor:
         """A host uint8 array (any strides, read-only too: a received frame) -> a device copy,
-        through the pinned buffer of ``role``, queued on the current (this instance's)
-        stream."""
+        through the buffer of ``role``, queued on the current (this instance's) stream; on
+        the CPU the buffer itself (``shade`` only reads it)."""
         arr = np.asarray(arr)
         buf = self._buffer(role, arr.shape)
         np.copyto(buf.numpy(), arr)

@@ -249,6 +249,11 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
             go = _recv(conn)   # ('go',) or ('go', t)
             t_start = (go[1] if len(go) > 1 else time.monotonic()) - i * period
         due = t_start + i * period
+        # stamped with the wall clock's time at the due time (or the pair's common stamp), and
+        # drawn and serialized now, before the sleep, so the work never delays the frame
+        ns = (cfg.stamp_base_ns + round(i * period * 1e9) if cfg.stamp_base_ns else
+              max(time.time_ns() + round((due - time.monotonic()) * 1e9), prompt_ns))
+        msg = frame_payload(cfg, cam, encoded, i, ns)
         sleep_until(due - spin_s)
         # A click goes out when the camera wakes for the frame it precedes, before the spin,
         # so sending it does not delay the frame (with --camera-spin-ms 0: right before it).
@@ -258,10 +263,6 @@ def _publish(conn: Connection, cfg: CameraConfig, cam: Any, encoded: Optional[Li
             click = n_clicks % cfg.objects + 1
             n_clicks, last_click = n_clicks + 1, time.monotonic()
             send_click(pub_prompt, cam, click, i)
-        # stamped with the wall clock's time at the due time (or the pair's common stamp)
-        ns = (cfg.stamp_base_ns + round(i * period * 1e9) if cfg.stamp_base_ns else
-              max(time.time_ns() + round((due - time.monotonic()) * 1e9), prompt_ns))
-        msg = frame_payload(cfg, cam, encoded, i, ns)                  # before it is due
         spin_until(due)
         t_pub = time.monotonic()
         pub_image.publish(msg)

@@ -26,6 +26,7 @@ import torch
 from sam2_ros.engine.config import FUSED_GROUPS
 
 SRC_H, SRC_W = 720, 1280
+WITH_GELU = FUSED_GROUPS + ('gelu_epilogue',)     # the default groups and the opt-in one
 
 
 @dataclass
@@ -145,13 +146,12 @@ def ours_graph_batched_unfused(spec: Spec) -> Run:
 
 def ours_graph_gelu(spec: Spec) -> Run:
     """ours_graph with the opt-in 'gelu_epilogue' group too (config.FUSED_OPT_IN)."""
-    return _ours(spec, graphs=True, mode='swap', fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
+    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_GELU)
 
 
 def ours_graph_batched_gelu(spec: Spec) -> Run:
     """ours_graph_batched with the opt-in 'gelu_epilogue' group too."""
-    return _ours(spec, graphs=True, mode='batched',
-                 fused_kernels=FUSED_GROUPS + ('gelu_epilogue',))
+    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_GELU)
 
 
 def ours_graph_unfused(spec: Spec) -> Run:

@@ -3,14 +3,13 @@
     python -m tools.probes.overlay_probe [--cameras 2] [--objects 1,3] [--overlay none,gpu,host]
         [--steps 300] [--rate 60] [--out $OUT/overlay_probe.json]
 
-Why: one node serving two 60 Hz cameras measured its pair step (``tracker.track()``) at
-15.7 ms p50 with 1 object per camera (run 20261205T024722Z-headline) against 5.8 ms before
-(9b86cd7), and the same at 3 objects: a fixed cost per step. New in that path since then and
-never measured in a node: the overlays rendered on the GPU (``overlay_on_gpu``, a torch
-stream of their own in the publisher thread). This reproduces the node's threads around the
-engine: the main thread tracks the cameras' frames at the camera rate (frames read-only, as
-the node's received frames are), a publisher thread renders every camera's overlay of each
-step as the node's does (``none``: no overlay; ``gpu``: ``DeviceOverlay``; ``host``:
+Why: a node serving two 60 Hz cameras renders each frame's overlay in its publisher thread,
+beside the tracking step of the next pair, on the GPU (``overlay_on_gpu``: ``DeviceOverlay``,
+a stream of its own) or on the host; whatever the rendering blocks (the driver, the GIL)
+shows in the step's time. This reproduces the node's threads around the engine without ROS:
+the main thread tracks the cameras' frames at the camera rate (frames read-only, as the
+node's received frames are), a thread renders every camera's overlay of each step as the
+node's does (``none``: no overlay; ``gpu``: ``DeviceOverlay``; ``host``:
 ``overlay.render_overlay``). Per row: ``track()`` ms p50 / p99, overlays rendered, and how
 far the overlay thread fell behind (frames still queued at the end).
 """

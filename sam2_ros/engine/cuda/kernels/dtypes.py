@@ -35,11 +35,17 @@ def norm_output(x: torch.Tensor, natural: torch.dtype) -> torch.dtype:
     return natural
 
 
+def weight_and_bias(linear: torch.nn.Linear, dtype: torch.dtype):
+    """(weight, bias) of ``linear`` in ``dtype``: the parameters themselves when they have it
+    (precast weights), else a cast copy, as autocast would make."""
+    w, b = linear.weight, linear.bias
+    return (w if w.dtype == dtype else w.to(dtype)), (b if b.dtype == dtype else b.to(dtype))
+
+
 def relu_linear(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """relu(linear(x)) for x [..., K] already in the Linear's compute dtype: one GEMM with a
     bias + ReLU epilogue (cuBLASLt) where torch has one, the same values as the two ops."""
-    w = linear.weight if linear.weight.dtype == x.dtype else linear.weight.to(x.dtype)
-    b = linear.bias if linear.bias.dtype == x.dtype else linear.bias.to(x.dtype)
+    w, b = weight_and_bias(linear, x.dtype)
     if not x.is_contiguous():
         return F.relu(F.linear(x, w, b))
     out = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t())
@@ -53,8 +59,7 @@ def gelu_mlp(mlp: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     float32 accumulator before rounding, where sam2's exact GELU reads the rounded bf16 product:
     not bitwise; the two differ by far less than a bf16 step (``FUSED_OPT_IN``)."""
     first, second = mlp.layers
-    w = first.weight if first.weight.dtype == x.dtype else first.weight.to(x.dtype)
-    b = first.bias if first.bias.dtype == x.dtype else first.bias.to(x.dtype)
+    w, b = weight_and_bias(first, x.dtype)
     hidden = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t(), use_gelu=True)
     return second(hidden).view(*x.shape[:-1], second.out_features)
 

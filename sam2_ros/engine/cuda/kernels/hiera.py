@@ -60,8 +60,10 @@ class FusedHiera(torch.nn.Module):
     def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False):
         super().__init__()
         self.trunk = trunk
-        # the MLPs' GELU in their first GEMM (dtypes.gelu_mlp; the opt-in 'gelu_epilogue')
+        # per block: its MLP's GELU in the first GEMM (dtypes.gelu_mlp; the opt-in
+        # 'gelu_epilogue'), where the MLP is one gelu_mlp computes
         self.gelu_epilogue = gelu_epilogue
+        self.gelu_mlps = [gelu_epilogue and is_gelu_mlp(blk.mlp) for blk in trunk.blocks]
         self.pos: Dict[tuple, torch.Tensor] = {}          # (H, W, device) -> [1, HW, C]
         self.rows: Dict[tuple, torch.Tensor] = {}         # index maps per shape
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
@@ -95,7 +97,8 @@ class FusedHiera(torch.nn.Module):
         for i, blk in enumerate(t.blocks):
             store_in = i - 1 in self.outputs        # the previous block ended a stage
             hw_in = (h, w)
-            x_in, a, b, (h, w) = self._block(blk, self.attns[i], a, b, h, w, store_in)
+            x_in, a, b, (h, w) = self._block(blk, self.attns[i], a, b, h, w, store_in,
+                                             self.gelu_mlps[i])
             if store_in:
                 outputs.append(x_in.view(bsz, *hw_in, -1).permute(0, 3, 1, 2))
         if len(t.blocks) - 1 in self.outputs:
@@ -103,9 +106,10 @@ class FusedHiera(torch.nn.Module):
         return outputs
 
     def _block(self, blk, attn_mod: torch.nn.Module, a: torch.Tensor, b: torch.Tensor, h: int,
-               w: int, store_in: bool) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor,
-                                         Tuple[int, int]]:
-        """One MultiScaleBlock on input a + b ([B, H*W, C] each). Returns (a + b if it was
+               w: int, store_in: bool, epilogue: bool = False
+               ) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor, Tuple[int, int]]:
+        """One MultiScaleBlock on input a + b ([B, H*W, C] each); ``epilogue``: its MLP's GELU
+        in the first GEMM (``gelu_mlps``). Returns (a + b if it was
         stored, the residual before the MLP, the MLP output, the output grid size)."""
         bsz, c = a.shape[0], blk.dim
         ws = blk.window_size
@@ -135,6 +139,6 @@ class FusedHiera(torch.nn.Module):
         dt2 = linear_input(a, torch.promote_types(sc.dtype, attn.dtype))
         n2 = add_layernorm(blk.norm2, sc, attn, b_rows=rows, store_sum=True, y_dtype=dt2)
         # float32 keeps sam2's exact GELU: the approximation is only for 16-bit compute
-        mlp = gelu_mlp(blk.mlp, n2.y) if self.gelu_epilogue and is_gelu_mlp(blk.mlp) and \
-            n2.y.dtype != torch.float32 and n2.y.is_contiguous() else blk.mlp(n2.y)
+        mlp = gelu_mlp(blk.mlp, n2.y) if epilogue and n2.y.dtype != torch.float32 and \
+            n2.y.is_contiguous() else blk.mlp(n2.y)
         return x_in, n2.s, mlp, (h2, w2)
