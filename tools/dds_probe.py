@@ -33,6 +33,7 @@ import numpy as np
 
 from sam2_ros.ros.domain import lease_domain
 from sam2_ros.ros.executor import EXECUTORS, make_executor
+from sam2_ros.ros.image_cdr import image_to_cdr
 
 
 ACK_TOPIC = '/sam2_dds_probe_ack'
@@ -166,16 +167,24 @@ def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
     while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)                       # let discovery settle on both sides
+    pixels = np.random.default_rng(0).integers(
+        0, 255, (args.height, args.width, 3), dtype=np.uint8)
     m = Image()
     m.height, m.width, m.encoding, m.step = args.height, args.width, 'rgb8', args.width * 3
-    m.data = np.random.default_rng(0).integers(
-        0, 255, args.height * args.width * 3, dtype=np.uint8).tobytes()
-    t0 = time.monotonic()
+    m.data = pixels.tobytes()
+    t0, wall0 = time.monotonic(), time.time_ns()
     for i in range(args.frames):
-        while time.monotonic() < t0 + i / args.rate:
+        due = t0 + i / args.rate
+        if args.publish == 'serialized':      # built before it is due, stamped with its due time
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(
+                wall0 + int(i / args.rate * 1e9), 1_000_000_000)
+            out: Any = image_to_cdr(pixels, 'rgb8', m.header)
+        while time.monotonic() < due:
             time.sleep(0.0005)
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
-        pub.publish(m)
+        if args.publish == 'message':
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+            out = m
+        pub.publish(out)
     time.sleep(1.0)                       # asynchronous writers: let the last frames go out
     return args.frames, small_ack_ms(node)
 
@@ -253,6 +262,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                          'the image from their CDR (sam2_ros/ros/image_cdr.py)')
     ap.add_argument('--depth', type=int, default=10,
                     help='history depth of the frames topic, both sides (see _qos)')
+    ap.add_argument('--publish', default='message', choices=('message', 'serialized'),
+                    help="message: an rclpy Image stamped as it is published (rclpy's conversion "
+                         'in the publisher); serialized: its CDR bytes built before the frame is '
+                         "due, stamped with the due time, as the node benchmark's camera does")
+    ap.add_argument('--results', default=None,
+                    help='benchmark JSON to merge this run\'s row into (kind dds_probe; e.g. '
+                         'h200_node_latency.json), with date, commit, GPU, command and run id')
+    ap.add_argument('--run-id', default=None, help='run id of the row (default: a new one)')
     ap.add_argument('--role', default='pub', choices=('pub', 'sub'), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.tune_malloc:
@@ -307,7 +324,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary.update({'width': args.width, 'height': args.height, 'rate': args.rate,
                     'depth': args.depth,
                     'executor': args.executor, 'raw': args.raw,
-                    'tune_malloc': args.tune_malloc,
+                    'tune_malloc': args.tune_malloc, 'publish': args.publish,
                     **{k: os.environ.get(k) for k in (
                         'FASTDDS_DEFAULT_PROFILES_FILE', 'FASTDDS_BUILTIN_TRANSPORTS',
                         'ROS_AUTOMATIC_DISCOVERY_RANGE', 'RMW_IMPLEMENTATION')}})
@@ -316,7 +333,44 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, 'w') as f:
             json.dump({**summary, 'latency_ms': result.get('latency_ms', [])}, f, indent=1)
+    if args.results:
+        save_row(args.results, summary, args.run_id, argv)
     return 0 if summary['received'] == sent else 1
+
+
+def probe_name(summary: Dict[str, Any]) -> str:
+    """What a row measured, in words: its transport, rate and each setting off the default,
+    e.g. 'shm profile, 60 Hz, serialized in, tune_malloc, events executor, serialized out'."""
+    profile = summary.get('FASTDDS_DEFAULT_PROFILES_FILE')
+    parts = [os.path.splitext(os.path.basename(profile))[0] if profile else
+             summary.get('FASTDDS_BUILTIN_TRANSPORTS') or 'default', f"{summary['rate']:g} Hz"]
+    parts += ['serialized in'] if summary.get('raw') else []
+    parts += ['tune_malloc'] if summary.get('tune_malloc') else []
+    parts += [f"{summary['executor']} executor"] if summary.get('executor') != 'single' else []
+    parts += ['serialized out'] if summary.get('publish') == 'serialized' else []
+    return ', '.join(parts)
+
+
+def save_row(path: str, summary: Dict[str, Any], run: Optional[str],
+             argv: Optional[List[str]]) -> None:
+    """Merge the run's summary into the benchmark JSON at ``path`` as a ``kind: dds_probe``
+    row (a newer row of the same name replaces the older), with the provenance every
+    benchmark row carries."""
+    import torch
+
+    from tools.bench.results import provenance, save_json, stamp
+
+    name = probe_name(summary)
+    row = {'kind': 'dds_probe', 'model': '-', 'res': None, 'objects': 0,
+           'variant': 'dds_probe_' + name.replace(', ', '_').replace(' ', ''), 'name': name,
+           **{k: v for k, v in summary.items() if k != 'shm_segments_mapped'}}
+    # the GPU names the machine (the node rows beside it were measured on it)
+    prov = provenance('cuda' if torch.cuda.is_available() else 'cpu', 'python -m tools.dds_probe',
+                      sys.argv[1:] if argv is None else list(argv))
+    if run:
+        prov['run'] = run
+    save_json(path, [stamp(row, prov)])
+
 
 
 if __name__ == '__main__':

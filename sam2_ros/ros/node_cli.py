@@ -73,6 +73,22 @@ def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:
         return 0
 
 
+def node_executor(node: Any) -> Any:
+    """The executor the node's ``executor`` parameter names (NodeOptions; 'single' for a node
+    without that parameter). One that cannot be made here (an unknown name, an rclpy without
+    the EventsExecutor) is logged and the single-threaded one is used: the node still starts,
+    and its configure refuses an unknown name with the options' error."""
+    kind = node.get_parameter('executor').value if node.has_parameter('executor') else 'single'
+    try:
+        executor = make_executor(kind)
+    except ValueError as exc:
+        node.get_logger().error(f'{exc}; running the single-threaded executor')
+        return make_executor('single')
+    if kind != 'single':
+        node.get_logger().info(f'callbacks run on the {kind} executor ({type(executor).__name__})')
+    return executor
+
+
 def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # Ctrl-C is ours, SIGTERM rclpy's (it shuts the context down). Our handler only notes
     # Ctrl-C, and the spin loop below ends on it with the context still up, so what is
@@ -89,7 +105,7 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
     # 17 / 38 ms; docs/performance.md). In FIFO mode a full FIFO now also holds back prompts
     # and diagnostics for up to one frame time.
-    executor = make_executor('single')
+    executor = node_executor(node)
     executor.add_node(node)
     rc = 0
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import List
 
 from sam2_ros.engine.decode import MAX_IMAGE_PIXELS
+from sam2_ros.ros.executor import EXECUTORS
 from sam2_ros.knobs import knob
 
 INPUT_TYPES = ('raw', 'compressed')
@@ -160,6 +161,16 @@ class NodeOptions:
         'and machines without CUDA decode on the host; false: always on the host '
         '(diagnostics: gpu_decode)'))
     autostart: bool = knob(False, kind='bool', doc='configure and activate on start-up')
+    # The executor that runs the node's callbacks, chosen at start-up (node_cli.py). They only
+    # hand messages to the worker, so the executor's own time between a frame's receipt and
+    # the worker's wake-up is part of every frame's latency: 'single' (rclpy's
+    # SingleThreadedExecutor) rebuilds its wait set in Python, holding the GIL, after each
+    # callback; 'events' (rclpy.experimental.EventsExecutor, C++) dispatches without one.
+    executor: str = knob('single', kind='str', tuning=True, doc=(
+        "the executor of the node's callbacks, read at start-up: 'single' (rclpy's "
+        "SingleThreadedExecutor) or 'events' (rclpy.experimental.EventsExecutor, less time "
+        "holding Python's GIL between a frame's receipt and the worker); an executor this "
+        "rclpy lacks: 'single', logged"))
     # One JSON line of time.monotonic() stamps per published frame (sam2_ros/ros/timing_log.py),
     # so a benchmark on the same host can split image -> mask into its stages.
     timing_log: str = knob('', kind='str', doc=(
@@ -193,6 +204,8 @@ class NodeOptions:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)!r}')
         if not 1 <= int(self.click_object_id) <= 255:
             raise ValueError(f'click_object_id must be in 1..255, got {self.click_object_id!r}')
+        if self.executor not in EXECUTORS:
+            raise ValueError(f'executor must be one of {EXECUTORS}, got {self.executor!r}')
         if self.click_mode not in CLICK_MODES:
             raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
         if int(self.max_image_pixels) < 1:

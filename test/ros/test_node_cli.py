@@ -12,14 +12,17 @@ from std_msgs.msg import String  # noqa: E402
 from sam2_ros.ros import node_cli  # noqa: E402
 
 
-def _probe_node(on_tick):
-    """A node with what ``node_cli._run`` reads of the tracker node, and a fast timer."""
+def _probe_node(on_tick, executor=None):
+    """A node with what ``node_cli._run`` reads of the tracker node, and a fast timer;
+    ``executor``: its executor parameter (None: the node has none)."""
     class Probe(Node):
         finished = False
 
         def __init__(self):
             super().__init__('sam2_cli_probe')
             self.declare_parameter('autostart', False)
+            if executor is not None:
+                self.declare_parameter('executor', executor)
             self.pub = self.create_publisher(String, '~/probe', 1)
             self.ticks = 0
             self.released = False
@@ -40,7 +43,8 @@ def domain(lease, monkeypatch):
     monkeypatch.setenv('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
-def test_shutdown_during_a_callback_ends_the_loop_quietly(domain):
+@pytest.mark.parametrize('executor', [None, 'single', 'events'])
+def test_shutdown_during_a_callback_ends_the_loop_quietly(domain, executor):
     made = []
 
     def tick(node):
@@ -48,14 +52,39 @@ def test_shutdown_during_a_callback_ends_the_loop_quietly(domain):
         if node.ticks == 3:
             rclpy.try_shutdown()            # what rclpy's SIGINT handler does
             node.pub.publish(String(data='late'))    # raises: the context is gone
-    assert node_cli._run([], _probe_node(tick)) == 0
+    assert node_cli._run([], _probe_node(tick, executor)) == 0
     assert made[-1].ticks == 3 and made[-1].released
 
 
-def test_a_callback_error_in_a_live_context_surfaces(domain):
+@pytest.mark.parametrize('executor', ['single', 'events'])
+def test_a_callback_error_in_a_live_context_surfaces(domain, executor):
     def tick(node):
         if node.ticks == 2:
             raise ValueError('callback bug')
     with pytest.raises(ValueError, match='callback bug'):
-        node_cli._run([], _probe_node(tick))
+        node_cli._run([], _probe_node(tick, executor))
     assert not rclpy.ok()                   # cleaned up all the same
+
+
+@pytest.mark.parametrize('executor, kind', [(None, 'SingleThreadedExecutor'),
+                                            ('single', 'SingleThreadedExecutor'),
+                                            ('events', 'EventsExecutor'),
+                                            ('bogus', 'SingleThreadedExecutor')])
+def test_the_executor_parameter_picks_the_spin_loops_executor(domain, monkeypatch, executor,
+                                                             kind):
+    """What the node's executor parameter names runs its callbacks; an unknown name runs the
+    single-threaded one (the node's configure refuses the name with the options' error)."""
+    seen = []
+
+    def tick(node):
+        seen.append(node)
+        node.finished = True
+    real = node_cli.node_executor
+
+    def spy(node):
+        ex = real(node)
+        node.executor_kind = type(ex).__name__
+        return ex
+    monkeypatch.setattr(node_cli, 'node_executor', spy)
+    assert node_cli._run([], _probe_node(tick, executor)) == 0
+    assert seen and seen[-1].executor_kind == kind

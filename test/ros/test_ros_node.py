@@ -36,14 +36,18 @@ def running(tmp_path, lease, name, **overrides):
     return proc, client
 
 
-@pytest.fixture(scope='module')
-def fifo(tmp_path_factory):
+@pytest.fixture(scope='module', params=['single', 'events'])
+def fifo(request, tmp_path_factory):
     """One FIFO node (process_every_frame) shared by the module's tests but the latest-frame
     one (other parameters): a node start costs seconds of CPU, and each test reads what it
     sent (its stamps, counters as deltas). The tests rely on the file's order, their stamps
-    only going forward (the scenario's 0-8 first, then 50, 100, 200)."""
+    only going forward (the scenario's 0-8 first, then 50, 100, 200). Once per executor of
+    the node's callbacks (parameter ``executor``): the same outputs, exactly, either way."""
     d = DomainLease()
-    proc, client = running(tmp_path_factory.mktemp('fifo'), d, 'fifo', max_objects=2)
+    proc, client = running(tmp_path_factory.mktemp('fifo'), d, 'fifo', max_objects=2,
+                           executor=request.param)
+    if request.param == 'events':
+        proc.wait_log(r'callbacks run on the events executor \(EventsExecutor\)', 5)
     yield proc, client
     client.close()
     proc.stop()

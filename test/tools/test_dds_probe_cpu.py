@@ -97,3 +97,30 @@ def test_dds_probe_subscriber_on_the_events_executor(tmp_path):
     assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
     r = json.loads(out.read_text())
     assert r['executor'] == 'events' and r['sent'] == r['received'] == 4, r
+
+
+def test_serialized_frames_arrive_and_the_run_is_a_row_of_the_results_file(tmp_path):
+    """``--publish serialized``: each frame's CDR bytes are built before it is due and stamped
+    with its due time (the node benchmark's camera); the subscriber taking serialized
+    messages reads every frame. ``--results``: the run is one ``kind: dds_probe`` row with
+    the provenance of every benchmark row; the same settings again replace it."""
+    require_messages()
+    results = tmp_path / 'h200_node_latency.json'
+    results.write_text(json.dumps([{'kind': 'node', 'model': 'tiny', 'res': 512,
+                                    'objects': 1, 'variant': 'kept'}]))
+    argv = [PYTHON, '-m', 'tools.dds_probe', '--width', '64', '--height', '48', '--frames', '4',
+            '--rate', '10', '--publish', 'serialized', '--raw', '--results', str(results)]
+    for run in ('first', 'second'):
+        p = subprocess.run(argv + ['--run-id', run], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, f'{p.stdout}\n{p.stderr}'
+    rows = json.loads(results.read_text())
+    probes = [r for r in rows if r.get('kind') == 'dds_probe']
+    assert [r['variant'] for r in rows if r.get('kind') != 'dds_probe'] == ['kept']
+    assert len(probes) == 1, probes
+    r = probes[0]
+    assert r['run'] == 'second' and r['sent'] == r['received'] == 4
+    assert r['publish'] == 'serialized' and r['raw'] is True
+    assert r['name'] == 'default, 10 Hz, serialized in, serialized out', r['name']
+    assert 0 < r['p50_ms'] <= r['p99_ms'] <= r['max_ms']
+    assert r['date'] and r['gpu'] and '--publish serialized' in r['command']

@@ -17,7 +17,10 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from sam2_ros.ros.options import NodeOptions
 from tools.bench.node_latency_frames import EXTRA, SPLIT
+
+DEFAULT_EXECUTOR = NodeOptions().executor     # what a node without the parameter given ran
 
 PARTS = ('e2e_mask_ms', 'e2e_state_ms', 'decode_ms', 'engine_ms', 'publish_ms', 'node_ms',
          'transport_ms') + SPLIT + EXTRA
@@ -157,6 +160,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + (['hostoverlay'] if cam['node_params'].get('overlay_on_gpu') is False else [])
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
+        + (['events'] if cam['node_params'].get('executor') == 'events' else [])
 
         + (['onenode'] if a.get('node_per_camera') is False else [])
         # frames published as serialized bytes (rows before it have no camera_publish)
@@ -181,6 +185,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'graph_mode': p.get('graph_mode'), 'pipeline': p.get('pipeline'),
             'tune_malloc': p.get('tune_malloc', True),
             'image_receiver_process': bool(p.get('image_receiver_process', False)),
+            'executor': p.get('executor', DEFAULT_EXECUTOR),
             'precompile': ','.join(p.get('precompile') or []) or None,
             'transport': a['transport'], 'overlay': a['overlay'],
             'input': a.get('input', 'raw'),

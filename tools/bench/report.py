@@ -185,21 +185,22 @@ def node_latency(results: str) -> List[str]:
          'target', 'date, commit'], body)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
               f"{p['received']} / {p['sent']}"] for p in probes]
-    return out + ['', 'One 720p rgb8 image between two processes, 30 Hz (`dds_probe`, same '
-                  'machine; the `dds_probe` rows of the same file):', ''] + _prov(probes) + [
+    return out + ['', 'One 720p rgb8 image between two processes (`dds_probe`, same machine; '
+                  'the `dds_probe` rows of the same file; 30 Hz, rclpy messages both sides '
+                  'where a row names nothing else):', ''] + _prov(probes) + [
         ''] + _table(
-        ['transports', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
+        ['transport and settings', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'received'], probe)
 
 
 # settings a row's variant names that no column shows (node_latency_rows.variant)
-_OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager)$')
+_OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager|events)$')
 
 
 def _other(r: dict) -> str:
     """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
     'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
-    'stalltrace', 'cudaeager'; 'camera msg' where the row says its camera published rclpy
-    messages (rows from before ``camera_publish`` say nothing: they all did)."""
+    'stalltrace', 'cudaeager', 'events' (the events executor); 'camera msg' where the row says
+    its camera published rclpy messages (rows from before ``camera_publish`` say nothing: they all did)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
     if r.get('camera_publish') == 'message':
