@@ -9,8 +9,8 @@ what the node waits at cleanup for its last state; ``--frames 0`` measures only 
 Why: when the node's end-to-end latency is high, this separates the middleware from the node.
 It publishes rgb8 frames (reliable, depth 10, as the node subscribes) at ``--rate`` from this
 process to a subscriber subprocess, both on an exclusive ``ROS_DOMAIN_ID``, and reports the
-latency per frame (receive wall clock - header stamp; same host, same clock). ``--profile``
-sets ``FASTDDS_DEFAULT_PROFILES_FILE`` for both processes, e.g. the shipped
+latency per frame (receive wall clock - the publish() call; same host, same clock).
+``--profile`` sets ``FASTDDS_DEFAULT_PROFILES_FILE`` for both processes, e.g. the shipped
 ``config/fastdds_large_frames.xml`` (shared-memory segments large enough for 720p frames).
 Other transport variables (``FASTDDS_BUILTIN_TRANSPORTS``, ``ROS_AUTOMATIC_DISCOVERY_RANGE``)
 are passed through from the environment.
@@ -90,6 +90,7 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
     rclpy.init()
     node = rclpy.create_node(f'sam2_dds_probe_sub_{os.getpid()}')
     lat: List[float] = []
+    stamps: List[int] = []  # each frame's header stamp, in the order of lat
     small: List[int] = []   # the 4x4 images of small_ack_ms, not frames
 
     from sam2_ros.ros.image_cdr import image_from_cdr
@@ -102,6 +103,7 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
             return
         sent = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
         lat.append((time.time_ns() - sent) / 1e6)
+        stamps.append(sent)
 
     node.create_subscription(Image, '/sam2_dds_probe', on_image, _qos(depth), raw=raw)
     node.create_subscription(Image, ACK_TOPIC, on_image, _qos(), raw=raw)
@@ -116,7 +118,7 @@ def subscriber(frames: int, timeout: float, report: Callable[[Dict[str, Any]], N
         ex.spin_once(timeout_sec=0.05)
     ex.shutdown()
     # segments listed before shutdown: the publisher's is still mapped
-    report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat],
+    report({'received': len(lat), 'latency_ms': [round(x, 3) for x in lat], 'stamps': stamps,
             'shm_segments': shm_segments(), 'gil': waits.stop() if waits else None})
     node.destroy_node()
     rclpy.try_shutdown()
@@ -157,9 +159,12 @@ def shm_segments() -> List[Dict[str, Any]]:
     return [{'name': os.path.basename(k), 'bytes': v} for k, v in sorted(sizes.items())]
 
 
-def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
+def publish(node: Any, args: argparse.Namespace
+            ) -> Tuple[int, Optional[float], Dict[int, float]]:
     """Publish ``args.frames`` frames at ``args.rate`` from ``node``, then time a small
-    message's acknowledgement; returns (frames sent, small_ack_ms)."""
+    message's acknowledgement; returns (frames sent, small_ack_ms, {stamp: ms from the stamp
+    to the publish() call}: a serialized frame carries its due time, and its publish() comes
+    after the wait for it, late by up to the sleep's granularity)."""
     from sensor_msgs.msg import Image
 
     pub = node.create_publisher(Image, '/sam2_dds_probe', _qos(args.depth))
@@ -173,6 +178,7 @@ def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
     m.height, m.width, m.encoding, m.step = args.height, args.width, 'rgb8', args.width * 3
     m.data = pixels.tobytes()
     t0, wall0 = time.monotonic(), time.time_ns()
+    late: Dict[int, float] = {}
     for i in range(args.frames):
         due = t0 + i / args.rate
         if args.publish == 'serialized':      # built before it is due, stamped with its due time
@@ -181,12 +187,15 @@ def publish(node: Any, args: argparse.Namespace) -> Tuple[int, Optional[float]]:
             out: Any = image_to_cdr(pixels, 'rgb8', m.header)
         while time.monotonic() < due:
             time.sleep(0.0005)
+        now = time.time_ns()
         if args.publish == 'message':
-            m.header.stamp.sec, m.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(now, 1_000_000_000)
             out = m
+        stamp = m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
+        late[stamp] = (now - stamp) / 1e6
         pub.publish(out)
     time.sleep(1.0)                       # asynchronous writers: let the last frames go out
-    return args.frames, small_ack_ms(node)
+    return args.frames, small_ack_ms(node), late
 
 
 def teardown(node: Any, limit_s: float = 30.0) -> None:
@@ -299,7 +308,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         rclpy.init()
         node = rclpy.create_node(f'sam2_dds_probe_pub_{os.getpid()}')
-        sent, ack_ms = publish(node, args)
+        sent, ack_ms, late = publish(node, args)
         result = json.loads(sub.stdout.readline() or '{}')
         try:   # it has reported; its own teardown is bounded (_bound_lifetime)
             sub.wait(15)
@@ -312,7 +321,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if node is not None:   # after the subscriber has left
             teardown(node)
         lock.close()
-    summary = summarize(result.get('latency_ms', []), sent)
+    # from the publish() call: less the time between a frame's stamp and its publish() call
+    lat = [x - late.get(st, 0.0) for x, st in zip(result.get('latency_ms', []),
+                                                   result.get('stamps', []))]
+    summary = summarize(lat, sent)
     summary['small_ack_ms'] = ack_ms
     if result.get('gil'):
         summary['gil'] = result['gil']
@@ -332,7 +344,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, 'w') as f:
-            json.dump({**summary, 'latency_ms': result.get('latency_ms', [])}, f, indent=1)
+            json.dump({**summary, 'latency_ms': [round(x, 3) for x in lat]}, f, indent=1)
     if args.results:
         save_row(args.results, summary, args.run_id, argv)
     return 0 if summary['received'] == sent else 1

@@ -62,6 +62,7 @@ class FrameTimes:
     engine0: float = 0.0       # tracker.track() called (due prompts applied before it; several
     #                            cameras: their one track call, after every camera's decode)
     engine1: float = 0.0
+    handed: float = 0.0        # the worker handed the result to the output stage
     out0: float = 0.0          # the publisher starts on this frame (the mask message built)
     mask0: float = 0.0         # mask publish() called
     mask1: float = 0.0         # mask publish() returned
@@ -88,6 +89,7 @@ class Published:
     processed: int = 0        # frames processed in this activation when it was handed over
     dropped: int = 0          # frames dropped in this activation (newest-frame policy)
     times: Optional[FrameTimes] = None   # None for a re-publish after a prompt
+    publish_s: float = 0.0    # seconds spent publishing it so far (its masks, its state)
 
 
 class Job(Protocol):

@@ -24,6 +24,7 @@ from sam2_ros.engine.camera import CameraTracker
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.pairing import Group
 from sam2_ros.ros.pipeline import Outputs
+from sam2_ros.ros.shared_publisher import SharedPublisher
 from sam2_ros.ros.stall_trace import StallTracer, traced
 from sam2_ros.ros.worker import StartedFrame, TrackingWorker
 from sam2_ros.ros.worker_types import WorkerHost
@@ -39,16 +40,21 @@ class MultiCameraWorker:
                  outputs: Sequence[Outputs], associations: Sequence[det.Association], *,
                  pipeline: bool = False, on_group: Optional[GroupHook] = None,
                  corrections_on_next_frame: bool = False,
-                 stall: Optional[StallTracer] = None) -> None:
+                 stall: Optional[StallTracer] = None,
+                 shared_publisher: bool = True) -> None:
         self.core = core
         self.stall = stall             # samples the threads' stacks of a stalled track call
         self.mailbox = mailbox
         self.host = hosts[0]           # thread_init: the cameras share the tracker's device
         self.on_group = on_group
+        # pipelined: one publisher thread for every camera, masks first (shared_publisher.py)
+        self.publisher = SharedPublisher(thread_init=self.host.thread_init) \
+            if pipeline and shared_publisher else None
         self.lanes = [TrackingWorker(CameraTracker(core, c), mailbox.camera(c), hosts[c],
                                      outputs[c], association=associations[c],
                                      pipeline=pipeline, driver_alive=self.thread_alive,
-                                     corrections_on_next_frame=corrections_on_next_frame)
+                                     corrections_on_next_frame=corrections_on_next_frame,
+                                     shared=self.publisher)
                       for c in range(core.cameras)]
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -56,6 +62,8 @@ class MultiCameraWorker:
 
     def start(self) -> None:
         self._stop.clear()
+        if self.publisher is not None:
+            self.publisher.start()
         for lane in self.lanes:
             lane.output.start()
         self._thread = threading.Thread(target=self._run, name='sam2_tracker_worker',
@@ -69,6 +77,8 @@ class MultiCameraWorker:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self.publisher is not None:     # before the lanes' overlay threads it feeds
+            self.publisher.stop(timeout)
         for lane in self.lanes:
             lane.output.stop(timeout)
 
@@ -102,6 +112,8 @@ class MultiCameraWorker:
                     for lane in self.lanes:
                         lane.counters.consecutive_failures += 1
                         lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+            if self.publisher is not None:    # this round's results and re-publishes: a batch
+                self.publisher.commit()
 
     def _on_group(self, group: Group) -> None:
         """Begin every camera's frame, track the begun ones in one call, finish each in camera
@@ -131,6 +143,8 @@ class MultiCameraWorker:
             if s is not None:
                 results[c] = guarded(lane, lambda: self._finish(lane, s, out.results[c],
                                                                 out.errors[c], ended))
+        if self.publisher is not None:        # the masks out before the group's positions
+            self.publisher.commit()
         if self.on_group is not None:
             self.on_group(group, results)
 

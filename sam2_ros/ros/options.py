@@ -68,6 +68,12 @@ class NodeOptions:
         'mask and state published on a thread of their own while the next frame is tracked, the '
         'overlay on another (newest only, never delays a mask); false: everything published '
         'before the next frame (the serial reference)'))
+    # With cameras and pipeline: ONE publisher thread sends every camera's masks, then their
+    # states (sam2_ros/ros/shared_publisher.py); with a thread per camera, the one that lost
+    # the race for Python's GIL waited for the other's whole publish before its mask.
+    shared_publisher: bool = knob(True, kind='bool', tuning=True, doc=(
+        "with cameras (pipeline on): one publisher thread sends every camera's masks of a "
+        "group, then their states; false: a publisher thread per camera"))
     # Raise glibc's mmap/trim thresholds so multi-megabyte message buffers (each incoming
     # image) are reused instead of page-faulted in anew for every message
     # (sam2_ros/ros/malloc.py; process-wide, set at configure, not undone).

@@ -11,6 +11,9 @@ subscriber slows tracking down instead of losing masks). The overlay is for eyes
 costliest output (render + 2.7 MB at 720p), so it gets a third thread behind a newest-only
 slot: an overlay that cannot keep up is replaced by the next frame's and counted in
 ``overlays_dropped``; it never delays a mask. Throughput is then set by the slowest stage.
+The cameras of one node serving a rig share one publisher thread instead
+(:mod:`~sam2_ros.ros.shared_publisher`): their results are ready together, and it sends every
+camera's masks before their states.
 
 Nothing here imports ROS: the node hands in its :class:`Outputs` (the publishers object,
 :class:`sam2_ros.ros.publishers.Publishers`), so the policy is testable with fakes
@@ -22,7 +25,7 @@ from __future__ import annotations
 import collections
 import threading
 import traceback
-from typing import Callable, Deque, Optional, Protocol
+from typing import Any, Callable, Deque, Optional, Protocol
 
 from sam2_ros.ros.mailbox import Published
 
@@ -32,7 +35,8 @@ DEFAULT_DEPTH = 2
 
 
 class Outputs(Protocol):
-    """Where a frame's results go: ``publish`` sends mask, state (and objects);
+    """Where a frame's results go: ``publish`` sends mask, state (and objects), which is
+    ``publish_masks`` then ``publish_state`` (what a shared publisher calls);
     ``publish_overlay`` renders and sends the overlay, only where ``has_overlay`` and while
     ``wants_overlay()`` (someone subscribes to it now); ``alive()`` says whether messages can
     still go out at all (False once Ctrl-C shut the ROS context down: failures then are
@@ -41,6 +45,10 @@ class Outputs(Protocol):
     has_overlay: bool
 
     def publish(self, p: Published) -> None: ...
+
+    def publish_masks(self, p: Published) -> None: ...     # publish's halves, in its order
+
+    def publish_state(self, p: Published) -> None: ...
 
     def publish_overlay(self, p: Published) -> None: ...
 
@@ -55,19 +63,25 @@ class OutputStage:
 
     ``done(p)`` runs after ``outputs.publish(p)`` (latency bookkeeping); ``report_error(text)``
     is called for an exception in any of them (the stage keeps going); ``thread_init()`` runs
-    first in each thread of the stage (e.g. the CUDA device).
+    first in each thread of the stage (e.g. the CUDA device). ``shared`` (pipelined only): the
+    masks and states go out on that :class:`~sam2_ros.ros.shared_publisher.SharedPublisher`'s
+    thread with those of other cameras' stages, masks first; this stage keeps its overlay
+    thread and counters.
     """
 
     def __init__(self, outputs: Outputs, *,
                  done: Callable[[Published], None] = lambda p: None,
                  report_error: Callable[[str], None] = lambda text: None,
                  threaded: bool = False, depth: int = DEFAULT_DEPTH,
-                 thread_init: Optional[Callable[[], None]] = None) -> None:
+                 thread_init: Optional[Callable[[], None]] = None,
+                 shared: Optional[Any] = None) -> None:
+        self.outputs = outputs
         self._publish = outputs.publish
         self._overlay = outputs.publish_overlay if outputs.has_overlay else None
         self._wants, self._alive = outputs.wants_overlay, outputs.alive
         self._done, self._report, self._init = done, report_error, thread_init
         self.threaded = threaded
+        self.shared = shared if threaded else None
         self.depth = max(1, int(depth))
         self._items: Deque[Published] = collections.deque()
         self._overlay_item: Optional[Published] = None
@@ -85,8 +99,9 @@ class OutputStage:
         if not self.threaded:
             return
         self._closed = self._publisher_done = False
-        self._threads = [threading.Thread(target=self._run_publisher, daemon=True,
-                                          name='sam2_tracker_publisher')]
+        self._threads = [] if self.shared is not None else [
+            threading.Thread(target=self._run_publisher, daemon=True,
+                             name='sam2_tracker_publisher')]
         if self._overlay is not None:
             self._threads.append(threading.Thread(target=self._run_overlay, daemon=True,
                                                   name='sam2_tracker_overlay'))
@@ -98,6 +113,8 @@ class OutputStage:
         end the threads: after stop() returns nothing is published any more."""
         with self._cond:
             self._closed = True
+            # the shared publisher was stopped first (its owner's order): nothing more comes
+            self._publisher_done = self._publisher_done or self.shared is not None
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout)
@@ -105,12 +122,19 @@ class OutputStage:
 
     @property
     def alive(self) -> bool:
-        """Serial: always; pipelined: every thread of the stage still runs."""
-        return not self.threaded or (bool(self._threads)
-                                     and all(t.is_alive() for t in self._threads))
+        """Serial: always; pipelined: every thread of the stage (and the shared publisher)
+        still runs."""
+        if not self.threaded:
+            return True
+        own = all(t.is_alive() for t in self._threads)
+        if self.shared is not None:
+            return own and self.shared.alive
+        return bool(self._threads) and own
 
     def pending(self) -> int:
         """Frames handed over and not published yet."""
+        if self.shared is not None:
+            return self.shared.pending(self)
         with self._cond:
             return len(self._items)
 
@@ -122,6 +146,9 @@ class OutputStage:
             self._send(p)
             if self._overlay is not None and self._guard(self._wants) is True:
                 self._guard(lambda: self._send_overlay(p))
+            return
+        if self.shared is not None:
+            self.shared.put(self, p)
             return
         with self._cond:
             while len(self._items) >= self.depth and not self._closed:
@@ -146,12 +173,17 @@ class OutputStage:
                 p = self._items.popleft()
                 self._cond.notify_all()      # a blocked put may go on
             self._send(p)
-            if self._overlay is not None and self._guard(self._wants) is True:
-                with self._cond:
-                    if self._overlay_item is not None:
-                        self.overlays_dropped += 1
-                    self._overlay_item = p
-                    self._cond.notify_all()
+            self.offer_overlay(p)
+
+    def offer_overlay(self, p: Published) -> None:
+        """After p's mask and state: its overlay to the overlay thread while someone
+        subscribes (replacing one not sent yet)."""
+        if self._overlay is not None and self._guard(self._wants) is True:
+            with self._cond:
+                if self._overlay_item is not None:
+                    self.overlays_dropped += 1
+                self._overlay_item = p
+                self._cond.notify_all()
 
     def _run_overlay(self) -> None:
         if self._init is not None:
@@ -168,9 +200,24 @@ class OutputStage:
     # ------------------------------------------------------------------ sending
     def _send(self, p: Published) -> None:
         if self._guard(lambda: self._publish(p)) is not _FAILED:
-            with self._cond:
-                self.published += 1
-            self._guard(lambda: self._done(p))
+            self._sent(p)
+
+    def _sent(self, p: Published) -> None:
+        with self._cond:
+            self.published += 1
+        self._guard(lambda: self._done(p))
+
+    def send_masks(self, p: Published) -> bool:
+        """The shared publisher's first half of p: its masks; False when that failed
+        (reported; its state is then not sent, as ``publish`` would not)."""
+        return self._guard(lambda: self.outputs.publish_masks(p)) is not _FAILED
+
+    def send_state(self, p: Published) -> None:
+        """The shared publisher's second half of p: state and objects, the bookkeeping, the
+        overlay."""
+        if self._guard(lambda: self.outputs.publish_state(p)) is not _FAILED:
+            self._sent(p)
+        self.offer_overlay(p)
 
     def _send_overlay(self, p: Published) -> None:
         self._overlay(p)

@@ -116,18 +116,32 @@ class Publishers:
     def publish(self, p: Published) -> None:
         """Mask, state, objects. The state follows its mask (a state means its mask was
         already sent). Counters are the ones the worker saw when it handed the frame over."""
+        self.publish_masks(p)
+        self.publish_state(p)
+
+    def publish_masks(self, p: Published) -> None:
+        """The frame's masks (first half of ``publish``; a shared publisher sends every
+        camera's masks before their states)."""
         if not self.alive():    # Ctrl-C shut the context down: nothing can go out
             return
         t0 = time.perf_counter()
         times = p.times or FrameTimes()      # a re-published frame's are not logged
         times.out0 = time.monotonic()
-        pubs, done = self.pubs, self.totals.done
         masks = self.mask_messages(p)
         if masks:
             times.mask0 = time.monotonic()
             for pub, msg in masks:
                 pub.publish(msg)
             times.mask1 = time.monotonic()
+        p.publish_s += time.perf_counter() - t0
+
+    def publish_state(self, p: Published) -> None:
+        """State and objects after the frame's masks (second half of ``publish``)."""
+        if not self.alive():
+            return
+        t0 = time.perf_counter()
+        times = p.times or FrameTimes()
+        pubs, done = self.pubs, self.totals.done
         pubs['state'].publish(messages.tracking_state_msg(
             p.result, p.header, decode_ms=p.decode_ms, publish_ms=self.publish_ms(),
             dropped=done['dropped'] + p.dropped, processed=done['processed'] + p.processed,
@@ -139,7 +153,8 @@ class Publishers:
         self.unacked.update({name: now for name in RESULT_TOPICS})
         if self.timing_log is not None and p.times is not None:
             self.timing_log.write(inputs.stamp_ns(p.header.stamp), p.times)
-        self.last_publish_ms = (time.perf_counter() - t0) * 1e3
+        p.publish_s += time.perf_counter() - t0
+        self.last_publish_ms = p.publish_s * 1e3
 
     def subscribed(self, name: str) -> bool:
         pub = self.pubs.get(name)

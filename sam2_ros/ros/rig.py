@@ -79,7 +79,8 @@ class Rig:
         self.worker = MultiCameraWorker(
             node.tracker, self.mailbox, hosts, self.outputs, self.associations,
             pipeline=o.pipeline, on_group=self.positions.on_group,
-            corrections_on_next_frame=o.corrections_on_next_frame, stall=node.stall)
+            corrections_on_next_frame=o.corrections_on_next_frame, stall=node.stall,
+            shared_publisher=o.shared_publisher)
         for host, lane in zip(hosts, self.worker.lanes):
             host.tracker = lane.tracker        # click_mode 'new' reads the camera's ids
         self.worker.start()

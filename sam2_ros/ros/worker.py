@@ -58,7 +58,9 @@ class TrackingWorker:
     activation), a fresh one by default. ``corrections_on_next_frame``: a correction (a prompt
     for a tracked object) on the last processed frame is deferred to the next one
     (``defer_prompt``, no re-publish) instead of applied and re-published at once (NodeOptions
-    says why); a new object's prompt there is applied at once either way.
+    says why); a new object's prompt there is applied at once either way. ``shared``: a
+    :class:`~sam2_ros.ros.shared_publisher.SharedPublisher` that publishes this camera's masks
+    and states with other cameras' (pipelined; its owner commits the batches).
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
@@ -66,7 +68,8 @@ class TrackingWorker:
                  pipeline: bool = False,
                  driver_alive: Optional[Callable[[], bool]] = None,
                  corrections_on_next_frame: bool = False,
-                 stall: Optional[StallTracer] = None) -> None:
+                 stall: Optional[StallTracer] = None,
+                 shared: Optional[Any] = None) -> None:
         self.tracker = tracker
         self.stall = stall     # samples the threads' stacks of a stalled track call (or None)
         self.defer_corrections = corrections_on_next_frame
@@ -82,9 +85,11 @@ class TrackingWorker:
             tracker, association if association is not None else det.Association(), host,
             self.errors, self.counters)
         # the outputs: published from this thread (serial) or handed to the publisher
-        # thread (pipeline); see sam2_ros/ros/pipeline.py
+        # thread (pipeline; ``shared``: one SharedPublisher's for several cameras); see
+        # sam2_ros/ros/pipeline.py
         self.output = OutputStage(outputs, done=self._published, report_error=self.errors.report,
-                                  threaded=pipeline, thread_init=host.thread_init)
+                                  threaded=pipeline, thread_init=host.thread_init,
+                                  shared=shared)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_stamp_ns: Optional[int] = None
@@ -137,6 +142,8 @@ class TrackingWorker:
               recv_t: Optional[float], times: Optional[FrameTimes] = None) -> None:
         """Hand one result to the output stage with the errors since the last one and the
         counters as they are now (a pipelined publisher must not report later counts)."""
+        if times is not None:
+            times.handed = time.monotonic()
         self.output.put(Published(res, rgb, header, decode_ms, recv_t, self.errors.drain(),
                                   processed=self.counters.processed,
                                   dropped=self.mailbox.dropped, times=times))

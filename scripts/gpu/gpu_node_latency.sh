@@ -287,6 +287,10 @@ tar czf "$OUT/node_latency.tgz" -C "$W" . && echo "wrote $OUT/node_latency.tgz"
 python3 - "$RESULTS" "$RUN" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r.get('run') == sys.argv[2]]
+for p in [r for r in rows if r.get('kind') == 'dds_probe']:   # the transport alone
+    print(f"dds_probe {p['name']}: p50 {p['p50_ms']} p90 {p['p90_ms']} p99 {p['p99_ms']} "
+          f"max {p['max_ms']} ms, {p['received']} / {p['sent']} frames")
+rows = [r for r in rows if r.get('kind') != 'dds_probe']
 print('cams cam node/cam objects input transport(shm segs) overlay pipeline | mask p50 p99 | '
       'state p99 | '
       'misses / frames | p50/p99 DDS in, hand-offs, decode, engine, mask publish, DDS out')

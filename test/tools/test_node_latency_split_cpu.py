@@ -40,6 +40,11 @@ def test_split_adds_up_to_end_to_end():
     assert p['handoff_ms'] == round(p['queue_ms'] + p['prompts_ms'] + p['handoff_out_ms'], 3)
     e2e = (t_mask - t_pub) * 1e3
     assert abs(sum(p[k] for k in nlf.SPLIT) - e2e) < 1e-6
+    # node times from before the hand-over mark: no parts of the output hand-off
+    assert p['finish_ms'] is None and p['wake_ms'] is None
+    q = nlf.split(t_pub, dict(node, handed=node['engine1'] + 0.00005), t_mask)
+    assert q['finish_ms'] == 0.05 and q['wake_ms'] == 0.15
+    assert q['finish_ms'] + q['wake_ms'] == pytest.approx(q['handoff_out_ms'])
     # no node log, no mask receipt, or no mask published (no subscriber): no split
     for args in ((t_pub, None, t_mask), (t_pub, node, None),
                  (t_pub, dict(node, mask0=0.0, mask1=0.0), t_mask)):

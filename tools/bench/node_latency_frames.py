@@ -20,8 +20,12 @@ The split of image published -> mask received (``SPLIT``, in order; the parts ad
 * ``dds_out_ms``       publish() returned -> the mask callback here (can be slightly negative:
   a reader may get the sample before the writer's publish() has returned)
 
-plus ``handoff_ms`` (queue + prompts + handoff_out: the node's hand-offs) and
-``mask_publish_call_ms`` (the publish() call alone, inside ``publish_mask_ms``).
+plus ``handoff_ms`` (queue + prompts + handoff_out: the node's hand-offs),
+``mask_publish_call_ms`` (the publish() call alone, inside ``publish_mask_ms``) and the two
+parts of ``handoff_out_ms``: ``finish_ms`` (track() returned -> the worker hands the result to
+the output stage: its bookkeeping, and with several cameras the cameras finished before this
+one) and ``wake_ms`` (handed -> the publisher starts on it: the thread's wake-up, and its wait
+for Python's GIL); None for node times without the hand-over mark (before it was logged).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ SPLIT = ('dds_in_ms', 'queue_ms', 'node_decode_ms', 'prompts_ms', 'node_engine_m
          'handoff_out_ms', 'publish_mask_ms', 'dds_out_ms')
 # the node's marks between the camera's publish and the receipt here, in SPLIT's order
 MARKS = ('recv', 'decode0', 'decode1', 'engine0', 'engine1', 'out0', 'mask1')
-EXTRA = ('handoff_ms', 'mask_publish_call_ms')
+EXTRA = ('handoff_ms', 'mask_publish_call_ms', 'finish_ms', 'wake_ms')
 
 
 def split(t_pub: float, node: Optional[Dict[str, float]],
@@ -46,6 +50,9 @@ def split(t_pub: float, node: Optional[Dict[str, float]],
         k: round((b - a) * 1e3, 3) for k, a, b in zip(SPLIT, marks, marks[1:])}
     out['handoff_ms'] = round(out['queue_ms'] + out['prompts_ms'] + out['handoff_out_ms'], 3)
     out['mask_publish_call_ms'] = round((node['mask1'] - node['mask0']) * 1e3, 3)
+    handed = node.get('handed')
+    out['finish_ms'] = round((handed - node['engine1']) * 1e3, 3) if handed else None
+    out['wake_ms'] = round((node['out0'] - handed) * 1e3, 3) if handed else None
     return out
 
 

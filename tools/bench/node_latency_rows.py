@@ -46,6 +46,8 @@ LABELS = {
     'dds_out_ms': 'split: DDS out (mask publish() returned -> received here)',
     'handoff_ms': 'hand-offs in the node (queue + prompts + output stage)',
     'mask_publish_call_ms': 'of publish_mask: the publish() call',
+    'finish_ms': 'of the output stage: track() returned -> handed over (worker)',
+    'wake_ms': 'of the output stage: handed over -> publisher starts (wake, GIL)',
 }
 # The node's latency targets at 720p60 on the H200 (docs/performance.md, "Targets and current
 # numbers"): p99 image -> mask by object count, and no frame whose mask arrives after the next
@@ -161,6 +163,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
         + (['events'] if cam['node_params'].get('executor') == 'events' else [])
+        + (['pubpercam'] if cam['node_params'].get('shared_publisher') is False else [])
 
         + (['onenode'] if a.get('node_per_camera') is False else [])
         # frames published as serialized bytes (rows before it have no camera_publish)
