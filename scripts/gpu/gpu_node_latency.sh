@@ -34,10 +34,11 @@
 #   bash scripts/gpu/gpu_node_latency.sh twonodes # two cameras on one GPU, a node each, 1 and 3
 #     objects per camera (the comparison rows of one node serving both)
 #   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
-#   bash scripts/gpu/gpu_node_latency.sh executor # the transport floor first (dds_probe rows:
-#     720p60 between two processes as the node takes it, single and events executor), then the
-#     node's executor parameter events against single: raw 1 object, one node for two cameras
-#     (1 object each), raw 3; then two nodes for two cameras (1, 3 objects per camera)
+#   bash scripts/gpu/gpu_node_latency.sh hostpath # the node's host-side options, each against
+#     its off switch in the same run: the transport floor first (dds_probe rows: 720p60 between
+#     two processes as the node takes it, single and events executor), one node for two cameras
+#     with the shared publisher and without, the executor parameter events against single (raw
+#     1 and 3 objects, one node for two cameras), then two nodes for two cameras (1, 3 each)
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -242,17 +243,19 @@ elif [ "$MODE" = stereo ]; then   # one node for both cameras (the targets), the
   for n in 1 3; do
     run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
   done
-elif [ "$MODE" = executor ]; then   # the events executor against the single-threaded one
+elif [ "$MODE" = hostpath ]; then   # host-side options against their off switches
   for ex in single events; do   # the middleware alone, as the node and its camera use it
     timeout 60 $PY -m tools.dds_probe --rate 60 --frames 600 --raw --tune-malloc \
       --publish serialized --profile config/fastdds_large_frames.xml --executor "$ex" \
       --results "$RESULTS" --run-id "$RUN" 2>&1 | tail -n 1 | cut -c1-160
   done
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}" --shared-publisher
+  run cams2_1gpu_1node_1obj_rxproc_pubpercam --objects 1 "${ONE[@]}" --no-shared-publisher
   run shm_1obj_overlay_events --objects 1 --transport shm --overlay --executor events
   run shm_1obj_overlay --objects 1 --transport shm --overlay --executor single
   run cams2_1gpu_1node_1obj_rxproc_events --objects 1 "${ONE[@]}" --executor events
-  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}" --executor single
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run shm_3obj_overlay_events --objects 3 --transport shm --overlay --executor events
   run shm_3obj_overlay --objects 3 --transport shm --overlay --executor single
   for n in 1 3; do
