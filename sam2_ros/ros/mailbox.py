@@ -90,6 +90,7 @@ class Published:
     dropped: int = 0          # frames dropped in this activation (newest-frame policy)
     times: Optional[FrameTimes] = None   # None for a re-publish after a prompt
     publish_s: float = 0.0    # seconds spent publishing it so far (its masks, its state)
+    masks_sent: Optional[bool] = None   # its masks went out (False: failed) before its state
 
 
 class Job(Protocol):

@@ -41,7 +41,7 @@ class MultiCameraWorker:
                  pipeline: bool = False, on_group: Optional[GroupHook] = None,
                  corrections_on_next_frame: bool = False,
                  stall: Optional[StallTracer] = None,
-                 shared_publisher: bool = True) -> None:
+                 shared_publisher: bool = True, masks_from_worker: bool = False) -> None:
         self.core = core
         self.stall = stall             # samples the threads' stacks of a stalled track call
         self.mailbox = mailbox
@@ -54,7 +54,8 @@ class MultiCameraWorker:
                                      outputs[c], association=associations[c],
                                      pipeline=pipeline, driver_alive=self.thread_alive,
                                      corrections_on_next_frame=corrections_on_next_frame,
-                                     shared=self.publisher)
+                                     shared=self.publisher,
+                                     masks_from_worker=masks_from_worker)
                       for c in range(core.cameras)]
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -189,7 +189,7 @@ class TrackerNode(LifecycleNode):
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline,
                                      corrections_on_next_frame=o.corrections_on_next_frame,
-                                     stall=self.stall)
+                                     stall=self.stall, masks_from_worker=o.masks_from_worker)
         self.worker.start()
         self.input_subs = self._subscribe()
         self._log_active()

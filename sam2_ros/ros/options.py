@@ -68,6 +68,13 @@ class NodeOptions:
         'mask and state published on a thread of their own while the next frame is tracked, the '
         'overlay on another (newest only, never delays a mask); false: everything published '
         'before the next frame (the serial reference)'))
+    # With pipeline: the worker publishes each frame's masks itself as it hands the frame
+    # over (sam2_ros/ros/pipeline.py, masks_inline), instead of waking the publisher thread for
+    # them: the mask goes out without a thread switch and its wait for Python's GIL.
+    masks_from_worker: bool = knob(False, kind='bool', tuning=True, doc=(
+        "pipeline on: the tracking worker publishes each frame's masks as soon as it is "
+        'tracked; the publisher thread sends state, objects and overlay (false: the publisher '
+        'thread sends the masks too)'))
     # With cameras and pipeline: ONE publisher thread sends every camera's masks, then their
     # states (sam2_ros/ros/shared_publisher.py); with a thread per camera, the one that lost
     # the race for Python's GIL waited for the other's whole publish before its mask.

@@ -66,7 +66,8 @@ class OutputStage:
     first in each thread of the stage (e.g. the CUDA device). ``shared`` (pipelined only): the
     masks and states go out on that :class:`~sam2_ros.ros.shared_publisher.SharedPublisher`'s
     thread with those of other cameras' stages, masks first; this stage keeps its overlay
-    thread and counters.
+    thread and counters. ``masks_inline`` (pipelined only): ``put`` publishes the frame's
+    masks in the caller's thread (the worker, right after tracking) and hands over the rest.
     """
 
     def __init__(self, outputs: Outputs, *,
@@ -74,7 +75,7 @@ class OutputStage:
                  report_error: Callable[[str], None] = lambda text: None,
                  threaded: bool = False, depth: int = DEFAULT_DEPTH,
                  thread_init: Optional[Callable[[], None]] = None,
-                 shared: Optional[Any] = None) -> None:
+                 shared: Optional[Any] = None, masks_inline: bool = False) -> None:
         self.outputs = outputs
         self._publish = outputs.publish
         self._overlay = outputs.publish_overlay if outputs.has_overlay else None
@@ -82,6 +83,7 @@ class OutputStage:
         self._done, self._report, self._init = done, report_error, thread_init
         self.threaded = threaded
         self.shared = shared if threaded else None
+        self.masks_inline = masks_inline and threaded
         self.depth = max(1, int(depth))
         self._items: Deque[Published] = collections.deque()
         self._overlay_item: Optional[Published] = None
@@ -141,12 +143,15 @@ class OutputStage:
     # ------------------------------------------------------------------ hand-off
     def put(self, p: Published) -> None:
         """Called by the worker for each result, in order. Serial: publish now. Pipelined:
-        queue it (blocks while ``depth`` items wait, until the publisher takes one)."""
+        queue it (blocks while ``depth`` items wait, until the publisher takes one); with
+        ``masks_inline`` its masks go out first, from this thread."""
         if not self.threaded:
             self._send(p)
             if self._overlay is not None and self._guard(self._wants) is True:
                 self._guard(lambda: self._send_overlay(p))
             return
+        if self.masks_inline:
+            p.masks_sent = self.send_masks(p)
         if self.shared is not None:
             self.shared.put(self, p)
             return
@@ -199,7 +204,10 @@ class OutputStage:
 
     # ------------------------------------------------------------------ sending
     def _send(self, p: Published) -> None:
-        if self._guard(lambda: self._publish(p)) is not _FAILED:
+        if p.masks_sent is None:            # masks and state in one call
+            if self._guard(lambda: self._publish(p)) is not _FAILED:
+                self._sent(p)
+        elif p.masks_sent and self._guard(lambda: self.outputs.publish_state(p)) is not _FAILED:
             self._sent(p)
 
     def _sent(self, p: Published) -> None:

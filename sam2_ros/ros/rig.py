@@ -80,7 +80,7 @@ class Rig:
             node.tracker, self.mailbox, hosts, self.outputs, self.associations,
             pipeline=o.pipeline, on_group=self.positions.on_group,
             corrections_on_next_frame=o.corrections_on_next_frame, stall=node.stall,
-            shared_publisher=o.shared_publisher)
+            shared_publisher=o.shared_publisher, masks_from_worker=o.masks_from_worker)
         for host, lane in zip(hosts, self.worker.lanes):
             host.tracker = lane.tracker        # click_mode 'new' reads the camera's ids
         self.worker.start()

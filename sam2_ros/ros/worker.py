@@ -61,6 +61,8 @@ class TrackingWorker:
     says why); a new object's prompt there is applied at once either way. ``shared``: a
     :class:`~sam2_ros.ros.shared_publisher.SharedPublisher` that publishes this camera's masks
     and states with other cameras' (pipelined; its owner commits the batches).
+    ``masks_from_worker`` (pipelined): this thread publishes each frame's masks as it hands the
+    frame over; the publisher thread sends the rest.
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
@@ -69,7 +71,7 @@ class TrackingWorker:
                  driver_alive: Optional[Callable[[], bool]] = None,
                  corrections_on_next_frame: bool = False,
                  stall: Optional[StallTracer] = None,
-                 shared: Optional[Any] = None) -> None:
+                 shared: Optional[Any] = None, masks_from_worker: bool = False) -> None:
         self.tracker = tracker
         self.stall = stall     # samples the threads' stacks of a stalled track call (or None)
         self.defer_corrections = corrections_on_next_frame
@@ -89,7 +91,7 @@ class TrackingWorker:
         # sam2_ros/ros/pipeline.py
         self.output = OutputStage(outputs, done=self._published, report_error=self.errors.report,
                                   threaded=pipeline, thread_init=host.thread_init,
-                                  shared=shared)
+                                  shared=shared, masks_inline=masks_from_worker)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_stamp_ns: Optional[int] = None

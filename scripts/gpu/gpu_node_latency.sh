@@ -38,7 +38,8 @@
 #     its off switch in the same run: the transport floor first (dds_probe rows: 720p60 between
 #     two processes as the node takes it, single and events executor), one node for two cameras
 #     with the shared publisher and without, the executor parameter events against single (raw
-#     1 and 3 objects, one node for two cameras), then two nodes for two cameras (1, 3 each)
+#     1 and 3 objects, one node for two cameras), masks_from_worker (raw 1; jpeg 1 with the
+#     events executor), then two nodes for two cameras (1, 3 each)
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -74,7 +75,7 @@ else
   SIZE=(--width 1280 --height 720 --rate 60 --frames "${FRAMES:-500}" --image-size 512
         --device cuda --corrections-every 2)
 fi
-if [[ "$MODE" =~ ^(input|session|targets|overlay|headline)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
+if [[ "$MODE" =~ ^(input|session|targets|overlay|headline|hostpath)$ ]] && [ -z "${CPU_DRY_RUN:-}" ]; then   # nvJPEG: torchvision
   if [ ! -e /tmp/site/.installed_gpu ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .whl/gpu/*.whl && touch /tmp/site/.installed_gpu
@@ -254,6 +255,9 @@ elif [ "$MODE" = hostpath ]; then   # host-side options against their off switch
   run cams2_1gpu_1node_1obj_rxproc_pubpercam --objects 1 "${ONE[@]}" --no-shared-publisher
   run shm_1obj_overlay_events --objects 1 --transport shm --overlay --executor events
   run shm_1obj_overlay --objects 1 --transport shm --overlay --executor single
+  run shm_1obj_overlay_workermasks --objects 1 --transport shm --overlay --masks-from-worker
+  run shm_1obj_overlay_jpeg_events_workermasks --objects 1 --transport shm --overlay \
+    --input jpeg --executor events --masks-from-worker
   run cams2_1gpu_1node_1obj_rxproc_events --objects 1 "${ONE[@]}" --executor events
   run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run shm_3obj_overlay_events --objects 3 --transport shm --overlay --executor events

@@ -16,12 +16,13 @@ N = 8
 CLEANUP, DEACTIVATE = 2, 4
 
 
-def run(tmp_path, lease, pipeline):
+def run(tmp_path, lease, pipeline, **overrides):
     """One node; prompts held for frames 0 and 3, a click on frame 5, 8 frames sent back to
     back (the FIFO keeps them all), overlay subscribed. Returns the outputs and the log."""
     require_messages()
-    proc = start_node(lease, tmp_path, f'pipeline_{pipeline}', pipeline=pipeline,
-                      max_objects=3, diagnostics_period_s=0.2)
+    name = '_'.join([f'pipeline_{pipeline}', *overrides])
+    proc = start_node(lease, tmp_path, name, pipeline=pipeline,
+                      max_objects=3, diagnostics_period_s=0.2, **overrides)
     c = None
     try:
         proc.wait_log(r'\]: active:', 90)
@@ -45,9 +46,12 @@ def run(tmp_path, lease, pipeline):
         proc.stop()
 
 
-def test_pipelined_node_publishes_what_the_serial_node_does(tmp_path, lease):
+@pytest.mark.parametrize('masks_from_worker', [False, True])
+def test_pipelined_node_publishes_what_the_serial_node_does(tmp_path, lease, masks_from_worker):
+    """Also with the worker publishing the masks itself (``masks_from_worker``)."""
     (s_states, s_masks, s_ov), _ = run(tmp_path, lease, False)
-    (p_states, p_masks, p_ov), log = run(tmp_path, lease, True)
+    (p_states, p_masks, p_ov), log = run(tmp_path, lease, True,
+                                         masks_from_worker=masks_from_worker)
     assert 'pipeline' not in log or 'Traceback' not in log, log[-3000:]
 
     def key(st):

@@ -170,3 +170,44 @@ def test_without_the_shared_publisher_each_camera_has_its_own_thread():
         w.stop()
     for c in (0, 1):                      # each camera's mask, then its state
         assert [e[0] for e in events if e[1] == c] == ['mask', 'state']
+
+
+def test_masks_inline_go_out_from_the_putting_thread_and_the_rest_from_the_publisher():
+    """``masks_inline``: put() publishes the masks in the caller's thread (the worker), the
+    publisher thread the state; a failed mask leaves its state unsent; a shared publisher
+    does not send such masks again."""
+    events, threads = [], {}
+
+    def record(what):
+        def f(p):
+            threads.setdefault(what, set()).add(threading.get_ident())
+            if p.header == 'bad' and what == 'mask':
+                raise RuntimeError('mask failed')
+            events.append((what, p.header))
+        return f
+    errors = []
+    out = SimpleNamespace(publish=None, publish_masks=record('mask'),
+                          publish_state=record('state'), publish_overlay=None,
+                          has_overlay=False, wants_overlay=lambda: True, alive=lambda: True)
+    for shared in (None, SharedPublisher()):
+        events.clear()
+        threads.clear()
+        stage = OutputStage(out, threaded=True, masks_inline=True, shared=shared,
+                            report_error=errors.append)
+        if shared is not None:
+            shared.start()
+        stage.start()
+        for frame in ('a', 'bad', 'b'):
+            stage.put(item(frame))
+            assert ('mask', frame) in events or frame == 'bad'   # sent before put returns
+            if shared is not None:
+                shared.commit()
+        if shared is not None:
+            shared.stop()
+        stage.stop()
+        assert [e for e in events if e[0] == 'mask'] == [('mask', 'a'), ('mask', 'b')]
+        assert [e for e in events if e[0] == 'state'] == [('state', 'a'), ('state', 'b')]
+        assert threads['mask'] == {threading.get_ident()}
+        assert threading.get_ident() not in threads['state']
+        assert stage.published == 2
+    assert len(errors) == 2 and all('mask failed' in e for e in errors)

@@ -86,6 +86,8 @@ NODE_FLAGS = (
     ('--gpu-overlay', 'overlay_on_gpu', bool,
      ": the overlay rendered on the tracker's GPU, or on the host"),
     ('--opencv-threads', 'opencv_threads', int, ": 0, OpenCV's pool of a thread per core"),
+    ('--masks-from-worker', 'masks_from_worker', bool,
+     ": the tracking worker publishes each frame's masks itself (pipeline on)"),
     ('--shared-publisher', 'shared_publisher', bool,
      ': with --one-node, one publisher thread for every camera (masks first)'),
     ('--executor', 'executor', str, ": single (rclpy's SingleThreadedExecutor) or events "

@@ -164,6 +164,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
            if cam['node_params'].get('opencv_threads') else [])
         + (['events'] if cam['node_params'].get('executor') == 'events' else [])
         + (['pubpercam'] if cam['node_params'].get('shared_publisher') is False else [])
+        + (['workermasks'] if cam['node_params'].get('masks_from_worker') else [])
 
         + (['onenode'] if a.get('node_per_camera') is False else [])
         # frames published as serialized bytes (rows before it have no camera_publish)

@@ -193,16 +193,16 @@ def node_latency(results: str) -> List[str]:
 
 
 # settings a row's variant names that no column shows (node_latency_rows.variant)
-_OTHER = re.compile(
-    r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager|events|pubpercam)$')
+_OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager|events|'
+                    r'pubpercam|workermasks)$')
 
 
 def _other(r: dict) -> str:
     """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
     'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
     'stalltrace', 'cudaeager', 'events' (the events executor), 'pubpercam' (shared_publisher
-    off: a publisher thread per camera); 'camera msg' where the row says its camera published
-    rclpy messages (rows from before ``camera_publish`` say nothing: they all did)."""
+    off: a publisher thread per camera), 'workermasks' (masks_from_worker); 'camera msg' where
+    the row says its camera published rclpy messages (rows from before ``camera_publish`` say nothing: they all did)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
     if r.get('camera_publish') == 'message':
