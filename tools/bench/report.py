@@ -202,7 +202,8 @@ def _other(r: dict) -> str:
     'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
     'stalltrace', 'cudaeager', 'events' (the events executor), 'pubpercam' (shared_publisher
     off: a publisher thread per camera), 'workermasks' (masks_from_worker); 'camera msg' where
-    the row says its camera published rclpy messages (rows from before ``camera_publish`` say nothing: they all did)."""
+    the row says its camera published rclpy messages (rows from before ``camera_publish``
+    say nothing: they all did)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
     if r.get('camera_publish') == 'message':
