@@ -38,4 +38,5 @@ def watch_clock(clock: object, on_back: Callable[[int], None]) -> object:
 
     threshold = JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1),
                               on_clock_change=False)
-    return clock.create_jump_callback(threshold, post_callback=lambda jump: on_back(clock.now().nanoseconds))
+    return clock.create_jump_callback(
+        threshold, post_callback=lambda jump: on_back(clock.now().nanoseconds))
