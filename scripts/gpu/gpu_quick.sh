@@ -6,6 +6,7 @@
 # (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
+# PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
@@ -37,7 +38,7 @@ FUSED_DEFAULT+=" $G/test_fused_upscaling_gpu.py $G/test_q_pool_gpu.py $G/test_fu
 FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py"
 read -r -a FUSED_TESTS <<< "${FUSED_TESTS:-$FUSED_DEFAULT}"
 on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-k "$FUSED_K"}
-T=tiny@512; L=large@1024
+T=tiny@512; L=large@1024; PACED_EXTRA=${PACED_EXTRA:-$T:1:ours_graph_batched_cams2}
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
 ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"
@@ -49,6 +50,13 @@ if on ENGINE_S 150; then
     > "$OUT/engine.log" 2>&1
   echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
+fi
+if on PACED_S 0; then   # the engine at a camera's cadence (60 Hz) against back to back, one run
+  timeout "$PACED_S" python3 -m tools.bench.cli --pace-hz 0,60 --frames 120 --warmup 16 \
+    --profile-frames 0 --only "$T:1:ours_graph_batched;$T:3:ours_graph_batched;$PACED_EXTRA" \
+    --out "$OUT/h200.json" > "$OUT/paced.log" 2>&1
+  echo "== paced engine rows (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -E '^\||FAILED|Error' "$OUT/paced.log" | cut -c1-200 | head -12
 fi
 if on OVERLAY_S 0; then   # the overlays beside a two-camera step (tools/probes/overlay_probe.py)
   timeout "$OVERLAY_S" python3 -m tools.probes.overlay_probe --objects 1,3 \

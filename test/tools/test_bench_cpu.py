@@ -84,3 +84,15 @@ def test_cli_row_of_the_two_camera_variant(tmp_path):
     assert cli.main(argv) == 0
     (row,) = json.loads(out.read_text())
     assert row['variant'] == 'ours_graph_batched_cams2' and row['objects'] == 1
+
+
+def test_paced_rows_are_their_own_variant(tmp_path):
+    """--pace-hz: measured frames start at a camera's cadence; the row is a variant of its
+    own (a paced row never replaces the back-to-back one)."""
+    out = tmp_path / 'r.json'
+    base = ['--device', 'cpu', '--precision', 'fp32', '--only', 'tiny@128:1:ours_eager',
+            '--frames', '2', '--warmup', '0', '--profile-frames', '0', '--out', str(out)]
+    assert cli.main(base + ['--pace-hz', '0,50']) == 0
+    rows = json.loads(out.read_text())
+    assert [r['variant'] for r in rows] == ['ours_eager', 'ours_eager_paced50hz']
+    assert rows[0]['run'] == rows[1]['run'] and '--pace-hz 0,50' in rows[1]['command']

@@ -55,6 +55,11 @@ def parse(argv=None) -> argparse.Namespace:
                    help='measured frames for official_eager rows with objects*model weight > 6')
     p.add_argument('--warmup', type=int, default=16, help='unmeasured frames after the prompts')
     p.add_argument('--profile-frames', type=int, default=5)
+    p.add_argument('--pace-hz', default='0',
+                   help='comma list of rates, each row measured once per rate: frames start '
+                        'at that rate (a camera\'s cadence: the host idles between frames, as '
+                        'in the node); 0: back to back; paced rows get the variant suffix '
+                        '_pacedNhz')
     p.add_argument('--census', action='store_true',
                    help='print each row\'s kernel census (kernel groups: count and ms per frame)')
     p.add_argument('--device', default='cuda')
@@ -67,6 +72,7 @@ def parse(argv=None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.models, a.res, a.objects = csv(a.models), csv(a.res, int), csv(a.objects, int)
     a.variants = csv(a.variants)
+    a.paces = csv(a.pace_hz, float)
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         p.error(f'unknown variants {bad}; known: {sorted(VARIANTS)}')
@@ -80,7 +86,8 @@ def _measured(a, model: str, objects: int, variant: str) -> int:
     return a.frames
 
 
-def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, object]:
+def run_row(a, model: str, res: int, objects: int, variant: str,
+            pace_hz: float = 0.0) -> Dict[str, object]:
     import torch
     from tools.bench import variants as V
     n_meas = _measured(a, model, objects, variant)
@@ -103,7 +110,10 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
             run.step()
             warm.append(time.perf_counter() - t)
         ms = []
-        for _ in range(n_meas):
+        start = time.perf_counter()
+        for k in range(n_meas):
+            if pace_hz > 0:          # the next frame's due time, as a camera delivers it
+                time.sleep(max(0.0, start + k / pace_hz - time.perf_counter()))
             t = time.perf_counter()
             masks = run.step()
             ms.append((time.perf_counter() - t) * 1e3)
@@ -128,6 +138,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str) -> Dict[str, ob
         del run
         if variant in V.COMPILED:
             torch._dynamo.reset()
+    if pace_hz > 0:
+        variant = f'{variant}_paced{pace_hz:g}hz'
     row = dict(model=model, res=res, objects=objects, variant=variant,
                ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
                gpu_kernel_ms=None if gk is None else round(gk, 3),
@@ -191,11 +203,11 @@ def main(argv=None) -> int:
     rows, failed = [], []
     side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
     extras = {}
-    for m, r, o, v in _rows(a):
+    for m, r, o, v, pace in ((*row, pace) for row in _rows(a) for pace in a.paces):
         t = time.perf_counter()
         try:
             with torch.inference_mode():
-                row, extra = run_row(a, m, r, o, v)
+                row, extra = run_row(a, m, r, o, v, pace)
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             traceback.print_exc()
             failed.append({'model': m, 'res': r, 'objects': o, 'variant': v,
