@@ -9,7 +9,8 @@ in ``prompts.py``.
 
 from __future__ import annotations
 
-from typing import Tuple, Union
+import warnings
+from typing import Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -44,12 +45,28 @@ def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tenso
 
 def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
     """The raw frame [H, W, 3] uint8 on ``device`` (the only host-to-device copy)."""
-    if isinstance(frame, np.ndarray) and (any(s < 0 for s in frame.strides)
-                                          or not frame.flags.writeable):
-        # a view such as bgr[..., ::-1] torch refuses; a read-only one (a received message's
-        # bytes) it wraps with a warning: a copy of either
-        frame = np.array(frame)
-    return torch.as_tensor(frame).to(device, non_blocking=True)
+    if isinstance(frame, np.ndarray):
+        view = host_view(frame)
+        if view is None or (torch.device(device).type == 'cpu' and not frame.flags.writeable):
+            # torch cannot wrap it; or on the CPU, where the tensor is the frame itself from
+            # here on, it is read-only (a received message's bytes): a copy
+            return torch.from_numpy(np.array(frame)).to(device)
+        return view.to(device, non_blocking=True)
+    return frame.to(device, non_blocking=True)
+
+
+def host_view(frame: np.ndarray) -> Optional[torch.Tensor]:
+    """A torch tensor over a host frame's memory, for reading only (a copy to pinned memory
+    or the device): read-only views too, e.g. a received message's bytes, which torch wraps
+    with a one-time warning that it does not support non-writable tensors (nothing writes to
+    this one). None for views torch cannot wrap (negative strides, e.g. bgr[..., ::-1])."""
+    if any(s < 0 for s in frame.strides):
+        return None
+    if frame.flags.writeable:
+        return torch.from_numpy(frame)
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', 'The given NumPy array is not writable')
+        return torch.from_numpy(frame)
 
 
 def normalize(x: torch.Tensor, size: int) -> torch.Tensor:

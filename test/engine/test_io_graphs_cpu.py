@@ -47,9 +47,10 @@ def test_io_graphs_per_resolution_and_bucket(monkeypatch):
 
 def test_io_graph_results_are_not_overwritten_and_any_frame_layout_stages(monkeypatch):
     """The mask graph hands out fresh host buffers: a frame's masks, label and stats stay as
-    they were after later frames (nothing is reused under a caller that keeps them). Frames
-    that torch cannot wrap (read-only, reversed channels) are staged by numpy and give the
-    results of the same pixels passed as a plain array."""
+    they were after later frames (nothing is reused under a caller that keeps them). A
+    read-only frame (the node's received bytes: torch reads it through a view) and one torch
+    cannot wrap (reversed channels: staged by numpy) give the results of the same pixels
+    passed as a plain array."""
     tr, cfg = graph_tracker('swap', monkeypatch)
     frames = synthetic_frames(6, h=48, w=64)
     tr.track(frames[0])

@@ -164,6 +164,29 @@ def test_frame_forms_are_equivalent():
         assert torch.equal(frame_in.to_model_input(form, 64, CPU), ref)
 
 
+def test_host_view_reads_received_bytes_without_a_copy_or_a_warning():
+    """A read-only frame (a message's bytes) is wrapped, not copied, for the copy to pinned
+    memory or the device, and torch's warning about non-writable arrays does not escape; a
+    reversed view is not wrapped (None: numpy copies it); on the CPU the model input of a
+    read-only frame is a copy (the tensor is used as the frame from there on)."""
+    import warnings
+
+    rgb = np.random.default_rng(2).integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    raw = rgb.tobytes()
+    received = np.ndarray(rgb.shape, np.uint8, memoryview(raw))
+    assert not received.flags.writeable
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        view = frame_in.host_view(received)
+    assert caught == [] and torch.equal(view, torch.from_numpy(rgb))
+    assert view.data_ptr() == received.__array_interface__['data'][0]          # no copy
+    assert frame_in.host_view(rgb[..., ::-1]) is None
+    on_cpu = frame_in.to_device(received, CPU)
+    assert torch.equal(on_cpu, view) and on_cpu.data_ptr() != view.data_ptr()
+    assert torch.equal(frame_in.to_model_input(received, 64, CPU),
+                       frame_in.to_model_input(rgb, 64, CPU))
+
+
 @pytest.mark.parametrize('bad', [
     np.zeros((40, 50, 3), np.float32), np.zeros((40, 50, 3), bool), np.zeros((40, 50), np.uint8),
     np.zeros((40, 50, 4), np.uint8), np.zeros((40, 50, 1), np.uint8), np.zeros((1, 40, 50, 3),

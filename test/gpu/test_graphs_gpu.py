@@ -109,6 +109,30 @@ def test_io_resolution_captured_at_start_equals_eager():
     assert worst == 0.0 and bad_px == 0.0, (worst, bad_px)
 
 
+def test_received_read_only_frames_stage_like_arrays():
+    """Frames as the node receives them (read-only views of a message's bytes) go through the
+    frame-in graph's pinned staging by torch's threaded copy, like writable arrays: the same
+    masks, bitwise, and no warning about non-writable arrays."""
+    import warnings
+
+    import numpy as np
+
+    frames = synthetic_frames(12, h=360, w=640)
+    received = []
+    for fr in frames:
+        raw = fr.tobytes()
+        received.append(np.ndarray(fr.shape, np.uint8, memoryview(raw)))
+    assert not received[0].flags.writeable
+    events = schedule(360, 640, add2=3, add3=5, fix=7, remove=9)
+    ref, _ = _run(_cfg(precision='bf16'), frames, events)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        out, _ = _run(_cfg(precision='bf16'), received, events)
+    assert not [w for w in caught if 'not writable' in str(w.message)], caught
+    assert _worst(out, ref) == 0.0
+    assert all((a[k][1] == b[k][1]).all() for a, b in zip(out, ref) for k in a)
+
+
 @pytest.mark.parametrize('graphs', [True, False])
 def test_precast_bitwise_equal_to_per_call_casts(graphs):
     """precast_weights (bf16 Linear/Conv weights cast once) against autocast's per-call casts:

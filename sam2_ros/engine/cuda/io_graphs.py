@@ -83,11 +83,13 @@ class GraphIO:
         if cap.event is not None:
             cap.event.synchronize()        # the previous frame's copy has read the buffer
         src = np.asarray(frame)
-        if src.flags.writeable and min(src.strides) >= 0:
+        view = frame_in.host_view(src)
+        if view is not None:
             # torch's copy runs on the intra-op threads, np.copyto on one core: host time
-            # the GPU would otherwise wait for (tools/probes/host_probe.py)
-            cap.host.copy_(torch.from_numpy(src))
-        else:                              # read-only or reversed views: torch cannot wrap
+            # the GPU would otherwise wait for (tools/probes/host_probe.py); read-only views
+            # (the node's received frames) included
+            cap.host.copy_(view)
+        else:                              # reversed views: torch cannot wrap
             np.copyto(cap.host.numpy(), src)
         cap.inputs.copy_(cap.host, non_blocking=True)
         cap.event = self._record()
