@@ -192,3 +192,14 @@ def test_slow_frames_lists_each_cameras_slowest_measured_frames(tmp_path, capsys
     assert out[0].startswith('camera 0 left: index e2e_mask_ms')
     assert out[1].split()[:2] == ['6', '-'] and out[3].split()[:2] == ['2', '6.00'], out
     assert len(out) == 4
+
+
+def test_camera_preparation_must_fit_in_the_frame_period():
+    """--camera-prepare-ms: 0 (right after the previous publish) up to below the period."""
+    from tools.bench.node_latency_args import parse_args
+
+    assert parse_args(['--rate', '60']).camera_prepare_ms == 3.0
+    assert parse_args(['--rate', '60', '--camera-prepare-ms', '0']).camera_prepare_ms == 0.0
+    for bad in ('-1', '16.7', '20'):
+        with pytest.raises(SystemExit):
+            parse_args(['--rate', '60', '--camera-prepare-ms', bad])

@@ -91,7 +91,7 @@ def start_cameras(args: argparse.Namespace, domain: int, namespaces: List[str],
         objects=args.objects, frames=args.frames, warmup=args.warmup, rate=args.rate,
         corrections_every=args.corrections_every, tune_malloc=tune_malloc,
         spin_ms=args.camera_spin_ms, input=args.input, jpeg_quality=args.jpeg_quality,
-        publish=args.camera_publish))
+        publish=args.camera_publish, prepare_ms=args.camera_prepare_ms))
         for k, ns in enumerate(namespaces)]
 
 
@@ -281,7 +281,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
                 'cuda_graphs', 'input', 'jpeg_quality', 'node_per_camera',
-                'overlay', 'transport', 'corrections_every', 'camera_spin_ms', 'camera_publish')},
+                'overlay', 'transport', 'corrections_every', 'camera_spin_ms', 'camera_publish',
+                'camera_prepare_ms')},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
             'shm_segments_mapped': segs,

@@ -67,6 +67,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                          "it is due (as a C++ driver's one copy), or an rclpy message that "
                          'publish() converts and serializes (two more copies of the pixels, '
                          "timed in the rows' DDS in)")
+    ap.add_argument('--camera-prepare-ms', type=float, default=3.0,
+                    help='the camera draws and serializes each frame this long before it is '
+                         "due, in the idle time before it (0: right after the previous frame's "
+                         "publish, beside that frame's delivery: rows before this option)")
     ap.add_argument('--jpeg-quality', type=int, default=90, help='JPEG quality of --input jpeg')
     ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
                     'bf16 on cuda)')
@@ -91,9 +95,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument('--run-id', default=None, help='run id of the rows (default: random)')
     args = ap.parse_args(argv)
     if args.frames < 1 or args.rate <= 0 or args.warmup < 0 or args.objects < 1 \
-            or args.cameras < 1 or args.corrections_every < 0 or args.camera_spin_ms < 0:
+            or args.cameras < 1 or args.corrections_every < 0 or args.camera_spin_ms < 0 \
+            or not 0 <= args.camera_prepare_ms < 1e3 / args.rate:
         ap.error('--frames >= 1, --rate > 0, --warmup >= 0, --objects >= 1, --cameras >= 1, '
-                 '--corrections-every >= 0 and --camera-spin-ms >= 0 are required')
+                 '--corrections-every >= 0, --camera-spin-ms >= 0 and 0 <= '
+                 '--camera-prepare-ms < the frame period are required')
     args.devices = ([d.strip() for d in args.devices.split(',') if d.strip()] if args.devices
                     else [args.device] * args.cameras)
     args.cameras, args.device = len(args.devices), args.devices[0]

@@ -168,7 +168,10 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
 
         + (['onenode'] if a.get('node_per_camera') is False else [])
         # frames published as serialized bytes (rows before it have no camera_publish)
-        + (['camser'] if a.get('camera_publish') == 'serialized' else []))
+        + (['camser'] if a.get('camera_publish') == 'serialized' else [])
+        # each frame prepared that long before it is due (rows before it: right after the
+        # previous publish)
+        + ([f"prep{a['camera_prepare_ms']:g}"] if a.get('camera_prepare_ms') else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -194,6 +197,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'transport': a['transport'], 'overlay': a['overlay'],
             'input': a.get('input', 'raw'),
             'camera_publish': a.get('camera_publish', 'message'),
+            'camera_prepare_ms': a.get('camera_prepare_ms', 0.0),
             'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),

@@ -197,14 +197,16 @@ def node_latency(results: str) -> List[str]:
 
 # settings a row's variant names that no column shows (node_latency_rows.variant)
 _OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager|events|'
-                    r'pubpercam|workermasks)$')
+                    r'pubpercam|workermasks|prep[\d.]+)$')
 
 
 def _other(r: dict) -> str:
     """The precompiled parts and the variant's other settings: 'cv1' (opencv_threads 1),
     'separatebuckets' (merge_step_buckets off), 'hostoverlay' (overlay_on_gpu off),
     'stalltrace', 'cudaeager', 'events' (the events executor), 'pubpercam' (shared_publisher
-    off: a publisher thread per camera), 'workermasks' (masks_from_worker); 'camera msg' where
+    off: a publisher thread per camera), 'workermasks' (masks_from_worker), 'prep3' (the
+    camera prepared each frame 3 ms before it was due; rows without it prepared it right after
+    the previous publish, beside that frame's delivery); 'camera msg' where
     the row says its camera published rclpy messages (rows from before ``camera_publish``
     say nothing: they all did)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
