@@ -35,11 +35,12 @@
 #     objects per camera (the comparison rows of one node serving both)
 #   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
 #   bash scripts/gpu/gpu_node_latency.sh hostpath # the node's host-side options, each against
-#     its off switch in the same run: the transport floor first (dds_probe rows: 720p60 between
-#     two processes as the node takes it, single and events executor), one node for two cameras
-#     with the shared publisher and without, the executor parameter events against single (raw
-#     1 and 3 objects, one node for two cameras), masks_from_worker (raw 1; jpeg 1 with the
-#     events executor), then two nodes for two cameras (1, 3 each)
+#     its off switch in the same run, most wanted first: the transport floor (dds_probe rows:
+#     720p60 between two processes as the node takes it, single and events executor), one node
+#     for two cameras with the shared publisher and without, raw 1 object with either executor
+#     and with the camera preparing frames right after the previous publish (prep 0), two
+#     nodes for two cameras (1, then 3 each, beside one node's 3), raw 3 with either executor,
+#     masks_from_worker (raw 1; jpeg 1 with the events executor), one node's stereo on events
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -251,20 +252,21 @@ elif [ "$MODE" = hostpath ]; then   # host-side options against their off switch
       --results "$RESULTS" --run-id "$RUN" 2>&1 | tail -n 1 | cut -c1-160
   done
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  TWO=(--transport shm --overlay --devices "$D0,$D0")
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}" --shared-publisher
   run cams2_1gpu_1node_1obj_rxproc_pubpercam --objects 1 "${ONE[@]}" --no-shared-publisher
-  run shm_1obj_overlay_events --objects 1 --transport shm --overlay --executor events
   run shm_1obj_overlay --objects 1 --transport shm --overlay --executor single
+  run shm_1obj_overlay_events --objects 1 --transport shm --overlay --executor events
+  run shm_1obj_overlay_prep0 --objects 1 --transport shm --overlay --camera-prepare-ms 0
+  run cams2_1gpu_1obj --objects 1 "${TWO[@]}"
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
+  run cams2_1gpu_3obj --objects 3 "${TWO[@]}"
+  run shm_3obj_overlay --objects 3 --transport shm --overlay --executor single
+  run shm_3obj_overlay_events --objects 3 --transport shm --overlay --executor events
   run shm_1obj_overlay_workermasks --objects 1 --transport shm --overlay --masks-from-worker
   run shm_1obj_overlay_jpeg_events_workermasks --objects 1 --transport shm --overlay \
     --input jpeg --executor events --masks-from-worker
   run cams2_1gpu_1node_1obj_rxproc_events --objects 1 "${ONE[@]}" --executor events
-  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
-  run shm_3obj_overlay_events --objects 3 --transport shm --overlay --executor events
-  run shm_3obj_overlay --objects 3 --transport shm --overlay --executor single
-  for n in 1 3; do
-    run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
-  done
 elif [ "$MODE" = twonodes ]; then   # the one-node stereo rows' comparison: a node per camera
   for n in 1 3; do
     run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
