@@ -250,6 +250,10 @@ def host_info(root: Path) -> Dict[str, Any]:
         info['loadavg_start'] = list(os.getloadavg())
     except OSError:
         pass
+    # the NUMA nodes' CPUs: camera, node and receivers on different sockets copy every frame
+    # across the interconnect (Fast DDS's shared memory)
+    nodes = sorted(Path('/sys/devices/system/node').glob('node[0-9]*/cpulist'))
+    info['numa_cpus'] = [p.read_text().strip() for p in nodes] or None
     try:
         import torch
 
