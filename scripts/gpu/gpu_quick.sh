@@ -53,7 +53,7 @@ if on ENGINE_S 150; then
 fi
 if on PACED_S 0; then   # the engine at a camera's cadence (60 Hz) against back to back, one run
   timeout "$PACED_S" python3 -m tools.bench.cli --pace-hz 0,60 --frames 120 --warmup 16 \
-    --profile-frames 0 --only "$T:1:ours_graph_batched;$T:3:ours_graph_batched;$PACED_EXTRA" \
+    --profile-frames 3 --only "$T:1:ours_graph_batched;$T:3:ours_graph_batched;$PACED_EXTRA" \
     --out "$OUT/h200.json" > "$OUT/paced.log" 2>&1
   echo "== paced engine rows (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^\||FAILED|Error' "$OUT/paced.log" | cut -c1-200 | head -12
