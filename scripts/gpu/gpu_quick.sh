@@ -38,7 +38,8 @@ FUSED_DEFAULT+=" $G/test_fused_upscaling_gpu.py $G/test_q_pool_gpu.py $G/test_fu
 FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py"
 read -r -a FUSED_TESTS <<< "${FUSED_TESTS:-$FUSED_DEFAULT}"
 on FUSED_S 200 && tests fused "${FUSED_S:-200}" "${FUSED_TESTS[@]}" ${FUSED_K:+-k "$FUSED_K"}
-T=tiny@512; L=large@1024; PACED_EXTRA=${PACED_EXTRA:-$T:1:ours_graph_batched_cams2}
+T=tiny@512; L=large@1024
+PACED_EXTRA=${PACED_EXTRA:-$T:1:ours_graph_batched_cams2;$T:1:ours_graph_batched_received}
 ONLY="$T:1:official_eager;$T:1:ours_graph_batched;$T:1:ours_graph_batched_unfused;"
 ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched_unfused;"
 ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"

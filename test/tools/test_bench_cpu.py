@@ -96,3 +96,16 @@ def test_paced_rows_are_their_own_variant(tmp_path):
     rows = json.loads(out.read_text())
     assert [r['variant'] for r in rows] == ['ours_eager', 'ours_eager_paced50hz']
     assert rows[0]['run'] == rows[1]['run'] and '--pace-hz 0,50' in rows[1]['command']
+
+
+def test_received_frames_are_read_only_views_of_bytes():
+    """ours_graph_batched_received's frames are what the node tracks: read-only views of a
+    message's bytes, the same pixels."""
+    import numpy as np
+
+    from tools.bench.variants import as_received
+
+    frame = np.random.default_rng(0).integers(0, 256, (12, 16, 3), dtype=np.uint8)
+    got = as_received(frame)
+    assert not got.flags.writeable and got.shape == frame.shape
+    assert np.array_equal(got, frame) and not np.shares_memory(got, frame)
