@@ -40,7 +40,8 @@
 #     for two cameras with the shared publisher and without, raw 1 object with either executor
 #     and with the camera preparing frames right after the previous publish (prep 0), two
 #     nodes for two cameras (1, then 3 each, beside one node's 3), raw 3 with either executor,
-#     masks_from_worker (raw 1; jpeg 1 with the events executor), one node's stereo on events
+#     masks_from_worker (raw 1; jpeg 1 with the events executor), one node's stereo on events,
+#     raw 1 with a receiving process
 #   bash scripts/gpu/gpu_node_latency.sh input    # raw 1/3/8 and jpeg 1/8 objects,
 #     after test/gpu/test_decode_gpu.py (nvJPEG against cv2: $OUT/gpu_decode.json); installs
 #     the torchvision wheel of .whl/gpu/ (scripts/gpu/gpu_wheels.sh) into /tmp/site
@@ -267,6 +268,7 @@ elif [ "$MODE" = hostpath ]; then   # host-side options against their off switch
   run shm_1obj_overlay_jpeg_events_workermasks --objects 1 --transport shm --overlay \
     --input jpeg --executor events --masks-from-worker
   run cams2_1gpu_1node_1obj_rxproc_events --objects 1 "${ONE[@]}" --executor events
+  run shm_1obj_overlay_rxproc --objects 1 --transport shm --overlay --receiver-process
 elif [ "$MODE" = twonodes ]; then   # the one-node stereo rows' comparison: a node per camera
   for n in 1 3; do
     run "cams2_1gpu_${n}obj" --objects "$n" --transport shm --overlay --devices "$D0,$D0"
