@@ -27,15 +27,18 @@ class Knob:
     doc: str                # one line for users: what it does, its values
     runtime: bool = False   # takes effect when changed at run time (`ros2 param set`)
     tuning: bool = False    # a performance choice: the default is the measured best
+    startup: bool = False   # read once when the node's process starts, not at configure
 
 
 def knob(default: Any = MISSING, *, kind: str, doc: str, runtime: bool = False,
-         tuning: bool = False, default_factory: Any = MISSING) -> Any:
+         tuning: bool = False, startup: bool = False, default_factory: Any = MISSING) -> Any:
     """A dataclass field carrying its :class:`Knob`."""
     if kind not in KINDS:
         raise ValueError(f'knob kind must be one of {KINDS}, got {kind!r}')
+    if runtime and startup:
+        raise ValueError('a knob is read at run time or at start-up, not both')
     return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={KEY: Knob(kind, doc, runtime, tuning)})
+                             metadata={KEY: Knob(kind, doc, runtime, tuning, startup)})
 
 
 def knob_of(f: dataclasses.Field) -> Optional[Knob]:

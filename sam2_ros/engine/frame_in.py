@@ -58,15 +58,23 @@ def to_device(frame: Frame, device: torch.device) -> torch.Tensor:
 def host_view(frame: np.ndarray) -> Optional[torch.Tensor]:
     """A torch tensor over a host frame's memory, for reading only (a copy to pinned memory
     or the device): read-only views too, e.g. a received message's bytes, which torch wraps
-    with a one-time warning that it does not support non-writable tensors (nothing writes to
-    this one). None for views torch cannot wrap (negative strides, e.g. bgr[..., ::-1])."""
+    with a warning that it does not support non-writable tensors (nothing writes to this one),
+    given once per process: only the first such wrap needs it silenced, so the frames after it
+    do not change the process's warning filters. None for views torch cannot wrap (negative
+    strides, e.g. bgr[..., ::-1])."""
+    global _read_only_wrapped
     if any(s < 0 for s in frame.strides):
         return None
-    if frame.flags.writeable:
+    if frame.flags.writeable or _read_only_wrapped:
         return torch.from_numpy(frame)
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', 'The given NumPy array is not writable')
-        return torch.from_numpy(frame)
+        view = torch.from_numpy(frame)
+    _read_only_wrapped = True       # torch has given its one warning of the process
+    return view
+
+
+_read_only_wrapped = False
 
 
 def normalize(x: torch.Tensor, size: int) -> torch.Tensor:

@@ -324,9 +324,9 @@ class TrackerNode(LifecycleNode):
                 f'({self.mailbox.prompt_queue_size}, prompt_queue_size)')
 
     def on_set_parameters(self, changes: List[Any]) -> Any:
-        """click_mode, click_object_id and detection_* take effect at once, the others at the
-        next configure (logged); bad values are refused with the reason (`ros2 param set`
-        prints it)."""
+        """click_mode, click_object_id and detection_* take effect at once, autostart and
+        executor when the node starts again, the others at the next configure (logged); bad
+        values are refused with the reason (`ros2 param set` prints it)."""
         from rcl_interfaces.msg import SetParametersResult
 
         new = {p.name: p.value for p in changes}

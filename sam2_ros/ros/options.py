@@ -173,13 +173,14 @@ class NodeOptions:
         'input_type compressed: JPEG decoded on the GPU (nvJPEG) straight into the engine; PNG '
         'and machines without CUDA decode on the host; false: always on the host '
         '(diagnostics: gpu_decode)'))
-    autostart: bool = knob(False, kind='bool', doc='configure and activate on start-up')
+    autostart: bool = knob(False, kind='bool', startup=True,
+                           doc='configure and activate on start-up')
     # The executor that runs the node's callbacks, chosen at start-up (node_cli.py). They only
     # hand messages to the worker, so the executor's own time between a frame's receipt and
     # the worker's wake-up is part of every frame's latency: 'single' (rclpy's
     # SingleThreadedExecutor) rebuilds its wait set in Python, holding the GIL, after each
     # callback; 'events' (rclpy.experimental.EventsExecutor, C++) dispatches without one.
-    executor: str = knob('single', kind='str', tuning=True, doc=(
+    executor: str = knob('single', kind='str', tuning=True, startup=True, doc=(
         "the executor of the node's callbacks, read at start-up: 'single' (rclpy's "
         "SingleThreadedExecutor) or 'events' (rclpy.experimental.EventsExecutor, less time "
         "holding Python's GIL between a frame's receipt and the worker); an executor this "

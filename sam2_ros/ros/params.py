@@ -26,16 +26,19 @@ class ParamSpec(NamedTuple):
     description: str
     runtime: bool      # takes effect at once when set at run time (`ros2 param set`)
     tuning: bool       # a performance choice (docs and config/tracker.yaml: the tuning section)
+    startup: bool      # read when the node's process starts (node_cli), not at configure
 
 
 T, N = 'tracker', 'node'
 CONFIGS = ((T, TrackerConfig), (N, NodeOptions))
 # Every knob of the two dataclasses, a parameter of the same name.
 PARAMS: Tuple[ParamSpec, ...] = tuple(
-    ParamSpec(f.name, target, f.name, k.kind, k.doc, k.runtime, k.tuning)
+    ParamSpec(f.name, target, f.name, k.kind, k.doc, k.runtime, k.tuning, k.startup)
     for target, cls in CONFIGS for f, k in knobs(cls))
-# Parameters that take effect at once when set at run time; all others are read at configure.
+# Parameters that take effect at once when set at run time; those read when the process
+# starts; all others are read at configure.
 RUNTIME_PARAMS = tuple(s.name for s in PARAMS if s.runtime)
+STARTUP_PARAMS = tuple(s.name for s in PARAMS if s.startup)
 # '' (the ROS default) means the device's precision: config.default_precision
 BY_DEVICE = ('precision',)
 

@@ -151,7 +151,7 @@ class OutputStage:
                 self._guard(lambda: self._send_overlay(p))
             return
         if self.masks_inline:
-            p.masks_sent = self.send_masks(p)
+            self.send_masks(p)
         if self.shared is not None:
             self.shared.put(self, p)
             return
@@ -177,8 +177,11 @@ class OutputStage:
                     return
                 p = self._items.popleft()
                 self._cond.notify_all()      # a blocked put may go on
-            self._send(p)
-            self.offer_overlay(p)
+            if p.masks_sent is None:         # masks and state in one call
+                self._send(p)
+                self.offer_overlay(p)
+            else:
+                self.finish(p)
 
     def offer_overlay(self, p: Published) -> None:
         """After p's mask and state: its overlay to the overlay thread while someone
@@ -204,10 +207,7 @@ class OutputStage:
 
     # ------------------------------------------------------------------ sending
     def _send(self, p: Published) -> None:
-        if p.masks_sent is None:            # masks and state in one call
-            if self._guard(lambda: self._publish(p)) is not _FAILED:
-                self._sent(p)
-        elif p.masks_sent and self._guard(lambda: self.outputs.publish_state(p)) is not _FAILED:
+        if self._guard(lambda: self._publish(p)) is not _FAILED:
             self._sent(p)
 
     def _sent(self, p: Published) -> None:
@@ -215,15 +215,15 @@ class OutputStage:
             self.published += 1
         self._guard(lambda: self._done(p))
 
-    def send_masks(self, p: Published) -> bool:
-        """The shared publisher's first half of p: its masks; False when that failed
-        (reported; its state is then not sent, as ``publish`` would not)."""
-        return self._guard(lambda: self.outputs.publish_masks(p)) is not _FAILED
+    def send_masks(self, p: Published) -> None:
+        """The first half of p: its masks, noted in ``p.masks_sent`` (False when that failed,
+        reported: its state is then not sent, as ``publish`` would not)."""
+        p.masks_sent = self._guard(lambda: self.outputs.publish_masks(p)) is not _FAILED
 
-    def send_state(self, p: Published) -> None:
-        """The shared publisher's second half of p: state and objects, the bookkeeping, the
-        overlay."""
-        if self._guard(lambda: self.outputs.publish_state(p)) is not _FAILED:
+    def finish(self, p: Published) -> None:
+        """The second half of p, after ``send_masks``: its state and objects (when the masks
+        went out), the bookkeeping, the overlay."""
+        if p.masks_sent and self._guard(lambda: self.outputs.publish_state(p)) is not _FAILED:
             self._sent(p)
         self.offer_overlay(p)
 

@@ -1,8 +1,8 @@
 """Run-time parameters of the tracker node (`ros2 param set`): click_mode, click_object_id and
-the detection_* rules take effect at once; bad values are refused with the reason. The others
-are read at configure: a value that would fail the next configure is refused now, a valid one
-applies at the next configure. Pure functions of the parameter values (the node's callback
-reads them and hands them in).
+the detection_* rules take effect at once; bad values are refused with the reason. autostart
+and executor are read when the node starts. The others are read at configure: a value that
+would fail the next configure is refused now, a valid one applies at the next configure. Pure
+functions of the parameter values (the node's callback reads them and hands them in).
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ def configure_time(changes: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def applies_later(changes: Dict[str, Any]) -> List[str]:
-    """The log lines for accepted changes of configure-time parameters."""
-    return [f'{n} set to {v!r}: it is read at configure, so it applies at the next configure '
+    """The log lines for accepted changes of configure-time and start-up parameters."""
+    return [f'{n} set to {v!r}: it is read when the node starts, so it applies when the node '
+            f'is started again' if n in params.STARTUP_PARAMS else
+            f'{n} set to {v!r}: it is read at configure, so it applies at the next configure '
             f'(cleanup, then configure, when configured now)'
             for n, v in configure_time(changes).items()]
 

@@ -107,11 +107,9 @@ class SharedPublisher:
     @staticmethod
     def _publish(batch: List[Item]) -> None:
         """Masks of every item (but those its stage sent when it was handed over), then the
-        states of the items whose masks went out."""
-        sent = [stage.send_masks(p) if p.masks_sent is None else p.masks_sent
-                for stage, p in batch]
-        for (stage, p), ok in zip(batch, sent):
-            if ok:
-                stage.send_state(p)
-            else:
-                stage.offer_overlay(p)
+        rest of each: states of the items whose masks went out, the overlays."""
+        for stage, p in batch:
+            if p.masks_sent is None:
+                stage.send_masks(p)
+        for stage, p in batch:
+            stage.finish(p)

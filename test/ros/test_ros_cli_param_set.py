@@ -40,6 +40,13 @@ def test_param_set_callback_checks_configure_parameters_and_says_when_they_apply
     assert runtime_params.applies_later({'image_size': 96}) == [
         'image_size set to 96: it is read at configure, so it applies at the next configure '
         '(cleanup, then configure, when configured now)']
+    # read by node_cli when the process starts: not at the next configure
+    assert set(params.STARTUP_PARAMS) == {'autostart', 'executor'}
+    assert runtime_params.applies_later({'executor': 'events'}) == [
+        "executor set to 'events': it is read when the node starts, so it applies when the "
+        'node is started again']
+    assert 'executor must be one of' in runtime_params.refusal({'executor': 'multi'},
+                                                                values.get)
 
 
 def cli(env, *args: str, timeout: float = 60.0) -> str:
@@ -71,6 +78,12 @@ def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
         assert 'Setting parameter failed' in out, out
         assert 'image_size must be a multiple of 32 >= 64, got 100' in out, out
         assert 'Integer value is: 64' in cli(env, 'param', 'get', '/sam2_tracker', 'image_size')
+        # the executor is read when the node starts: refused when unknown, else said so
+        out = cli(env, 'param', 'set', '/sam2_tracker', 'executor', 'multi')
+        assert 'Setting parameter failed' in out and 'executor must be one of' in out, out
+        assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
+                                                 'executor', 'events')
+        proc.wait_log(r"executor set to 'events': it is read when the node starts", 30)
         assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
                                                  'image_size', '96')
         proc.wait_log(r'image_size set to 96: it is read at configure, so it applies at the '
