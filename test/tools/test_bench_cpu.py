@@ -109,3 +109,41 @@ def test_received_frames_are_read_only_views_of_bytes():
     got = as_received(frame)
     assert not got.flags.writeable and got.shape == frame.shape
     assert np.array_equal(got, frame) and not np.shares_memory(got, frame)
+
+
+def test_breakdown_times_the_runners_public_calls_and_unwraps_them(monkeypatch):
+    """The parts are the runner's encode, track and results calls, each counted once per
+    frame; afterwards the runner has no wrapper left on it."""
+    import torch
+
+    class Runner:
+        def encode_streams(self):
+            return 'e'
+
+        def track(self):
+            return 't'
+
+        def results(self):
+            return 'r'
+
+    class Tracker:
+        runner = None
+
+    class Run:
+        def __init__(self):
+            self.info = {'tracker': Tracker()}
+            self.info['tracker'].runner = Runner()
+            self.calls = []
+
+        def step(self):
+            r = self.info['tracker'].runner
+            self.calls.append((r.encode_streams(), r.track(), r.results()))
+
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda *a: None)
+    run = Run()
+    parts = profiling.breakdown(run, frames=3, device='cuda')
+    assert run.calls == [('e', 't', 'r')] * 3
+    assert set(parts) == {'preprocess+encoder', 'objects', 'results', 'total', 'other'}
+    assert all(parts[k] >= 0 for k in ('preprocess+encoder', 'objects', 'results', 'total'))
+    assert vars(run.info['tracker'].runner) == {}        # the wrappers are gone
+    assert profiling.breakdown(run, frames=3, device='cpu') is None

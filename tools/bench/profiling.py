@@ -113,9 +113,10 @@ def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) ->
 
 def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
     """Where a frame of ours goes (ms per frame, each part bracketed by CUDA syncs, so the
-    parts do not overlap): preprocessing, image encoder, object steps (select, gather,
-    replay or eager step, bank write, score read), results (upsample, masks and stats to
-    host). 'other' is the rest of track() plus the caller."""
+    parts do not overlap), timed at the runner's public calls: preprocessing and image
+    encoder (``encode_streams``), object steps (``track``: gather, replay or eager step),
+    results (``results``: upsample, masks, stats and label to host). 'other' is the rest of
+    track() (prompts, the bank's selection and writes, result objects) plus the caller."""
     import torch
     tr = run.info.get('tracker')
     if tr is None or torch.device(device).type != 'cuda' or frames <= 0:
@@ -132,12 +133,11 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             return out
         return wrapper
 
-    # StreamingTracker's steps are its MultiStreamTracker's; a MultiStreamTracker is its own
-    core = getattr(tr, 'core', tr)
-    # the step encodes through encode_streams (one camera: encode_frame inside it)
-    tr.runner.encode_streams = timed('preprocess+encoder', tr.runner.encode_streams)
-    core._track_objects = timed('objects', core._track_objects)
-    core._result = timed('results', core._result)
+    # the step encodes through encode_streams (one camera: encode_frame inside it); the
+    # runner's own methods are wrapped on the instance and unwrapped afterwards
+    parts = {'encode_streams': 'preprocess+encoder', 'track': 'objects', 'results': 'results'}
+    for name, label in parts.items():
+        setattr(tr.runner, name, timed(label, getattr(tr.runner, name)))
     try:
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -145,9 +145,8 @@ def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
             run.step()
         total = time.perf_counter() - t
     finally:
-        for k in ('_track_objects', '_result'):
-            core.__dict__.pop(k, None)
-        tr.runner.__dict__.pop('encode_streams', None)
+        for name in parts:
+            tr.runner.__dict__.pop(name, None)
     out = {k: round(v * 1e3 / frames, 3) for k, v in acc.items()}
     out['total'] = round(total * 1e3 / frames, 3)
     out['other'] = round(out['total'] - sum(v for k, v in out.items() if k != 'total'), 3)
