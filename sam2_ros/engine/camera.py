@@ -78,9 +78,12 @@ class CameraTracker:
                 (nothing changed).
             PromptError: a queued prompt does not fit this frame (it is dropped, nothing
                 else changed; pass the frame again).
-            StepError: the computation failed; the frame counts as seen, writes no memory.
+            StepError: the computation failed; the frame counts as seen, writes no memory
+                (but for queued prompts: one whose step fails is dropped, those queued
+                before it started there, those after it stay queued for the next frame).
                 A deferred prompt that fails is dropped instead and the frame is not counted
-                (prompts deferred before it were applied); pass it again.
+                (prompts deferred before it were applied, those after it stay deferred);
+                pass it again.
         """
         if frame is None:
             frame_in.frame_size(frame)          # a FrameError: None is the core's "no frame"
@@ -104,6 +107,8 @@ class CameraTracker:
             PromptError: NaN/inf, outside the frame, labels not matching points, empty box or
                 mask, mask of another size (nothing changed).
             CapacityError: a new object beyond ``cfg.max_objects`` (nothing changed).
+            StepError: the prompt's computation failed (e.g. CUDA out of memory): it was not
+                applied, the tracker is consistent; prompts deferred before it that ran were.
         """
         return self.handle.add_prompt(prompt)
 

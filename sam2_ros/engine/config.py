@@ -9,6 +9,7 @@ parameters, their docs table and config/tracker.yaml are derived; the comments s
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -290,26 +291,31 @@ class TrackerConfig:
                              'one of them')
         if not isinstance(self.image_size, int) or self.image_size < 64 or self.image_size % 32:
             raise ValueError(f'image_size must be a multiple of 32 >= 64, got {self.image_size!r}')
-        if not 1 <= int(self.max_objects) <= 256:
-            raise ValueError(f'max_objects must be in 1..256, got {self.max_objects!r}')
-        if not 1 <= int(self.max_cond_frames) <= 64:
-            raise ValueError(f'max_cond_frames must be in 1..64, got {self.max_cond_frames!r}')
+        _int_in(self, 'max_objects', 1, 256)
+        _int_in(self, 'max_cond_frames', 1, 64)
         if self.steady_attention not in STEADY_ATTENTION:
             raise ValueError(f'steady_attention must be one of {STEADY_ATTENTION}, got '
                              f'{self.steady_attention!r}')
-        if not all(isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
+        if not isinstance(self.prompt_point_buckets, (tuple, list)) or not all(
+                isinstance(p, int) and 1 <= p <= 64 for p in self.prompt_point_buckets):
             raise ValueError(f'prompt_point_buckets must be point counts in 1..64, got '
                              f'{self.prompt_point_buckets!r}')
-        if not self.image_prompt_buckets or not all(
-                isinstance(n, int) and 1 <= n <= 256 for n in self.image_prompt_buckets):
+        if not isinstance(self.image_prompt_buckets, (tuple, list)) or not all(
+                isinstance(n, int) and 1 <= n <= 256 for n in self.image_prompt_buckets) \
+                or not self.image_prompt_buckets:
             raise ValueError(f'image_prompt_buckets must be prompt counts in 1..256, got '
                              f'{self.image_prompt_buckets!r}')
         if isinstance(self.fill_hole_area, bool) or not isinstance(self.fill_hole_area, int) \
                 or not 0 <= self.fill_hole_area <= 1024:
             raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '
                              f'{self.fill_hole_area!r}')
-        if int(self.lost_after_frames) < 1:
-            raise ValueError(f'lost_after_frames must be >= 1, got {self.lost_after_frames!r}')
+        _int_in(self, 'lost_after_frames', 1, None)
+        import torch        # here: the config module itself stays importable without torch
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f'device must be a torch device such as cpu, cuda or cuda:1, got '
+                             f'{self.device!r}') from exc
         if self.io_resolution is not None and not (
                 len(self.io_resolution) == 2 and all(isinstance(v, int) and v >= 1
                                                      for v in self.io_resolution)):
@@ -327,3 +333,12 @@ class TrackerConfig:
 
     def replace(self, **changes) -> 'TrackerConfig':
         return dataclasses.replace(self, **changes)
+
+
+def _int_in(cfg: TrackerConfig, name: str, lo: int, hi: Optional[int]) -> None:
+    """ValueError unless the field ``name`` is an int (not a bool) in lo..hi (hi None: no
+    upper bound)."""
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo or (hi is not None and v > hi):
+        span = f'>= {lo}' if hi is None else f'in {lo}..{hi}'
+        raise ValueError(f'{name} must be an int {span}, got {v!r}')

@@ -278,7 +278,10 @@ class MemoryBank:
               logits: torch.Tensor, score: torch.Tensor, as_cond: bool) -> None:
         """Store one object's new memory for ``frame``: feats [Cm, h, w], ptr [C],
         logits [1, S/4, S/4]. A conditioning frame replaces a ring entry of the same frame
-        (sam2 drops the non-conditioning output of a frame that becomes conditioning)."""
+        (sam2 drops the non-conditioning output of a frame that becomes conditioning); a
+        non-conditioning output of a frame that is one already updates only the logits and
+        score (sam2 keeps the conditioning output there and drops the other when it
+        consolidates: a correction with ``corrections_as_cond`` off on a prompted frame)."""
         k = self.max_cond
         self.conditioned_frame[slot] = EMPTY      # a later step reads other memories
         self.logits[slot].copy_(logits)
@@ -292,6 +295,8 @@ class MemoryBank:
                 self.ring_frame[slot, frame % ring] = EMPTY
             if self.ptr_frame[slot, frame % pring] == frame:
                 self.ptr_frame[slot, frame % pring] = EMPTY
+            return
+        if (self.cond_frame[slot] == frame).any():
             return
         ring, pring = self.ring_frame.shape[1], self.ptr_frame.shape[1]
         self.feats[slot, k + frame % ring].copy_(feats)

@@ -135,9 +135,16 @@ class MultiStreamTracker:
             return FrameResult(-1, 0, 0)
         stream.validate(prompt)
         t0 = time.perf_counter()
-        with autocast(self.cfg):
-            self._run_deferred(stream)          # earlier calls on this frame come first
-            mode = self._prompt_latest(stream, prompt)
+        try:
+            with autocast(self.cfg):
+                self._run_deferred(stream)          # earlier calls on this frame come first
+                mode = self._prompt_latest(stream, prompt)
+        except TrackerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a computation failure is a StepError
+            raise StepError(f'the prompt for object {prompt.obj_id} on frame {stream.frame} '
+                            f'failed: {exc!r}; it was not applied (prompts deferred before '
+                            f'it that ran were), pass it again') from exc
         return self._result(stream, mode, t0)
 
     @torch.inference_mode()
@@ -191,15 +198,9 @@ class MultiStreamTracker:
         queued = [s.begin_frame(sizes[s.index], features, positions[s.index]) for s in streams]
         live, started = [], []
         for s, prompts in zip(streams, queued):     # a camera's prompts are its own computation
-            try:
-                with autocast(self.cfg):
-                    for p in prompts.values():
-                        self._prompt_step(s, p, init=True)
-            except Exception as exc:  # noqa: BLE001 - this camera's frame fails
-                self._fail([s.index], out, exc, self._step_failed(exc))
-                continue
-            live.append(s)
-            started.append(prompts)
+            if self._queued_ran(s, prompts, out):
+                live.append(s)
+                started.append(prompts)
         tracked = [(s, o) for s, prompts in zip(live, started)
                    for o in s.objects.values() if o.obj_id not in prompts]
         try:
@@ -232,6 +233,25 @@ class MultiStreamTracker:
             out.errors[c] = err
             self.stats['failed_frames'] += 1
 
+    def _queued_ran(self, stream: Stream, prompts: Dict[int, Prompt],
+                    out: StreamsResult) -> bool:
+        """Run the prompts queued for the stream's new frame; False (a StepError in ``out``) if
+        one failed: it is dropped, those before it applied, those after it queued again."""
+        pending = list(prompts.values())
+        for k, p in enumerate(pending):
+            try:
+                with autocast(self.cfg):
+                    self._prompt_step(stream, p, init=True)
+            except Exception as exc:  # noqa: BLE001 - this camera's frame fails
+                stream.queued = {q.obj_id: q for q in pending[k + 1:]}   # emptied by the frame
+                self._fail([stream.index], out, exc, lambda s: (
+                    f'the prompt queued for object {p.obj_id} failed on frame {s.frame}: {exc!r}; '
+                    f'it is dropped ({k} queued before it applied, {len(stream.queued)} after it '
+                    f'queued again), no object was tracked on this frame: pass the next'))
+                return False
+            stream.objects[p.obj_id].started_by_track = True
+        return True
+
     def _deferred_ran(self, stream: Stream, out: StreamsResult) -> bool:
         """Run the stream's deferred prompts; False (a StepError in ``out``) if one failed."""
         try:
@@ -248,11 +268,16 @@ class MultiStreamTracker:
         """The prompted steps of the stream's deferred prompts on its latest frame, exactly as
         ``add_prompt`` would have run them in that order; their objects' scores there are kept
         for the next result (``Stream.occluded_runs``), read without a sync now."""
-        pending, stream.deferred = stream.deferred, {}
+        pending, stream.deferred = list(stream.deferred.values()), {}
         done: List[ObjectInfo] = []
         try:
-            for p in pending.values():
-                self._prompt_latest(stream, p)
+            for k, p in enumerate(pending):
+                try:
+                    self._prompt_latest(stream, p)
+                except Exception:
+                    # this one is dropped; those deferred after it wait for the next call
+                    stream.deferred = {q.obj_id: q for q in pending[k + 1:]}
+                    raise
                 done.append(stream.objects[p.obj_id])
                 self.stats['deferred_prompts'] += 1
         finally:
@@ -264,8 +289,9 @@ class MultiStreamTracker:
         """A validated prompt's step on the stream's latest frame (``add_prompt``)."""
         obj = stream.objects.get(prompt.obj_id)
         # An object prompted only on this very frame has not been tracked yet: sam2 treats
-        # another prompt there as initial too (is_init_cond_frame).
-        init = obj is None or obj.created_frame == stream.frame
+        # another prompt there as initial too (is_init_cond_frame). One a queued prompt
+        # started inside track() has been (propagated over that frame): a correction.
+        init = obj is None or obj.created_frame == stream.frame and not obj.started_by_track
         return self._prompt_step(stream, prompt, init=init)
 
     def _prompt_step(self, stream: Stream, prompt: Prompt, init: bool) -> str:

@@ -18,8 +18,9 @@ so the result does not depend on the device or on the order of the additions.
 
 from __future__ import annotations
 
+import collections
 import functools
-from typing import Dict, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -28,7 +29,12 @@ PRECISION_BITS = 32 - 8 - 2          # Pillow's fixed point for 8-bit passes
 BICUBIC_A = -0.5                     # Pillow's bicubic kernel parameter
 BICUBIC_SUPPORT = 2.0
 
-_TABLES: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
+# The uploaded tables of the most recently used (source side, output side, device) keys: a
+# stream of ever new resolutions must not grow device memory. A captured graph keeps its own
+# references (``tables_of``), so evicting a key never frees tables a graph reads.
+MAX_TABLES = 16
+_TABLES: 'collections.OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]' = \
+    collections.OrderedDict()
 
 
 def _bicubic(x: np.ndarray) -> np.ndarray:
@@ -73,13 +79,22 @@ def tables(n_in: int, n_out: int, device: torch.device) -> Tuple[torch.Tensor, t
     uploaded once (an upload per frame would synchronize the stream and could not be
     captured). The first call for a size must not be inside a graph capture: the graph
     runner's warm-up iterations make it."""
-    key = (n_in, n_out, device)
-    if key not in _TABLES:
-        idx, w = coefficients(n_in, n_out)
-        # [K, n_out], tap-major: each tap's indices and weights are one contiguous row
-        _TABLES[key] = (torch.from_numpy(idx.T.copy()).to(device),
-                        torch.from_numpy(w.T.copy()).to(device))
+    key = (n_in, n_out, torch.device(device))
+    if key in _TABLES:
+        _TABLES.move_to_end(key)
+        return _TABLES[key]
+    idx, w = coefficients(n_in, n_out)
+    # [K, n_out], tap-major: each tap's indices and weights are one contiguous row
+    _TABLES[key] = (torch.from_numpy(idx.T.copy()).to(device),
+                    torch.from_numpy(w.T.copy()).to(device))
+    while len(_TABLES) > MAX_TABLES:
+        _TABLES.popitem(last=False)
     return _TABLES[key]
+
+
+def tables_of(h: int, w: int, size: int, device: torch.device) -> List[tuple]:
+    """The tables a resize of an [h, w] image to [size, size] reads (its graph keeps them)."""
+    return [tables(n, size, device) for n in (h, w) if n != size]
 
 
 def _pass(x: torch.Tensor, n_out: int) -> torch.Tensor:

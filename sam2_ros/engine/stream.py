@@ -31,6 +31,9 @@ class ObjectInfo:
     slot: int
     created_frame: int        # the object's first (initial conditioning) frame
     last_prompt_frame: int
+    # its initial prompt ran inside the track() that returned created_frame's results (a
+    # queued prompt): sam2 has propagated over that frame, so another prompt there corrects
+    started_by_track: bool = False
     score: float = 0.0
     hidden_run: int = 0       # consecutive frames with score <= 0
 

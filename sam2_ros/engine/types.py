@@ -16,10 +16,11 @@ class Prompt:
     """A prompt for one object, in source-image pixel coordinates.
 
     obj_id: 1..255; a new id starts an object, a tracked one corrects it.
-    points: [N, 2] float (x, y); labels: [N] int (1 positive, 0 negative; None: all
-    positive); box: (x0, y0, x1, y1), x1 > x0 and y1 > y0; mask: [H, W] bool at source
-    resolution. Points and box may be combined; a mask is used alone. The tracker checks
-    every field against the frame and raises ``PromptError`` before changing anything.
+    points: [N, 2] float (x, y); labels: [N] int (1 positive, 0 negative; required with
+    points, as sam2 requires them); box: (x0, y0, x1, y1), x1 > x0 and y1 > y0; mask: [H, W]
+    bool at source resolution. Points and box may be combined; a mask is used alone. The
+    tracker checks every field against the frame and raises ``PromptError`` before changing
+    anything.
     """
 
     obj_id: int

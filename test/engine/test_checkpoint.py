@@ -186,3 +186,20 @@ def test_no_checkpoint_without_random_weights():
 
 def test_checkpoint_error_is_a_tracker_error():
     assert issubclass(CheckpointError, TrackerError) and issubclass(CheckpointError, ValueError)
+
+
+@pytest.mark.parametrize('field, value, match', [
+    ('max_objects', 2.5, 'max_objects must be an int in 1..256'),
+    ('max_objects', '3', 'max_objects must be an int in 1..256'),
+    ('max_objects', True, 'max_objects must be an int in 1..256'),
+    ('max_cond_frames', '2', 'max_cond_frames must be an int in 1..64'),
+    ('lost_after_frames', float('inf'), 'lost_after_frames must be an int >= 1'),
+    ('prompt_point_buckets', 5, 'prompt_point_buckets must be point counts'),
+    ('image_prompt_buckets', (), 'image_prompt_buckets must be prompt counts'),
+    ('device', 'bogus', 'device must be a torch device'),
+])
+def test_validate_names_a_bad_field_with_a_value_error(field, value, match):
+    """Wrong types and values are a ValueError naming the field at validate, never a
+    TypeError or OverflowError there or later in the tracker's construction."""
+    with pytest.raises(ValueError, match=match):
+        small_cfg(**{field: value}).validate()

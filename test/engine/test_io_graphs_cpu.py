@@ -105,6 +105,10 @@ def test_io_graph_stages_tensor_frames(monkeypatch):
             assert (oa.mask == ob.mask).all()
     assert tr.runner.io[FrameInKey(48, 64)].graph.replays == 3 == \
         ref.runner.io[FrameInKey(48, 64)].graph.replays
+    # the graph holds the resize tables it reads (48 rows to 64; the width is the model's
+    # size already): the bounded table cache may drop its own references
+    keep = tr.runner.io[FrameInKey(48, 64)].keep
+    assert [tuple(t.shape[1:]) for t, _ in keep] == [(64,)]
 
 
 def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):

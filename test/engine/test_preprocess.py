@@ -113,6 +113,23 @@ def official_frame(img: np.ndarray, size: int, tmp_path) -> torch.Tensor:
     return images
 
 
+def test_resize_tables_stay_bounded_over_many_resolutions():
+    """A stream of ever new frame sizes keeps at most MAX_TABLES uploaded tables; an evicted
+    key is built again, equal, and what a graph kept (``tables_of``) stays alive and intact."""
+    pil_resize._TABLES.clear()
+    kept = pil_resize.tables_of(37, 91, 64, CPU)
+    first = [t.clone() for pair in kept for t in pair]
+    for n in range(100, 100 + 3 * pil_resize.MAX_TABLES):
+        pil_resize.tables(n, 64, CPU)
+    assert len(pil_resize._TABLES) == pil_resize.MAX_TABLES
+    assert (37, 64, CPU) not in pil_resize._TABLES                 # evicted, least recent
+    assert all(torch.equal(a, b) for a, b in zip(first, (t for p in kept for t in p)))
+    again = pil_resize.tables(37, 64, CPU)
+    assert torch.equal(again[0], kept[0][0]) and torch.equal(again[1], kept[0][1])
+    img = random_image(37, 91, 64)                                  # and resizes stay exact
+    assert np.array_equal(ours_resized(img, 64, CPU), pil_resized(img, 64))
+
+
 @pytest.mark.parametrize('h, w, size', [(720, 1280, 512), (480, 640, 1024), (37, 91, 64),
                                         (300, 200, 128), (128, 128, 128)])
 def test_model_input_bitwise_equals_official_loader(h, w, size, tmp_path):

@@ -74,3 +74,47 @@ def test_queue_prompt_equals_official_predictor(monkeypatch):
     assert tr.bank.cond_frames(tr._objects[1].slot) == [0, 8]
     assert tr.bank.cond_frames(tr._objects[2].slot) == [5]
     assert any(0 < o.area < h * w for o in res.objects)       # not a degenerate comparison
+
+
+@pytest.mark.parametrize('as_cond', [True, False], ids=['cond', 'noncond'])
+def test_correction_on_the_frame_a_queued_prompt_started_equals_official(monkeypatch, as_cond):
+    """Object 2 started by a queued box on frame 3, then a click for it on frame 3 after that
+    frame's track: sam2 has propagated over frame 3 (add_new_points_or_box, then
+    propagate_in_video through it), so its second prompt there is a correction (the previous
+    logits, memory read), not another initial prompt. Every later frame agrees too. The
+    reference video has 20 frames: sam2 scales pointer distances by min(num_frames, 16)."""
+    tol = 1e-4
+    emulate_sam2_C(monkeypatch)
+    tr = make_tracker(image_size=64, max_objects=3, corrections_as_cond=as_cond)
+    predictor = shared_model(64, as_cond)
+    frames = synthetic_frames(20)
+    h, w = frames[0].shape[:2]
+    p1 = Prompt(1, points=np.array([[w * 0.15, h * 0.4]]), labels=np.array([1]))
+    box = Prompt(2, box=(w * 0.6, h * 0.15, w * 0.9, h * 0.45))
+    click = Prompt(2, points=np.array([[w * 0.7, h * 0.3], [w * 0.2, h * 0.8]]),
+                   labels=np.array([1, 0]))
+    worst = {}
+    with torch.inference_mode():
+        state = init_reference(predictor, frames)
+        for f, fr in enumerate(frames[:8]):
+            if f == 3:
+                tr.queue_prompt(box)
+                predictor.add_new_points_or_box(state, 3, 2, box=box.box)
+            res = tr.track(fr)
+            if f == 0:
+                res = tr.add_prompt(p1)
+                predictor.add_new_points_or_box(state, 0, 1, points=p1.points,
+                                                labels=p1.labels)
+            propagate(predictor, state, f, f)
+            if f == 3:
+                res = tr.add_prompt(click)
+                predictor.add_new_points_or_box(state, 3, 2, points=click.points,
+                                                labels=click.labels)
+                temp = state['temp_output_dict_per_obj'][1]
+                ref = temp['cond_frame_outputs' if as_cond else 'non_cond_frame_outputs'][3]
+                d = compare(res.by_id(2).low_res_logits, ref['pred_masks'][0, 0])
+                assert d <= tol, f'the correction of frame 3 differs by {d:.3g}'
+                continue
+            for i, oid in enumerate([1, 2] if f > 3 else [1]):
+                check_against_official(tr, state, res, oid, i, f, worst, tol)
+    assert (3 in tr.bank.cond_frames(tr._objects[2].slot)) is True

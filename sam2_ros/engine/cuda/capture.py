@@ -27,13 +27,15 @@ WARMUP_ITERS = 1
 @dataclass
 class CapturedGraph:
     """One captured graph with its static inputs and outputs; frame-in graphs also keep a
-    pinned host staging buffer and the event of the last copy that read it."""
+    pinned host staging buffer, the event of the last copy that read it and the resize's
+    tables."""
 
     graph: Any                      # torch.cuda.CUDAGraph, or anything with replay()
     inputs: Any                     # written in place before each replay
     outputs: Any                    # read in place after it
     host: Optional[torch.Tensor] = None         # pinned staging buffer
     event: Optional[torch.cuda.Event] = None    # the last copy out of ``host``
+    keep: Any = None            # tensors the graph reads that a bounded cache may drop
 
 
 class Capturer:

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
-from sam2_ros.engine import frame_in, masks_out
+from sam2_ros.engine import frame_in, masks_out, pil_resize
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.cuda.buckets import FrameInKey, IOKey, MasksOutKey
@@ -200,6 +200,7 @@ class GraphIO:
             fn = (lambda x: target.copy_(frame_in.normalize(x, size)))     # noqa: E731
         cap = self.capturer.capture(fn, frame)
         cap.host = self._host(key.h, key.w, 3, dtype=torch.uint8)
+        cap.keep = pil_resize.tables_of(key.h, key.w, size, target.device)
         return cap
 
     def capture_masks_out(self, key: MasksOutKey, fused: bool = False) -> CapturedGraph:
