@@ -234,6 +234,11 @@ class FrameDecoder:
     def on_gpu(self) -> bool:
         return self.gpu_off is None
 
+    def describe(self) -> str:
+        """One line for a log: where compressed input is decoded, and why not on the GPU."""
+        return ('compressed input: JPEG decoded on the GPU (nvJPEG)' if self.on_gpu else
+                f'compressed input decoded on the host (GPU decode off: {self.gpu_off})')
+
     def _probe(self) -> Optional[str]:
         ok, buf = cv2.imencode('.jpg', np.full((16, 16, 3), 128, np.uint8))
         try:

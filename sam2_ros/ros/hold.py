@@ -18,6 +18,10 @@ from sam2_ros.ros.inputs import ACTION_ADD
 from sam2_ros.ros.mailbox import PromptItem
 
 DETECTIONS = 'detections'   # PromptItem.kind of a vision_msgs Detection2DArray
+# A prompt stamped further ahead of the latest frame than this has a wrong stamp (a clock of
+# another host, a typo): held, it would wait for a frame that never comes and fill the hold.
+MAX_LEAD_S = 10.0
+MAX_LEAD_NS = int(MAX_LEAD_S * 1e9)
 
 
 @dataclass
@@ -67,6 +71,15 @@ class StampHold:
         if due:
             self._items = [h for h in self._items if not any(h is d for d in due)]
         return due
+
+    def take_far(self, stamp_ns: int) -> List[Held]:
+        """Remove and return the prompts stamped more than MAX_LEAD_S after ``stamp_ns`` (a
+        frame's): held before any frame came, they were not checked on arrival."""
+        far = [h for h in self._items
+               if not h.detections and h.item.stamp_ns > stamp_ns + MAX_LEAD_NS]
+        if far:
+            self._items = [h for h in self._items if not any(h is f for f in far)]
+        return far
 
     def drop_prompts(self) -> None:
         """Forget the held prompts (a reset applied now); detections keep waiting."""

@@ -62,7 +62,8 @@ def prompt_from_msg(msg: Any, bridge: Any) -> Tuple[int, Optional[Prompt]]:
 def click_to_prompt(point: Any, obj_id: int, positive: bool = True) -> Prompt:
     """A click (geometry_msgs/Point, x and y in source px; a PointStamped's ``.point``) ->
     one point for ``obj_id``, positive (label 1) or negative (label 0)."""
-    return Prompt(obj_id=int(obj_id), points=np.array([[point.x, point.y]], np.float32),
+    # float64 as the message's: a huge coordinate is then out of frame, not an overflow to inf
+    return Prompt(obj_id=int(obj_id), points=np.array([[point.x, point.y]], np.float64),
                   labels=np.full(1, 1 if positive else 0, np.int64))
 
 

@@ -27,7 +27,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, messages, node_cli, params, process_tuning
-from sam2_ros.ros import runtime_params, segment_service, time_jump
+from sam2_ros.ros import runtime_params, segment_service, time_jump, transitions
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.log_filter import FilteredLog
@@ -98,6 +98,7 @@ class TrackerNode(LifecycleNode):
         self.clock_jumps = time_jump.watch_clock(self.get_clock(), self.on_clock_jump)
 
     # ------------------------------------------------------------------ lifecycle
+    @transitions.loud('configure', undo='release')
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             typos = [f'{n!r} (did you mean {c!r}?)' for n, c in self.unknown if c]
@@ -155,11 +156,8 @@ class TrackerNode(LifecycleNode):
             self.rig.create_outputs(self, vision)
         else:
             self.outputs = self._create_outputs(vision)
-        d = self.decoder
-        if d is not None:
-            self.get_logger().info('compressed input: JPEG decoded on the GPU (nvJPEG)' if d.on_gpu
-                                   else f'compressed input decoded on the host (GPU decode off: '
-                                        f'{d.gpu_off})')
+        if self.decoder is not None:
+            self.get_logger().info(self.decoder.describe())
         return TransitionCallbackReturn.SUCCESS
 
     def _create_outputs(self, vision: Any) -> Publishers:
@@ -171,6 +169,7 @@ class TrackerNode(LifecycleNode):
             serialized=o.publish_serialized_images,
             overlay_device=overlay_device_of(o, self.cfg.device))
 
+    @transitions.loud('activate', undo='stop_io')
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # activates the lifecycle publishers
         if ret != TransitionCallbackReturn.SUCCESS:

@@ -4,6 +4,7 @@ tracker core never sees them; its knobs are :class:`sam2_ros.engine.config.Track
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import List
 
@@ -231,10 +232,15 @@ class NodeOptions:
         if int(self.opencv_threads) < 0:
             raise ValueError(f'opencv_threads must be >= 0 (0: OpenCV\'s default), got '
                              f'{self.opencv_threads!r}')
-        if not self.image_topic:
-            raise ValueError('image_topic must not be empty')
+        check_topic(self.image_topic, 'image_topic')
         check_cameras(list(self.cameras), self.camera_image, self.camera_period_ms,
                       self.pair_tolerance_ms)
+        for c in self.cameras:
+            check_topic(f'{c}/{self.camera_image}', 'camera_image under each camera')
+        if self.timing_log and not os.path.isdir(os.path.dirname(
+                os.path.abspath(self.timing_log))):
+            raise ValueError(f'timing_log must be a file in an existing folder, got '
+                             f'{self.timing_log!r}')
         from sam2_ros.ros.detections import check_rules
 
         check_rules(self.detection_min_score, self.detection_match_iou,
@@ -243,6 +249,20 @@ class NodeOptions:
             raise ValueError(f'detection_max_age_frames must be >= 0, got '
                              f'{self.detection_max_age_frames!r}')
         return self
+
+
+def check_topic(name: str, what: str) -> None:
+    """ValueError unless ``name`` is a ROS topic name a node can subscribe to (relative, ~ or
+    absolute): the subscription of activate would raise, after configure built the tracker."""
+    from rclpy.expand_topic_name import expand_topic_name
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    try:
+        validate_full_topic_name(expand_topic_name(name, 'node', '/'))
+    except Exception as exc:  # noqa: BLE001 - rclpy raises ValueError or its own exception
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0].split(', at /')[0]
+        raise ValueError(f'{what} must be a valid ROS topic name, got {name!r} ({reason})') \
+            from exc
 
 
 def check_cameras(cameras: List[str], image: str, period_ms: float, tolerance_ms: float) -> None:

@@ -10,6 +10,7 @@ an empty ``precision`` (its ROS default) means the device's, ``config.default_pr
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import math
 from typing import Any, Dict, List, NamedTuple, Tuple
@@ -41,6 +42,7 @@ RUNTIME_PARAMS = tuple(s.name for s in PARAMS if s.runtime)
 STARTUP_PARAMS = tuple(s.name for s in PARAMS if s.startup)
 # '' (the ROS default) means the device's precision: config.default_precision
 BY_DEVICE = ('precision',)
+INT_TYPECODES = frozenset('bBhHiIlLqQ')      # array.array typecodes of integers
 
 
 def _field_default(spec: ParamSpec) -> Any:
@@ -73,6 +75,8 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
         # '' means None where the field's default is None (checkpoint, compile_mode...)
         return None if (value == '' and _field_default(spec) is None) else value
     if spec.kind in ('int_array', 'str_array'):
+        if isinstance(value, array.array) and value.typecode in INT_TYPECODES:
+            value = value.tolist()      # how rclpy hands over an integer array set at run time
         if value is None or (isinstance(value, (list, tuple)) and not value):
             # unset or empty: None where the field's default is None (the core chooses, e.g.
             # batch_buckets), else an empty list

@@ -73,6 +73,7 @@ class Positions:
         self.rectified = rectified
         self.pair = PairCalibration()
         self.last: Dict[int, Triangulation] = {}
+        self.mismatch = ''          # camera_info of another size than the images ('' if not)
         self.valid = 0
         self.invalid = 0
 
@@ -103,6 +104,9 @@ class Positions:
         calib = self.calibration()
         if calib is None:
             return
+        self.mismatch = size_mismatch(calib, results[0], results[1])
+        if self.mismatch:           # calibrated for other images: positions would be wrong
+            return
         found = triangulate_objects(
             calib, {o.obj_id: visible(o) for o in results[0].objects},
             {o.obj_id: visible(o) for o in results[1].objects}, self.rectified)
@@ -122,6 +126,8 @@ class Positions:
         if self.calibration() is None:
             out['positions'] = (f'off (camera_info: {self.pair.error[:200]})'
                                 if self.pair.error else 'waiting for camera_info of both')
+        elif self.mismatch:
+            out['positions'] = f'off (camera_info: {self.mismatch})'
         for obj_id, t in sorted(self.last.items()):
             out[f'position_{obj_id}'] = 'valid' if t.valid else f'invalid: {t.reason}'
         return out
@@ -130,6 +136,17 @@ class Positions:
         if self.pub is not None:
             self.node.destroy_lifecycle_publisher(self.pub)
             self.pub = None
+
+
+def size_mismatch(calib: Calibration, left: FrameResult, right: FrameResult) -> str:
+    """Why the pair's camera_info does not describe these images ('' when it does; a size of
+    0x0 in camera_info says nothing and is taken as it is)."""
+    for name, cam, res in (('left', calib.left, left), ('right', calib.right, right)):
+        if (cam.width, cam.height) != (0, 0) and (cam.width, cam.height) != (res.width,
+                                                                             res.height):
+            return (f'the {name} camera_info is for {cam.width}x{cam.height} images, the images '
+                    f'are {res.width}x{res.height}')
+    return ''
 
 
 def triangulate_objects(calib: Calibration, left: Dict[int, Optional[Any]],

@@ -21,6 +21,20 @@ def went_back(last_ns: Optional[int], stamp_ns: int) -> bool:
     return last_ns is not None and 0 < stamp_ns < last_ns
 
 
+def glitch(before_last_ns: Optional[int], stamp_ns: int) -> bool:
+    """Whether a frame that went back (``went_back``) is still after the frame before the last
+    one (``before_last_ns``): not a new time line, the last frame alone was stamped ahead (a
+    driver's glitch), which must not reset the tracker. A replay that restarts goes back to
+    its first stamp, at or before that frame's. A single frame stamped in the past cannot be
+    told from a restart: it resets."""
+    return before_last_ns is not None and 0 < before_last_ns < stamp_ns
+
+
+def glitch_reason(last_ns: int, stamp_ns: int) -> str:
+    return (f'an image was stamped {last_ns} ns, ahead of the frames before and after it '
+            f'(now {stamp_ns} ns): a wrong stamp, tracking goes on (nothing reset)')
+
+
 def image_jump_reason(last_ns: int, stamp_ns: int) -> str:
     return (f'image stamps jumped back from {last_ns} ns to {stamp_ns} ns (a replay restarted?)')
 

@@ -30,7 +30,7 @@ from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import time_jump
+from sam2_ros.ros import hold, time_jump
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
@@ -95,6 +95,7 @@ class TrackingWorker:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_stamp_ns: Optional[int] = None
+        self.before_last_ns: Optional[int] = None     # the stamp of the frame before it
         self._last: Optional[Tuple[Frame, Any]] = None  # (rgb, header) of the last frame
         # prompts older than the latest frame applied to it since that frame: if the next
         # frame's stamp jumps back to theirs, they were the new time line's (a replay
@@ -205,6 +206,9 @@ class TrackingWorker:
         if item.stamp_ns == LATEST:
             item.stamp_ns = 0 if last is None else last
         if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
+            if last and item.stamp_ns > last + hold.MAX_LEAD_NS:
+                self._refused(what, far_ahead(item.stamp_ns, last))
+                return
             if self.hold.full(detections=False):
                 size = self.hold.capacity
                 self._refused(what, f'{self.hold.count(False)} prompts already wait for the next '
@@ -232,7 +236,7 @@ class TrackingWorker:
                 self.hold.hold(held)
         self._applied_old = []
         self.detections.forget_frames()
-        self.last_stamp_ns, self._last = None, None
+        self.last_stamp_ns = self.before_last_ns = self._last = None
         self.host.log('warn', f'{why}: objects, held prompts and the stamp table were reset')
 
     def _on_detections(self, held: Held) -> None:
@@ -302,9 +306,14 @@ class TrackingWorker:
             self._frame_failed(f'frame skipped: {exc}')
             return None
         times.decode1 = time.monotonic()
-        if time_jump.went_back(self.last_stamp_ns, item.stamp_ns):
-            self.time_jumped(time_jump.image_jump_reason(self.last_stamp_ns, item.stamp_ns),
-                             item.stamp_ns)
+        last = self.last_stamp_ns
+        if time_jump.went_back(last, item.stamp_ns):
+            if time_jump.glitch(self.before_last_ns, item.stamp_ns):
+                self.errors.report(time_jump.glitch_reason(last, item.stamp_ns))
+            else:
+                self.time_jumped(time_jump.image_jump_reason(last, item.stamp_ns), item.stamp_ns)
+        for held in self.hold.take_far(item.stamp_ns):
+            self._refused(held.what, far_ahead(held.item.stamp_ns, item.stamp_ns))
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
         times.engine0 = time.monotonic()
@@ -324,7 +333,7 @@ class TrackingWorker:
         self._applied_old = []
         self.counters.consecutive_failures = 0
         self.counters.objects = len(res.objects)
-        self.last_stamp_ns = item.stamp_ns
+        self.before_last_ns, self.last_stamp_ns = self.last_stamp_ns, item.stamp_ns
         self._last = (rgb, item.header)
         self.detections.remember(item.stamp_ns, res)
         self._emit(res, rgb, item.header, decode_ms, item.recv_t, times)
@@ -364,3 +373,10 @@ class TrackingWorker:
         self.counters.consecutive_failures += 1
         if text:
             self.errors.report(text)
+
+
+def far_ahead(stamp_ns: int, frame_ns: int) -> str:
+    """Why a prompt stamped too far after a frame is refused (hold.MAX_LEAD_S)."""
+    return (f'stamped {(stamp_ns - frame_ns) / 1e9:.1f} s after the latest frame (more than '
+            f'{hold.MAX_LEAD_S:g} s ahead: a wrong stamp?); stamp a prompt like the image it '
+            f'was given on, or 0 for the next frame')

@@ -5,6 +5,7 @@ applies at the next configure; the next configure then uses it."""
 
 from __future__ import annotations
 
+import array
 import re
 import subprocess
 
@@ -25,6 +26,11 @@ def test_refusal_names_the_reason_and_ignores_what_was_already_wrong():
     assert 'integer' in params.refusal(current, {'max_objects': 'many'})
     # no checkpoint yet is the configuration's problem, not this change's
     assert params.refusal({'image_size': 64}, {'image_size': 128}) == ''
+    # rclpy hands an integer array set at run time over as array.array('q')
+    assert params.refusal(current, {'prompt_point_buckets': array.array('q', [1, 2])}) == ''
+    assert 'positive integers' in params.refusal(
+        current, {'prompt_point_buckets': array.array('q', [0, 2])})
+    assert 'must be a list' in params.refusal(current, {'batch_buckets': array.array('d', [1])})
 
 
 def test_param_set_callback_checks_configure_parameters_and_says_when_they_apply():
@@ -84,6 +90,9 @@ def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
         assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
                                                  'executor', 'events')
         proc.wait_log(r"executor set to 'events': it is read when the node starts", 30)
+        # an integer array as a user types it (rclpy: array.array), applied at configure
+        assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
+                                                 'prompt_point_buckets', '[1, 2, 4]')
         assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
                                                  'image_size', '96')
         proc.wait_log(r'image_size set to 96: it is read at configure, so it applies at the '

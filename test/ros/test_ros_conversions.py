@@ -234,6 +234,19 @@ def test_prompt_mapping(bridge):
     assert action == inputs.ACTION_REMOVE and p.obj_id == 4
 
 
+def test_a_huge_click_is_out_of_frame_not_an_overflow():
+    """A click's float64 coordinates stay finite: 1e300 is outside the frame, as 1e30 is."""
+    import warnings
+    from types import SimpleNamespace
+
+    from sam2_ros.engine.prompts import prompt_points
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')           # no overflow in a cast
+        p = inputs.click_to_prompt(SimpleNamespace(x=1e300, y=1e300), 1)
+    with pytest.raises(PromptError, match='outside'):
+        prompt_points(p, 48, 64, 64, 'cpu')
+
+
 def test_prompt_mask_uses_image_decode(bridge):
     require_messages()
     m = prompt_msg(1)

@@ -134,3 +134,37 @@ def test_bag_replayed_twice_into_one_node_gives_the_same_states(tmp_path, sim_ti
         c.close()
         node.stop()
         lease.release()
+
+
+def test_one_frame_stamped_ahead_is_reported_and_resets_nothing():
+    """A driver's glitch: one frame stamped far in the future between good ones. The next good
+    frame goes back, but not before the frame before the glitch: an error in the next state,
+    no reset, objects kept. Going back to or before that frame is a restart: a reset."""
+    w, tr, pub, logs = make_worker()
+    for s in (stamp(0), stamp(1), 2 ** 62, stamp(2), stamp(3)):
+        w._on_frame(frame(1, s))
+    assert ('reset',) not in tr.calls and tr.calls.count(('track', 1)) == 5
+    errors = [e for p in pub for e in p.errors]
+    assert any(f'stamped {2 ** 62} ns, ahead of the frames before and after' in e
+               for e in errors), errors
+    w._on_frame(frame(1, stamp(2)))                        # back to the frame before: restart
+    assert tr.calls[-2:] == [('reset',), ('track', 1)]
+
+
+def test_prompts_stamped_far_ahead_are_refused_and_never_fill_the_hold():
+    from sam2_ros.ros import hold
+
+    w, tr, pub, logs = make_worker()
+    w._on_prompt(prompt(ADD, 1, stamp(0) + 3600 * 10 ** 9))   # before any frame: held
+    assert w.waiting_prompts == 1
+    w._on_frame(frame(1, stamp(0)))                            # an hour ahead of it: refused
+    assert w.waiting_prompts == 0 and ('queue', 1) not in tr.calls
+    for k in range(3 * w.hold.capacity):                       # never blocks later prompts
+        w._on_prompt(prompt(ADD, 2, stamp(0) + (hold.MAX_LEAD_S + 1 + k) * 10 ** 9))
+    assert w.waiting_prompts == 0
+    w._on_prompt(prompt(ADD, 2, stamp(1)))                     # a good one is held
+    assert w.waiting_prompts == 1
+    w._on_frame(frame(1, stamp(1)))
+    errors = [e for p in pub for e in p.errors]
+    assert sum('s after the latest frame (more than 10 s ahead' in e for e in errors) == \
+        1 + 3 * w.hold.capacity, errors

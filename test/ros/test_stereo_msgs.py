@@ -60,3 +60,29 @@ def test_refused():
     fisheye.distortion_model, fisheye.d = 'equidistant', [0.1, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match='equidistant'):
         camera_from_msg(fisheye)
+
+
+def test_camera_info_of_another_image_size_turns_positions_off():
+    """camera_info calibrated for other images than those tracked would triangulate wrong
+    positions: the in-node positions say why and publish none (0x0 says nothing: taken)."""
+    from types import SimpleNamespace
+
+    from sam2_ros.engine.types import FrameResult
+    from sam2_ros.ros.positions import Positions, size_mismatch
+
+    calib = sc.rectified_pair()
+    same = FrameResult(0, sc.H, sc.W)
+    assert size_mismatch(calib, same, same) == ''
+    other = FrameResult(0, 1080, 1920)
+    assert size_mismatch(calib, same, other) == (
+        f'the right camera_info is for {sc.W}x{sc.H} images, the images are 1920x1080')
+    import dataclasses
+    unsized = stereo.Calibration(dataclasses.replace(calib.left, width=0, height=0),
+                                 calib.right)
+    assert size_mismatch(unsized, other, same) == ''
+
+    sent = []
+    pos = Positions(None, SimpleNamespace(publish=sent.append), None, rectified=True)
+    pos.calibration = lambda: sc.rectified_pair()
+    pos.on_group(None, [other, other])
+    assert sent == [] and 'the left camera_info is for' in pos.values(0)['positions']
