@@ -191,3 +191,16 @@ def test_without_prompt_graphs_nothing_is_kept(monkeypatch):
     run(tr, {5: [lambda t: t.add_prompt(click(1, W * 0.3, H * 0.4))]})
     assert tr.bank.conditioned is None and not tr.runner.graphs.steps.keep
     assert tr.stats['prompt_eager_steps'] == tr.stats['prompt_steps'] == 3, dict(tr.stats)
+
+
+def test_a_click_on_a_queued_objects_first_frame_runs_attention_on_graphs(monkeypatch):
+    """An object a queued prompt started inside frame 6's track had no tracking step there:
+    a click on frame 6 afterwards is a correction that runs memory attention (nothing kept to
+    reuse), on the prompt graphs as eagerly."""
+    script = {5: [lambda t: t.queue_prompt(Prompt(3, box=(W * 0.3, H * 0.6, W * 0.5, H * 0.9)))],
+              6: [lambda t: t.add_prompt(click(3, W * 0.4, H * 0.75))]}
+    graphs, eager = tracker(monkeypatch), tracker(monkeypatch, graphs=False)
+    got, want = run(graphs, script), run(eager, script)
+    assert worst(got, want) <= TOL
+    assert replays(graphs, ReusedCorrectionKey) == 0 and replays(graphs, CorrectionKey) == 1
+    assert graphs.stats['eager_steps'] == 0 and graphs.stats['fallbacks'] == 0
