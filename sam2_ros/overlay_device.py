@@ -72,14 +72,15 @@ class DeviceOverlay:
     def render(self, rgb, res: FrameResult) -> np.ndarray:
         """rgb [H, W, 3] uint8 (numpy on the host, or a tensor on any device), the frame's
         results -> the overlay [H, W, 3] uint8 on the host (``overlay.render_overlay``'s)."""
-        if not res.objects:
-            return rgb.contiguous().cpu().numpy() if isinstance(rgb, torch.Tensor) \
-                else np.array(rgb, copy=True)
+        if not res.objects and not isinstance(rgb, torch.Tensor):
+            return np.array(rgb, copy=True)
+        # everything on this thread's own stream: on the default one it would queue behind,
+        # and hold up, the worker's frame in flight
         with torch.cuda.stream(self.stream):       # None (the CPU): no stream, a no-op
             frame = rgb.to(self.device) if isinstance(rgb, torch.Tensor) \
                 else self._upload('frame', rgb)
-            label = self._upload('label', res.label_mask())
-            shaded = shade(frame, label)                           # [H, W, 3] uint8
+            shaded = frame if not res.objects else \
+                shade(frame, self._upload('label', res.label_mask()))   # [H, W, 3] uint8
             out = self._buffer('out', tuple(shaded.shape))
             out.copy_(shaded, non_blocking=self.cuda)
         if self.cuda:

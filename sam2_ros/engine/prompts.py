@@ -27,6 +27,17 @@ def check_obj_id(obj_id) -> int:
     return int(obj_id)
 
 
+def upload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device``. On a GPU the copy goes through pinned memory and is only
+    queued: a copy from pageable memory waits for all work queued before it (a queued
+    prompt's points wait out the frame's image encoder). The caching host allocator keeps the
+    pinned block until the copy has read it."""
+    dev = torch.device(device)
+    if dev.type != 'cuda':
+        return t.to(dev)
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
 def prompt_points(prompt: Prompt, h: int, w: int, size: int,
                   device: torch.device) -> Optional[dict]:
     """sam2 point_inputs for a points/box prompt ({'point_coords': [1, P, 2] in model
@@ -68,7 +79,7 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
     xy = torch.tensor(coords, dtype=torch.float32).unsqueeze(0)
     xy = xy / torch.tensor([w, h], dtype=torch.float32) * size    # as add_new_points_or_box
     lab_t = torch.tensor(labels, dtype=torch.int32).unsqueeze(0)
-    return {'point_coords': xy.to(device), 'point_labels': lab_t.to(device)}
+    return {'point_coords': upload(xy, device), 'point_labels': upload(lab_t, device)}
 
 
 def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
@@ -86,7 +97,7 @@ def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
         m = _finite(_numbers(m, 'mask'), 'mask') != 0     # add_new_mask: nonzero is True
     if not m.any():
         raise PromptError('mask prompt is empty')
-    t = torch.from_numpy(np.ascontiguousarray(m)).to(device)[None, None].float()
+    t = upload(torch.from_numpy(np.ascontiguousarray(m)), device)[None, None].float()
     if (h, w) != (size, size):
         t = F.interpolate(t, size=(size, size), mode='bilinear', align_corners=False,
                           antialias=True)

@@ -42,3 +42,7 @@ def test_device_overlay_equals_render_overlay_with_labels_and_read_only_frames()
     np.testing.assert_array_equal(rgb, frozen)         # the frame itself is not drawn on
     empty = FrameResult(0, 120, 160)
     np.testing.assert_array_equal(ov.render(frozen, empty), rgb)
+    # a tensor frame with no object: copied out on the overlay's own stream (channels-last
+    # view of a [3, H, W] tensor, as a GPU-decoded JPEG is handed on)
+    chw = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    np.testing.assert_array_equal(ov.render(chw, empty), rgb)

@@ -61,3 +61,50 @@ def test_capture_failing_with_and_without_fused_kernels_reports_once(monkeypatch
     tr, reports = prepared(monkeypatch, failing)
     assert len(reports) == 1 and 'eager throughout' in reports[0], reports
     assert 'with fused kernels' in reports[0] and tr.runner.graphs is None
+
+
+def test_capture_warms_up_then_captures_in_thread_local_error_mode(monkeypatch):
+    """Capturer.capture runs the function once eagerly on a side stream, then captures it with
+    capture_error_mode='thread_local': a graph captured while the node runs (a new
+    resolution's I/O graphs, image mode's first call) must not be invalidated by the overlay
+    thread's CUDA calls, which global mode forbids process-wide. torch.cuda's calls are
+    recorded by stand-ins here (no GPU)."""
+    import contextlib
+
+    from sam2_ros.engine.cuda import capture
+
+    seen = []
+
+    class Stream:
+        def wait_stream(self, other):
+            seen.append('wait_stream')
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, **kw):
+        seen.append(('graph', pool, kw))
+        yield
+
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: 'pool')
+    monkeypatch.setattr(torch.cuda, 'Stream', Stream)
+    monkeypatch.setattr(torch.cuda, 'current_stream', lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, 'stream', lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, 'CUDAGraph', lambda: 'g')
+    monkeypatch.setattr(torch.cuda, 'graph', graph)
+    calls = []
+    cap = capture.Capturer().capture(lambda x: calls.append(x) or x + 1, 41)
+    assert calls == [41, 41] and cap.outputs == 42 and cap.graph == 'g'    # warm-up, capture
+    assert seen[-1] == ('graph', 'pool', {'capture_error_mode': 'thread_local'})
+
+
+def test_step_outputs_of_several_replays_keep_float32_scores():
+    """When a frame's objects run in several replays their outputs are gathered into the
+    runner's buffers: the scores stay float32 (the bank's) even where the object pointers
+    are stored in bf16, as they are when one replay runs every object."""
+    from types import SimpleNamespace
+
+    bank = SimpleNamespace(capacity=4, logits=torch.zeros(4, 1, 16, 16),
+                           ptrs=torch.zeros(4, 7, 8, dtype=torch.bfloat16),
+                           scores=torch.zeros(4), feats=torch.zeros(4, 7, 2, 4, 4))
+    out = runner.GraphRunner._out_rows(SimpleNamespace(out=None), 3, bank)
+    assert out.score.dtype == torch.float32 and out.obj_ptr.dtype == torch.bfloat16
+    assert tuple(out.score.shape) == (3, 1) and tuple(out.mem_feats.shape) == (3, 2, 4, 4)

@@ -22,6 +22,7 @@ import torch
 # equal eager on the GPU tests); each more lengthens configure by a run of every graph
 # (``python -m tools.bench.startup --warmup-iters`` measures it).
 WARMUP_ITERS = 1
+CAPTURE_ERROR_MODE = 'thread_local'
 
 
 @dataclass
@@ -60,6 +61,10 @@ class Capturer:
                 fn(inputs)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: a graph captured while the node runs (a new resolution's I/O, image
+        # mode's first call) must not fail because another thread (the GPU overlay's) makes a
+        # CUDA call that global capture mode forbids process-wide; this thread's own unsafe
+        # calls still raise
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode=CAPTURE_ERROR_MODE):
             outputs = fn(inputs)
         return CapturedGraph(graph, inputs, outputs)

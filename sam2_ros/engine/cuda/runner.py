@@ -331,7 +331,7 @@ class GraphRunner:
             rows = max(n, bank.capacity)
             self.out = step.StepOut(bank.logits.new_zeros(rows, *bank.logits.shape[1:]),
                                     bank.ptrs.new_zeros(rows, bank.ptrs.shape[-1]),
-                                    bank.ptrs.new_zeros(rows, 1),
+                                    bank.scores.new_zeros(rows, 1),     # float32, as stored
                                     bank.feats.new_zeros(rows, *bank.feats.shape[2:]))
         o = self.out
         return step.StepOut(o.low_res_logits[:n], o.obj_ptr[:n], o.score[:n], o.mem_feats[:n])
