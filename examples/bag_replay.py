@@ -42,7 +42,7 @@ IMAGE_TOPIC, PROMPT_TOPIC = '/camera/image_raw', '/sam2_tracker/prompt'
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('bag', nargs='?', help='rosbag2 directory; none: record a synthetic one')
     ap.add_argument('--out', default='states.csv', help='CSV to write')
     ap.add_argument('--rate', type=float, default=1.0, help='playback speed factor')
@@ -160,8 +160,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     spinner.start()
     player = BagPlayer(node, bag, rate=a.rate, clock=False)
     try:
-        if player.wait_for_subscribers(a.timeout):       # the node is active on every topic
-            raise SystemExit(f'the node did not subscribe within {a.timeout:.0f} s')
+        why = player.wait_for_node(a.node, a.timeout)     # active on its topics of the bag
+        if why:
+            raise SystemExit(f'the node did not subscribe within {a.timeout:.0f} s: {why}')
         seconds = player.play()
         end = time.monotonic() + a.timeout
         while not any(s.header.stamp.sec * 10**9 + s.header.stamp.nanosec == last

@@ -35,7 +35,7 @@ STATES = ('tracking', 'occluded', 'lost')
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--node', default='/sam2_tracker', help='the tracker node')
     ap.add_argument('--click', help='x,y in source pixels (default: centre of disc 1 of the '
                                     'synthetic camera, or of the frame)')

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('video', nargs='?', help='video file (OpenCV reads it); none: synthetic')
     ap.add_argument('--click', help='x,y of a positive click on frame 0 (source pixels)')
     ap.add_argument('--box', help='x0,y0,x1,y1 box on frame 0 (source pixels)')

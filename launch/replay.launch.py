@@ -53,8 +53,9 @@ def _setup(context, *args, **kwargs):
         from launch_ros.actions import Node
 
         play = Node(package='sam2_ros', executable='bag_replay', name='sam2_bag_replay',
-                    output='screen', arguments=[bag, '--rate', rate, '--wait',
-                                                '--wait-timeout', '300'] +
+                    output='screen', arguments=[bag, '--rate', rate, '--wait-node',
+                                                f'/{common.NODE_NAME}', '--wait-timeout',
+                                                '300'] +
                     [a for t in wait_for for a in ('--wait-topic', t)])
     # a prompt recorded for a frame but played just after it is applied to that frame and
     # the frame re-published (not deferred to the next one), so a frame's state does not

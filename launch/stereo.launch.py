@@ -35,8 +35,10 @@ def _setup(context, *args, **kwargs):
     fixed = {'cameras': cameras, 'camera_image': arg('camera_image'), 'autostart': True,
              'pair_tolerance_ms': _float(arg, 'pair_tolerance_ms'),
              'camera_period_ms': _float(arg, 'camera_period_ms')}
+    # `namespace:=''` cannot be typed on ros2 launch's command line: 'none' or '/' for none
+    ns = '' if arg('namespace').strip().lower() in ('', 'none', '/') else arg('namespace')
     return common.dds_profile_actions(context) + [
-        common.tracker_node(context, namespace=arg('namespace'), **fixed)]
+        common.tracker_node(context, namespace=ns, **fixed)]
 
 
 def generate_launch_description():
@@ -44,7 +46,8 @@ def generate_launch_description():
                 if a.name not in ('rviz', 'image_topic', 'namespace')]
     return LaunchDescription([
         DeclareLaunchArgument('namespace', default_value='stereo',
-                              description="the stereo camera's namespace ('' = none)"),
+                              description="the stereo camera's namespace ('none' or '/' = "
+                                          "none)"),
         DeclareLaunchArgument('cameras', default_value='left,right',
                               description='comma-separated camera namespaces, the left first'),
         DeclareLaunchArgument('camera_image', default_value='image_raw',

@@ -12,7 +12,7 @@ An override argument left at its default ``''`` changes nothing: the value comes
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from launch.actions import DeclareLaunchArgument, LogInfo, SetEnvironmentVariable
 from launch.launch_context import LaunchContext
@@ -20,6 +20,7 @@ from launch.substitutions import LaunchConfiguration
 
 PACKAGE = 'sam2_ros'
 NODE_NAME = 'sam2_tracker'
+RVIZ_IMAGE = '/camera/image_raw'    # the camera topic config/sam2_ros.rviz shows
 # `ros2 launch` refuses empty values on the command line (`name:=`), so "Fast DDS defaults"
 # needs a word of its own; '' still works where launch files include each other.
 NO_PROFILE = ('', 'none', 'default')
@@ -148,7 +149,40 @@ def rviz_actions(context: LaunchContext, use_sim_time: bool = False) -> List[Any
                             '(rviz:=false silences this)')]
     return [Node(package='rviz2', executable='rviz2', name='rviz2', output='log',
                  arguments=['-d', os.path.join(share_dir(), 'config', 'sam2_ros.rviz')],
-                 parameters=[{'use_sim_time': use_sim_time}])]
+                 parameters=[{'use_sim_time': use_sim_time}],
+                 remappings=rviz_remappings(context))]
+
+
+def rviz_remappings(context: LaunchContext) -> List[Tuple[str, str]]:
+    """The topics of config/sam2_ros.rviz (the default camera topic and the node's outputs
+    without a namespace) remapped to the node's of this launch: its ``namespace`` and
+    ``image_topic`` (the argument, else the params file's)."""
+    ns = context.launch_configurations.get('namespace', '').strip('/')
+    image = context.launch_configurations.get('image_topic', '') or \
+        params_file_value(context, 'image_topic') or RVIZ_IMAGE
+    if not image.startswith('/'):            # relative: in the node's namespace
+        image = f'/{ns}/{image}' if ns else f'/{image}'
+    node = f'/{ns}/{NODE_NAME}' if ns else f'/{NODE_NAME}'
+    pairs = [(RVIZ_IMAGE, image)] + [(f'/{NODE_NAME}/{t}', f'{node}/{t}')
+                                      for t in ('mask', 'overlay')]
+    return [(a, b) for a, b in pairs if a != b]
+
+
+def params_file_value(context: LaunchContext, name: str) -> str:
+    """``name`` as the launch's params file sets it for the tracker ('' if it does not)."""
+    import yaml
+
+    path = context.launch_configurations.get('params_file', '')
+    try:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError):
+        return ''
+    for key in ('/**', NODE_NAME, f'/{NODE_NAME}'):
+        value = ((doc.get(key) or {}).get('ros__parameters') or {}).get(name)
+        if isinstance(value, str):
+            return value
+    return ''
 
 
 def tracker_node(context: LaunchContext, namespace: str = '', remappings=(),

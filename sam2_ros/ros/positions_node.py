@@ -148,7 +148,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
-    rclpy.init(args=list(sys.argv if argv is None else argv))
+    from rclpy.utilities import remove_ros_args
+
+    argv = list(sys.argv if argv is None else argv)
+    if {'-h', '--help'} & set(remove_ros_args(argv)[1:]):
+        print(__doc__)          # a node's parameters are given as --ros-args -p name:=value
+        return 0
+    rclpy.init(args=argv)
     node = make_node()
     try:
         rclpy.spin(node)

@@ -7,7 +7,8 @@ types such as ``sam2_ros/msg/Prompt`` need only their generated Python class to 
 Messages keep their recorded spacing (divided by ``--rate``) and ``/clock`` follows bag time,
 so a node with ``use_sim_time:=true`` sees the recorded time line.
 
-    python -m sam2_ros.ros.replay BAG [--rate 1.0] [--topics T ...] [--wait] [--no-clock]
+    python -m sam2_ros.ros.replay BAG [--rate 1.0] [--topics T ...] [--wait]
+        [--wait-node /sam2_tracker] [--no-clock]
         [--in-order]
 
 ``--in-order`` makes a replay reproducible across topics: each message is acknowledged by
@@ -72,11 +73,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument('--topics', nargs='*', default=None, help='only these topics')
     ap.add_argument('--wait', action='store_true',
                     help='wait until every replayed topic has a subscriber before playing')
+    ap.add_argument('--wait-node', default='', metavar='NODE',
+                    help='wait until NODE (e.g. /sam2_tracker) subscribes to replayed topics '
+                         'and each of those has a subscriber; the bag\'s other topics '
+                         '(camera_info, tf) are played without waiting')
     ap.add_argument('--wait-topic', action='append', default=[], metavar='TOPIC[:N]',
                     help='also wait for N (default 1) subscribers on TOPIC, e.g. /clock:2 '
                          '(repeatable; replayed topics or /clock)')
     ap.add_argument('--wait-timeout', type=float, default=60.0,
-                    help='seconds, for --wait and --wait-topic')
+                    help='seconds, for --wait, --wait-node and --wait-topic')
     ap.add_argument('--no-clock', action='store_true', help='do not publish /clock')
     ap.add_argument('--start-delay', type=float, default=0.0,
                     help='seconds between discovery and the first message')
@@ -147,6 +152,33 @@ class BagPlayer:
                 return short
             time.sleep(0.05)
 
+    def wait_for_node(self, name: str, timeout: float, settle: float = 0.5) -> str:
+        """Wait until the node ``name`` (fully qualified) subscribes to replayed topics and each
+        of them has a subscriber, the same set for ``settle`` s (a node's subscriptions are
+        discovered one by one); '' then, else why not after ``timeout``. Topics of the bag the
+        node does not take (camera_info, tf, another camera) are not waited for."""
+        ns, _, base = name.rpartition('/')
+        end, ready = time.monotonic() + timeout, None
+        while True:
+            try:
+                subs = {t for t, _ in self.node.get_subscriber_names_and_types_by_node(
+                    base, ns or '/')}
+            except Exception:  # noqa: BLE001 - rclpy's NodeNameNonExistentError: not up yet
+                subs = set()
+            taken = sorted(t for t in self.pubs if t in subs)
+            if taken and all(self.pubs[t].get_subscription_count() >= 1 for t in taken):
+                if ready is not None and ready[0] == taken and \
+                        time.monotonic() - ready[1] >= settle:
+                    return ''
+                ready = ready if ready is not None and ready[0] == taken else (
+                    taken, time.monotonic())
+            else:
+                ready = None
+            if time.monotonic() > end:
+                return (f'{name} subscribes to none of the replayed topics {sorted(self.pubs)}'
+                        if not taken else f'{name} subscribes to {taken}, not all matched')
+            time.sleep(0.05)
+
     def _publish_clock(self, t_ns: int) -> None:
         if self.clock_pub is not None:
             from rosgraph_msgs.msg import Clock
@@ -207,6 +239,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                            clock=not args.no_clock, qos_depth=args.qos_depth,
                            in_order=args.in_order)
         extra = dict(parse_wait_topic(w) for w in args.wait_topic)
+        why = player.wait_for_node(args.wait_node, args.wait_timeout) if args.wait_node else ''
+        if why:
+            log.error(f'after {args.wait_timeout:.0f} s: {why}')
+            return 2
         if args.wait or extra:
             short = player.wait_for_subscribers(args.wait_timeout, args.wait, extra)
             if short:

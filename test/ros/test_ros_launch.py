@@ -135,9 +135,11 @@ def test_replay_wait_for_reaches_our_player():
     player = [c for c in cmds if '/data/bag' in c]
     assert len(player) == 1, cmds
     tail = player[0][player[0].index('/data/bag'):]
-    assert tail[:9] == ['/data/bag', '--rate', '1.0', '--wait', '--wait-timeout', '300',
-                        '--wait-topic', '/clock:2', '--wait-topic'], tail
-    assert tail[9] == '/camera/image_raw:2', tail
+    # the player waits for the tracker's own subscriptions, not for every topic of the bag
+    assert tail[:10] == ['/data/bag', '--rate', '1.0', '--wait-node', '/sam2_tracker',
+                         '--wait-timeout', '300', '--wait-topic', '/clock:2', '--wait-topic'], \
+        tail
+    assert tail[10] == '/camera/image_raw:2', tail
     plain = [c for c in _replay_setup(bag='/data/bag', player='sam2_ros') if '/data/bag' in c]
     assert '--wait-topic' not in plain[0]
     with pytest.raises(RuntimeError, match='wait_for needs player:=sam2_ros'):
@@ -177,3 +179,34 @@ def test_rviz_layout_shows_camera_mask_overlay():
     image_topic = tracker['/**']['ros__parameters']['image_topic']
     assert topics == {image_topic, '/sam2_tracker/mask', '/sam2_tracker/overlay'}
     assert all(d['Topic']['Reliability Policy'] == 'Reliable' for d in displays)
+
+
+def test_rviz_follows_the_launchs_namespace_and_image_topic(tmp_path):
+    """config/sam2_ros.rviz shows /camera/image_raw, /sam2_tracker/mask and overlay: RViz
+    started by a launch is remapped onto that launch's node (namespace) and camera
+    (image_topic, or the params file's)."""
+    if not launch_available():
+        pytest.skip('no ROS 2 launch')
+    from launch import LaunchContext
+
+    from sam2_ros.ros.launch_common import rviz_remappings
+
+    rviz = (ROOT / 'config' / 'sam2_ros.rviz').read_text()
+    for topic in ('/camera/image_raw', '/sam2_tracker/mask', '/sam2_tracker/overlay'):
+        assert f'Value: {topic}' in rviz
+
+    def remaps(**args):
+        ctx = LaunchContext()
+        ctx.launch_configurations.update(args)
+        return dict(rviz_remappings(ctx))
+
+    assert remaps(params_file=str(ROOT / 'config' / 'tracker.yaml')) == {}
+    assert remaps(namespace='cam0', image_topic='/my_cam/image_raw') == {
+        '/camera/image_raw': '/my_cam/image_raw',
+        '/sam2_tracker/mask': '/cam0/sam2_tracker/mask',
+        '/sam2_tracker/overlay': '/cam0/sam2_tracker/overlay'}
+    assert remaps(namespace='cam0', image_topic='image_raw')['/camera/image_raw'] == \
+        '/cam0/image_raw'
+    params = tmp_path / 'p.yaml'
+    params.write_text('/**:\n  ros__parameters:\n    image_topic: /front/image_rect\n')
+    assert remaps(params_file=str(params)) == {'/camera/image_raw': '/front/image_rect'}
