@@ -30,7 +30,7 @@ from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.image import frame_result as image_frame_result
 from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
-from sam2_ros.engine.runners import make_runner
+from sam2_ros.engine.runners import frame_mode, make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.stream_handle import StreamHandle
 from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
@@ -215,18 +215,25 @@ class MultiStreamTracker:
             torch.cuda.current_stream(self.device).synchronize()
         for s, read in zip(live, reads):
             self.stats['frames'] += 1
-            mode = _mode([m for (t, _), m in zip(tracked, modes) if t is s])
+            mode = frame_mode([m for (t, _), m in zip(tracked, modes) if t is s])
             out.results[s.index] = self._built(s, read, mode, t0, tracked=True)
 
     @staticmethod
     def _step_failed(exc: Exception) -> Callable[[Stream], str]:
-        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it '
-                          f'(steps read memories by frame number, so the gap is skipped), '
-                          f'tracking continues with the next frame')
+        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it (steps '
+                          f'read memories by frame number, so the gap is skipped), tracking '
+                          f'continues with the next frame')
 
     def _fail(self, cameras: List[int], out: StreamsResult, exc: Exception,
               message: Callable[[Stream], str]) -> None:
-        """Report a StepError (caused by exc) for each camera of the failed computation."""
+        """Report a StepError (caused by exc) for each camera of the failed computation, once
+        the device has finished what the failed call queued: no kernel of it may still run
+        when the next frame's buffers are written (nvJPEG writes on a stream of its own)."""
+        if self.device.type == 'cuda':
+            try:
+                torch.cuda.current_stream(self.device).synchronize()
+            except Exception:  # noqa: BLE001 - a sticky CUDA error: the report still goes out
+                pass
         for c in cameras:
             err = StepError(message(self.streams[c]))
             err.__cause__ = exc
@@ -389,11 +396,3 @@ class MultiStreamTracker:
         self.stats['fallbacks'] += 1
         self.fallback_reasons[reason] += 1
         log.warning('CUDA graph fallback to eager: %s', reason)
-
-
-def _mode(modes: List[str]) -> str:
-    """A frame's mode from its objects' step modes ('eager' with no tracked object)."""
-    if modes and all(m == 'graph' for m in modes):
-        return 'graph'
-    return 'eager' if all(m == 'eager' for m in modes) else 'mixed'
-

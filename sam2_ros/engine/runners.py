@@ -8,7 +8,7 @@ nothing of the trackers.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, List
 
 import torch
 
@@ -24,3 +24,10 @@ def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None],
         from sam2_ros.engine.cuda.runner import GraphRunner
         return GraphRunner(model, cfg, on_fallback, cameras)
     return EagerRunner(model, cfg)
+
+
+def frame_mode(modes: List[str]) -> str:
+    """A frame's mode from its objects' step modes ('eager' with no tracked object)."""
+    if modes and all(m == 'graph' for m in modes):
+        return 'graph'
+    return 'eager' if all(m == 'eager' for m in modes) else 'mixed'
