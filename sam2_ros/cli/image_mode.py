@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional
 
-from sam2_ros.cli import CliError
+from sam2_ros.cli import CliError, interrupts_deferred
 from sam2_ros.cli import prompts_file as pf
 
 
@@ -38,7 +38,7 @@ def process(segmenter, source, by_frame: Dict[int, List[pf.PromptEvent]], output
     ``track_offline.process`` does."""
     from tqdm import tqdm
 
-    from sam2_ros.cli.records import object_record
+    from sam2_ros.cli.records import count_frame, object_record
     from sam2_ros.engine.errors import TrackerError
     from sam2_ros.engine.image import frame_result
 
@@ -56,16 +56,15 @@ def process(segmenter, source, by_frame: Dict[int, List[pf.PromptEvent]], output
             except TrackerError as exc:
                 raise CliError(f'{name}: {exc}') from exc
             res.frame_index = k
+            res.objects.sort(key=lambda o: o.obj_id)    # one per id here: ascending, as tracking
             objs = [object_record(o) for o in res.objects]
             applied = [ev.index for ev in events]
-            outputs.write(k, rgb, res, {
-                'frame': k, 'source': name, 'mode': res.mode, 'engine_ms': round(res.engine_ms, 3),
-                'prompt_ms': 0.0, 'events': applied, 'objects': objs})
-            stats['frames'] += 1
-            stats['engine_ms'].append(res.engine_ms)
-            stats['modes'][res.mode] = stats['modes'].get(res.mode, 0) + 1
-            stats['applied'] += applied
-            stats['ids'].update(o['object_id'] for o in objs)
+            with interrupts_deferred():     # the image's outputs and its count, whole
+                outputs.write(k, rgb, res, {
+                    'frame': k, 'source': name, 'mode': res.mode,
+                    'engine_ms': round(res.engine_ms, 3), 'prompt_ms': 0.0, 'events': applied,
+                    'objects': objs})
+                count_frame(stats, res.engine_ms, res.mode, applied, objs)
             bar.update(1)
     finally:
         bar.close()

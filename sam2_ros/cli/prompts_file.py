@@ -52,6 +52,40 @@ class PromptEvent:
                       mask=self.mask)
 
 
+class DuplicateKey(ValueError):
+    """A key given twice in one event (YAML and JSON would keep the last silently)."""
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f'key {k!r} given twice in one object')
+        out[k] = v
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if dup is not None:
+            raise DuplicateKey(f'key {dup!r} given twice in one mapping (line '
+                               f'{node.start_mark.line + 1})')
+        return super().construct_mapping(node, deep=deep)
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's error as one line, naming the file's line and column where it has them."""
+    mark = getattr(exc, 'problem_mark', None)
+    if isinstance(exc, yaml.YAMLError) and mark is not None:
+        what = getattr(exc, 'problem', None) or type(exc).__name__
+        return f'line {mark.line + 1}, column {mark.column + 1}: {what}'
+    return ' '.join(str(exc).split())
+
+
 def load_prompts(path: str) -> List[PromptEvent]:
     """Parse and schema-check a prompt file; return its events ordered by (frame, file order).
 
@@ -62,9 +96,11 @@ def load_prompts(path: str) -> List[PromptEvent]:
     try:
         with open(path, encoding='utf-8') as fh:
             text = fh.read()
-        data = json.loads(text) if path.lower().endswith('.json') else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PromptFileError(f'cannot parse prompt file {path!r}: {exc}') from exc
+        data = json.loads(text, object_pairs_hook=_unique_keys) \
+            if path.lower().endswith('.json') else yaml.load(text, Loader=_UniqueKeyLoader)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError,
+            DuplicateKey) as exc:
+        raise PromptFileError(f'cannot parse prompt file {path!r}: {_one_line(exc)}') from exc
     if data is None:
         data = []
     if not isinstance(data, list):
@@ -234,7 +270,10 @@ def _mask(v: Any, base: str, fail) -> Tuple[str, np.ndarray]:
         fail(f'cannot read mask image {full!r} (not an image cv2 can decode)')
     m = (img[..., :3] != 0).any(axis=-1) if img.ndim == 3 else img != 0
     if not m.any():
-        fail(f'mask image {full!r} is empty (no nonzero pixel)')
+        alpha = img.ndim == 3 and img.shape[-1] == 4 and (img[..., 3] != 0).any()
+        fail(f'mask image {full!r} is empty (no nonzero pixel'
+             + (' in its colour channels; the alpha channel is not read' if alpha else '')
+             + ')')
     return full, m
 
 

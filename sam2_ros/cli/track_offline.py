@@ -28,10 +28,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from sam2_ros.cli import CliError
+from sam2_ros.cli import CliError, interrupts_deferred
 from sam2_ros.cli import image_mode
 from sam2_ros.cli import prompts_file as pf
-from sam2_ros.cli.records import object_record
+from sam2_ros.cli.records import count_frame, object_record
 from sam2_ros.cli.sources import FrameSource, open_source
 from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig, default_precision
 
@@ -126,9 +126,18 @@ def config_from_args(args: argparse.Namespace) -> TrackerConfig:
 
 # ---- outputs -----------------------------------------------------------------------------
 
-def prepare_out_dir(out: str, overwrite: bool) -> None:
-    """Create --out; refuse to mix with an earlier run's results unless --overwrite (then
-    delete exactly those results, so no stale mask of a longer earlier run survives)."""
+def check_frame_size(size: Tuple[int, int], path: str) -> None:
+    """The tracker's frame size limits, before the model is built."""
+    from sam2_ros.engine.frame_in import MAX_SIDE
+    if not all(16 <= n <= MAX_SIDE for n in size):
+        raise CliError(f'{path}: frames of {size[1]}x{size[0]} are outside the tracker\'s '
+                       f'16..{MAX_SIDE} pixels per side')
+
+
+def check_out_dir(out: str, overwrite: bool) -> List[str]:
+    """Create --out and its masks/ folder; refuse to mix with an earlier run's results unless
+    --overwrite. Returns those results' paths, which ``clear_out_dir`` deletes once the run
+    can start (a later error, e.g. a bad checkpoint, leaves them in place)."""
     masks = os.path.join(out, 'masks')
     if os.path.exists(out) and not os.path.isdir(out):
         raise CliError(f'--out {out!r} exists and is not a directory')
@@ -139,11 +148,20 @@ def prepare_out_dir(out: str, overwrite: bool) -> None:
         raise CliError(f'--out {out!r} already holds results ({", ".join(old) or "masks/"}); '
                        f'pass --overwrite or choose another directory')
     try:
-        for f in old:
-            os.remove(os.path.join(out, f))
-        for n in old_masks:
-            os.remove(os.path.join(masks, n))
         os.makedirs(masks, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
+    if not (os.access(out, os.W_OK) and os.access(masks, os.W_OK)):
+        raise CliError(f'cannot write into --out {out!r} (no permission)')
+    return [os.path.join(out, f) for f in old] + [os.path.join(masks, n) for n in old_masks]
+
+
+def clear_out_dir(out: str, old: List[str]) -> None:
+    """Delete an earlier run's results (``check_out_dir``'s list): no stale mask of a longer
+    earlier run survives."""
+    try:
+        for path in old:
+            os.remove(path)
     except OSError as exc:
         raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
 
@@ -153,25 +171,36 @@ class Outputs:
 
     def __init__(self, out: str, size: Tuple[int, int], fps: float, video: bool):
         self.out = out
-        self.states = open(os.path.join(out, 'states.jsonl'), 'w', encoding='utf-8')
         self.video = None
-        if video:
+        if video:                   # first: a writer that cannot open leaves nothing behind
             h, w = size
             path = os.path.join(out, 'overlay.mp4')
             self.video = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'mp4v'), fps, (w, h))
             if not self.video.isOpened():
-                self.close()
-                raise CliError(f'cannot open {path!r} for writing (mp4v codec unavailable?); '
-                               f'pass --no-video to skip the overlay video')
+                self.video.release()
+                if os.path.exists(path):
+                    os.remove(path)
+                raise CliError(f'cannot open {path!r} for writing (mp4v codec unavailable, or a '
+                               f'{w}x{h} frame it cannot encode?); pass --no-video to skip the '
+                               f'overlay video')
+        self.states = open(os.path.join(out, 'states.jsonl'), 'w', encoding='utf-8')
 
     def write(self, k: int, rgb: np.ndarray, res, record: dict) -> None:
+        """One frame's mask, overlay frame and states line, all or (on an I/O error) a
+        CliError; a Ctrl-C in between is raised after them (``interrupts_deferred``)."""
         path = os.path.join(self.out, 'masks', f'{k:06d}.png')
-        if not cv2.imwrite(path, res.label_mask()):
-            raise CliError(f'cannot write {path!r} (disk full or no permission?)')
-        if self.video is not None:
-            from sam2_ros.overlay import render_overlay
-            self.video.write(cv2.cvtColor(render_overlay(rgb, res), cv2.COLOR_RGB2BGR))
-        self.states.write(json.dumps(record, separators=(',', ':')) + '\n')
+        try:
+            # imwrite can report success for a file it could not fill (disk full)
+            if not cv2.imwrite(path, res.label_mask()) or os.path.getsize(path) == 0:
+                raise OSError(f'{path!r} was not written')
+            if self.video is not None:
+                from sam2_ros.overlay import render_overlay
+                self.video.write(cv2.cvtColor(render_overlay(rgb, res), cv2.COLOR_RGB2BGR))
+            self.states.write(json.dumps(record, separators=(',', ':')) + '\n')
+            self.states.flush()
+        except OSError as exc:
+            raise CliError(f'cannot write the outputs of frame {k} in {self.out!r} (disk full '
+                           f'or no permission?): {exc}') from exc
 
     def close(self) -> None:
         self.states.close()
@@ -220,14 +249,11 @@ def process(tracker, source: FrameSource, by_frame: Dict[int, List[pf.PromptEven
                     raise CliError(f'{prompts}: event[{ev.index}] (frame {k}): {exc}') from exc
                 applied.append(ev.index)
             objs = [object_record(o) for o in res.objects]
-            outputs.write(k, rgb, res, {
-                'frame': k, 'source': name, 'mode': mode, 'engine_ms': round(track_ms, 3),
-                'prompt_ms': round(prompt_ms, 3), 'events': applied, 'objects': objs})
-            stats['frames'] += 1
-            stats['engine_ms'].append(track_ms)
-            stats['modes'][mode] = stats['modes'].get(mode, 0) + 1
-            stats['applied'] += applied
-            stats['ids'].update(o['object_id'] for o in objs)
+            with interrupts_deferred():     # the frame's outputs and its count, whole
+                outputs.write(k, rgb, res, {
+                    'frame': k, 'source': name, 'mode': mode, 'engine_ms': round(track_ms, 3),
+                    'prompt_ms': round(prompt_ms, 3), 'events': applied, 'objects': objs})
+                count_frame(stats, track_ms, mode, applied, objs)
             bar.set_postfix(objects=len(objs), ms=f'{track_ms:.0f}', refresh=False)
             bar.update(1)
     finally:
@@ -242,20 +268,21 @@ def run(args: argparse.Namespace) -> dict:
         image_mode.check_events(events, args.prompts)
     source = open_source(args.input)
     try:
+        check_frame_size(source.size, args.input)
         # image mode holds no objects between images: any number of ids (1..255) may appear
         pf.check_against_input(events, *source.size, 255 if args.image_mode else
                                cfg.max_objects, args.prompts)
-        prepare_out_dir(args.out, args.overwrite)
-        fps = args.fps or source.fps or DEFAULT_FPS
+        fps = args.fps if args.fps is not None else (source.fps or DEFAULT_FPS)
         if not (math.isfinite(fps) and fps > 0):
             raise CliError(f'--fps must be > 0, got {args.fps}')
-        return _track(args, cfg, events, source, fps)
+        old = check_out_dir(args.out, args.overwrite)
+        return _track(args, cfg, events, source, fps, old)
     finally:
         source.close()
 
 
 def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: FrameSource,
-           fps: float) -> dict:
+           fps: float, old: List[str]) -> dict:
     from sam2_ros.engine.errors import TrackerError
     from sam2_ros.engine.image import ImageSegmenter
     from sam2_ros.engine.tracker import StreamingTracker
@@ -265,8 +292,12 @@ def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: Frame
         tracker = ImageSegmenter(cfg) if args.image_mode else StreamingTracker(cfg)
     except TrackerError as exc:
         raise CliError(str(exc)) from exc
+    except (MemoryError, RuntimeError) as exc:     # out of memory (host or GPU) at this size
+        raise CliError(f'cannot build the {cfg.model_size}@{cfg.image_size} model on '
+                       f'{cfg.device}: {" ".join(str(exc).split())[:300]}') from exc
     build_s = time.perf_counter() - t0
     stats = {'frames': 0, 'engine_ms': [], 'modes': {}, 'applied': [], 'ids': set()}
+    clear_out_dir(args.out, old)
     outputs = Outputs(args.out, source.size, fps, video=not args.no_video)
     status, error, t1 = 'ok', None, time.perf_counter()
     try:
@@ -282,14 +313,28 @@ def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: Frame
     except KeyboardInterrupt:
         status, error = 'interrupted', 'interrupted by the user'
         raise
+    except BaseException as exc:   # a bug: the summary says so, the traceback follows
+        status, error = 'error', f'internal error: {exc!r}'
+        raise
     finally:
-        outputs.close()
         summary = _summary(args, cfg, events, source, fps, stats, build_s,
                            time.perf_counter() - t1, tracker, status, error)
-        with open(os.path.join(args.out, 'summary.json'), 'w', encoding='utf-8') as fh:
+        _write_summary(args.out, outputs, summary)
+    return summary
+
+
+def _write_summary(out: str, outputs: Outputs, summary: dict) -> None:
+    """Close the outputs and write summary.json; an I/O error is a CliError only when the run
+    itself succeeded (else the run's own error is the one reported)."""
+    try:
+        outputs.close()
+        with open(os.path.join(out, 'summary.json'), 'w', encoding='utf-8') as fh:
             json.dump(summary, fh, indent=2)
             fh.write('\n')
-    return summary
+    except OSError as exc:
+        if summary['status'] == 'ok':
+            raise CliError(f'cannot write the outputs in {out!r} (disk full or no '
+                           f'permission?): {exc}') from exc
 
 
 def _summary(args, cfg, events, source, fps, stats, build_s, track_s, tracker, status,
@@ -303,6 +348,7 @@ def _summary(args, cfg, events, source, fps, stats, build_s, track_s, tracker, s
         'image_mode': bool(args.image_mode),
         'width': int(source.size[1]), 'height': int(source.size[0]),
         'frames': stats['frames'], 'object_ids': sorted(stats['ids']),
+        'frames_declared': source.total if source.kind == 'video' else None,
         'prompts': os.path.abspath(args.prompts), 'events': len(events),
         'events_applied': len(applied), 'events_not_applied': missed,
         'config': {'model_size': cfg.model_size, 'image_size': cfg.image_size,
@@ -333,6 +379,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f'{PROG}: interrupted', file=sys.stderr)
         return 130
+    if summary['frames_declared'] and summary['frames'] < summary['frames_declared'] and \
+            summary['frames'] < (args.max_frames or summary['frames_declared']):
+        print(f'{PROG}: warning: the video declares {summary["frames_declared"]} frames but '
+              f'only {summary["frames"]} could be decoded (truncated or corrupt at the end?)',
+              file=sys.stderr)
     if summary['events_not_applied']:
         print(f'{PROG}: warning: events {summary["events_not_applied"]} were never applied '
               f'(their frame is past the last processed frame {summary["frames"] - 1})',

@@ -15,6 +15,8 @@ from typing import Optional, Union
 
 from sam2_ros.knobs import knob
 
+MAX_IMAGE_SIZE = 4096
+
 MODEL_SIZES = ('tiny', 'small', 'base_plus', 'large')
 PRECISIONS = ('bf16', 'fp32')
 GRAPH_MODES = ('swap', 'batched')
@@ -291,6 +293,8 @@ class TrackerConfig:
                              'one of them')
         if not isinstance(self.image_size, int) or self.image_size < 64 or self.image_size % 32:
             raise ValueError(f'image_size must be a multiple of 32 >= 64, got {self.image_size!r}')
+        if self.image_size > MAX_IMAGE_SIZE:      # SAM 2 is trained at 1024
+            raise ValueError(f'image_size must be <= {MAX_IMAGE_SIZE}, got {self.image_size!r}')
         _int_in(self, 'max_objects', 1, 256)
         _int_in(self, 'max_cond_frames', 1, 64)
         if self.steady_attention not in STEADY_ATTENTION:
@@ -339,6 +343,7 @@ def _int_in(cfg: TrackerConfig, name: str, lo: int, hi: Optional[int]) -> None:
     """ValueError unless the field ``name`` is an int (not a bool) in lo..hi (hi None: no
     upper bound)."""
     v = getattr(cfg, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo or (hi is not None and v > hi):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo or \
+            (hi is not None and v > hi):
         span = f'>= {lo}' if hi is None else f'in {lo}..{hi}'
         raise ValueError(f'{name} must be an int {span}, got {v!r}')

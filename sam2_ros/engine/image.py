@@ -251,7 +251,8 @@ class ImageSegmenter:
 
 def frame_result(res: ImageResult, prompts: Sequence[Prompt]) -> FrameResult:
     """An ``ImageResult`` as the tracker's ``FrameResult``: frame_index 0, one ``ObjectResult``
-    per prompt in order (score: the object score logit; state TRACKING when > 0)."""
+    per prompt in order (ids may repeat: a result per prompt, not per object; score: the
+    object score logit; state TRACKING when > 0)."""
     out = FrameResult(0, res.height, res.width, mode=res.mode, engine_ms=res.engine_ms)
     for i, p in enumerate(prompts):
         area, box, cen = masks_out.unpack(res.stats[i])

@@ -83,11 +83,13 @@ def group(prompts: Sequence[Prompt], h: int, w: int, size: int,
                 rows.append((pts['point_coords'].shape[1], pts, None))
         except PromptError as exc:
             raise PromptError(f'prompt {i} (object {p.obj_id}): {exc}') from None
+    # a shape: the point count and whether a box leads them (2 clicks and a box are not
+    # one shape: sam2's predictor runs each prompt alone, and a batch of one shape equals it)
     groups: dict = {}
     for i, (n_pts, _, _) in enumerate(rows):
-        groups.setdefault(n_pts, []).append(i)
+        groups.setdefault((n_pts, prompts[i].box is not None), []).append(i)
     out = []
-    for n_pts, idx in groups.items():
+    for (n_pts, _), idx in groups.items():
         if n_pts == 0:
             masks = torch.cat([prompt_mask(rows[i][2], h, w, size, device) for i in idx])
             out.append((idx, PromptBatch(None, None, mask_logits(masks))))

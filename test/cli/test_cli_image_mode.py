@@ -80,3 +80,15 @@ def test_events_without_meaning_per_image_are_errors(folder, tmp_path, capsys, e
                                str(tmp_path / 'out'), *ARGS]) == 2
     err = capsys.readouterr().err.strip()
     assert text in err and len(err.splitlines()) == 1
+
+
+def test_states_list_objects_in_ascending_ids(folder, tmp_path):
+    """As in tracking mode, whatever order the image's events come in."""
+    (tmp_path / 'p.yaml').write_text('- {frame: 0, object_id: 5, box: [40, 10, 75, 50]}\n'
+                                     '- {frame: 0, object_id: 2, points: [[30, 20]], '
+                                     'labels: [1]}\n')
+    out = tmp_path / 'out'
+    assert track_offline.main([str(folder / 'in'), '--prompts', str(tmp_path / 'p.yaml'),
+                               '--out', str(out), *ARGS]) == 0
+    first = json.loads((out / 'states.jsonl').read_text().splitlines()[0])
+    assert [o['object_id'] for o in first['objects']] == [2, 5]

@@ -290,3 +290,104 @@ def test_fill_hole_area_option_maps_onto_config(data, tmp_path):
         .fill_hole_area == 0
     with pytest.raises(track_offline.CliError, match='fill_hole_area'):
         track_offline.config_from_args(parse(base + ['--fill-hole-area', '-1']))
+
+
+def test_a_failing_output_write_is_one_error_line_and_an_error_summary(data, tmp_path, capsys,
+                                                                        monkeypatch):
+    """A mask that cannot be written on frame 2 (a full disk: imwrite may even report
+    success for an empty file) ends the run with exit 2, one line, and a summary that says
+    so; the frames before it are complete."""
+    real = cv2.imwrite
+
+    def full_disk(path, img, *a):
+        if path.endswith('000002.png'):
+            open(path, 'wb').close()
+            return True
+        return real(path, img, *a)
+    monkeypatch.setattr(track_offline.cv2, 'imwrite', full_disk)
+    out = tmp_path / 'o'
+    rc = run(data / 'frames', '--prompts', data / 'p.json', '--out', out, *FAST)
+    err = capsys.readouterr().err
+    assert rc == 2 and 'cannot write the outputs of frame 2' in err and \
+        'Traceback' not in err, err
+    summary = json.loads((out / 'summary.json').read_text())
+    assert summary['status'] == 'error' and summary['frames'] == 2
+    assert len(read_states(out)) == 2
+
+
+def test_an_unwritable_out_folder_is_one_error_line(data, tmp_path, capsys, monkeypatch):
+    """Checked before the model is built (the permission check stands in for a read-only
+    folder: CI runs as root, whom permissions do not stop)."""
+    monkeypatch.setattr(track_offline.os, 'access', lambda path, mode: False)
+    rc = run(data / 'frames', '--prompts', data / 'p.json', '--out', tmp_path / 'ro', *FAST)
+    err = capsys.readouterr().err
+    assert rc == 2 and 'cannot write into --out' in err and 'Traceback' not in err, err
+    assert not (tmp_path / 'ro' / 'states.jsonl').exists()
+
+
+def test_overwrite_keeps_the_old_results_until_the_run_can_start(data, tmp_path, capsys):
+    """--overwrite with a run that fails before tracking (a bad --fps, a missing checkpoint)
+    leaves the earlier results as they were; --fps 0 is an error, not 'the video's'."""
+    out = tmp_path / 'o'
+    base = [data / 'in.mp4', '--prompts', data / 'p.json', '--out', out, '--max-frames', '2']
+    assert run(*base, *FAST) == 0
+    before = sorted(os.listdir(out)), sorted(os.listdir(out / 'masks'))
+    for bad in (['--fps', '0', *FAST], ['--fps', '-1', *FAST],
+                ['--checkpoint', tmp_path / 'nope.pt', '--image-size', '256', '--device',
+                 'cpu']):
+        assert run(*base, '--overwrite', *bad) == 2
+        assert (sorted(os.listdir(out)), sorted(os.listdir(out / 'masks'))) == before, bad
+    err = capsys.readouterr().err
+    assert '--fps must be > 0, got 0.0' in err and 'checkpoint not found' in err, err
+
+
+def test_a_frame_is_written_whole_when_ctrl_c_comes_in_the_middle():
+    """Ctrl-C inside ``interrupts_deferred`` takes effect when the block ends."""
+    import signal
+
+    from sam2_ros.cli import interrupts_deferred
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):       # the handler runs between bytecodes: not a race
+                pass
+            done.append('rest of the frame')
+    assert done == ['rest of the frame']
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize('text,what', [
+    ('- {frame: 0, frame: 3, object_id: 1, points: [[1, 2]], labels: [1]}',
+     "key 'frame' given twice"),
+    ('- frame: 0\n  object_id: [1', 'line 3, column 1'),
+])
+def test_duplicate_keys_and_syntax_errors_are_one_line(data, tmp_path, capsys, text, what):
+    (tmp_path / 'p.yaml').write_text(text + '\n')
+    rc = run(data / 'frames', '--prompts', tmp_path / 'p.yaml', '--out', tmp_path / 'o', *FAST)
+    err = capsys.readouterr().err
+    assert rc == 2 and what in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / 'p.json').write_text('[{"frame": 0, "object_id": 1, "object_id": 2, '
+                                     '"points": [[1, 2]], "labels": [1]}]')
+    assert run(data / 'frames', '--prompts', tmp_path / 'p.json', '--out', tmp_path / 'o',
+               *FAST) == 2
+    assert "key 'object_id' given twice" in capsys.readouterr().err
+
+
+def test_a_video_shorter_than_declared_is_tracked_with_a_warning(data, tmp_path, capsys):
+    """An AVI cut short: its header still declares every frame; the frames that decode are
+    tracked, the summary says how many were declared, and a warning names the gap."""
+    path = tmp_path / 'cut.avi'
+    video = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*'MJPG'), 10, (W, H))
+    for i in range(N):
+        video.write(frame(i))
+    video.release()
+    blob = path.read_bytes()
+    path.write_bytes(blob[:int(len(blob) * 0.6)])
+    out = tmp_path / 'o'
+    assert run(path, '--prompts', data / 'p.json', '--out', out, '--no-video', *FAST) == 0
+    summary = json.loads((out / 'summary.json').read_text())
+    if summary['frames'] >= N:
+        pytest.skip('this OpenCV decodes past the cut (declared count not from the header)')
+    assert summary['frames_declared'] == N and summary['status'] == 'ok'
+    assert f'declares {N} frames but only {summary["frames"]}' in capsys.readouterr().err

@@ -243,3 +243,21 @@ def test_bad_input_is_rejected_before_anything_changes(pair):
     fresh = ImageSegmenter(small_cfg(image_size=S), model=shared_model(S))
     with pytest.raises(PromptError, match='set_image'):
         fresh.predict(box=BOXES[0])
+
+
+def test_a_box_and_two_clicks_are_two_shapes_each_equal_to_the_predictor(pair):
+    """A box and a prompt of two clicks both have two points, but are not one shape: each
+    runs its own decoder call and equals the predictor's call for it alone, logits bitwise."""
+    pred, seg = pair
+    img = smooth_image(200, 260, seed=5)
+    prompts = [Prompt(9, box=(20, 20, 120, 100)),
+               Prompt(3, points=[[60, 60], [200, 150]], labels=[1, 0])]
+    calls = seg.stats['decoder_calls']
+    res = seg.segment(img, prompts)
+    assert seg.stats['decoder_calls'] - calls == 2
+    pred.set_image(img)
+    for i, args in enumerate((dict(box=np.array(prompts[0].box)),
+                              dict(point_coords=np.array([[60, 60], [200, 150]]),
+                                   point_labels=np.array([1, 0])))):
+        _, _, low = pred.predict(multimask_output=False, **args)
+        assert torch.equal(torch.as_tensor(low)[0], res.low_res_logits[i, 0].clamp(-32, 32))
