@@ -165,11 +165,13 @@ def _values(s: Snapshot) -> Dict[str, Any]:
     return values
 
 
-def inactive_report(configured: bool, done: Dict[str, int], model: Optional[str]) -> Report:
-    """WARN 'not tracking' while unconfigured or inactive (a monitor must not mistake a
-    stopped tracker for a silent one), with the totals so far (``done``: totals.NAMES)."""
-    state = 'inactive' if configured else 'unconfigured'
-    values: Dict[str, Any] = {'lifecycle_state': state, 'objects': 0}
+def inactive_report(tracker: Any, done: Dict[str, int], model: Optional[str]) -> Report:
+    """WARN 'not tracking' while unconfigured (``tracker`` None) or inactive (a monitor must
+    not mistake a stopped tracker for a silent one), with the totals so far (``done``:
+    totals.NAMES) and the objects an inactive tracker keeps for its next activation."""
+    state = 'inactive' if tracker is not None else 'unconfigured'
+    values: Dict[str, Any] = {'lifecycle_state': state,
+                              'objects': 0 if tracker is None else len(tracker.object_ids)}
     values.update({f'{k}_frames' if k in ('received', 'dropped', 'processed') else k: v
                    for k, v in done.items()})
     if model is not None:

@@ -318,9 +318,8 @@ class TrackerNode(LifecycleNode):
 
     def _enqueue(self, item: PromptItem) -> None:
         if not self.mailbox.put_prompt(item):
-            self.worker.errors.report(
-                f'rejected {describe(item.kind, item.stamp_ns)}: the prompt queue is full '
-                f'({self.mailbox.prompt_queue_size}, prompt_queue_size)')
+            self.worker.refuse(describe(item.kind, item.stamp_ns), f'the prompt queue is full '
+                               f'({self.mailbox.prompt_queue_size}, prompt_queue_size)')
 
     def on_set_parameters(self, changes: List[Any]) -> Any:
         """click_mode, click_object_id and detection_* take effect at once, autostart and
@@ -349,7 +348,7 @@ class TrackerNode(LifecycleNode):
             return
         if w is None or mb is None or tr is None:
             report = diagnostics.inactive_report(
-                tr is not None, dict(self.totals.done),
+                tr, dict(self.totals.done),
                 diagnostics.model_name(self.cfg) if self.cfg is not None else None)
         else:
             snap = diagnostics.snapshot(time.monotonic(), w, mb, tr, self.cfg, self.opts,

@@ -150,8 +150,8 @@ class Rig:
 
     def enqueue(self, c: int, item: PromptItem) -> None:
         if not self.mailbox.put_prompt(c, item):
-            self.worker.lanes[c].errors.report(
-                f'rejected {describe(item.kind, item.stamp_ns)}: the prompt queue of camera '
+            self.worker.lanes[c].refuse(
+                describe(item.kind, item.stamp_ns), f'the prompt queue of camera '
                 f'{self.names[c]} is full ({self.mailbox.prompt_queue_size}, prompt_queue_size)')
 
     def enqueue_all(self, item_of: Any) -> None:

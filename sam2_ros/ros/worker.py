@@ -164,8 +164,9 @@ class TrackingWorker:
             done = time.monotonic()
             self.latency.add(done, (done - p.recv_t) * 1e3)
 
-    def _refused(self, what: str, why: str) -> None:
-        """One style for every refused prompt: 'rejected <what>: <why>'."""
+    def refuse(self, what: str, why: str) -> None:
+        """One style for every refused prompt, counted in ``prompt_errors`` and reported:
+        'rejected <what>: <why>' (any thread: the node's callbacks refuse a full queue)."""
         self.counters.prompt_errors += 1
         self.errors.report(f'rejected {what}: {why}')
 
@@ -200,18 +201,18 @@ class TrackingWorker:
         try:
             held.action, held.prompt = self.host.convert(item)
         except TrackerError as exc:
-            self._refused(what, f'{type(exc).__name__}: {exc}')
+            self.refuse(what, f'{type(exc).__name__}: {exc}')
             return
         last = self.last_stamp_ns
         if item.stamp_ns == LATEST:
             item.stamp_ns = 0 if last is None else last
         if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
             if last and item.stamp_ns > last + hold.MAX_LEAD_NS:
-                self._refused(what, far_ahead(item.stamp_ns, last))
+                self.refuse(what, far_ahead(item.stamp_ns, last))
                 return
             if self.hold.full(detections=False):
                 size = self.hold.capacity
-                self._refused(what, f'{self.hold.count(False)} prompts already wait for the next '
+                self.refuse(what, f'{self.hold.count(False)} prompts already wait for the next '
                                     f'frame or later ones (prompt_queue_size {size}); send them '
                                     f'once that frame is processed, or raise prompt_queue_size')
                 return
@@ -284,7 +285,7 @@ class TrackingWorker:
             else:
                 self.tracker.queue_prompt(prompt)
         except TrackerError as exc:
-            self._refused(held.what, f'{type(exc).__name__}: {exc}')
+            self.refuse(held.what, f'{type(exc).__name__}: {exc}')
 
     def _on_frame(self, item: FrameItem) -> None:
         started = self.begin_frame(item)
@@ -313,7 +314,7 @@ class TrackingWorker:
             else:
                 self.time_jumped(time_jump.image_jump_reason(last, item.stamp_ns), item.stamp_ns)
         for held in self.hold.take_far(item.stamp_ns):
-            self._refused(held.what, far_ahead(held.item.stamp_ns, item.stamp_ns))
+            self.refuse(held.what, far_ahead(held.item.stamp_ns, item.stamp_ns))
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
         times.engine0 = time.monotonic()

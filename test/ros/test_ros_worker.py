@@ -242,3 +242,25 @@ def test_jobs_run_on_the_worker_thread_after_prompts_before_the_frame():
     w.stop()
     assert seen == [('sam2_tracker_worker', [])]
     assert tr.calls == [('queue', 1), ('track', 3)] and len(pub) == 1
+
+
+def test_a_prompt_refused_by_a_full_queue_is_counted_and_reported():
+    """The node's callbacks refuse a prompt the full queue cannot take through the worker:
+    the diagnostics' prompt_errors count it, as every other refused prompt."""
+    w, tr, pub, logs = make_worker()
+    w.refuse('prompt (stamp 0 ns)', 'the prompt queue is full (3, prompt_queue_size)')
+    w._on_frame(frame(1, 100))
+    assert w.counters.prompt_errors == 1
+    assert pub[-1].errors == ['rejected prompt (stamp 0 ns): the prompt queue is full (3, '
+                              'prompt_queue_size)']
+
+
+def test_inactive_diagnostics_keep_the_objects_the_tracker_keeps():
+    from types import SimpleNamespace
+
+    from sam2_ros.ros import diagnostics
+    kept = diagnostics.inactive_report(SimpleNamespace(object_ids=[1, 4]), {}, 'tiny@64')
+    assert kept.level == 'WARN' and kept.values['objects'] == 2
+    assert kept.values['lifecycle_state'] == 'inactive'
+    none = diagnostics.inactive_report(None, {}, None)
+    assert none.values == {'lifecycle_state': 'unconfigured', 'objects': 0}
