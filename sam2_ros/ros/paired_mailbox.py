@@ -65,6 +65,8 @@ class PairedMailbox:
         self._groups: Deque[Group] = collections.deque()
         self._jobs: Deque[Job] = collections.deque()
         self._closed = False
+        # the worker waits in take() for work: groups released then are not yet "behind"
+        self._idle = False
 
     def camera(self, c: int) -> CameraBox:
         return self.cameras[c]
@@ -108,6 +110,7 @@ class PairedMailbox:
         """Wait up to ``timeout`` s (less when a lone frame's period ends sooner); return
         (the oldest group or None, each camera's waiting prompts)."""
         with self.cond:
+            self._idle = True
             self._add(self.pairer.flush(time.monotonic_ns()))
             if not (self._groups or self._jobs or self._closed
                     or any(b.prompts for b in self.cameras)):
@@ -120,6 +123,7 @@ class PairedMailbox:
             for b in self.cameras:
                 b.prompts.clear()
             group = self._groups.popleft() if self._groups else None
+            self._idle = group is None
             self.cond.notify_all()  # a blocked FIFO put may go on
             return group, prompts
 
@@ -149,9 +153,13 @@ class PairedMailbox:
             job.abandon('the tracker stopped (deactivated) before the request ran')
 
     def _add(self, groups: List[Group]) -> None:
-        """Released groups to the waiting ones; newest-only mode drops the older ones."""
+        """Released groups to the waiting ones; newest-only mode drops the older ones, as the
+        one-camera node drops a frame only when a newer one comes while the worker is busy:
+        a lone frame that leaves at its period's end (the next frame's arrival, typically)
+        beside the next group is not dropped while the worker waits for work."""
         self._groups.extend(groups)
-        while not self.every_frame and len(self._groups) > 1:
+        keep = 2 if self._idle else 1
+        while not self.every_frame and len(self._groups) > keep:
             for a in self._groups.popleft().frames:
                 if a is not None:
                     self.cameras[a.camera].dropped += 1

@@ -12,13 +12,14 @@ waits more than one frame period, and nothing is dropped here):
 * the group is released when it is complete, or when it cannot complete any more: every
   camera it lacks has *moved past* it (delivered a stamp beyond the pivot's + tolerance; its
   stamps only grow) or is *absent* (no frame for ``absent_periods`` periods, more than a
-  dropped frame's gap and its jitter; a camera not heard from yet counts from the first
-  frame of any camera), or a queued frame has *timed out* (waited ``period_ns``: the
+  dropped frame's gap and its jitter, while the pivot's camera delivered a frame half a
+  period or more after its last; a camera not heard from yet counts from the first frame of
+  any camera), or a queued frame has *timed out* (waited ``period_ns``: the
   pivot's group leaves so that it can follow), or a queue holds more than ``queue_size``
   frames (*overflow*: a burst of one camera while another is late);
-* a stamp not above its camera's previous one (time jumped back: a bag restarted, a
-  simulator reset) is a *reset*: everything queued is released as it stands, the stamps
-  seen are forgotten, then the frame is queued.
+* a stamp below its camera's previous one (time jumped back: a bag restarted, a simulator
+  reset) is a *reset*: everything queued is released as it stands, the stamps seen are
+  forgotten, then the frame is queued. An equal stamp (a repeated frame) is queued as it is.
 
 Time advances only through the ``now_ns`` arguments of ``put`` and ``flush`` (any monotonic
 clock, e.g. the receipt time of the frame put): the pairer never sleeps, so the tests are
@@ -100,6 +101,7 @@ class StampPairer:
         self._queues: List[Deque[Arrival]] = [collections.deque() for _ in range(self.cameras)]
         self._last_stamp: List[Optional[int]] = [None] * self.cameras
         self._last_recv: List[Optional[int]] = [None] * self.cameras
+        self._prev_recv: List[Optional[int]] = [None] * self.cameras   # the frame before it
         self._start_ns: Optional[int] = None     # the first frame's receipt (absent cameras)
         self.counts = PairingCounts()
 
@@ -111,12 +113,13 @@ class StampPairer:
             raise ValueError(f'camera {camera} out of range 0..{self.cameras - 1}')
         out: List[Group] = []
         last = self._last_stamp[camera]
-        if last is not None and stamp_ns <= last:
+        if last is not None and stamp_ns < last:       # an equal stamp is a repeat, not a jump
             self.counts.resets += 1
             out += self._drain(RESET)
             self._last_stamp = [None] * self.cameras
         self._queues[camera].append(Arrival(camera, int(stamp_ns), int(now_ns), item))
         self._last_stamp[camera] = int(stamp_ns)
+        self._prev_recv[camera] = self._last_recv[camera]
         self._last_recv[camera] = int(now_ns)
         if self._start_ns is None:
             self._start_ns = int(now_ns)
@@ -182,7 +185,13 @@ class StampPairer:
                 for c in missing]
         heard = [self._start_ns if self._last_recv[c] is None else self._last_recv[c]
                  for c in missing]
-        absent = [now_ns - t >= self.absent_ns for t in heard]
+        # absent: silent for absent_ns while the pivot's camera went on (a frame before the
+        # pivot came half a period or more after that camera's last, or after the start for
+        # a camera never heard): after a pause of every camera the first frames are not alone
+        went_on = self._prev_recv[pivot.camera]
+        absent = [now_ns - t >= self.absent_ns and went_on is not None and
+                  went_on - t >= (0 if self._last_recv[c] is None else self.period_ns // 2)
+                  for c, t in zip(missing, heard)]
         if all(p or a for p, a in zip(past, absent)):
             return MOVED_PAST if all(past) else ABSENT
         if now_ns - self._oldest_recv() >= self.period_ns:

@@ -152,10 +152,12 @@ def size_mismatch(calib: Calibration, left: FrameResult, right: FrameResult) -> 
 def triangulate_objects(calib: Calibration, left: Dict[int, Optional[Any]],
                         right: Dict[int, Optional[Any]],
                         rectified: bool) -> Dict[int, Triangulation]:
-    """Every object id in both cameras -> its triangulation from the two centroids (pixel
-    (x, y), None where the object is not visible in that camera)."""
-    return {obj_id: triangulate(calib, left[obj_id], right[obj_id], rectified=rectified)
-            for obj_id in sorted(set(left) & set(right))}
+    """Every object id of either camera -> its triangulation from the two centroids (pixel
+    (x, y), None where the object is not visible in that camera, or not tracked there: an
+    invalid position saying which image lacks it)."""
+    return {obj_id: triangulate(calib, left.get(obj_id), right.get(obj_id),
+                                rectified=rectified)
+            for obj_id in sorted(set(left) | set(right))}
 
 
 def visible(obj: Any) -> Optional[Any]:

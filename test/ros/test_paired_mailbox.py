@@ -107,6 +107,24 @@ def test_newest_group_replaces_older_ones_and_counts_their_frames_dropped(clock)
     assert not mb.cond.waiting.is_set()     # nothing here had to wait
 
 
+def test_a_lone_frame_released_beside_the_next_group_is_kept_while_the_worker_waits(clock):
+    """Newest-only mode drops a group only when a newer one comes while the worker is busy,
+    as the one-camera node drops frames: a lone frame that leaves (its partner camera moved
+    past) just before the next pair completes is tracked too when the worker waits for
+    work; once the worker is busy with a group, the newest waiting one wins again."""
+    mb = box(every_frame=False)
+    assert mb.take(0.0)[0] is None            # the worker waits for work
+    mb.put_frame(0, frame(1000))              # camera 1 skips 1000
+    mb.put_frame(1, frame(1100))              # 1000 leaves alone (camera 1 moved past)
+    mb.put_frame(0, frame(1100))              # the 1100 pair completes beside it
+    assert [b.dropped for b in mb.cameras] == [0, 0]
+    assert stamps(mb.take(GUARD)[0]) == (1000, None)     # now busy with it
+    mb.put_frame(0, frame(1200))
+    mb.put_frame(1, frame(1200))              # newer, while busy: 1100 is replaced
+    assert [b.dropped for b in mb.cameras] == [1, 1]
+    assert stamps(mb.take(GUARD)[0]) == (1200, 1200)
+
+
 def test_nothing_waiting_returns_none_after_the_timeout(clock):
     mb = box()
     assert mb.take(0.0) == (None, [[], []])

@@ -140,10 +140,13 @@ def test_stamps_going_backwards_reset():
     # the right camera's old stamps were forgotten: its jump is no second reset
     assert stamps(p.put(1, 3, 'r', 5152)) == [((0, 3), pr.COMPLETE)]
     assert p.counts.resets == 1
-    # a repeated stamp is not an increase either
+    # a repeated stamp (a driver sending a frame twice) does not go back: no reset; the
+    # first pairs, the repeat leaves alone once the partner camera moved past it
     p.put(0, 100, 'l', 5250)
-    assert stamps(p.put(0, 100, 'l', 5251)) == [((100, None), pr.RESET)]
-    assert p.counts.resets == 2 and p.pending() == 1
+    assert stamps(p.put(0, 100, 'l', 5251)) == []
+    assert p.counts.resets == 1 and p.pending() == 2
+    assert stamps(p.put(1, 100, 'r', 5252)) == [((100, 100), pr.COMPLETE)]
+    assert stamps(p.put(1, 200, 'r', 5350)) == [((100, None), pr.MOVED_PAST)]
 
 
 def test_bounded_queue_under_a_burst():
@@ -228,3 +231,19 @@ def test_random_streams_conserve_order_and_wait_at_most_one_period(seed):
         s = [f.stamp_ns for f in g.frames if f is not None]
         assert max(s) - min(s) <= TOL and min(s) == g.stamp_ns
     assert p.counts.resets == 0 and p.counts.complete > 0
+
+
+def test_frames_after_a_pause_of_every_camera_still_pair():
+    """Both cameras pause for longer than the absence limit: the first frame after it waits
+    for its partner (arriving a millisecond later) instead of leaving as if the other
+    camera were gone; likewise when every pair comes slower than the absence limit."""
+    p = StampPairer(2, P, TOL)                       # absent after 3 periods
+    assert p.put(0, 500, 'l', 500) == []
+    assert stamps(p.put(1, 500, 'r', 501)) == [((500, 500), pr.COMPLETE)]
+    assert p.put(0, 600, 'l', 900) == []             # 400 of silence from both
+    assert stamps(p.put(1, 600, 'r', 901)) == [((600, 600), pr.COMPLETE)]
+    for k in range(2, 6):                            # a pair every 350
+        t = 900 + 350 * k
+        assert p.put(0, 500 + 100 * k, 'l', t) == []
+        assert stamps(p.put(1, 500 + 100 * k, 'r', t + 2)) == [
+            ((500 + 100 * k, 500 + 100 * k), pr.COMPLETE)]

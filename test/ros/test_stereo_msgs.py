@@ -86,3 +86,14 @@ def test_camera_info_of_another_image_size_turns_positions_off():
     pos.calibration = lambda: sc.rectified_pair()
     pos.on_group(None, [other, other])
     assert sent == [] and 'the left camera_info is for' in pos.values(0)['positions']
+
+
+def test_an_object_tracked_in_one_camera_gets_an_invalid_position_with_the_reason():
+    """Diagnostics list every object's last validity: one the other camera does not track
+    is 'not visible' there, not left out."""
+    from sam2_ros.ros.positions import triangulate_objects
+
+    found = triangulate_objects(sc.rectified_pair(), {1: (80.0, 60.0), 2: (30.0, 40.0)},
+                                {1: (77.0, 60.0)}, rectified=True)
+    assert sorted(found) == [1, 2] and found[1].valid
+    assert not found[2].valid and found[2].reason == stereo.NOT_VISIBLE_RIGHT
