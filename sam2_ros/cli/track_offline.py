@@ -127,11 +127,13 @@ def config_from_args(args: argparse.Namespace) -> TrackerConfig:
 # ---- outputs -----------------------------------------------------------------------------
 
 def check_frame_size(size: Tuple[int, int], path: str) -> None:
-    """The tracker's frame size limits, before the model is built."""
-    from sam2_ros.engine.frame_in import MAX_SIDE
-    if not all(16 <= n <= MAX_SIDE for n in size):
-        raise CliError(f'{path}: frames of {size[1]}x{size[0]} are outside the tracker\'s '
-                       f'16..{MAX_SIDE} pixels per side')
+    """The tracker's frame size limits (``frame_in.check_size``), before the model is built."""
+    from sam2_ros.engine.errors import FrameError
+    from sam2_ros.engine.frame_in import check_size
+    try:
+        check_size(*size)
+    except FrameError as exc:
+        raise CliError(f'{path}: {exc}') from exc
 
 
 def check_out_dir(out: str, overwrite: bool) -> List[str]:

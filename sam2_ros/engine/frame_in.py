@@ -33,9 +33,14 @@ def frame_size(frame: Frame) -> Tuple[int, int]:
     if frame.ndim != 3 or frame.shape[2] != 3:
         raise FrameError(f'frame must be [H, W, 3] RGB, got shape {tuple(frame.shape)}')
     h, w = int(frame.shape[0]), int(frame.shape[1])
+    check_size(h, w)
+    return h, w
+
+
+def check_size(h: int, w: int) -> None:
+    """FrameError unless a frame of h x w pixels is one the tracker takes."""
     if not (16 <= h <= MAX_SIDE and 16 <= w <= MAX_SIDE):
         raise FrameError(f'frame size {w}x{h} outside 16..{MAX_SIDE} pixels per side')
-    return h, w
 
 
 def to_model_input(frame: Frame, size: int, device: torch.device) -> torch.Tensor:

@@ -79,7 +79,7 @@ def tables(n_in: int, n_out: int, device: torch.device) -> Tuple[torch.Tensor, t
     uploaded once (an upload per frame would synchronize the stream and could not be
     captured). The first call for a size must not be inside a graph capture: the graph
     runner's warm-up iterations make it."""
-    key = (n_in, n_out, torch.device(device))
+    key = (n_in, n_out, device)
     if key in _TABLES:
         _TABLES.move_to_end(key)
         return _TABLES[key]

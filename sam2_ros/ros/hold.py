@@ -66,20 +66,19 @@ class StampHold:
     def take_due(self, stamp_ns: int, detections: bool) -> List[Held]:
         """Remove and return the prompts (or detections) due by the frame ``stamp_ns``: stamp
         zero or <= it, in arrival order."""
-        due = [h for h in self._items
-               if h.detections == detections and h.item.stamp_ns <= stamp_ns]
-        if due:
-            self._items = [h for h in self._items if not any(h is d for d in due)]
-        return due
+        return self._take(lambda h: h.detections == detections and h.item.stamp_ns <= stamp_ns)
 
     def take_far(self, stamp_ns: int) -> List[Held]:
         """Remove and return the prompts stamped more than MAX_LEAD_S after ``stamp_ns`` (a
         frame's): held before any frame came, they were not checked on arrival."""
-        far = [h for h in self._items
-               if not h.detections and h.item.stamp_ns > stamp_ns + MAX_LEAD_NS]
-        if far:
-            self._items = [h for h in self._items if not any(h is f for f in far)]
-        return far
+        return self._take(lambda h: not h.detections and h.item.stamp_ns > stamp_ns + MAX_LEAD_NS)
+
+    def _take(self, chosen) -> List[Held]:
+        """Remove and return the held items ``chosen(item)`` picks, in arrival order."""
+        taken = [h for h in self._items if chosen(h)]
+        if taken:
+            self._items = [h for h in self._items if not chosen(h)]
+        return taken
 
     def drop_prompts(self) -> None:
         """Forget the held prompts (a reset applied now); detections keep waiting."""

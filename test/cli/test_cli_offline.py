@@ -387,7 +387,6 @@ def test_a_video_shorter_than_declared_is_tracked_with_a_warning(data, tmp_path,
     out = tmp_path / 'o'
     assert run(path, '--prompts', data / 'p.json', '--out', out, '--no-video', *FAST) == 0
     summary = json.loads((out / 'summary.json').read_text())
-    if summary['frames'] >= N:
-        pytest.skip('this OpenCV decodes past the cut (declared count not from the header)')
+    assert 0 < summary['frames'] < N        # the venv's pinned OpenCV stops at the cut
     assert summary['frames_declared'] == N and summary['status'] == 'ok'
     assert f'declares {N} frames but only {summary["frames"]}' in capsys.readouterr().err

@@ -93,6 +93,16 @@ def test_launch_file_loads(name):  # pragma: no cover - needs a full ROS 2 insta
     assert mod.generate_launch_description().entities
 
 
+def require_launch() -> None:
+    """ROS 2's launch, as the ros2 launch tests need it: a failure where the offline bundle
+    is present but not installed, a skip only where neither it nor a ROS 2 install exists."""
+    if not launch_available():
+        if BUNDLE.is_dir():
+            pytest.fail(f'{BUNDLE} exists but launch_ros is not installed: run '
+                        f'scripts/setup.sh', pytrace=False)
+        pytest.skip(f'no ROS 2 launch: neither a ROS 2 install nor {BUNDLE}')
+
+
 def _replay_setup(**args):
     return _launch_setup('replay.launch.py', **args)
 
@@ -126,11 +136,7 @@ def test_replay_wait_for_reaches_our_player():
     play cannot wait for subscribers), and player:=ros2bag with wait_for is refused. Needs
     ROS 2's launch, as the ros2 launch tests do: a failure where the offline bundle is present
     but not installed, a skip only where neither it nor a ROS 2 install exists."""
-    if not launch_available():
-        if BUNDLE.is_dir():
-            pytest.fail(f'{BUNDLE} exists but launch_ros is not installed: run '
-                        f'scripts/setup.sh', pytrace=False)
-        pytest.skip(f'no ROS 2 launch: neither a ROS 2 install nor {BUNDLE}')
+    require_launch()
     cmds = _replay_setup(bag='/data/bag', wait_for='/clock:2, /camera/image_raw:2')
     player = [c for c in cmds if '/data/bag' in c]
     assert len(player) == 1, cmds
@@ -149,11 +155,7 @@ def test_replay_wait_for_reaches_our_player():
 def test_multi_camera_positions_starts_the_positions_node_for_two_cameras():
     """positions:=true adds positions_node (left, right: the two cameras); more or fewer
     cameras are refused."""
-    if not launch_available():
-        if BUNDLE.is_dir():
-            pytest.fail(f'{BUNDLE} exists but launch_ros is not installed: run '
-                        f'scripts/setup.sh', pytrace=False)
-        pytest.skip(f'no ROS 2 launch: neither a ROS 2 install nor {BUNDLE}')
+    require_launch()
     def positions_nodes(**args):
         return [a for a in _launch_actions('multi_camera.launch.py', **args)
                 if getattr(a, 'node_executable', None) == 'positions_node']
@@ -185,8 +187,7 @@ def test_rviz_follows_the_launchs_namespace_and_image_topic(tmp_path):
     """config/sam2_ros.rviz shows /camera/image_raw, /sam2_tracker/mask and overlay: RViz
     started by a launch is remapped onto that launch's node (namespace) and camera
     (image_topic, or the params file's)."""
-    if not launch_available():
-        pytest.skip('no ROS 2 launch')
+    require_launch()
     from launch import LaunchContext
 
     from sam2_ros.ros.launch_common import rviz_remappings
@@ -210,3 +211,16 @@ def test_rviz_follows_the_launchs_namespace_and_image_topic(tmp_path):
     params = tmp_path / 'p.yaml'
     params.write_text('/**:\n  ros__parameters:\n    image_topic: /front/image_rect\n')
     assert remaps(params_file=str(params)) == {'/camera/image_raw': '/front/image_rect'}
+
+
+def test_stereo_launch_takes_none_for_no_namespace(monkeypatch):
+    """`ros2 launch` refuses `namespace:=`: 'none' (or '/') starts the node without one."""
+    require_launch()
+    from sam2_ros.ros import launch_common
+
+    given = []
+    monkeypatch.setattr(launch_common, 'tracker_node',
+                        lambda context, namespace='', **kw: given.append(namespace))
+    for value in ('none', '/', 'rig'):
+        _launch_actions('stereo.launch.py', namespace=value)
+    assert given == ['', '', 'rig']

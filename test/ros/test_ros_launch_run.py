@@ -375,7 +375,8 @@ def test_replay_launch_default_player_without_venv_on_path(tmp_path):
     from test_ros_replay import N, write_bag
 
     ros2()
-    bag = write_bag(tmp_path / 'bag', 'mcap')
+    # with a camera_info topic the node does not take: the player waits for the node's own
+    bag = write_bag(tmp_path / 'bag', 'mcap', camera_info=True)
     with launched(tmp_path, 'replay', 'replay.launch.py', f'bag:={bag}', 'rate:=2.0',
                   'wait_for:=/clock:2', *CPU_ARGS, 'max_objects:=2',
                   path_without_venv=True) as run:
