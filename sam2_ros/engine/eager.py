@@ -63,6 +63,10 @@ class EagerRunner:
         image = torch.cat([frame_in.to_model_input(f, size, dev) for f in present])
         return self.encode_batch(image), positions
 
+    def encodes_in_place(self) -> bool:
+        """False: each encode returns new tensors, so a failed one leaves earlier intact."""
+        return False
+
     def encode_batch(self, image: torch.Tensor) -> encoder.Features:
         """image [n, 3, S, S] -> Features [HW_l, n, C_l], eagerly (a runner's single-frame
         buffers, such as the graph runner's encoder graph, stay untouched)."""

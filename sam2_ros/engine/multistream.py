@@ -1,16 +1,16 @@
 """One streaming SAM 2 tracker for N camera streams on one model, runner and memory bank.
 
 A stereo rig (or any N cameras on one GPU) steps all its cameras at once: ``track(frames)``
-takes one frame (or None) per camera, encodes the present ones as ONE image-encoder batch,
-runs each camera's queued prompts, then ONE track call over every object of every camera, each
-object reading its own camera's features (``streams.py``), and returns each camera's results.
-Per camera it keeps ``StreamingTracker``'s semantics (``stream(c)``: prompts, corrections,
-removal, reset, frame numbers), and its failures are its own: a bad frame, a prompt that does
-not fit, or a size change on one camera is reported for that camera and the others are
-tracked; a failure of the shared computation (the encoder batch, the track call) fails that
-step for the cameras in it. ``TrackerConfig.batch_streams=False`` is the reference: one encode
-and one track call per camera, which equals N independent ``StreamingTracker``s bitwise.
-``StreamingTracker`` is the one-camera case of this class. Imports no ROS.
+takes one frame (or None) per camera, encodes the present ones as ONE image-encoder batch, runs
+each camera's queued prompts, then ONE track call over every object of every camera, each object
+reading its own camera's features (``streams.py``), and returns each camera's results. Per
+camera it keeps ``StreamingTracker``'s semantics (``stream(c)``: prompts, corrections, removal,
+reset, frame numbers), and its failures are its own: a bad frame, a prompt that does not fit,
+or a size change on one camera is reported for that camera and the others are tracked; a
+failure of the shared computation (the encoder batch, the track call) fails that step for the
+cameras in it. ``TrackerConfig.batch_streams=False`` is the reference: one encode and one track
+call per camera, which equals N independent ``StreamingTracker``s bitwise. ``StreamingTracker``
+is the one-camera case of this class. Imports no ROS.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sam2_ros.engine import frame_in, masks_out, step
+from sam2_ros.engine import frame_in, frame_result, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
 from sam2_ros.engine.image import ImageSegmenter
@@ -33,8 +33,7 @@ from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
 from sam2_ros.engine.runners import frame_mode, make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.stream_handle import StreamHandle
-from sam2_ros.engine.types import (LOST, OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt,
-                                   StreamsResult)
+from sam2_ros.engine.types import FrameResult, Prompt, StreamsResult
 from sam2_ros.engine.warm_up import warm_up
 
 log = logging.getLogger(__name__)
@@ -134,6 +133,7 @@ class MultiStreamTracker:
             stream.queue(prompt)
             return FrameResult(-1, 0, 0)
         stream.validate(prompt)
+        stream.check_features()
         t0 = time.perf_counter()
         try:
             with autocast(self.cfg):
@@ -155,6 +155,7 @@ class MultiStreamTracker:
         if stream.step_features is None:
             stream.queue(prompt)
             return
+        stream.check_features()
         stream.defer(prompt)
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
@@ -193,6 +194,8 @@ class MultiStreamTracker:
             self._fail(group, out, exc, lambda s: (
                 f'frame failed in the image encoder: {exc!r}; tracker unchanged, pass the '
                 f'next frame'))
+            for s in self.streams if self.runner.encodes_in_place() else []:
+                s.lose_features()
             return
         streams = [self.streams[c] for c in group]
         queued = [s.begin_frame(sizes[s.index], features, positions[s.index]) for s in streams]
@@ -216,12 +219,12 @@ class MultiStreamTracker:
         for s, read in zip(live, reads):
             self.stats['frames'] += 1
             mode = frame_mode([m for (t, _), m in zip(tracked, modes) if t is s])
-            out.results[s.index] = self._built(s, read, mode, t0, tracked=True)
+            out.results[s.index] = self._built(s, read, mode, t0, True)
 
     @staticmethod
     def _step_failed(exc: Exception) -> Callable[[Stream], str]:
-        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it (steps '
-                          f'read memories by frame number, so the gap is skipped), tracking '
+        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it (steps'
+                          f' read memories by frame number, so the gap is skipped), tracking '
                           f'continues with the next frame')
 
     def _fail(self, cameras: List[int], out: StreamsResult, exc: Exception,
@@ -275,6 +278,8 @@ class MultiStreamTracker:
         """The prompted steps of the stream's deferred prompts on its latest frame, exactly as
         ``add_prompt`` would have run them in that order; their objects' scores there are kept
         for the next result (``Stream.occluded_runs``), read without a sync now."""
+        if stream.deferred:
+            stream.check_features()
         pending, stream.deferred = list(stream.deferred.values()), {}
         done: List[ObjectInfo] = []
         try:
@@ -358,6 +363,11 @@ class MultiStreamTracker:
         the GPU work). tracked=True (a new frame) advances each object's occluded/lost run."""
         return self._built(stream, self._read(stream), mode, t0, tracked)
 
+    def _built(self, stream: Stream, read: tuple, mode: str, t0: float,
+               tracked: bool) -> FrameResult:
+        """The FrameResult of a read-back (``_read``) that has completed."""
+        return frame_result.built(stream, read, mode, t0, tracked, self.cfg.lost_after_frames)
+
     def _read(self, stream: Stream, sync: bool = True) -> Tuple[list, torch.Tensor, tuple]:
         """The read-back of the stream's objects (their masks, stats and label mask in one
         copy to the host): (objects, their logits, (masks, stats, label)). sync=False: queued
@@ -369,26 +379,6 @@ class MultiStreamTracker:
         scores = self.bank.scores.index_select(0, slots)
         return objs, logits, self.runner.results(logits, scores, h, w,
                                                  [o.obj_id for o in objs], sync=sync)
-
-    def _built(self, stream: Stream, read: tuple, mode: str, t0: float,
-               tracked: bool) -> FrameResult:
-        """The FrameResult of a read-back (``_read``) that has completed."""
-        f, (h, w) = stream.frame, stream.hw
-        objs, logits, (masks, stats, label) = read
-        ids = [o.obj_id for o in objs]
-        stream.occluded_runs()      # those of prompts deferred on the previous frame, first
-        res = FrameResult(f, h, w, mode=mode, engine_ms=(time.perf_counter() - t0) * 1e3)
-        res.set_label(label, ids)
-        for o, m, s, lg in zip(objs, masks, stats, logits):
-            o.score = float(s[7])
-            if tracked or o.score > 0:
-                o.hidden_run = 0 if o.score > 0 else o.hidden_run + 1
-            area, box, cen = masks_out.unpack(s)
-            state = TRACKING if o.score > 0 else (
-                LOST if o.hidden_run >= self.cfg.lost_after_frames else OCCLUDED)
-            res.objects.append(ObjectResult(o.obj_id, m, o.score, state, box, area, cen,
-                                            f - o.last_prompt_frame, lg[0]))
-        return res
 
     # ---- fallbacks -------------------------------------------------------------------
     def count_fallback(self, reason: str) -> None:

@@ -17,7 +17,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from sam2_ros.engine import encoder
-from sam2_ros.engine.errors import CapacityError, FrameError, PromptError, UnknownObjectError
+from sam2_ros.engine.errors import (CapacityError, FrameError, PromptError, StepError,
+                                    UnknownObjectError)
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.prompts import prompt_mask, prompt_points
 from sam2_ros.engine.types import Prompt
@@ -64,6 +65,9 @@ class Stream:
         # this camera's position in them (its prompts read that frame: ``streams.frame``).
         self.step_features: Optional[encoder.Features] = None
         self.position = 0
+        # True when a failed encode may have overwritten step_features in place (the encoder
+        # graph's static outputs): prompts on the latest frame are refused until the next one.
+        self.features_lost = False
 
     @property
     def capacity(self) -> int:
@@ -105,8 +109,27 @@ class Stream:
         self.frame += 1
         self.hw, self.size_open = hw, False
         self.step_features, self.position = features, position
+        self.features_lost = False
         queued, self.queued = self.queued, {}
         return queued
+
+    def lose_features(self) -> None:
+        """A failed encode may have overwritten the latest frame's features in place (the
+        encoder graph's static outputs, shared by every camera): no prompt may read them."""
+        if self.step_features is not None:
+            self.features_lost = True
+
+    def check_features(self) -> None:
+        """StepError if the latest frame's features were lost (``lose_features``): a prompt
+        there would read another frame's. The prompts deferred there are dropped with it."""
+        if not self.features_lost:
+            return
+        dropped, self.deferred = sorted(self.deferred), {}
+        raise StepError(f'the image features of frame {self.frame} were lost when a later frame '
+                        f'failed in the image encoder, so no prompt can run on frame '
+                        f'{self.frame}' + (f' (prompts deferred there dropped: objects '
+                                           f'{dropped})' if dropped else '')
+                        + '; pass the prompt again after the next frame')
 
     # ---- prompts and objects -------------------------------------------------------------
     def validate(self, prompt: Prompt) -> None:

@@ -27,6 +27,7 @@ from test_multistream import H, W, cfg_of, frame, multi
 from sam2_ros.engine import encoder, step
 from sam2_ros.engine.cuda import runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
+from sam2_ros.engine.errors import StepError
 from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -178,3 +179,85 @@ def test_binarized_prompt_memory_is_discontinuous():
                                for x in lo] for p in (True, False))
     assert float((binarized[0].float() - binarized[1].float()).abs().max()) > 0.1
     assert bf16_excess(*sigmoid, 0.0) <= 1e-4
+
+
+def fail_next_encode(monkeypatch, g):
+    """The encoder graph's next replay raises (after the frame-in graphs loaded its rows)."""
+    graph = g.runner.graphs.encoder.graph
+    real = graph.replay
+
+    def boom():
+        monkeypatch.setattr(graph, 'replay', real)
+        raise torch.cuda.OutOfMemoryError('injected: CUDA out of memory')
+    monkeypatch.setattr(graph, 'replay', boom)
+
+
+CLICK = Prompt(1, points=np.array([[12.0, 14.0]]), labels=np.array([0]))
+
+
+def test_a_failed_encode_refuses_prompts_on_the_features_it_overwrote(monkeypatch):
+    """The encoder graph's static outputs are every camera's latest features. An encode that
+    fails after loading camera 0's row leaves that row holding a frame never counted, and a
+    later step without camera 0 re-encodes it into camera 0's features: a prompt on camera 0's
+    latest frame would read another frame's. Such prompts are refused with a StepError until
+    camera 0's next frame; after it, prompts equal the eager tracker's, which never saw the
+    failed step."""
+    g, e, reasons = graph_and_eager(monkeypatch)
+    for t in (g, e):
+        t.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+        t.track([frame(0, 0), frame(1, 0)])
+        t.track([frame(0, 1), frame(1, 1)])
+    fail_next_encode(monkeypatch, g)
+    res = g.track([frame(0, 50), frame(1, 50)])     # rows loaded, then the replay fails
+    assert all(isinstance(err, StepError) for err in res.errors), res.errors
+    for t in (g, e):
+        res = t.track([None, frame(1, 2)])           # re-encodes camera 0's stale row
+        assert res.errors == [None, None], res.errors
+    with pytest.raises(StepError, match='features of frame 1 were lost'):
+        g.stream(0).add_prompt(CLICK)
+    with pytest.raises(StepError, match='lost'):
+        g.stream(0).defer_prompt(CLICK)
+    for t in (g, e):                    # camera 1's latest frame was encoded after the failure
+        t.stream(1).add_prompt(Prompt(2, box=(20, 8, 50, 40)))
+        t.track([frame(0, 2), None])
+    got, want = (t.stream(0).add_prompt(CLICK).objects[0].low_res_logits for t in (g, e))
+    assert float((got - want).abs().max()) <= 1e-4
+    assert not reasons, reasons
+
+
+def test_prompts_deferred_on_features_a_failed_encode_overwrote_are_dropped(monkeypatch):
+    """A camera absent from the failed step keeps its deferred prompt until its next frame,
+    when it would run on the overwritten features: that camera's frame fails with the reason
+    (the prompt dropped, nothing else); the other camera is tracked, and so is camera 0 next."""
+    g, _, reasons = graph_and_eager(monkeypatch)
+    g.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    g.track([frame(0, 0), frame(1, 0)])
+    g.stream(0).defer_prompt(CLICK)
+    fail_next_encode(monkeypatch, g)
+    assert isinstance(g.track([None, frame(1, 1)]).errors[1], StepError)
+    res = g.track([frame(0, 1), frame(1, 1)])
+    assert isinstance(res.errors[0], StepError) and 'dropped: objects [1]' in str(res.errors[0])
+    assert res.errors[1] is None and res.results[1].frame_index == 1
+    assert not g.streams[0].deferred and g.streams[0].frame == 0
+    res = g.track([frame(0, 1), frame(1, 2)])
+    assert res.errors == [None, None] and res.results[0].frame_index == 1
+    assert [o.obj_id for o in res.results[0].objects] == [1]
+    assert not reasons, reasons
+
+
+def test_a_failed_eager_encode_keeps_the_latest_features(monkeypatch):
+    """The eager runner's encodes return new tensors: after a failed one, a prompt on the
+    latest frame still reads that frame's features."""
+    t = multi(cfg_of())
+    t.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    t.track([frame(0, 0), frame(1, 0)])
+    assert not t.runner.encodes_in_place()
+
+    def boom(*a, **k):
+        raise torch.cuda.OutOfMemoryError('injected: CUDA out of memory')
+    real = t.runner.encode_streams
+    monkeypatch.setattr(t.runner, 'encode_streams', boom)
+    assert all(isinstance(err, StepError) for err in t.track([frame(0, 1), frame(1, 1)]).errors)
+    monkeypatch.setattr(t.runner, 'encode_streams', real)
+    res = t.stream(0).add_prompt(Prompt(1, points=np.array([[12.0, 14.0]]), labels=np.array([1])))
+    assert res.frame_index == 0 and res.objects[0].obj_id == 1

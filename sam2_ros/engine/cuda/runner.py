@@ -239,6 +239,11 @@ class GraphRunner:
         g.encoder.graph.replay()
         return g.encoder.outputs, [None if f is None else c for c, f in enumerate(frames)]
 
+    def encodes_in_place(self) -> bool:
+        """True with graphs: encodes write the encoder graph's static outputs, which every
+        camera's latest features are, so a failed one may leave them half-written."""
+        return self.graphs is not None
+
     def encode_batch(self, image: torch.Tensor) -> encoder.Features:
         """image [n, 3, S, S] -> Features [HW_l, n, C_l], by the eager runner."""
         return self.eager.encode_batch(image)
