@@ -89,6 +89,17 @@ class DeviceOverlay:
         put_labels(img, res)
         return img
 
+    def to_host(self, frame: torch.Tensor) -> np.ndarray:
+        """A device frame [H, W, 3] uint8 -> a host view of it (valid until the next call),
+        copied on this instance's stream through a pinned buffer: the host overlay of a frame
+        decoded on the GPU, without waiting behind the worker's frame on the default stream."""
+        with torch.cuda.stream(self.stream):
+            host = self._buffer('host', tuple(frame.shape))
+            host.copy_(frame, non_blocking=self.cuda)
+        if self.cuda:
+            self.stream.synchronize()
+        return host.numpy()
+
     def _buffer(self, role: str, shape: tuple) -> torch.Tensor:
         """The uint8 host buffer of ``role`` with ``shape`` (a new one on a new shape), pinned
         when the overlay renders on a GPU.

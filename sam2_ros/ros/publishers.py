@@ -72,6 +72,8 @@ class Publishers:
         self.class_of, self.serial = class_of, serial
         # the overlay rendered on this device (overlay_on_gpu), None: on the host
         self.device_overlay = DeviceOverlay(overlay_device) if overlay_device else None
+        # copies GPU-decoded frames to the host for a host-rendered overlay (made on first use)
+        self.host_copier: Optional[DeviceOverlay] = None
         # raw images as serialized bytes (one copy) or as rclpy messages
         self.image = image_cdr.image_to_cdr if serialized else images.image_msg
         self.timing_log = timing_log
@@ -205,7 +207,21 @@ class Publishers:
                 self.device_overlay = None
                 self.node.get_logger().warning(
                     f'overlay on the GPU failed ({exc!r}); rendering it on the host from now on')
-        return render_overlay(to_host(p.rgb), p.result)
+        return render_overlay(self.host_frame(p.rgb), p.result)
+
+    def host_frame(self, rgb: Any) -> np.ndarray:
+        """The frame's pixels on the host. A frame decoded on the GPU is copied on a stream of
+        its own through a pinned buffer (``DeviceOverlay.to_host``): on the default stream the
+        copy would wait for the worker's frame in flight; ``to_host`` if that fails."""
+        if getattr(rgb, 'is_cuda', False):
+            try:
+                if self.host_copier is None:
+                    self.host_copier = DeviceOverlay(str(rgb.device))
+                return self.host_copier.to_host(rgb)
+            except Exception as exc:  # noqa: BLE001 - the plain copy still works
+                self.node.get_logger().warning(f'copying the frame on a stream of its own '
+                                               f'failed ({exc!r}); copying it plainly')
+        return to_host(rgb)
 
     # ------------------------------------------------------------------ release
     def release(self) -> None:

@@ -46,3 +46,16 @@ def test_device_overlay_equals_render_overlay_with_labels_and_read_only_frames()
     # view of a [3, H, W] tensor, as a GPU-decoded JPEG is handed on)
     chw = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous().permute(1, 2, 0)
     np.testing.assert_array_equal(ov.render(chw, empty), rgb)
+
+
+def test_to_host_copies_a_tensor_frame_through_one_reused_buffer():
+    """The host overlay's copy of a GPU-decoded frame (a channels-last view of a [3, H, W]
+    tensor) equals the frame, through one host buffer reused while the size holds."""
+    rgb, _ = scene(40, 56, seed=5)
+    ov = overlay_device.DeviceOverlay('cpu')
+    chw = torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    first = ov.to_host(chw)
+    np.testing.assert_array_equal(first, rgb)
+    ptr = ov.pinned['host'].data_ptr()
+    np.testing.assert_array_equal(ov.to_host(torch.from_numpy(rgb[::-1].copy())), rgb[::-1])
+    assert ov.pinned['host'].data_ptr() == ptr

@@ -32,3 +32,16 @@ def test_gpu_overlay_equals_the_hosts(h, w):
     assert set(ov.pinned) == {'frame', 'label', 'out'} and len(ptrs) == 1
     assert all(b.is_pinned() for b in ov.pinned.values())
     assert ov.stream is not None and ov.stream != torch.cuda.current_stream()
+
+
+
+def test_to_host_copies_a_gpu_frame_on_a_stream_of_its_own():
+    """The host overlay's copy of a GPU-decoded frame (overlay_on_gpu off; the publisher's
+    ``host_frame``): the frame's pixels, through one pinned buffer, on the instance's stream."""
+    rgb, _ = scene(720, 1280, seed=9)
+    frame = torch.from_numpy(rgb).cuda().permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    ov = DeviceOverlay('cuda')
+    for _ in range(2):
+        np.testing.assert_array_equal(ov.to_host(frame), rgb)
+    assert set(ov.pinned) == {'host'} and ov.pinned['host'].is_pinned()
+    assert ov.stream != torch.cuda.current_stream()

@@ -237,3 +237,28 @@ def test_configure_makes_the_compressed_overlay_only_for_a_compressed_input(over
     assert all(t is CompressedImage for t, topic in created if topic.endswith('/compressed'))
     assert out.has_overlay == overlay
     assert (out.pubs['overlay_compressed'] is not None) == (overlay and compressed)
+
+
+def test_a_gpu_frame_for_the_host_overlay_is_copied_by_a_copier_of_its_device(monkeypatch):
+    """overlay_on_gpu off, a frame on a GPU: host_frame copies it with a DeviceOverlay of the
+    frame's device (its own stream and pinned buffer; on the GPU in test_overlay_gpu.py), made
+    once; if that copy fails, the plain ``to_host`` copy is used, with a warning."""
+    from sam2_ros.overlay_device import DeviceOverlay
+
+    rgb = frame()
+    gpu_frame = SimpleNamespace(is_cuda=True, device='cpu')   # stands in for a CUDA tensor
+    made, plain = [], []
+    monkeypatch.setattr(DeviceOverlay, 'to_host',
+                        lambda self, f: made.append((self.device, f)) or rgb)
+    monkeypatch.setattr(pubs_mod, 'to_host', lambda f: plain.append(f) or rgb)
+    out, _ = outputs({'overlay': 1})
+    assert out.host_frame(gpu_frame) is rgb and out.host_frame(gpu_frame) is rgb
+    copier = out.host_copier
+    assert [d for d, _ in made] == [torch.device('cpu')] * 2 and plain == []
+
+    def broken(self, f):
+        raise RuntimeError('CUDA error: an illegal memory access')
+    monkeypatch.setattr(DeviceOverlay, 'to_host', broken)
+    WARNINGS.clear()
+    assert out.host_frame(gpu_frame) is rgb and plain == [gpu_frame]
+    assert out.host_copier is copier and 'illegal memory access' in WARNINGS[0]
