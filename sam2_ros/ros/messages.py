@@ -45,7 +45,8 @@ def vision_interfaces() -> SimpleNamespace:
 
 def tracking_state_msg(res: FrameResult, header: Any, *, decode_ms: float, publish_ms: float,
                        dropped: int, processed: int, errors: Iterable[str]) -> Any:
-    """FrameResult -> sam2_ros/msg/TrackingState (header of the input image, unchanged).
+    """FrameResult -> sam2_ros/msg/TrackingState (header of the input image, unchanged, and
+    its size: what a consumer checks a camera_info against).
 
     An empty mask has area 0, an all-zero box and a zero centroid (as msg/ObjectState.msg
     documents). ``publish_ms`` is the time spent publishing the PREVIOUS frame's messages
@@ -57,6 +58,7 @@ def tracking_state_msg(res: FrameResult, header: Any, *, decode_ms: float, publi
     m = interfaces()
     msg = m.TrackingState()
     msg.header = header
+    msg.height, msg.width = max(0, int(res.height)), max(0, int(res.width))
     msg.frame_index = max(0, int(res.frame_index))
     objs = []
     for o in sorted(res.objects, key=lambda o: o.obj_id):

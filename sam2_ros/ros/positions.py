@@ -20,7 +20,7 @@ or until both camera_info messages are valid.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros.pairing import Group
@@ -138,12 +138,21 @@ class Positions:
             self.pub = None
 
 
-def size_mismatch(calib: Calibration, left: FrameResult, right: FrameResult) -> str:
+class ImageSize(Protocol):
+    """What :func:`size_mismatch` reads of an image: a FrameResult, or a TrackingState (which
+    carries its image's size)."""
+
+    height: int
+    width: int
+
+
+def size_mismatch(calib: Calibration, left: ImageSize, right: ImageSize) -> str:
     """Why the pair's camera_info does not describe these images ('' when it does; a size of
-    0x0 in camera_info says nothing and is taken as it is)."""
+    0x0 in camera_info, or of an image (a TrackingState whose tracker did not fill its height
+    and width), says nothing and is taken as it is)."""
     for name, cam, res in (('left', calib.left, left), ('right', calib.right, right)):
-        if (cam.width, cam.height) != (0, 0) and (cam.width, cam.height) != (res.width,
-                                                                             res.height):
+        size = (int(res.width), int(res.height))
+        if (0, 0) not in ((cam.width, cam.height), size) and (cam.width, cam.height) != size:
             return (f'the {name} camera_info is for {cam.width}x{cam.height} images, the images '
                     f'are {res.width}x{res.height}')
     return ''

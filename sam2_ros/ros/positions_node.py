@@ -10,7 +10,10 @@ same output: it pairs the two trackers' ``TrackingState`` messages by stamp (bot
 image's stamp; a stereo driver stamps a pair alike), triangulates every object id visible in
 both from its two mask centroids with the pair's ``camera_info`` (``positions.py``, the same
 code as the one-node path) and publishes ``vision_msgs/Detection3DArray`` on ``~/positions``
-(only valid positions, in the left camera's frame) and its counts on ``/diagnostics``.
+(only valid positions, in the left camera's frame) and its counts on ``/diagnostics``. As in
+the one-node path, a camera_info of another size than the images (each state carries its
+image's size) turns positions off, the reason in the diagnostics and the log (a size of 0, a
+tracker that does not fill it, is not checked).
 
 States are paired as the one-node tracker pairs frames (``pairing.StampPairer``); a state
 without a partner waits at most ``pair_wait_ms`` (the two trackers' outputs may be that far
@@ -26,7 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.pairing import StampPairer
-from sam2_ros.ros.positions import PairCalibration, detections, triangulate_objects
+from sam2_ros.ros.positions import (PairCalibration, detections, size_mismatch,
+                                    triangulate_objects)
 
 OUTPUT_TOPIC = '~/positions'
 PARAMS = {'left': 'left', 'right': 'right', 'tracker': 'sam2_tracker', 'rectified': False,
@@ -86,7 +90,8 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
                                     int(round(float(p['pair_tolerance_ms']) * 1e6)),
                                     int(p['pair_depth']))
             self.pair = PairCalibration()
-            self.valid = self.invalid = self.waiting = 0
+            self.valid = self.invalid = self.waiting = self.refused = 0
+            self.mismatch = ''      # camera_info of another size than the images ('' if not)
             self.last: Dict[int, Any] = {}
             self.pub = self.create_publisher(Detection3DArray, OUTPUT_TOPIC, OUTPUT_QOS)
             self.diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -114,6 +119,16 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
             if calib is None:
                 self.waiting += 1
                 return
+            mismatch = size_mismatch(calib, left, right)
+            if mismatch != self.mismatch:           # logged once per change, not per pair
+                if mismatch:
+                    self.get_logger().warning(f'positions off: {mismatch}')
+                else:
+                    self.get_logger().info('positions on: camera_info matches the images')
+            self.mismatch = mismatch
+            if mismatch:            # calibrated for other images: positions would be wrong
+                self.refused += 1
+                return
             found = triangulate_objects(calib, centroids(left), centroids(right),
                                         self.rectified)
             self.last = found
@@ -126,13 +141,17 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
             values: List[Tuple[str, str]] = [
                 ('pairs', str(self.pairs.paired)), ('unpaired_dropped', str(self.pairs.dropped)),
                 ('positions_valid', str(self.valid)), ('positions_invalid', str(self.invalid)),
-                ('pairs_before_camera_info', str(self.waiting))]
+                ('pairs_before_camera_info', str(self.waiting)),
+                ('pairs_size_mismatch', str(self.refused))]
             values += [(f'position_{i}', 'valid' if t.valid else f'invalid: {t.reason}')
                        for i, t in sorted(self.last.items())]
             calib = self.pair.calibration()
-            ok = calib is not None
-            msg = 'ok' if ok else (f'camera_info refused: {self.pair.error[:200]}'
-                                   if self.pair.error else 'waiting for camera_info of both')
+            ok = calib is not None and not self.mismatch
+            if calib is not None:
+                msg = f'off (camera_info: {self.mismatch})' if self.mismatch else 'ok'
+            else:
+                msg = (f'camera_info refused: {self.pair.error[:200]}'
+                       if self.pair.error else 'waiting for camera_info of both')
             st = status_t(level=status_t.OK if ok else status_t.WARN,
                           name=f'{self.get_name()}: positions', message=msg,
                           hardware_id=self.get_fully_qualified_name(),

@@ -48,6 +48,8 @@ def test_object_state_constants_and_fields():
 def test_tracking_state_fields():
     assert fields(TrackingState) == {
         'header': 'std_msgs/Header',
+        'height': 'uint32',
+        'width': 'uint32',
         'frame_index': 'uint64',
         'objects': 'sequence<sam2_ros/ObjectState>',
         'decode_ms': 'float',
@@ -97,8 +99,9 @@ def test_tracking_state_roundtrip():
                     frames_since_prompt=17)
     o.box.x_offset, o.box.y_offset, o.box.width, o.box.height = 5, 6, 70, 80
     o.centroid.x, o.centroid.y = 40.0, 46.0
-    s = TrackingState(frame_index=2**40, objects=[o, ObjectState(object_id=255)], decode_ms=1.5,
-                      engine_ms=20.25, publish_ms=0.5, engine_mode='graph', dropped_frames=3,
+    s = TrackingState(height=720, width=1280, frame_index=2**40,
+                      objects=[o, ObjectState(object_id=255)], decode_ms=1.5, engine_ms=20.25,
+                      publish_ms=0.5, engine_mode='graph', dropped_frames=3,
                       processed_frames=2**40 + 1, errors=['bad prompt: object_id 0'])
     s.header.frame_id = 'cam'
     t = roundtrip(s)
@@ -106,6 +109,7 @@ def test_tracking_state_roundtrip():
     assert [x.object_id for x in t.objects] == [3, 255]
     assert t.objects[0].state == ObjectState.STATE_OCCLUDED and t.objects[0].box.width == 70
     assert t.engine_mode == 'graph' and list(t.errors) == ['bad prompt: object_id 0']
+    assert (t.width, t.height) == (1280, 720)
 
 
 def test_config_import_is_light():

@@ -64,12 +64,13 @@ def test_centroids_hide_objects_not_visible():
     assert centroids(state) == {1: (5.0, 2.0), 2: None, 3: None}
 
 
-def state_msg(stamp_ns, objects):
-    """A TrackingState stamped ``stamp_ns`` with (id, centroid x, y, score) objects."""
+def state_msg(stamp_ns, objects, size=(sc.W, sc.H)):
+    """A TrackingState stamped ``stamp_ns`` of a ``size`` (width, height) image with (id,
+    centroid x, y, score) objects."""
     from sam2_ros.ros import messages
 
     m = messages.interfaces()
-    msg = m.TrackingState(header=header(stamp_ns))
+    msg = m.TrackingState(header=header(stamp_ns), width=size[0], height=size[1])
     for i, x, y, score in objects:
         o = m.ObjectState(object_id=i, score=score, area=100)
         o.centroid.x, o.centroid.y = float(x), float(y)
@@ -77,7 +78,15 @@ def state_msg(stamp_ns, objects):
     return msg
 
 
-def test_positions_node_triangulates_objects_seen_by_both_trackers(tmp_path):
+POINT = np.array([0.02, -0.01, 0.5])                # metres, the left camera's frame
+
+
+@pytest.fixture
+def rig(tmp_path):
+    """positions_node (rectified) and a client with the two trackers' state publishers
+    (``pubs``), the two camera_info publishers (``infos``), what arrives on ~/positions
+    (``got``) and /diagnostics (``diags``), ``spin_until`` and the calibration's pixels of
+    POINT (``left``, ``right``)."""
     require_messages()
     pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
     import rclpy
@@ -89,10 +98,8 @@ def test_positions_node_triangulates_objects_seen_by_both_trackers(tmp_path):
     from sam2_ros.ros import messages
     from sam2_ros.ros.publishers import OUTPUT_QOS
     calib = sc.rectified_pair(baseline=0.06)
-    point = np.array([0.02, -0.01, 0.5])                # metres, the left camera's frame
-    ul = calib.left.P @ np.append(point, 1.0)
-    ur = calib.right.P @ np.append(point, 1.0)
-    (xl, yl), (xr, yr) = ul[:2] / ul[2], ur[:2] / ur[2]
+    ul = calib.left.P @ np.append(POINT, 1.0)
+    ur = calib.right.P @ np.append(POINT, 1.0)
     lease = DomainLease()
     proc = Proc([sys.executable, '-m', 'sam2_ros.ros.positions_node', '--ros-args', '-p',
                  'rectified:=true', '-p', 'diagnostics_period_s:=0.2'], lease.env(),
@@ -120,31 +127,80 @@ def test_positions_node_triangulates_objects_seen_by_both_trackers(tmp_path):
             return wait_until(step, timeout, what)
         spin_until(lambda: all(p.get_subscription_count() for p in pubs + infos),
                    'the positions node to subscribe')
-        pubs[0].publish(state_msg(1_000, [(1, xl, yl, 2.0)]))     # before camera_info:
-        pubs[1].publish(state_msg(1_000, [(1, xr, yr, 2.0)]))     # paired, not published
-        # camera_info only once the node has the pair: topics are not ordered among each
-        # other, and a state re-sent after late discovery could otherwise arrive after it
-        spin_until(lambda: any(kv.key == 'pairs_before_camera_info' and kv.value == '1'
-                               for d in diags for s in d.status for kv in s.values),
-                   'diagnostics: the pair before camera_info')
-        for pub, cam in zip(infos, (calib.left, calib.right)):
-            pub.publish(info_msg(cam))
-        # and the next states only once it is calibrated (its diagnostics say 'ok')
-        spin_until(lambda: any(s.message == 'ok' for d in diags for s in d.status),
-                   'diagnostics: the pair calibrated')
-        # frame 2000: object 1 in both, 2 only on the left, 3 hidden on the right
-        pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (3, xr, yr, -4.0)]))
-        pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0), (2, 30.0, 40.0, 1.0),
-                                          (3, xl, yl, 1.0)]))
-        spin_until(lambda: got, 'a positions message')
-        msg = got[0]
-        assert msg.header.stamp.nanosec == 2_000 and msg.header.frame_id == 'left_optical'
-        assert [d.id for d in msg.detections] == ['1']
-        p = msg.detections[0].bbox.center.position
-        np.testing.assert_allclose([p.x, p.y, p.z], point, atol=1e-6)
+        yield types.SimpleNamespace(
+            calib=calib, proc=proc, pubs=pubs, infos=infos, got=got, diags=diags,
+            spin_until=spin_until, left=tuple(ul[:2] / ul[2]), right=tuple(ur[:2] / ur[2]))
     finally:
         ex.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
         proc.stop()
         lease.release()
+
+
+def diag_value(diags, key):
+    """Every value of ``key`` in the diagnostics received so far."""
+    return [kv.value for d in diags for s in d.status for kv in s.values if kv.key == key]
+
+
+def calibrate(rig):
+    """Send both camera_info and wait until the node is calibrated (its diagnostics: 'ok')."""
+    for pub, cam in zip(rig.infos, (rig.calib.left, rig.calib.right)):
+        pub.publish(info_msg(cam))
+    rig.spin_until(lambda: any(s.message == 'ok' for d in rig.diags for s in d.status),
+                   'diagnostics: the pair calibrated')
+
+
+def test_positions_node_triangulates_objects_seen_by_both_trackers(rig):
+    (xl, yl), (xr, yr) = rig.left, rig.right
+    rig.pubs[0].publish(state_msg(1_000, [(1, xl, yl, 2.0)]))     # before camera_info:
+    rig.pubs[1].publish(state_msg(1_000, [(1, xr, yr, 2.0)]))     # paired, not published
+    # camera_info only once the node has the pair: topics are not ordered among each
+    # other, and a state re-sent after late discovery could otherwise arrive after it
+    rig.spin_until(lambda: '1' in diag_value(rig.diags, 'pairs_before_camera_info'),
+                   'diagnostics: the pair before camera_info')
+    # and the next states only once it is calibrated
+    calibrate(rig)
+    # frame 2000: object 1 in both, 2 only on the left, 3 hidden on the right
+    rig.pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (3, xr, yr, -4.0)]))
+    rig.pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0), (2, 30.0, 40.0, 1.0),
+                                          (3, xl, yl, 1.0)]))
+    rig.spin_until(lambda: rig.got, 'a positions message')
+    msg = rig.got[0]
+    assert msg.header.stamp.nanosec == 2_000 and msg.header.frame_id == 'left_optical'
+    assert [d.id for d in msg.detections] == ['1']
+    p = msg.detections[0].bbox.center.position
+    np.testing.assert_allclose([p.x, p.y, p.z], POINT, atol=1e-6)
+
+
+def test_positions_node_publishes_nothing_for_images_of_another_size_than_camera_info(rig):
+    """A state carries its image's size: camera_info calibrated for other images would give
+    wrong positions, so that pair gets none and the diagnostics say why (as a tracker node
+    serving both cameras does); a matching size, or 0 (a tracker that does not fill it), is
+    triangulated."""
+    (xl, yl), (xr, yr) = rig.left, rig.right
+    calibrate(rig)
+    wide = (sc.W * 2, sc.H)
+    for stamp in (2_000, 2_500):
+        rig.pubs[0].publish(state_msg(stamp, [(1, xl, yl, 2.0)], size=wide))
+        rig.pubs[1].publish(state_msg(stamp, [(1, xr, yr, 2.0)]))
+    reason = (f'off (camera_info: the left camera_info is for {sc.W}x{sc.H} images, the '
+              f'images are {sc.W * 2}x{sc.H})')
+    rig.spin_until(lambda: '2' in diag_value(rig.diags, 'pairs_size_mismatch'),
+                   'diagnostics: both pairs refused')
+    refused = [s for d in rig.diags for s in d.status if s.message == reason]
+    assert refused and refused[-1].level == refused[-1].WARN
+    rig.proc.wait_log(r'positions off: the left camera_info is for', 30)
+    for stamp, size in ((3_000, (sc.W, sc.H)), (4_000, (0, 0))):
+        rig.pubs[0].publish(state_msg(stamp, [(1, xl, yl, 2.0)], size=size))
+        rig.pubs[1].publish(state_msg(stamp, [(1, xr, yr, 2.0)], size=size))
+    rig.spin_until(lambda: len(rig.got) >= 2, 'the positions of the next two pairs')
+    # one publisher, reliable and in order: a position of a refused pair would have come first
+    assert [m.header.stamp.nanosec for m in rig.got] == [3_000, 4_000]
+    for msg in rig.got:
+        assert [d.id for d in msg.detections] == ['1']
+        p = msg.detections[0].bbox.center.position
+        np.testing.assert_allclose([p.x, p.y, p.z], POINT, atol=1e-6)
+    rig.spin_until(lambda: rig.diags[-1].status[0].message == 'ok', 'diagnostics: ok again')
+    assert diag_value(rig.diags, 'pairs_size_mismatch')[-1] == '2'
+    assert rig.proc.log().count(']: positions off:') == 1      # once per change, not per pair

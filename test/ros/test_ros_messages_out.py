@@ -40,6 +40,20 @@ def test_tracking_state_msg():
     assert (o7.area, o7.box.width, o7.centroid.x) == (0, 0, 0.0)
 
 
+def test_tracking_state_carries_the_size_of_its_image():
+    """The state says which image its boxes and centroids are in (positions_node checks a
+    camera_info against it); a result without a frame (size 0x0) says 0: unknown."""
+    require_messages()
+    from std_msgs.msg import Header
+
+    msg = messages.tracking_state_msg(_result(), Header(), decode_ms=0.0, publish_ms=0.0,
+                                      dropped=0, processed=1, errors=[])
+    assert (msg.width, msg.height) == (5, 4)
+    no_frame = messages.tracking_state_msg(FrameResult(-1, 0, 0), Header(), decode_ms=0.0,
+                                           publish_ms=0.0, dropped=0, processed=0, errors=[])
+    assert (no_frame.width, no_frame.height, no_frame.frame_index) == (0, 0, 0)
+
+
 def test_label_image():
     from std_msgs.msg import Header
 

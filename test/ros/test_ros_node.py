@@ -153,6 +153,7 @@ def test_scenario_matches_in_process_tracker(fifo):
         assert stamp_of(m.header) == stamp_of(o.header) == stamp_of(s.header)
         assert m.header.frame_id == o.header.frame_id == s.header.frame_id == 'camera'
         assert (o.encoding, o.width, o.height) == ('rgb8', 160, 120)
+        assert (s.width, s.height) == (160, 120)        # the image its centroids are in
     last = {stamp_of(s.header): (s, m) for s, m in zip(states, masks)}  # last one per stamp
     for st, r in ref.items():
         assert_same(*last[st], r)

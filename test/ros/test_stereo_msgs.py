@@ -88,6 +88,23 @@ def test_camera_info_of_another_image_size_turns_positions_off():
     assert sent == [] and 'the left camera_info is for' in pos.values(0)['positions']
 
 
+def test_an_image_of_unknown_size_is_taken_as_the_camera_info_says():
+    """A TrackingState carries its image's size, 0x0 where its tracker did not fill it: such
+    an image is not checked (positions_node keeps triangulating it), a sized one is."""
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.positions import size_mismatch
+
+    calib = sc.rectified_pair()
+    unknown = SimpleNamespace(width=0, height=0)
+    same = SimpleNamespace(width=sc.W, height=sc.H)
+    other = SimpleNamespace(width=sc.W * 2, height=sc.H)
+    assert size_mismatch(calib, unknown, unknown) == ''
+    assert size_mismatch(calib, unknown, same) == ''
+    assert size_mismatch(calib, unknown, other) == (
+        f'the right camera_info is for {sc.W}x{sc.H} images, the images are {sc.W * 2}x{sc.H}')
+
+
 def test_an_object_tracked_in_one_camera_gets_an_invalid_position_with_the_reason():
     """Diagnostics list every object's last validity: one the other camera does not track
     is 'not visible' there, not left out."""
