@@ -1,18 +1,27 @@
 """The object id of a ``click_mode new`` click: the lowest id no object uses now.
 
 Computed afresh from what exists at the moment of the click (tracked objects, prompts queued
-in the tracker, prompts the worker holds for future frames), never from a record of ids handed
-out before: removed objects, a reset and a new tracker (cleanup, configure) free their ids, and
-a click refused for capacity takes none. Nothing here imports ROS.
+in the tracker, prompts the worker holds for future frames: :func:`ids_in_use`, which a
+detection starting an object uses too), never from a record of ids handed out before: removed
+objects, a reset and a new tracker (cleanup, configure) free their ids, and a click refused
+for capacity takes none. Nothing here imports ROS.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Set
 
 from sam2_ros.engine.errors import CapacityError
 
 MAX_ID = 255   # object ids are label-mask values (uint8, 0 = background)
+
+
+def ids_in_use(tracker: Any, held_ids: Iterable[int]) -> Set[int]:
+    """Ids of the objects tracked or about to start: tracked by ``tracker``, queued for its
+    next frame, deferred on its latest one, or held by the worker for later frames
+    (``held_ids``)."""
+    return (set(tracker.object_ids) | set(tracker.queued_ids) | set(tracker.deferred_ids)
+            | set(held_ids))
 
 
 def new_object_id(in_use: Iterable[int], max_objects: int) -> int:

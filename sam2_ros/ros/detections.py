@@ -13,19 +13,23 @@ stamped like the image); :func:`sam2_ros.ros.inputs.detections_from_msg` turns t
   per object. A matched object is left alone while it tracks well (state TRACKING and IoU >=
   ``drift_iou``) and re-prompted with the detection's box otherwise ('drifted', or 'occluded' /
   'lost' / 'empty');
-* unmatched: starts a new object with the lowest free id, unless a new detection of the same
-  class already planned overlaps it (IoU >= ``match_iou``: a duplicate) or ``max_objects`` is
-  reached (skipped, reported).
+* matched to an object started after the detection's frame (a detector slower than the
+  tracker: its detections of frames k+1.. arrive after frame k's started the object), by the
+  box of the detection that started it or its last known box: left alone, as that object;
+* unmatched: starts a new object with the lowest id not in use (tracked, queued, or held
+  for a later frame), unless a new detection of the same class already planned overlaps it
+  (IoU >= ``match_iou``: a duplicate) or ``max_objects`` is reached (skipped, reported).
 
 Everything is a pure function of its inputs except :class:`Association`, which remembers per
-object the class and score of the detection that prompted it and its last known box.
+object the class and score of the detection that prompted it, the box of the detection that
+started it and its last known box.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 Box = Tuple[float, float, float, float]   # x0, y0, x1, y1 in continuous pixel coordinates
 
@@ -125,23 +129,27 @@ def mask_box(box: Optional[Sequence[int]]) -> Optional[Box]:
 
 
 def to_detection(raw: RawDetection, width: int, height: int, index: int = 0) -> Detection:
-    """Validate one detection against the frame size; DetectionError says what is wrong."""
+    """Validate one detection against the frame size; DetectionError says what is wrong.
+    Numbers in the texts are %g: a detector's 1e300 must not print as 300 digits."""
     values = (raw.cx, raw.cy, raw.size_x, raw.size_y, raw.theta, raw.score)
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-        raise DetectionError(f'detection {index} has a non-finite value (centre '
-                             f'{raw.cx}, {raw.cy}, size {raw.size_x} x {raw.size_y}, theta '
-                             f'{raw.theta}, score {raw.score})')
-    if raw.size_x <= 0 or raw.size_y <= 0:
-        raise DetectionError(f'detection {index} has size {raw.size_x} x {raw.size_y}: '
-                             f'width and height must be > 0')
-    if raw.theta != 0.0:
-        raise DetectionError(f'detection {index} is rotated (theta {raw.theta}): only '
-                             f'axis-aligned boxes are prompts')
+        cx, cy, sx, sy, theta, score = (f'{v:g}' if isinstance(v, (int, float)) else repr(v)
+                                        for v in values)
+        raise DetectionError(f'detection {index} has a non-finite value (centre {cx}, {cy}, '
+                             f'size {sx} x {sy}, theta {theta}, score {score})')
     x0, x1 = raw.cx - raw.size_x / 2, raw.cx + raw.size_x / 2
     y0, y1 = raw.cy - raw.size_y / 2, raw.cy + raw.size_y / 2
+    # a size below the centre's floating-point resolution (1e-15 px at x 50) gives x0 == x1:
+    # a zero-size box as the core sees it, so it is rejected here, not refused by the core
+    if raw.size_x <= 0 or raw.size_y <= 0 or not (x0 < x1 and y0 < y1):
+        raise DetectionError(f'detection {index} has size {raw.size_x:g} x {raw.size_y:g}: '
+                             f'width and height must be > 0')
+    if raw.theta != 0.0:
+        raise DetectionError(f'detection {index} is rotated (theta {raw.theta:g}): only '
+                             f'axis-aligned boxes are prompts')
     if x1 <= 0 or y1 <= 0 or x0 >= width or y0 >= height:
-        raise DetectionError(f'detection {index} box ({x0:.1f}, {y0:.1f}, {x1:.1f}, '
-                             f'{y1:.1f}) is outside the {width}x{height} frame')
+        raise DetectionError(f'detection {index} box ({x0:g}, {y0:g}, {x1:g}, {y1:g}) is '
+                             f'outside the {width}x{height} frame')
     box = (max(0.0, x0), max(0.0, y0), min(float(width), x1), min(float(height), y1))
     return Detection(box, str(raw.class_id), float(raw.score), index)
 
@@ -167,6 +175,12 @@ class ObjectMemory:
     class_id: str = ''
     score: float = 0.0                # score of the detection that last prompted it
     last_box: Optional[Box] = None    # last non-empty box (or the prompted box)
+    start_box: Optional[Box] = None   # box of the detection that started it (None: a prompt did)
+
+
+# An object matched as a reference: its boxes to compare with, its state on the detection's
+# frame (None: started after that frame) and its class.
+Reference = Tuple[Tuple[Box, ...], Optional[Tracked], str]
 
 
 @dataclass
@@ -186,36 +200,35 @@ class Association:
         for obj_id in set(self.objects) - seen:
             del self.objects[obj_id]
 
+    def forget(self, obj_ids: Optional[Iterable[int]] = None) -> None:
+        """Objects removed (``obj_ids``) or all of them (None: a reset): a new object that
+        later gets one of their ids starts with no class, score or boxes of theirs."""
+        for obj_id in list(self.objects) if obj_ids is None else obj_ids:
+            self.objects.pop(obj_id, None)
+
     def class_of(self, obj_id: int) -> str:
         mem = self.objects.get(obj_id)
         return mem.class_id if mem is not None else ''
 
     def plan(self, detections: Sequence[Detection], tracked: Sequence[Tracked],
-             rules: Rules, used_ids: Iterable[int] = ()) -> List[Decision]:
+             rules: Rules, used_ids: Iterable[int] = (),
+             later: Iterable[int] = ()) -> List[Decision]:
         """One decision per detection (in message order). ``tracked``: the objects on the
-        detection's frame; ``used_ids``: ids taken besides them (e.g. queued prompts)."""
+        detection's frame; ``later``: ids of objects started after that frame (matched by the
+        box that started them or their last known box); ``used_ids``: every other id tracked
+        or about to start (queued or held prompts): no new object takes one, and all of them
+        count toward ``max_objects``."""
         decisions: Dict[int, Decision] = {}
-        candidates: List[Detection] = []
-        for d in detections:
-            if d.score < rules.min_score:
-                decisions[d.index] = Decision(FILTERED, d, reason=f'score {d.score:.2f} < '
-                                              f'detection_min_score {rules.min_score}')
-            elif rules.class_ids and d.class_id not in rules.class_ids:
-                decisions[d.index] = Decision(FILTERED, d, reason=f'class {d.class_id!r} not '
-                                              f'in detection_class_ids')
-            else:
-                candidates.append(d)
-        refs = {}
-        for t in tracked:
-            mem = self.objects.get(t.obj_id, ObjectMemory())
-            ref = t.box if t.box is not None else mem.last_box
-            if ref is not None:
-                refs[t.obj_id] = (ref, t, mem.class_id)
+        candidates = _filter(detections, rules, decisions)
+        later = list(later)
+        refs = self._references(tracked, later)
         pairs = []
         for d in candidates:
-            for obj_id, (ref, t, cls) in refs.items():
+            for obj_id, (boxes, t, cls) in refs.items():
                 if _classes_match(d.class_id, cls):
-                    v = iou(d.box, ref)
+                    v = max(iou(d.box, b) for b in boxes)
+                    # match_iou 0 admits every pair of the class (association by class
+                    # alone); the most-overlapping pairs still go first
                     if v >= rules.match_iou:
                         pairs.append((-v, d.index, obj_id, d, t))
         pairs.sort(key=lambda p: (p[0], p[1], p[2]))
@@ -224,42 +237,33 @@ class Association:
             if d.index in decisions or obj_id in taken:
                 continue
             taken.add(obj_id)
-            v = -negv
-            if t.box is None:
-                decisions[d.index] = Decision(CORRECT, d, obj_id, v, 'empty mask')
-            elif t.state != 'tracking':
-                decisions[d.index] = Decision(CORRECT, d, obj_id, v, t.state)
-            elif v < rules.drift_iou:
-                decisions[d.index] = Decision(CORRECT, d, obj_id, v, f'drifted (IoU {v:.2f} < '
-                                              f'detection_drift_iou {rules.drift_iou})')
-            else:
-                decisions[d.index] = Decision(IGNORE, d, obj_id, v, 'tracks well')
-        used = set(used_ids) | {t.obj_id for t in tracked} | set(self.objects)
-        count = len({t.obj_id for t in tracked} | set(self.objects))
-        new: List[Detection] = []
-        for d in sorted(candidates, key=lambda d: (-d.score, d.index)):
-            if d.index in decisions:
-                continue
-            dup = next((n for n in new if _classes_match(d.class_id, n.class_id)
-                        and iou(d.box, n.box) >= max(rules.match_iou, 1e-9)), None)
-            if dup is not None:
-                decisions[d.index] = Decision(FILTERED, d, reason=f'duplicate of detection '
-                                              f'{dup.index}')
-                continue
-            obj_id = next((i for i in range(1, 256) if i not in used), 0)
-            if count >= rules.max_objects or not obj_id:
-                decisions[d.index] = Decision(SKIPPED, d, reason=f'max_objects '
-                                              f'{rules.max_objects} reached')
-                continue
-            used.add(obj_id)
-            count += 1
-            new.append(d)
-            decisions[d.index] = Decision(NEW, d, obj_id, 0.0, 'unmatched')
+            decisions[d.index] = _match(d, obj_id, -negv, t, rules)
+        used = (set(used_ids) | {t.obj_id for t in tracked} | set(later)
+                | set(self.objects))
+        _new_objects(candidates, used, rules, decisions)
         return [decisions[d.index] for d in sorted(detections, key=lambda d: d.index)]
+
+    def _references(self, tracked: Sequence[Tracked], later: Sequence[int]) -> \
+            Dict[int, Reference]:
+        """The boxes a detection is compared with, per object that has one."""
+        refs: Dict[int, Reference] = {}
+        for t in tracked:
+            mem = self.objects.get(t.obj_id, ObjectMemory())
+            ref = t.box if t.box is not None else mem.last_box
+            if ref is not None:
+                refs[t.obj_id] = ((ref,), t, mem.class_id)
+        for obj_id in later:
+            mem = self.objects.get(obj_id, ObjectMemory())
+            boxes = tuple(b for b in (mem.start_box, mem.last_box) if b is not None)
+            if boxes and obj_id not in refs:
+                refs[obj_id] = (boxes, None, mem.class_id)
+        return refs
 
     def prompted(self, decision: Decision) -> None:
         """The tracker accepted the box prompt of ``decision``: its class and score now travel
-        with the object, and the box is its last known box."""
+        with the object, and the box is its last known box (a new object's start box too)."""
+        if decision.kind == NEW:     # nothing of an earlier object with this id is kept
+            self.objects[decision.obj_id] = ObjectMemory(start_box=decision.detection.box)
         mem = self.objects.setdefault(decision.obj_id, ObjectMemory())
         if decision.detection.class_id:
             mem.class_id = decision.detection.class_id
@@ -271,6 +275,69 @@ class Association:
         mem = self.objects.get(decision.obj_id)
         if mem is not None:
             mem.score = decision.detection.score
+
+
+def _filter(detections: Sequence[Detection], rules: Rules,
+            decisions: Dict[int, Decision]) -> List[Detection]:
+    """The detections that pass min_score and class_ids; the others decided FILTERED."""
+    candidates: List[Detection] = []
+    for d in detections:
+        if d.score < rules.min_score:
+            decisions[d.index] = Decision(FILTERED, d, reason=f'score {d.score:.2f} < '
+                                          f'detection_min_score {rules.min_score}')
+        elif rules.class_ids and d.class_id not in rules.class_ids:
+            decisions[d.index] = Decision(FILTERED, d, reason=f'class {d.class_id!r} not '
+                                          f'in detection_class_ids')
+        else:
+            candidates.append(d)
+    return candidates
+
+
+def _match(d: Detection, obj_id: int, v: float, t: Optional[Tracked],
+           rules: Rules) -> Decision:
+    """A detection matched to object ``obj_id`` (``t``: its state on the detection's frame)."""
+    if t is None:
+        # the object started after this frame, from a newer detection or a prompt: the
+        # detection is older news of it, nothing to correct
+        return Decision(IGNORE, d, obj_id, v, 'started after its frame')
+    if t.box is None:
+        return Decision(CORRECT, d, obj_id, v, 'empty mask')
+    if t.state != 'tracking':
+        return Decision(CORRECT, d, obj_id, v, t.state)
+    if v < rules.drift_iou:
+        return Decision(CORRECT, d, obj_id, v, f'drifted (IoU {v:.2f} < '
+                        f'detection_drift_iou {rules.drift_iou})')
+    return Decision(IGNORE, d, obj_id, v, 'tracks well')
+
+
+def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,
+                 decisions: Dict[int, Decision]) -> None:
+    """The unmatched detections, best score first: a new object each with the lowest id not
+    in ``used``, unless a duplicate of one already planned or max_objects is reached.
+
+    Two detections of a class that do not overlap are two objects even with match_iou 0
+    (association by class alone): a detector reports each instance once, so dropping the
+    second would lose a real object; a false positive is for min_score or class_ids."""
+    count = len(used)
+    new: List[Detection] = []
+    for d in sorted(candidates, key=lambda d: (-d.score, d.index)):
+        if d.index in decisions:
+            continue
+        dup = next((n for n in new if _classes_match(d.class_id, n.class_id)
+                    and iou(d.box, n.box) >= max(rules.match_iou, 1e-9)), None)
+        if dup is not None:
+            decisions[d.index] = Decision(FILTERED, d, reason=f'duplicate of detection '
+                                          f'{dup.index}')
+            continue
+        obj_id = next((i for i in range(1, 256) if i not in used), 0)
+        if count >= rules.max_objects or not obj_id:
+            decisions[d.index] = Decision(SKIPPED, d, reason=f'max_objects '
+                                          f'{rules.max_objects} reached')
+            continue
+        used.add(obj_id)
+        count += 1
+        new.append(d)
+        decisions[d.index] = Decision(NEW, d, obj_id, 0.0, 'unmatched')
 
 
 def sigmoid(logit: float) -> float:

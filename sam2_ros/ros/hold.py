@@ -4,7 +4,8 @@ A prompt or a detection message whose header stamp is newer than the latest proc
 (or zero, for a prompt: the next frame) waits here, in arrival order, until its frame: a prompt
 is applied before tracking the first frame whose stamp is >= its own; detections are associated
 after the frame with exactly their stamp (a later frame first means theirs never came). Both
-are bounded by ``prompt_queue_size`` each; when full the newest is refused. Nothing here imports
+are bounded by ``prompt_queue_size`` each; when full the newest is refused, and neither may be
+stamped more than ``MAX_LEAD_S`` ahead of the frames (:func:`far_ahead`). Nothing here imports
 ROS; only the worker thread changes it (other threads read its length).
 """
 
@@ -18,8 +19,9 @@ from sam2_ros.ros.inputs import ACTION_ADD
 from sam2_ros.ros.mailbox import PromptItem
 
 DETECTIONS = 'detections'   # PromptItem.kind of a vision_msgs Detection2DArray
-# A prompt stamped further ahead of the latest frame than this has a wrong stamp (a clock of
-# another host, a typo): held, it would wait for a frame that never comes and fill the hold.
+# A prompt or detection message stamped further ahead of the latest frame than this has a wrong
+# stamp (a clock of another host, a typo): held, it would wait for a frame that never comes and
+# fill the hold, which then refuses every good one.
 MAX_LEAD_S = 10.0
 MAX_LEAD_NS = int(MAX_LEAD_S * 1e9)
 
@@ -69,9 +71,10 @@ class StampHold:
         return self._take(lambda h: h.detections == detections and h.item.stamp_ns <= stamp_ns)
 
     def take_far(self, stamp_ns: int) -> List[Held]:
-        """Remove and return the prompts stamped more than MAX_LEAD_S after ``stamp_ns`` (a
-        frame's): held before any frame came, they were not checked on arrival."""
-        return self._take(lambda h: not h.detections and h.item.stamp_ns > stamp_ns + MAX_LEAD_NS)
+        """Remove and return the prompts and detections stamped more than MAX_LEAD_S after
+        ``stamp_ns`` (a frame's): held before any frame came, they were not checked on
+        arrival."""
+        return self._take(lambda h: h.item.stamp_ns > stamp_ns + MAX_LEAD_NS)
 
     def _take(self, chosen) -> List[Held]:
         """Remove and return the held items ``chosen(item)`` picks, in arrival order."""
@@ -88,3 +91,11 @@ class StampHold:
         """Remove and return everything, prompts first (the worker is stopping)."""
         items, self._items = self._items, []
         return [h for h in items if not h.detections] + [h for h in items if h.detections]
+
+
+def far_ahead(stamp_ns: int, frame_ns: int, detections: bool = False) -> str:
+    """Why a prompt (or a detection message) stamped too far after a frame is refused."""
+    advice = ('stamp detections like the image they were computed on' if detections else
+              'stamp a prompt like the image it was given on, or 0 for the next frame')
+    return (f'stamped {(stamp_ns - frame_ns) / 1e9:.1f} s after the latest frame (more than '
+            f'{MAX_LEAD_S:g} s ahead: a wrong stamp?); {advice}')

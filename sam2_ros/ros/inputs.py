@@ -50,7 +50,7 @@ def prompt_from_msg(msg: Any, bridge: Any) -> Tuple[int, Optional[Prompt]]:
         raise PromptError(f'{len(msg.labels)} labels but no points')
     if msg.has_box:
         box = tuple(float(v) for v in msg.box)
-    if msg.mask.width > 0 or msg.mask.height > 0:
+    if msg.mask.width > 0:     # msg/Prompt.msg: width == 0 means no mask, whatever the height
         mask = mask_to_bool(msg.mask, bridge)
     if mask is not None:       # msg/Prompt.msg: with a mask, points and box are ignored
         return action, Prompt(obj_id=obj_id, mask=mask)

@@ -97,7 +97,12 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # Task whose finalizer printed a traceback under `ros2 launch` (CI, test_ros_colcon); only
     # inside configure does the handler raise, to stop the model build (interruption.py).
     signal.signal(signal.SIGINT, SIGINT.on_sigint)
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.SIGTERM)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.SIGTERM)
+    except Exception as exc:  # noqa: BLE001 - rcl's RCLError, e.g. a params file it cannot parse
+        # (an array of mixed types): one line, as for any other bad parameter, no traceback
+        print(f'[sam2_tracker] cannot start: {exc}', file=sys.stderr)
+        return 1
     node = node_cls()
     # One executor thread: callbacks only hand messages to the worker, which does the work in
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
@@ -109,7 +114,12 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     executor.add_node(node)
     rc = 0
     try:
-        if node.get_parameter('autostart').value is True:
+        autostart = node.get_parameter('autostart').value
+        if not isinstance(autostart, bool):     # 'true' or 1 would read as false: refused
+            node.get_logger().fatal(f'parameter autostart must be a bool, got {autostart!r}; '
+                                    f'exiting')
+            rc = 1
+        elif autostart:
             ok = node.trigger_configure() == TransitionCallbackReturn.SUCCESS
             ok = ok and node.trigger_activate() == TransitionCallbackReturn.SUCCESS
             if not ok and not (SIGINT.requested or not rclpy.ok()):

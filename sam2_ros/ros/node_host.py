@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from sam2_ros.engine.decode import FrameDecoder
+from sam2_ros.engine.errors import UnknownObjectError
 from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import Prompt
 from sam2_ros.ros import click_ids, images, inputs, native_stderr, runtime_params
@@ -36,7 +37,17 @@ class NodeHost:
         return self.node.get_parameter(name).value
 
     def log(self, level: str, text: str) -> None:
-        self._log.log(level, text)
+        """One line of the worker in the node's log; a multi-camera node's names its camera
+        (every camera's worker logs to the one node log)."""
+        camera = self.camera_name()
+        self._log.log(level, f'camera {camera}: {text}' if camera else text)
+
+    def camera_name(self) -> str:
+        """The camera this host serves in a multi-camera node, '' with one camera: rig.py
+        gives each camera its own host and sets its tracker to that camera's
+        (CameraTracker.camera, the index into the ``cameras`` parameter)."""
+        names = list(self.opts.cameras) if self.opts is not None else []
+        return names[self.tracker.camera] if names and self.tracker is not None else ''
 
     def thread_init(self) -> None:
         """The current CUDA device is per thread: make the worker's the tracker's device."""
@@ -58,9 +69,16 @@ class NodeHost:
             return inputs.prompt_from_msg(item.msg, self.bridge)
         mode = self.value('click_mode')
         obj_id = int(self.value('click_object_id'))
+        if mode == 'negative' and obj_id not in click_ids.ids_in_use(self.tracker,
+                                                                     self.held_ids()):
+            # a lone negative point would start an object of "everything but here"
+            raise UnknownObjectError(
+                f'click_mode negative: object {obj_id} (click_object_id) is not tracked or '
+                f'starting, so there is nothing to remove the clicked area from; set '
+                f'click_object_id to a tracked object, or click with click_mode new or '
+                f'positive to start one')
         if mode == 'new':
-            in_use = (set(self.tracker.object_ids) | set(self.tracker.queued_ids)
-                      | set(self.tracker.deferred_ids) | set(self.held_ids()))
+            in_use = click_ids.ids_in_use(self.tracker, self.held_ids())
             obj_id = click_ids.new_object_id(in_use, self.cfg.max_objects)
             from rclpy.parameter import Parameter
 

@@ -85,7 +85,7 @@ class TrackingWorker:
         self.hold = StampHold(mailbox.prompt_queue_size)
         self.detections = DetectionPrompts(
             tracker, association if association is not None else det.Association(), host,
-            self.errors, self.counters)
+            self.errors, self.counters, held_ids=self.hold.object_ids)
         # the outputs: published from this thread (serial) or handed to the publisher
         # thread (pipeline; ``shared``: one SharedPublisher's for several cameras); see
         # sam2_ros/ros/pipeline.py
@@ -208,7 +208,7 @@ class TrackingWorker:
             item.stamp_ns = 0 if last is None else last
         if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
             if last and item.stamp_ns > last + hold.MAX_LEAD_NS:
-                self.refuse(what, far_ahead(item.stamp_ns, last))
+                self.refuse(what, hold.far_ahead(item.stamp_ns, last))
                 return
             if self.hold.full(detections=False):
                 size = self.hold.capacity
@@ -231,6 +231,7 @@ class TrackingWorker:
         old since the last frame whose stamps are >= it are held for their frames of the new
         time line: a new run's prompt that came before the jump was seen is not lost."""
         self.tracker.reset()
+        self.detections.forget_objects()
         self.hold.drain()
         for held in self._applied_old:
             if to_ns is not None and held.item.stamp_ns >= to_ns:
@@ -242,14 +243,17 @@ class TrackingWorker:
 
     def _on_detections(self, held: Held) -> None:
         """A Detection2DArray: associated now when its frame was processed, held until its
-        frame when it is newer than the latest one (the detector was faster than us). Counted
-        in 'messages' once handled (held, associated or rejected)."""
-        item = held.item
+        frame when it is newer than the latest one (the detector was faster than us) but not
+        more than hold.MAX_LEAD_S newer. Counted in 'messages' once handled (held, associated
+        or rejected)."""
+        item, last = held.item, self.last_stamp_ns
         try:
             if item.stamp_ns <= 0:
                 self.detections.reject(item, 'no stamp: stamp detections like the image they '
                                              'were computed on')
-            elif self.last_stamp_ns is None or item.stamp_ns > self.last_stamp_ns:
+            elif last is not None and item.stamp_ns > last + hold.MAX_LEAD_NS:
+                self.detections.reject(item, hold.far_ahead(item.stamp_ns, last, True))
+            elif last is None or item.stamp_ns > last:
                 if self.hold.full(detections=True):
                     self.detections.reject(item, f'{self.hold.count(True)} detection messages '
                                                  f'already wait for their frames')
@@ -274,14 +278,20 @@ class TrackingWorker:
         try:
             if action == ACTION_RESET:
                 self.tracker.reset()
+                self.detections.forget_objects()
                 if now:
                     self.hold.drop_prompts()
             elif action == ACTION_REMOVE:
                 self.tracker.remove_object(prompt.obj_id)
+                self.detections.forget_objects([prompt.obj_id])
             elif now and self.defer_corrections and prompt.obj_id in self.tracker.object_ids:
                 self.tracker.defer_prompt(prompt)   # the next frame's result shows it
             elif now:
-                self._emit_again(self.tracker.add_prompt(prompt))
+                # a new object is on that frame now: detections of it (and its class '')
+                # must see it before the next frame
+                res = self.tracker.add_prompt(prompt)
+                self.detections.remember(self.last_stamp_ns, res)
+                self._emit_again(res)
             else:
                 self.tracker.queue_prompt(prompt)
         except TrackerError as exc:
@@ -314,7 +324,11 @@ class TrackingWorker:
             else:
                 self.time_jumped(time_jump.image_jump_reason(last, item.stamp_ns), item.stamp_ns)
         for held in self.hold.take_far(item.stamp_ns):
-            self.refuse(held.what, far_ahead(held.item.stamp_ns, item.stamp_ns))
+            why = hold.far_ahead(held.item.stamp_ns, item.stamp_ns, held.detections)
+            if held.detections:
+                self.detections.reject(held.item, why)
+            else:
+                self.refuse(held.what, why)
         for held in self.hold.take_due(item.stamp_ns, detections=False):
             self._apply(held, now=False)
         times.engine0 = time.monotonic()
@@ -375,9 +389,3 @@ class TrackingWorker:
         if text:
             self.errors.report(text)
 
-
-def far_ahead(stamp_ns: int, frame_ns: int) -> str:
-    """Why a prompt stamped too far after a frame is refused (hold.MAX_LEAD_S)."""
-    return (f'stamped {(stamp_ns - frame_ns) / 1e9:.1f} s after the latest frame (more than '
-            f'{hold.MAX_LEAD_S:g} s ahead: a wrong stamp?); stamp a prompt like the image it '
-            f'was given on, or 0 for the next frame')

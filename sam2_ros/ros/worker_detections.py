@@ -1,17 +1,19 @@
 """Detections in the worker thread (vision_msgs Detection2DArray as PromptItems of kind
-'detections'): associated with the tracked objects of the frame they were computed on, turned
-into box prompts on the latest frame. Held until their frame by the worker's
-:class:`~sam2_ros.ros.hold.StampHold`; the association memory (:class:`detections.Association`)
-is the node's, as it outlives an activation.
+'detections'): associated with the tracked objects of the frame they were computed on, and
+with the objects started since (a detector lagging several frames sees an object it started
+in the frames after the one that started it), turned into box prompts on the latest frame.
+Held until their frame by the worker's :class:`~sam2_ros.ros.hold.StampHold`; the association
+memory (:class:`detections.Association`) is the node's, as it outlives an activation.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from sam2_ros.engine.errors import TrackerError
+from sam2_ros.engine.errors import CapacityError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
+from sam2_ros.ros import click_ids
 from sam2_ros.ros import detections as det
 from sam2_ros.ros.mailbox import PromptItem
 from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
@@ -24,15 +26,22 @@ COUNT_KEYS = ('messages', det.NEW, det.CORRECT, det.IGNORE, det.FILTERED, det.SK
 
 
 class DetectionPrompts:
-    """Detection messages -> box prompts, against the objects as they were on their frame."""
+    """Detection messages -> box prompts, against the objects as they were on their frame.
+    ``held_ids()``: ids of the add prompts the worker holds for later frames (objects about to
+    start: a detection must not take their ids)."""
 
     def __init__(self, tracker: Any, association: det.Association, host: WorkerHost,
-                 errors: ErrorLog, counters: WorkerCounters) -> None:
+                 errors: ErrorLog, counters: WorkerCounters, *,
+                 held_ids: Callable[[], Iterable[int]]) -> None:
         self.tracker, self.association, self.host = tracker, association, host
         self.errors, self.counters = errors, counters
+        self.held_ids = held_ids
         # processed frames by stamp: (processed count, width, height, objects)
         self._seen: 'collections.OrderedDict[int, Tuple[int, int, int, List[det.Tracked]]]' = \
             collections.OrderedDict()
+        # per object: the processed count of the first frame that showed it (removed objects
+        # forgotten), so an id removed and started again is a new object for older frames
+        self._born: Dict[int, int] = {}
         # every key present from the start: diagnostics read it from the executor thread
         self.counts: Dict[str, int] = dict.fromkeys(COUNT_KEYS, 0)
 
@@ -43,11 +52,21 @@ class DetectionPrompts:
         self._seen.move_to_end(stamp_ns)
         while len(self._seen) > SEEN_FRAMES:
             self._seen.popitem(last=False)
+        shown = {t.obj_id for t in tracked}
+        self._born = {i: self._born.get(i, self.counters.processed) for i in shown}
         self.association.observe(tracked)
 
     def forget_frames(self) -> None:
         """Time went back (time_jump.py): the processed stamps are of another time line."""
         self._seen.clear()
+
+    def forget_objects(self, obj_ids: Optional[Iterable[int]] = None) -> None:
+        """Objects removed (``obj_ids``) or reset (None): their class and boxes are not a new
+        object's with the same id, which starts with class '' (a prompt's or a click's)."""
+        ids = list(self._born) if obj_ids is None else list(obj_ids)
+        for obj_id in ids:
+            self._born.pop(obj_id, None)
+        self.association.forget(None if obj_ids is None else ids)
 
     def reject(self, item: PromptItem, why: str) -> None:
         self.counters.prompt_errors += 1
@@ -80,32 +99,45 @@ class DetectionPrompts:
             self.counts['rejected'] += 1
             self.errors.report(f'rejected {e} (stamp {item.stamp_ns} ns)')
         late = f', applied {age} frames later' if age else ''
+        # the frame's objects that exist now, and the objects started after that frame
+        now = set(self.tracker.object_ids)
+        on_frame = [t for t in tracked
+                    if t.obj_id in now and self._born.get(t.obj_id, index + 1) <= index]
+        later = sorted(now - {t.obj_id for t in on_frame})
+        used = click_ids.ids_in_use(self.tracker, self.held_ids())
         res = None
-        for d in self.association.plan(dets, tracked, rules, self.tracker.object_ids):
+        for d in self.association.plan(dets, on_frame, rules, used, later):
             prompted = self._apply(d, late)
             res = prompted if prompted is not None else res
         return res
 
     def _apply(self, d: det.Decision, late: str) -> Optional[FrameResult]:
-        """One decision of the association plan; the tracker's result when it prompted."""
-        self.counts[d.kind] += 1
+        """One decision of the association plan; the tracker's result when it prompted.
+        Counted by what happened: a prompt the tracker refuses is not 'new' or 'correct'."""
         box = ', '.join(f'{v:.0f}' for v in d.detection.box)
         label = f'detection {d.detection.index} ({d.detection.class_id or "no class"} ' \
                 f'{d.detection.score:.2f}, box {box})'
-        if d.kind in (det.NEW, det.CORRECT):
-            try:
-                res = self.tracker.add_prompt(Prompt(obj_id=d.obj_id, box=d.detection.box))
-            except TrackerError as exc:
-                self.counters.prompt_errors += 1
-                self.errors.report(f'{label}: {type(exc).__name__}: {exc}')
-                return None
-            self.association.prompted(d)
-            self.host.log('info', f'{label} ' + (f'starts object {d.obj_id}' if d.kind == det.NEW
-                                                 else f're-prompts object {d.obj_id}: {d.reason}')
-                          + late)
-            return res
-        if d.kind == det.IGNORE:
-            self.association.matched(d)
-        elif d.kind == det.SKIPPED:
-            self.errors.report(f'{label} not started: {d.reason}', level='warn')
-        return None
+        if d.kind not in (det.NEW, det.CORRECT):
+            self.counts[d.kind] += 1
+            if d.kind == det.IGNORE:
+                self.association.matched(d)
+            elif d.kind == det.SKIPPED:
+                self.errors.report(f'{label} not started: {d.reason}', level='warn')
+            return None
+        try:
+            res = self.tracker.add_prompt(Prompt(obj_id=d.obj_id, box=d.detection.box))
+        except CapacityError as exc:     # max_objects by the tracker's count: a planned skip
+            self.counts[det.SKIPPED] += 1
+            self.errors.report(f'{label} not started: {exc}', level='warn')
+            return None
+        except TrackerError as exc:
+            self.counters.prompt_errors += 1
+            self.counts['rejected'] += 1
+            self.errors.report(f'rejected {label}: {type(exc).__name__}: {exc}')
+            return None
+        self.counts[d.kind] += 1
+        self.association.prompted(d)
+        self.host.log('info', f'{label} ' + (f'starts object {d.obj_id}' if d.kind == det.NEW
+                                             else f're-prompts object {d.obj_id}: {d.reason}')
+                      + late)
+        return res

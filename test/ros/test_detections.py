@@ -111,13 +111,14 @@ def test_new_matched_drifted_lost_and_filters():
 
 
 def test_capacity_duplicates_and_id_reuse():
+    """Ids in use (e.g. a held prompt's object 1) are neither taken nor free capacity."""
     a = Association()
-    rules = Rules(match_iou=0.3, drift_iou=0.5, max_objects=2)
+    rules = Rules(match_iou=0.3, drift_iou=0.5, max_objects=3)
     out = a.plan([d(0, 0, 10, 10, index=0), d(1, 0, 11, 10, 0.8, index=1),
                   d(20, 20, 30, 30, index=2), d(40, 0, 50, 10, index=3)], [], rules,
                  used_ids=[1])
     assert kinds(out) == [(NEW, 2), (FILTERED, 0), (NEW, 3), (SKIPPED, 0)]
-    assert 'duplicate of detection 0' in out[1].reason and 'max_objects 2' in out[3].reason
+    assert 'duplicate of detection 0' in out[1].reason and 'max_objects 3' in out[3].reason
     # removed objects are forgotten, their ids free again
     a.prompted(out[0])
     a.observe([])
@@ -158,6 +159,8 @@ class BoxTracker:
     @property
     def object_ids(self):
         return sorted(self.boxes)
+
+    queued_ids = deferred_ids = ()    # prompts are only ever applied at once here
 
     def _result(self):
         res = FrameResult(self.frame, H, W)

@@ -38,6 +38,29 @@ def test_autostart_failure_exits_nonzero(tmp_path, lease):
         proc.stop()
 
 
+def test_a_non_bool_autostart_exits_with_the_reason(tmp_path, lease):
+    """autostart: 'true' (a string in a params file) was read as false: the node waited
+    unconfigured for ever, its log saying autostart is false."""
+    proc = start_node(lease, tmp_path, 'autostart_str', autostart='true')
+    try:
+        assert proc.p.wait(60) == 1
+        assert "parameter autostart must be a bool, got 'true'" in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_a_params_file_rcl_cannot_parse_is_one_line_not_a_traceback(tmp_path, lease):
+    """An array of mixed types is refused by rcl's own parser inside rclpy.init."""
+    proc = start_node(lease, tmp_path, 'mixed_array', batch_buckets=[1, 2.0])
+    try:
+        assert proc.p.wait(60) == 1
+        log = proc.log()
+        assert '[sam2_tracker] cannot start: ' in log and 'Sequence should be of same type' in log
+        assert 'Traceback' not in log, log
+    finally:
+        proc.stop()
+
+
 def test_activate_deactivate_cleanup_shutdown(tmp_path, lease):
     from lifecycle_msgs.msg import Transition
 

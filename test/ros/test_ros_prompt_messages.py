@@ -60,3 +60,16 @@ def test_nan_wording(prompt_kw, text):
 
     with pytest.raises(PromptError, match=text):
         prompt_points(Prompt(1, **prompt_kw), 8, 8, 64, torch.device('cpu'))
+
+
+def test_a_mask_of_width_0_is_no_mask_whatever_its_height():
+    """msg/Prompt.msg: mask width == 0 means no mask, so the points are the prompt."""
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.inputs import ACTION_ADD, prompt_from_msg
+
+    msg = SimpleNamespace(action=ACTION_ADD, object_id=3, points=[SimpleNamespace(x=4.0, y=5.0)],
+                          labels=[1], has_box=False, box=[0.0] * 4,
+                          mask=SimpleNamespace(width=0, height=5, encoding='', data=b''))
+    action, p = prompt_from_msg(msg, bridge=None)
+    assert action == ACTION_ADD and p.mask is None and p.points.tolist() == [[4.0, 5.0]]

@@ -1,0 +1,114 @@
+"""Which objects detections start, how they are counted and which class an object reports:
+a detection never takes the id of a user's object about to start, max_objects counts every
+object tracked or starting (skipped with a warning, never an error counted as new), a prompt
+the tracker refuses is counted rejected, a removed object's class dies with it, and the
+detection texts stay readable. A fake tracker over a scripted world, no DDS, no model."""
+
+import pytest
+
+from sam2_ros.engine.errors import CapacityError, PromptError
+from sam2_ros.engine.types import Prompt
+from sam2_ros.ros import detections as det
+from sam2_ros.ros.detections import (IGNORE, NEW, Association, Detection, DetectionError,
+                                     RawDetection, Rules)
+from sam2_ros.ros.inputs import ACTION_ADD, ACTION_REMOVE, ACTION_RESET
+
+from test_detections_late import (H, W, WorldTracker, detect, frame, make, moving_discs, prompt,
+                                  stamp)
+
+
+def test_a_detection_never_takes_the_id_of_a_held_new_object_prompt():
+    """The user's object 1 waits for the next frame (stamp 0): a detection of the other disc
+    on the latest frame starts object 2, and frame 1 has both."""
+    w, tr, _, _ = make()
+    frame(w, 0)
+    prompt(w, 0, ACTION_ADD, Prompt(1, box=moving_discs(0)[1]))
+    detect(w, stamp(0), moving_discs(0)[:1])
+    assert tr.objs == {2: 0}
+    frame(w, 1)
+    assert tr.objs == {1: 1, 2: 0}
+
+
+def test_a_held_new_object_prompt_counts_toward_max_objects():
+    w, tr, _, logs = make(Rules(max_objects=1), WorldTracker(max_objects=1))
+    frame(w, 0)
+    prompt(w, 0, ACTION_ADD, Prompt(1, box=moving_discs(0)[1]))
+    detect(w, stamp(0), moving_discs(0)[:1])
+    frame(w, 1)
+    assert tr.objs == {1: 1} and w.detection_counts['skipped'] == 1
+    assert w.detection_counts[NEW] == 0 and w.counters.prompt_errors == 0
+
+
+def test_max_objects_reached_by_a_user_object_on_the_latest_frame_is_a_skipped_warning():
+    """docs/ros.md: max_objects reached -> detections_skipped and a warning, not an error."""
+    w, tr, published, logs = make(Rules(max_objects=1), WorldTracker(max_objects=1))
+    frame(w, 0)
+    prompt(w, stamp(0), ACTION_ADD, Prompt(1, box=moving_discs(0)[1]))    # applied now
+    detect(w, stamp(0), moving_discs(0)[:1])
+    assert tr.objs == {1: 1}
+    assert w.detection_counts['skipped'] == 1 and w.detection_counts[NEW] == 0
+    assert w.counters.prompt_errors == 0 and not [t for lvl, t in logs if lvl == 'error']
+    assert [t for lvl, t in logs if lvl == 'warn'] == [
+        'detection 0 (a 0.90, box 20, 28, 44, 52) not started: max_objects 1 reached']
+
+
+@pytest.mark.parametrize('refusal, kind, level', [
+    (CapacityError('cannot add object: 1 tracked and 0 queued, max_objects=1'), 'skipped',
+     'warn'),
+    (PromptError('box must have x0 < x1 and y0 < y1'), 'rejected', 'error')])
+def test_a_prompt_the_tracker_refuses_is_counted_by_what_happened(refusal, kind, level):
+    w, tr, _, logs = make()
+    frame(w, 0)
+    tr.refuse = refusal
+    detect(w, stamp(0), moving_discs(0)[:1])
+    assert w.detection_counts[kind] == 1 and w.detection_counts[NEW] == 0 and tr.objs == {}
+    assert w.counters.prompt_errors == (kind == 'rejected')
+    assert [lvl for lvl, t in logs if 'detection 0' in t] == [level]
+
+
+def test_a_box_of_zero_size_at_floating_point_resolution_is_rejected():
+    """1e-15 px at x 50 is x0 == x1: rejected here, not refused by the core later."""
+    with pytest.raises(DetectionError, match='size 1e-15 x 10: width and height must be > 0'):
+        det.to_detection(RawDetection(50.0, 50.0, 1e-15, 10.0, 0.0, 'a', 0.9), W, H)
+
+
+@pytest.mark.parametrize('bad', [RawDetection(1e300, 50.0, 1e300, 10.0),
+                                 RawDetection(float('nan'), 1e300, 10.0, 10.0)])
+def test_huge_numbers_in_a_rejected_detection_are_short(bad):
+    with pytest.raises(DetectionError) as err:
+        det.to_detection(bad, W, H)
+    assert 'e+' in str(err.value) and len(str(err.value)) < 160, str(err.value)
+
+
+@pytest.mark.parametrize('action', [ACTION_REMOVE, ACTION_RESET])
+def test_a_new_object_does_not_inherit_the_class_of_a_removed_one(action):
+    """A detection starts object 1 ('car'); the user removes it (or resets) and starts a new
+    object 1 with a Prompt: ~/objects reports class '' for it (docs/ros.md)."""
+    a = Association()
+    w, tr, _, _ = make(association=a)
+    frame(w, 0)
+    detect(w, stamp(0), moving_discs(0)[:1], cls='car')
+    frame(w, 1)
+    assert a.class_of(1) == 'car'
+    prompt(w, stamp(1), action, Prompt(1))
+    prompt(w, stamp(1), ACTION_ADD, Prompt(1, box=moving_discs(1)[1]))
+    assert tr.objs == {1: 1} and a.class_of(1) == ''
+    frame(w, 2)
+    assert a.class_of(1) == ''
+
+
+def test_match_iou_0_gives_each_detection_of_a_class_its_own_object():
+    """match_iou 0 associates by class alone, and two detections of a class that do not
+    overlap are two objects, kept by the next messages (no new ones, ids stable)."""
+    a = Association()
+    rules = Rules(match_iou=0.0, drift_iou=0.0)
+    boxes = [(0, 0, 10, 10), (40, 0, 50, 10)]
+    out = a.plan([Detection(b, 'a', index=i) for i, b in enumerate(boxes)], [], rules)
+    assert [(x.kind, x.obj_id) for x in out] == [(NEW, 1), (NEW, 2)]
+    for x in out:
+        a.prompted(x)
+    tracked = [det.Tracked(i + 1, b, 'tracking') for i, b in enumerate(boxes)]
+    a.observe(tracked)
+    out = a.plan([Detection((41, 0, 51, 10), 'a', index=0), Detection((1, 0, 11, 10), 'a',
+                                                                      index=1)], tracked, rules)
+    assert [(x.kind, x.obj_id) for x in out] == [(IGNORE, 2), (IGNORE, 1)]
