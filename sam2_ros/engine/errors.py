@@ -29,3 +29,18 @@ class CheckpointError(TrackerError):
 class StepError(TrackerError):
     """A frame whose computation failed (e.g. CUDA out of memory). The frame is reported
     failed and writes no memory; the tracker stays consistent and takes the next frame."""
+
+
+def failure_site(exc: BaseException) -> str:
+    """Where in our engine ``exc`` was raised, for a fallback's log line: the innermost two
+    traceback frames under sam2_ros/engine, 'file.py:line in function', innermost first (''
+    if none). A Triton error (e.g. OutOfResources) names no kernel; this names the fused module
+    that launched it (the generic launcher, kernels/launch.py, is skipped)."""
+    import os
+    import traceback
+
+    ours = [f for f in traceback.extract_tb(exc.__traceback__)
+            if f'sam2_ros{os.sep}engine{os.sep}' in f.filename
+            and not f.filename.endswith(f'kernels{os.sep}launch.py')]
+    return ' < '.join(f'{os.path.basename(f.filename)}:{f.lineno} in {f.name}'
+                      for f in reversed(ours[-2:]))

@@ -1,6 +1,8 @@
 """The graph runner's fallback when fused kernels fail at capture: sam2's modules are captured
 instead, and only when those fail too is every step eager (CPU, graph stand-in)."""
 
+import re
+
 import pytest
 import torch
 
@@ -45,6 +47,8 @@ def test_failed_fused_capture_captures_sam2s_modules(monkeypatch):
     captured instead (reported once), and frames still replay graphs."""
     tr, reports = prepared(monkeypatch, fake_capture_same_outputs)
     assert len(reports) == 1 and 'fused kernels failed' in reports[0], reports
+    # where in the engine it failed (a Triton error such as OutOfResources names no kernel)
+    assert re.search(r'\(at \w+\.py:\d+ in \w+', reports[0]), reports
     assert tr.runner.graphs is not None and tr.runner.graphs.model is tr.model
     frames = synthetic_frames(3, h=48, w=64)
     tr.track(frames[0])
@@ -108,3 +112,19 @@ def test_step_outputs_of_several_replays_keep_float32_scores():
     out = runner.GraphRunner._out_rows(SimpleNamespace(out=None), 3, bank)
     assert out.score.dtype == torch.float32 and out.obj_ptr.dtype == torch.bfloat16
     assert tuple(out.score.shape) == (3, 1) and tuple(out.mem_feats.shape) == (3, 2, 4, 4)
+
+
+def test_failure_site_names_the_innermost_engine_frames_not_the_launcher():
+    from sam2_ros.engine.errors import failure_site
+
+    def launch():     # stands in for a kernel launch inside the engine
+        raise RuntimeError('OutOfResources (test)')
+    code = compile('def fused_forward(f):\n    f()\n', 'sam2_ros/engine/cuda/kernels/x.py',
+                   'exec')
+    scope = {}
+    exec(code, scope)
+    try:
+        scope['fused_forward'](launch)
+    except RuntimeError as exc:
+        assert failure_site(exc) == 'x.py:2 in fused_forward'
+    assert failure_site(RuntimeError('raised nowhere')) == ''

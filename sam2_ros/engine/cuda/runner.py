@@ -47,6 +47,7 @@ from sam2_ros.engine.cuda.kernels.fused import fused_copy
 from sam2_ros.engine.cuda.prompt_graphs import PromptGraphs
 from sam2_ros.engine.cuda.step_graphs import StepGraphs
 from sam2_ros.engine.eager import EagerRunner
+from sam2_ros.engine.errors import failure_site
 from sam2_ros.engine.memory import MemoryBank, Selection
 from sam2_ros.engine.model import compiled_copy
 
@@ -125,7 +126,7 @@ class GraphRunner:
                 try:
                     self.graphs = self._capture(plain, bank, maskmem_pos, phase)
                     self.report(f'graph capture with fused kernels failed, captured sam2\'s '
-                                f'modules instead: {exc!r}')
+                                f'modules instead: {exc!r} (at {failure_site(exc)})')
                 except Exception as exc2:  # noqa: BLE001 - eager throughout
                     self.report(f'graph capture failed, eager throughout: {exc2!r} (with '
                                 f'fused kernels: {exc!r})')
@@ -177,7 +178,7 @@ class GraphRunner:
                                    self.report)
             prompts.capture()
             self.report(f'prompt graph capture with fused kernels failed, captured sam2\'s '
-                        f'modules for the prompts instead: {exc!r}')
+                        f'modules for the prompts instead: {exc!r} (at {failure_site(exc)})')
         return prompts
 
     def report(self, reason: str) -> None:
