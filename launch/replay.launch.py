@@ -10,7 +10,8 @@ subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) ta
 when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time,
 process_every_frame (no frame dropped, deterministic results) and corrections_on_next_frame
 false (a prompt played just after its frame is applied to it, the frame re-published). The
-tracker arguments are those of tracker.launch.py (`--show-args`).
+tracker arguments are those of tracker.launch.py (`--show-args`). A bag path that does not
+exist starts nothing; a player that fails (a bag it cannot read) stops the launch, status 1.
 """
 
 import os
@@ -43,26 +44,38 @@ def _setup(context, *args, **kwargs):
     elif player == 'ros2bag' and not has_rosbag2:
         raise RuntimeError('player:=ros2bag but rosbag2 (ros2bag) is not installed; nothing '
                            'was started. Use player:=sam2_ros or player:=auto')
-    rviz = common.rviz_actions(context, use_sim_time=True)
     bag, rate = arg('bag'), arg('rate')
+    # before anything starts: a player of a wrong path died at once and left the tracker
+    # waiting for frames, the launch with it
+    if not os.path.exists(bag):
+        raise FileNotFoundError(f'bag {bag!r} does not exist (a rosbag2 directory, sqlite3 or '
+                                f'mcap); nothing was started')
+    if os.path.isdir(bag) and not os.path.isfile(os.path.join(bag, 'metadata.yaml')):
+        raise FileNotFoundError(f'bag {bag!r} is a folder without metadata.yaml, not a rosbag2 '
+                                f'bag (its parent folder? `ros2 bag reindex` writes a lost '
+                                f'one); nothing was started')
+    rviz = common.rviz_actions(context, use_sim_time=True)
     if player == 'ros2bag':
-        play = TimerAction(period=float(arg('start_delay')), actions=[ExecuteProcess(
+        process = ExecuteProcess(
             cmd=[ros2_executable(), 'bag', 'play', bag, '--clock', '--rate', rate],
-            output='screen')])
+            output='screen')
+        play = TimerAction(period=float(arg('start_delay')), actions=[process])
     else:
         from launch_ros.actions import Node
 
-        play = Node(package='sam2_ros', executable='bag_replay', name='sam2_bag_replay',
-                    output='screen', arguments=[bag, '--rate', rate, '--wait-node',
-                                                f'/{common.NODE_NAME}', '--wait-timeout',
-                                                '300'] +
-                    [a for t in wait_for for a in ('--wait-topic', t)])
+        process = play = Node(package='sam2_ros', executable='bag_replay',
+                              name='sam2_bag_replay', output='screen',
+                              arguments=[bag, '--rate', rate, '--wait-node',
+                                         f'/{common.NODE_NAME}', '--wait-timeout', '300'] +
+                              [a for t in wait_for for a in ('--wait-topic', t)])
+    # a bag the player cannot read (or a node it waited for in vain) ends the launch too
+    on_failure = common.shutdown_on_failure(process, 'the bag player')
     # a prompt recorded for a frame but played just after it is applied to that frame and
     # the frame re-published (not deferred to the next one), so a frame's state does not
     # depend on how the player interleaved the two
     tracker = common.tracker_node(context, use_sim_time=True, process_every_frame=True,
                                   autostart=True, corrections_on_next_frame=False)
-    return common.dds_profile_actions(context) + [tracker, play] + rviz
+    return common.dds_profile_actions(context) + [on_failure, tracker, play] + rviz
 
 
 def generate_launch_description():

@@ -11,6 +11,11 @@ publishes ~/left/{mask,overlay,state,objects}, the same for right, and ~/positio
 centroids of objects tracked in both, in the left camera's frame). The other tracker
 arguments (model, image_size, params_file, ...) are tracker.launch.py's. No RViz (its layout
 shows one camera).
+
+As every override argument, cameras, camera_image, pair_tolerance_ms and camera_period_ms
+left out take the params_file's values (config/tracker.yaml: image_raw, 0.0 and 33.3 ms, a
+30 Hz camera; camera_period_ms:=16.7 for 60 Hz), except that cameras falls back to left,right
+where the params file names none: this launch file is for a node serving several cameras.
 """
 
 from launch import LaunchDescription
@@ -19,26 +24,35 @@ from launch.substitutions import LaunchConfiguration
 
 from sam2_ros.ros import launch_common as common
 
+# the cameras of a stereo driver, where neither the argument nor the params file names any
+DEFAULT_CAMERAS = ['left', 'right']
 
-def _float(arg, name: str) -> float:
-    try:
-        return float(arg(name))
-    except ValueError:
-        raise ValueError(f'launch argument {name} must be a number, got {arg(name)!r}') from None
+
+def cameras_of(given: list, in_params_file) -> list:
+    """The cameras the node serves: the argument's, else the params file's, else
+    DEFAULT_CAMERAS; ValueError for fewer than two or repeated names."""
+    cameras = given or in_params_file or DEFAULT_CAMERAS
+    if not isinstance(cameras, list) or len(cameras) < 2 or len(set(cameras)) != len(cameras):
+        source = 'the cameras argument' if given else 'params_file'
+        raise ValueError(f'stereo.launch.py needs two or more distinct cameras, {source} gives '
+                         f'{cameras!r}')
+    return cameras
 
 
 def _setup(context, *args, **kwargs):
     arg = lambda name: LaunchConfiguration(name).perform(context)  # noqa: E731
-    cameras = [c.strip() for c in arg('cameras').split(',') if c.strip()]
-    if len(cameras) < 2 or len(set(cameras)) != len(cameras):
-        raise ValueError(f'cameras must be two or more distinct names, got {arg("cameras")!r}')
-    fixed = {'cameras': cameras, 'camera_image': arg('camera_image'), 'autostart': True,
-             'pair_tolerance_ms': _float(arg, 'pair_tolerance_ms'),
-             'camera_period_ms': _float(arg, 'camera_period_ms')}
     # `namespace:=''` cannot be typed on ros2 launch's command line: 'none' or '/' for none
     ns = '' if arg('namespace').strip().lower() in ('', 'none', '/') else arg('namespace')
+    given = common.to_value('str_array', arg('cameras'), 'cameras')
+    in_params_file = common.params_file_param(context, 'cameras', ns)
+    cameras_of(given, in_params_file)
+    # the argument given reaches the node as an override (STEREO_OVERRIDES); the default only
+    # where the params file names none, so a params file's own cameras are never overridden
+    fixed = {'autostart': True}
+    if not given and not in_params_file:
+        fixed['cameras'] = list(DEFAULT_CAMERAS)
     return common.dds_profile_actions(context) + [
-        common.tracker_node(context, namespace=ns, **fixed)]
+        common.tracker_node(context, namespace=ns, more=common.STEREO_OVERRIDES, **fixed)]
 
 
 def generate_launch_description():
@@ -48,12 +62,7 @@ def generate_launch_description():
         DeclareLaunchArgument('namespace', default_value='stereo',
                               description="the stereo camera's namespace ('none' or '/' = "
                                           "none)"),
-        DeclareLaunchArgument('cameras', default_value='left,right',
-                              description='comma-separated camera namespaces, the left first'),
-        DeclareLaunchArgument('camera_image', default_value='image_raw',
-                              description='the image topic under each camera namespace'),
-        DeclareLaunchArgument('pair_tolerance_ms', default_value='0.0',
-                              description='stamps this close are one pair (0 = equal stamps)'),
-        DeclareLaunchArgument('camera_period_ms', default_value='16.7',
-                              description='frame period: a lone frame waits at most this long'),
-    ] + declared + [OpaqueFunction(function=_setup)])
+    ] + common.declare_overrides(common.STEREO_OVERRIDES, notes={
+        'cameras': "the params_file's cameras, or left,right where it names none; "
+                   "comma-separated, the left first"}) + declared + [
+        OpaqueFunction(function=_setup)])

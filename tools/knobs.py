@@ -1,5 +1,6 @@
 """config/tracker.yaml and the parameter tables of docs/ros.md, written from the knobs of
-TrackerConfig and NodeOptions (:mod:`sam2_ros.knobs`, :mod:`sam2_ros.ros.params`).
+TrackerConfig and NodeOptions (:mod:`sam2_ros.knobs`, :mod:`sam2_ros.ros.params`), and
+positions_node's table from PositionsOptions (:mod:`sam2_ros.ros.positions_options`).
 
     python -m tools.knobs           # rewrite both
     python -m tools.knobs --check   # exit 1 when either differs (test_ros_params checks too)
@@ -16,12 +17,15 @@ from typing import Any, List, Tuple
 
 import yaml
 
-from sam2_ros.ros import params
+from sam2_ros.ros import params, positions_options
 
 ROOT = Path(__file__).resolve().parents[1]
 YAML_PATH = ROOT / 'config' / 'tracker.yaml'
 DOCS_PATH = ROOT / 'docs' / 'ros.md'
 BEGIN, END = '<!-- knobs: begin (python -m tools.knobs) -->', '<!-- knobs: end -->'
+# positions_node's table (docs/ros.md, "3D positions with a tracker node per camera")
+POSITIONS_BEGIN = '<!-- positions_node knobs: begin (python -m tools.knobs) -->'
+POSITIONS_END = '<!-- positions_node knobs: end -->'
 TYPES = {'str': 'str', 'int': 'int', 'float': 'float', 'bool': 'bool', 'int_array': 'int[]',
          'str_array': 'str[]'}
 WIDTH = 99
@@ -98,10 +102,27 @@ def render_tables() -> str:
                       'measured best, so a user sets none of them):', '', *head, *tuning, END])
 
 
+def render_positions_table() -> str:
+    """docs/ros.md's table of positions_node's parameters."""
+    def row(s: params.ParamSpec) -> str:
+        default = yaml_value(getattr(positions_options.DEFAULTS, s.field))
+        return f'| `{s.name}` | {TYPES[s.kind]} | `{default}` | {s.description} |'
+    return '\n'.join([POSITIONS_BEGIN, '| parameter | type | default | description |',
+                      '|---|---|---|---|', *[row(s) for s in positions_options.SPECS],
+                      POSITIONS_END])
+
+
+def replace_between(text: str, begin: str, end: str, block: str) -> str:
+    """``text`` with the block from ``begin`` to ``end`` (markers included) replaced."""
+    i, j = text.index(begin), text.index(end) + len(end)
+    return text[:i] + block + text[j:]
+
+
 def docs_with_tables(text: str) -> str:
-    """docs/ros.md with its generated tables replaced by :func:`render_tables`."""
-    i, j = text.index(BEGIN), text.index(END) + len(END)
-    return text[:i] + render_tables() + text[j:]
+    """docs/ros.md with its generated tables replaced by :func:`render_tables` (the tracker's)
+    and :func:`render_positions_table`."""
+    text = replace_between(text, BEGIN, END, render_tables())
+    return replace_between(text, POSITIONS_BEGIN, POSITIONS_END, render_positions_table())
 
 
 def main(argv: List[str] = None) -> int:

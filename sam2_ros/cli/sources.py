@@ -64,7 +64,9 @@ class FolderSource(FrameSource):
 
     @staticmethod
     def _read(path: str) -> np.ndarray:
-        bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+        # EXIF orientation ignored: the node's decoders (decode.decode_cpu, nvJPEG) ignore
+        # it, so one file is one frame, of one size, offline and in ROS
+        bgr = cv2.imread(path, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
         if bgr is None:
             raise CliError(f'cannot read image {path!r} (corrupt or not an image)')
         return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)

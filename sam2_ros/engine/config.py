@@ -63,7 +63,8 @@ class TrackerConfig:
     image_size: int = knob(1024, kind='int', doc=(
         'square model input side in px, multiple of 32 (smaller: faster, coarser masks)'))
     checkpoint: Optional[str] = knob(None, kind='str', doc=(
-        'path of an official SAM 2/2.1 .pt file; empty = none (needs random_weights)'))
+        'path of an official SAM 2.1 .pt file of model_size (SAM 2.0 ones are refused); empty = '
+        'none (needs random_weights)'))
     # Random weights are only for tests and the demo; the loader says so loudly.
     random_weights: bool = knob(False, kind='bool', doc=(
         'random model weights: tests and demo only, masks are meaningless'))
@@ -326,7 +327,7 @@ class TrackerConfig:
             raise ValueError(f'io_resolution must be (width, height) in pixels or None, got '
                              f'{self.io_resolution!r}')
         if self.checkpoint is None and not self.random_weights:
-            raise ValueError('no checkpoint given: set checkpoint to an official SAM 2 .pt file '
+            raise ValueError('no checkpoint given: set checkpoint to an official SAM 2.1 .pt file '
                              '(or random_weights=True for tests)')
         return self
 

@@ -10,9 +10,11 @@ Both paths run the same checks BEFORE decoding, from the header alone: the forma
 sniffed, the declared size is held against a pixel limit (a 425 KB PNG can declare
 20000x20000: 1.2 GB decoded, kept by the allocator), 16-bit images are refused rather than cut
 to 8 bit, and truncated data (no JPEG end-of-image marker after the scan, no PNG IEND chunk) is
-refused; each defect is a :class:`FrameError` saying what is wrong. The two decoders do not give
-the same pixels (chroma upsampling, IDCT and colour conversion differ):
-``test/gpu/test_decode_gpu.py`` bounds the difference.
+refused (both found by walking the file's segments or chunks, so filler after the end, as some
+drivers publish their whole buffer, is accepted, as the decoders accept it); each defect is a
+:class:`FrameError` saying what is wrong. The two decoders do not give the same pixels
+(chroma upsampling, IDCT and colour conversion differ): ``test/gpu/test_decode_gpu.py`` bounds
+the difference.
 
 No ROS here: the node hands in the message's ``data`` (any buffer: bytes, array.array, numpy)
 and ``format``.
@@ -21,6 +23,7 @@ and ``format``.
 from __future__ import annotations
 
 import contextlib
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, List, Optional, Tuple
@@ -41,8 +44,9 @@ PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 # JPEG frame headers nvJPEG is given: baseline, extended sequential and progressive Huffman
 # (the others, lossless, hierarchical and arithmetic-coded, are rare and go to the host).
 GPU_SOF = (0xC0, 0xC1, 0xC2)
-# A JPEG's end-of-image marker is searched for in this many trailing bytes (a few drivers pad).
-EOI_SEARCH = 1024
+# A marker after a JPEG scan's entropy-coded data: 0xFF followed by neither a stuffed 0x00,
+# a restart marker (both part of the scan) nor another 0xFF (fill before a marker).
+JPEG_MARKER = re.compile(rb'\xff[^\x00\xd0-\xd7\xff]')
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class ImageHeader:
     components: int     # JPEG: colour components (1 gray, 3 YCbCr, 4 CMYK); PNG: 0
     sof: int            # JPEG: its frame header marker (0xC0 baseline, 0xC2 progressive); PNG: 0
     complete: bool      # JPEG: an end-of-image marker after the scan; PNG: an IEND chunk
+    #                     (or a chunk list broken by corrupt data: the decoder's to refuse)
+    end: int = 0        # JPEG: its bytes through the end-of-image marker (what nvJPEG is given:
+    #                     filler after it is not the image's); PNG and incomplete: all
 
 
 def _buffer(data: Any) -> memoryview:
@@ -69,7 +76,7 @@ def parse_header(data: Any) -> Optional[ImageHeader]:
     n = len(mv)
     if bytes(mv[:8]) == PNG_SIGNATURE and n >= 26 and bytes(mv[12:16]) == b'IHDR':
         w, h = struct.unpack_from('>II', mv, 16)
-        return ImageHeader('png', w, h, mv[24], 0, 0, b'IEND' in bytes(mv[-64:]))
+        return ImageHeader('png', w, h, mv[24], 0, 0, png_complete(mv), n)
     if bytes(mv[:2]) != b'\xff\xd8':
         return None
     i, sof = 2, None
@@ -92,11 +99,52 @@ def parse_header(data: Any) -> Optional[ImageHeader]:
         i += 2 + seg
     if sof is None:
         return None
-    scan = i if i + 3 < n and mv[i + 1] == 0xDA else None
-    start = max(scan or n, n - EOI_SEARCH)
-    complete = scan is not None and bytes(mv[start:]).rfind(b'\xff\xd9') >= 0
+    end = jpeg_end(mv, i) if i + 3 < n and mv[i + 1] == 0xDA else None
     marker, w, h, bits, comps = sof
-    return ImageHeader('jpeg', w, h, bits, comps, marker, complete)
+    return ImageHeader('jpeg', w, h, bits, comps, marker, end is not None,
+                       n if end is None else end)
+
+
+def jpeg_end(mv: memoryview, scan: int) -> Optional[int]:
+    """Where the JPEG ``mv`` ends (the offset after its end-of-image marker), from its first
+    start of scan at ``scan``; None when the marker is missing (truncated). Walked, not
+    searched for in the last bytes: the entropy-coded data up to the next marker, other
+    segments (a progressive file's later tables and scans) by their length, so that filler
+    after the marker (drivers publishing their whole MJPEG buffer) is accepted and the bytes
+    FF D9 inside a segment's payload are not taken for the marker."""
+    n, pos = len(mv), scan
+    while True:
+        found = JPEG_MARKER.search(mv, pos)
+        if found is None:
+            return None
+        at = found.start()
+        marker = mv[at + 1]
+        if marker == 0xD9:
+            return at + 2
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:       # markers without a length
+            pos = at + 2
+            continue
+        if at + 4 > n:
+            return None
+        pos = at + 2 + struct.unpack_from('>H', mv, at + 2)[0]    # SOS: then its scan
+
+
+def png_complete(mv: memoryview) -> bool:
+    """Whether the PNG ``mv``'s chunk list, walked from the signature by each chunk's length,
+    reaches a whole IEND chunk: filler after it is accepted, the bytes 'IEND' inside another
+    chunk's data are not taken for it. A chunk list that runs past the data is truncated; one
+    that meets a chunk type not of four ASCII letters is corrupt, not truncated: True, and the
+    decoder refuses it with libpng's reason."""
+    n, pos = len(mv), len(PNG_SIGNATURE)
+    while pos + 12 <= n:
+        length = struct.unpack_from('>I', mv, pos)[0]
+        kind = bytes(mv[pos + 4:pos + 8])
+        if not kind.isalpha():
+            return True
+        if kind == b'IEND':
+            return pos + 12 + length <= n
+        pos += 12 + length
+    return False
 
 
 def compressed_header(data: Any) -> Optional[Tuple[str, int, int, int]]:
@@ -252,8 +300,8 @@ class FrameDecoder:
         head = check_compressed(data, fmt, self.max_pixels)
         if self.on_gpu and head.kind == 'jpeg' and head.sof in GPU_SOF \
                 and head.components in (1, 3):
-            try:
-                frame = decode_jpeg_gpu(data, self.device)
+            try:       # the JPEG alone: filler after its end is no part of it
+                frame = decode_jpeg_gpu(_buffer(data)[:head.end], self.device)
                 self.counts.gpu += 1
                 return frame
             except RuntimeError as exc:   # corrupt scan data: the host decoder says more

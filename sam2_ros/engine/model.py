@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 
 # Hiera trunk width of each size: lets an error say which size a checkpoint belongs to.
 _TRUNK_DIM = {96: 'tiny or small', 112: 'base_plus', 144: 'large'}
+# Weights SAM 2.1 added to SAM 2.0's model: a SAM 2 state dict with none of them is a SAM 2.0
+# checkpoint, which the SAM 2.1 configs cannot load (an error that blamed the size misled).
+SAM21_ONLY = ('no_obj_embed_spatial', 'obj_ptr_tpos_proj.weight', 'obj_ptr_tpos_proj.bias')
+# Weights both versions have: tell a SAM 2.0 state dict from one that is not SAM 2 at all.
+_SAM2_CORE = ('maskmem_tpos_enc', 'no_obj_ptr', 'image_encoder.trunk.pos_embed')
 _RANDOM_BANNER = """
 ################################################################################
 #  sam2_ros: RANDOM WEIGHTS. No checkpoint was given, so the model is random.   #
@@ -38,18 +43,24 @@ def build_model(cfg: TrackerConfig):
 
     if cfg.checkpoint is not None:
         state = read_checkpoint(cfg.checkpoint)
-    overrides = [f'++model.image_size={cfg.image_size}', *cfg.extra_hydra_overrides]
-    if cfg.corrections_as_cond:
-        overrides.append('++model.add_all_frames_to_correct_as_cond=true')
     torch.manual_seed(cfg.seed)
     model = build_sam2_video_predictor(MODEL_CONFIGS[cfg.model_size], ckpt_path=None,
-                                       device='cpu', hydra_overrides_extra=overrides)
+                                       device='cpu', hydra_overrides_extra=hydra_overrides(cfg))
     if cfg.checkpoint is not None:
         load_state(model, state, cfg)
     else:
         print(_RANDOM_BANNER, file=sys.stderr, flush=True)
         log.warning('sam2_ros: using RANDOM weights (random_weights=True)')
     return model.to(cfg.device).eval()
+
+
+def hydra_overrides(cfg: TrackerConfig) -> List[str]:
+    """What ``build_model`` overrides in the size's SAM 2.1 hydra config
+    (``MODEL_CONFIGS``): the two resolve to the model it builds."""
+    overrides = [f'++model.image_size={cfg.image_size}', *cfg.extra_hydra_overrides]
+    if cfg.corrections_as_cond:
+        overrides.append('++model.add_all_frames_to_correct_as_cond=true')
+    return overrides
 
 
 def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
@@ -67,11 +78,11 @@ def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
     if not isinstance(state, dict):
         keys = list(blob)[:5] if isinstance(blob, dict) else type(blob).__name__
         raise CheckpointError(f'checkpoint {path!r} has no "model" state dict '
-                              f'(found {keys}); expected an official SAM 2 .pt file')
+                              f'(found {keys}); expected an official SAM 2.1 .pt file')
     bad = [k for k, v in state.items() if not (isinstance(k, str) and torch.is_tensor(v))]
     if bad:
         raise CheckpointError(f'checkpoint {path!r}: its "model" state dict maps {bad[:3]} to '
-                              f'something other than a tensor; expected an official SAM 2 '
+                              f'something other than a tensor; expected an official SAM 2.1 '
                               f'.pt file')
     return state
 
@@ -89,6 +100,11 @@ def load_state(model, state: Dict[str, torch.Tensor], cfg: TrackerConfig) -> Non
     log.info('loaded SAM 2 %s checkpoint %s', cfg.model_size, cfg.checkpoint)
 
 
+def is_sam2_0(state: Dict[str, torch.Tensor]) -> bool:
+    """Whether ``state`` is the model state dict of a SAM 2.0 checkpoint."""
+    return all(k in state for k in _SAM2_CORE) and not any(k in state for k in SAM21_ONLY)
+
+
 def _mismatch_message(cfg: TrackerConfig, state, missing: List[str], unexpected: List[str],
                       wrong: List[str]) -> str:
     guess = ''
@@ -96,8 +112,17 @@ def _mismatch_message(cfg: TrackerConfig, state, missing: List[str], unexpected:
     if pos is not None and pos.ndim >= 2:
         guess = f' (its Hiera trunk width {pos.shape[1]} looks like ' \
                 f'{_TRUNK_DIM.get(int(pos.shape[1]), "an unknown size")})'
-    parts = [f'checkpoint {cfg.checkpoint!r} does not match model_size={cfg.model_size!r}'
-             f'{guess}:']
+    mismatch = f'does not match model_size={cfg.model_size!r}{guess}:'
+    if is_sam2_0(state):
+        parts = [f'checkpoint {cfg.checkpoint!r} is a SAM 2.0 checkpoint (it has none of SAM '
+                 f'2.1\'s {", ".join(SAM21_ONLY)}); only SAM 2.1 is supported: use '
+                 f'sam2.1_hiera_{cfg.model_size}.pt']
+        missing = [k for k in missing if k not in SAM21_ONLY]
+        if not (missing or unexpected or wrong):
+            return parts[0]
+        parts[0] += f'. It also {mismatch}'
+    else:
+        parts = [f'checkpoint {cfg.checkpoint!r} {mismatch}']
     for name, items in (('missing keys', missing), ('unexpected keys', unexpected),
                         ('shape mismatches', wrong)):
         if items:

@@ -13,7 +13,7 @@ Linux):
   ring of ``slots`` x ``slot_bytes``, its memfd passed along with the record: the first frame,
   or a frame larger than the slots), ``FRAME`` (ring ``gen``, ``slot``, ``nbytes`` written,
   ``t`` = time.monotonic() at receipt), ``TOO_LARGE`` (a message over ``max_bytes``: not
-  handed over);
+  handed over; its header's stamp in ``sec``, ``nanosec``, so the node reports that frame);
 * node -> receiver: ``RELEASE`` (``gen``, ``slot``): the node holds no view of that slot any
   more. A slot is released when the last numpy view of it dies (``weakref.finalize``), so a
   frame the worker, the FIFO or the overlay still reads is never overwritten; with every slot
@@ -36,8 +36,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from sam2_ros.ros.image_cdr import header_stamp
+
 READY, RING, FRAME, TOO_LARGE, RELEASE = 1, 2, 3, 4, 5
-RECORD = struct.Struct('<IIIQd')       # kind, gen, slot (or slots), nbytes (or slot_bytes), t
+# kind, gen, slot (or slots), nbytes (or slot_bytes), t, a TOO_LARGE message's stamp (sec,
+# nanosec)
+RECORD = struct.Struct('<IIIQdiI')
 HEADROOM = 1.25                        # a ring's slots: the first frame's size plus 25%
 
 
@@ -48,9 +52,12 @@ class Record:
     slot: int = 0
     nbytes: int = 0
     t: float = 0.0
+    sec: int = 0
+    nanosec: int = 0
 
     def pack(self) -> bytes:
-        return RECORD.pack(self.kind, self.gen, self.slot, self.nbytes, self.t)
+        return RECORD.pack(self.kind, self.gen, self.slot, self.nbytes, self.t, self.sec,
+                           self.nanosec)
 
 
 def unpack(data: bytes) -> Record:
@@ -106,7 +113,8 @@ class RingWriter:
         the node is gone). Waits while every slot is held by the node."""
         n = len(data)
         if n > self.max_bytes:
-            self.send(Record(TOO_LARGE, self.gen, 0, n, t))
+            sec, nanosec = header_stamp(data) or (0, 0)
+            self.send(Record(TOO_LARGE, self.gen, 0, n, t, sec, nanosec))
             return False
         if n > self.slot_bytes:
             self._new_ring(n)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
 CDR_LE = b'\x00\x01'            # encapsulation id: plain CDR, little-endian
+CDR_BE = b'\x00\x00'            # and big-endian
 
 
 @dataclass
@@ -39,6 +40,9 @@ class CdrImage:
     is_bigendian: int
     step: int
     data: memoryview
+    # non-empty: a message the node received but could not take (refused_image); decoding it
+    # raises this as the frame's error, so it is reported like any bad frame
+    refused: str = ''
 
 
 class _Reader:
@@ -79,6 +83,27 @@ def image_from_cdr(raw: Union[bytes, bytearray, memoryview]) -> CdrImage:
                          f'{len(buf) - r.pos} present')
     return CdrImage(ros_header(sec, nanosec, frame_id), height, width, encoding, big, step,
                     buf[r.pos:r.pos + n])
+
+
+def header_stamp(raw: Union[bytes, bytearray, memoryview, np.ndarray]
+                 ) -> Optional[Tuple[int, int]]:
+    """(sec, nanosec) of the ``std_msgs/Header`` a serialized message (``sensor_msgs/Image``)
+    starts with, from its first 12 bytes, in either byte order; None when they are not CDR."""
+    buf = memoryview(raw).cast('B')
+    order = {CDR_LE: '<', CDR_BE: '>'}.get(bytes(buf[:2])) if len(buf) >= 12 else None
+    if order is None:
+        return None
+    sec, nanosec = struct.unpack_from(order + 'iI', buf, 4)
+    return sec, nanosec
+
+
+def refused_image(sec: int, nanosec: int, reason: str) -> CdrImage:
+    """An image message received but not taken (e.g. larger than the receiving process hands
+    over): its stamp, no pixels, and ``reason``, which decoding it raises as a FrameError
+    (``images.check_image``), so the frame is reported like any bad frame: in the next
+    TrackingState's errors and the frame error count."""
+    return CdrImage(ros_header(sec, nanosec, ''), 0, 0, '', 0, 0, memoryview(b''),
+                    refused=reason)
 
 
 def _cdr_string(s: str, pos: int) -> bytes:

@@ -36,8 +36,12 @@ def check_image(msg: Any) -> int:
     """Validate a sensor_msgs/Image before decoding; return its channel count.
 
     Raises FrameError for an unknown encoding, zero size, ``step`` shorter than a row or
-    ``data`` shorter than ``height * step``.
+    ``data`` shorter than ``height * step``, and with its reason for a message the node
+    received but could not take (``image_cdr.refused_image``).
     """
+    refused = getattr(msg, 'refused', '')      # a CdrImage; sensor_msgs/Image has no such field
+    if refused:
+        raise FrameError(refused)
     enc = msg.encoding
     if enc not in ENCODING_CHANNELS:
         raise FrameError(f'unsupported image encoding {enc!r}; accepted: '

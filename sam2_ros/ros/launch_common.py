@@ -4,6 +4,9 @@ and Fast DDS profile handling, and the tracker ``Node`` action.
 Why a module: three launch files (one camera, several cameras, bag replay) need the same
 arguments with the same meaning, and launch files cannot import each other. Only launch files
 import it (it needs ``launch``/``launch_ros``, which a venv without the ros_cli bundle lacks).
+It reads the node's parameter definitions (``sam2_ros.ros.params``, which imports torch: about
+a second and 200 MB in the ``ros2 launch`` process) because the override arguments' types and
+descriptions are the parameters' knobs, not a second copy of them.
 
 An override argument left at its default ``''`` changes nothing: the value comes from
 ``params_file``. So a params file of one's own is never silently overridden by a launch default.
@@ -11,10 +14,13 @@ An override argument left at its default ``''`` changes nothing: the value comes
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+import re
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from launch.actions import DeclareLaunchArgument, LogInfo, SetEnvironmentVariable
+from launch.actions import (DeclareLaunchArgument, LogInfo, RegisterEventHandler,
+                            SetEnvironmentVariable)
 from launch.launch_context import LaunchContext
 from launch.substitutions import LaunchConfiguration
 
@@ -28,27 +34,39 @@ RVIZ_CHOICES = ('auto', 'true', 'false')
 
 
 class Override(NamedTuple):
-    arg: str        # launch argument
-    param: str      # node parameter
-    kind: type      # str, int or bool
-    description: str
+    arg: str            # launch argument
+    param: str          # node parameter
+    kind: str           # the parameter's knob kind (sam2_ros.knobs.KINDS)
+    description: str    # the parameter's knob doc
 
 
-OVERRIDES = (
-    Override('model', 'model_size', str, 'SAM 2.1 size: tiny, small, base_plus, large'),
-    Override('checkpoint', 'checkpoint', str, 'official SAM 2.1 .pt file matching the model'),
-    Override('image_size', 'image_size', int, 'model input side in px, multiple of 32'),
-    Override('device', 'device', str, 'torch device: cuda, cuda:1, cpu'),
-    Override('precision', 'precision', str, 'bf16 or fp32; by default the node picks bf16 on '
-                                            'CUDA, fp32 on the CPU'),
-    Override('random_weights', 'random_weights', bool,
-             'true: random model weights (tests and demos only, masks are meaningless)'),
-    Override('use_cuda_graphs', 'use_cuda_graphs', bool, 'CUDA graphs on CUDA devices'),
-    Override('image_topic', 'image_topic', str, 'input image topic'),
-    Override('input_type', 'input_type', str, "'raw' (Image) or 'compressed' "
-                                              "(CompressedImage on <image_topic>/compressed)"),
-    Override('max_objects', 'max_objects', int, 'capacity of the object table'),
-)
+# Launch argument -> the node parameter it overrides. Its type and description are the
+# parameter's knob (TrackerConfig, NodeOptions), read below, so they cannot drift from the
+# node's (they did: the checkpoint's said nothing of model_size or random_weights).
+TRACKER_ARGS = (('model', 'model_size'), ('checkpoint', 'checkpoint'),
+                ('image_size', 'image_size'), ('device', 'device'), ('precision', 'precision'),
+                ('random_weights', 'random_weights'), ('use_cuda_graphs', 'use_cuda_graphs'),
+                ('image_topic', 'image_topic'), ('input_type', 'input_type'),
+                ('max_objects', 'max_objects'))
+# stereo.launch.py's too: one node serving several cameras. Not in every launch file:
+# multi_camera.launch.py's `cameras` is a node per camera.
+STEREO_ARGS = (('cameras', 'cameras'), ('camera_image', 'camera_image'),
+               ('pair_tolerance_ms', 'pair_tolerance_ms'),
+               ('camera_period_ms', 'camera_period_ms'))
+
+
+def knob_overrides(pairs: Sequence[Tuple[str, str]]) -> Tuple[Override, ...]:
+    """(launch argument, node parameter) pairs -> Overrides typed and described by the
+    parameters' knobs (sam2_ros.ros.params)."""
+    from sam2_ros.ros import params
+
+    specs = {s.name: s for s in params.PARAMS}
+    return tuple(Override(arg, param, specs[param].kind, specs[param].description)
+                 for arg, param in pairs)
+
+
+OVERRIDES = knob_overrides(TRACKER_ARGS)
+STEREO_OVERRIDES = knob_overrides(STEREO_ARGS)
 
 
 def share_dir() -> str:
@@ -60,9 +78,7 @@ def share_dir() -> str:
 def declare_common(rviz_default: str = 'auto') -> List[DeclareLaunchArgument]:
     """The arguments every launch file of ours takes."""
     share = share_dir()
-    out = [DeclareLaunchArgument(o.arg, default_value='',
-                                 description=f"{o.description}; '' = from params_file")
-           for o in OVERRIDES]
+    out = declare_overrides(OVERRIDES)
     out += [
         DeclareLaunchArgument('params_file',
                               default_value=os.path.join(share, 'config', 'tracker.yaml'),
@@ -82,25 +98,50 @@ def declare_common(rviz_default: str = 'auto') -> List[DeclareLaunchArgument]:
     return out
 
 
-def to_value(kind: type, text: str, name: str) -> Any:
-    """A launch argument's text -> the parameter's Python value (ValueError naming it)."""
-    if kind is str:
+def declare_overrides(which: Sequence[Override], notes: Optional[Mapping[str, str]] = None
+                      ) -> List[DeclareLaunchArgument]:
+    """An argument per Override, default '' (the params_file's value); ``notes``: an
+    argument's own words for what it does left out, instead of that."""
+    notes = notes or {}
+    return [DeclareLaunchArgument(o.arg, default_value='', description=(
+        f"{o.description}. Left out: {notes.get(o.arg, f'the params_file value of {o.param}')}"))
+        for o in which]
+
+
+def to_value(kind: str, text: str, name: str) -> Any:
+    """A launch argument's text -> the parameter's ROS value, by its knob kind (ValueError
+    naming it). Only the type: the node checks the value as it does a params file's."""
+    if kind == 'str':
         return text
-    if kind is bool:
+    if kind == 'str_array':
+        return [t.strip() for t in text.split(',') if t.strip()]
+    if kind == 'bool':
         low = text.strip().lower()
         if low not in ('true', 'false', '1', '0'):
             raise ValueError(f"launch argument {name} must be true or false, got {text!r}")
         return low in ('true', '1')
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f'launch argument {name} must be an integer, got {text!r}') from None
+    if kind == 'float':
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(f'launch argument {name} must be a number, got {text!r}')
+        return value
+    if kind == 'int':
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f'launch argument {name} must be an integer, got {text!r}') from None
+    raise ValueError(f'launch argument {name}: no launch argument of kind {kind!r}')
 
 
-def overrides(context: LaunchContext, **fixed: Any) -> Dict[str, Any]:
-    """Node parameters from the override arguments that were given (non-empty), plus ``fixed``."""
+def overrides(context: LaunchContext, more: Sequence[Override] = (),
+              **fixed: Any) -> Dict[str, Any]:
+    """Node parameters from the override arguments (OVERRIDES, then ``more``) that were given
+    (non-empty), plus ``fixed``."""
     values: Dict[str, Any] = {}
-    for o in OVERRIDES:
+    for o in OVERRIDES + tuple(more):
         text = context.launch_configurations.get(o.arg, '')   # undeclared in some files
         if text != '':
             values[o.param] = to_value(o.kind, text, o.arg)
@@ -159,7 +200,7 @@ def rviz_remappings(context: LaunchContext) -> List[Tuple[str, str]]:
     ``image_topic`` (the argument, else the params file's)."""
     ns = context.launch_configurations.get('namespace', '').strip('/')
     image = context.launch_configurations.get('image_topic', '') or \
-        params_file_value(context, 'image_topic') or RVIZ_IMAGE
+        params_file_value(context, 'image_topic', ns) or RVIZ_IMAGE
     if not image.startswith('/'):            # relative: in the node's namespace
         image = f'/{ns}/{image}' if ns else f'/{image}'
     node = f'/{ns}/{NODE_NAME}' if ns else f'/{NODE_NAME}'
@@ -168,8 +209,18 @@ def rviz_remappings(context: LaunchContext) -> List[Tuple[str, str]]:
     return [(a, b) for a, b in pairs if a != b]
 
 
-def params_file_value(context: LaunchContext, name: str) -> str:
-    """``name`` as the launch's params file sets it for the tracker ('' if it does not)."""
+def params_file_value(context: LaunchContext, name: str, namespace: str = '') -> str:
+    """``name`` as the launch's params file sets it for the tracker ('' if it does not, or
+    not as a string)."""
+    value = params_file_param(context, name, namespace)
+    return value if isinstance(value, str) else ''
+
+
+def params_file_param(context: LaunchContext, name: str, namespace: str = '') -> Any:
+    """``name`` as the launch's params file sets it for the tracker in ``namespace``, or None:
+    for a launch default that applies only where the file is silent. As rcl reads the file:
+    every section whose node name matches (``/**``, ``*`` wildcards) applies, the last one
+    setting ``name`` wins."""
     import yaml
 
     path = context.launch_configurations.get('params_file', '')
@@ -177,22 +228,52 @@ def params_file_value(context: LaunchContext, name: str) -> str:
         with open(path) as fh:
             doc = yaml.safe_load(fh) or {}
     except (OSError, yaml.YAMLError):
-        return ''
-    for key in ('/**', NODE_NAME, f'/{NODE_NAME}'):
-        value = ((doc.get(key) or {}).get('ros__parameters') or {}).get(name)
-        if isinstance(value, str):
-            return value
-    return ''
+        return None
+    ns = namespace.strip('/')
+    node = f'/{ns}/{NODE_NAME}' if ns else f'/{NODE_NAME}'
+    found = None
+    for key, section in (doc.items() if isinstance(doc, dict) else ()):
+        values = section.get('ros__parameters') if isinstance(section, dict) else None
+        if isinstance(values, dict) and values.get(name) is not None and \
+                node_name_matches(str(key), node):
+            found = values[name]
+    return found
+
+
+def node_name_matches(key: str, node: str) -> bool:
+    """Whether a params file's section ``key`` applies to the node named ``node`` (fully
+    qualified): ``/**`` stands for any namespaces, ``*`` for one name; a key without a leading
+    ``/`` is absolute too."""
+    pattern = re.escape('/' + key.lstrip('/')).replace(r'/\*\*', '(?:/[^/]+)*')
+    return re.fullmatch(pattern.replace(r'\*', '[^/]+'), node) is not None
+
+
+def shutdown_on_failure(process: Any, what: str) -> Any:
+    """An event handler that ends the launch, exit status 1, when ``process`` exits with an
+    error (as a launch argument refused in the setup does: the error raised in the launch).
+
+    Why: a process the others depend on (a bag player) that dies would otherwise leave the
+    launch running with nothing to do, forever; its own error is above in the log."""
+    from launch.event_handlers import OnProcessExit
+
+    def on_exit(event: Any, context: LaunchContext) -> None:
+        # exits while the launch stops (Ctrl-C) are that stop, not a failure
+        if event.returncode != 0 and not context.is_shutdown:
+            raise RuntimeError(f'{what} exited with status {event.returncode} (its error is '
+                               f'above); stopping the launch')
+
+    return RegisterEventHandler(OnProcessExit(target_action=process, on_exit=on_exit))
 
 
 def tracker_node(context: LaunchContext, namespace: str = '', remappings=(),
-                 **fixed: Any) -> Any:
-    """The sam2_tracker node: params_file, then the given override arguments, then ``fixed``."""
+                 more: Sequence[Override] = (), **fixed: Any) -> Any:
+    """The sam2_tracker node: params_file, then the given override arguments (OVERRIDES and
+    ``more``), then ``fixed``."""
     from launch_ros.actions import Node
 
     params_file = LaunchConfiguration('params_file').perform(context)
     level = LaunchConfiguration('log_level').perform(context)
     return Node(package=PACKAGE, executable='tracker_node', name=NODE_NAME,
                 namespace=namespace or None, output='screen',
-                parameters=[params_file, overrides(context, **fixed)],
+                parameters=[params_file, overrides(context, more, **fixed)],
                 remappings=list(remappings), ros_arguments=['--log-level', level])

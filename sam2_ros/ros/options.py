@@ -125,8 +125,10 @@ class NodeOptions:
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.
     image_receiver_process: bool = knob(False, kind='bool', tuning=True, doc=(
         'raw images received by a process of their own per camera and read from shared memory '
-        "(the node's interpreter spends no time on their receipt); a receiver that cannot start "
-        "falls back to a subscription in the node's process"))
+        "(the node's interpreter spends no time on their receipt), the same frames as a "
+        'subscription takes (a message over twice the largest frame the tracker takes is a '
+        "frame error); a receiver that cannot start falls back to a subscription in the node's "
+        'process'))
     # Off unless asked for: a debugging aid for rigs whose p99 is one-off slow frames
     # (sam2_ros/ros/stall_trace.py); on, a thread samples every thread's stack each ms while a
     # tracking call runs past this many ms.
@@ -162,10 +164,11 @@ class NodeOptions:
         "what a click does: 'positive' point on click_object_id, 'negative' point on it, 'new' "
         'object (the next unused id, then the click target)'))
     # Compressed images declaring more pixels than this are refused BEFORE decoding (a 425 KB
-    # PNG can declare 20000x20000 and take 1.2 GB decoded). Default: 8K UHD.
+    # PNG can declare 20000x20000 and take 1.2 GB decoded). Default: 8K UHD. Not raw frames:
+    # their bytes are received already, and their size is the tracker's to refuse.
     max_image_pixels: int = knob(MAX_IMAGE_PIXELS, kind='int', doc=(
         'compressed images declaring more pixels (header) are refused before decoding (default '
-        '8K UHD)'))
+        '8K UHD; raw images are not bounded by it)'))
     # input_type compressed: JPEG decoded by nvJPEG on the tracker's CUDA device into a CUDA
     # frame the engine copies device to device (sam2_ros/engine/decode.py); PNG, other JPEG
     # kinds and CPU machines are decoded on the host, with the same checks. False: the host

@@ -19,6 +19,9 @@ States are paired as the one-node tracker pairs frames (``pairing.StampPairer``)
 without a partner waits at most ``pair_wait_ms`` (the two trackers' outputs may be that far
 apart), or until the other camera has moved past it or ``pair_depth`` of its camera wait, then
 is dropped (counted): a camera that stops leaves nothing behind.
+
+Parameters (``sam2_ros/ros/positions_options.py``, docs/ros.md has the table): a value the node
+cannot run with is one error line and exit status 1, before anything is subscribed.
 """
 
 from __future__ import annotations
@@ -33,9 +36,7 @@ from sam2_ros.ros.positions import (PairCalibration, detections, size_mismatch,
                                     triangulate_objects)
 
 OUTPUT_TOPIC = '~/positions'
-PARAMS = {'left': 'left', 'right': 'right', 'tracker': 'sam2_tracker', 'rectified': False,
-          'pair_tolerance_ms': 0.0, 'pair_wait_ms': 200.0, 'pair_depth': 30,
-          'diagnostics_period_s': 1.0}
+NODE_NAME = 'sam2_positions'
 
 
 class StatePairs:
@@ -71,24 +72,36 @@ def centroids(state: Any) -> Dict[int, Optional[Tuple[float, float]]]:
             if o.score > 0 and o.area > 0 else None for o in state.objects}
 
 
-def make_node(node_name: str = 'sam2_positions') -> Any:
-    """The rclpy node (built here so that importing this module needs no ROS)."""
+def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
+    """The rclpy node (built here so that importing this module needs no ROS); ``node_kwargs``
+    go to rclpy's Node (a context, parameter_overrides). ParameterError for a parameter value
+    it cannot run with (the node is destroyed first)."""
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
     from rclpy.node import Node
     from sensor_msgs.msg import CameraInfo
     from vision_msgs.msg import Detection3DArray
 
-    from sam2_ros.ros import messages
+    from sam2_ros.ros import messages, params, positions_options
+    from sam2_ros.ros.positions_options import ParameterError
     from sam2_ros.ros.publishers import OUTPUT_QOS
 
     class PositionsNode(Node):
         def __init__(self) -> None:
-            super().__init__(node_name)
-            p = {k: self.declare_parameter(k, v).value for k, v in PARAMS.items()}
-            self.rectified = bool(p['rectified'])
-            self.pairs = StatePairs(int(round(float(p['pair_wait_ms']) * 1e6)),
-                                    int(round(float(p['pair_tolerance_ms']) * 1e6)),
-                                    int(p['pair_depth']))
+            super().__init__(node_name, **node_kwargs)
+            positions_options.declare(self)
+            try:
+                o = positions_options.read(self)
+            except ParameterError:
+                self.destroy_node()
+                raise
+            # ROS ignores a parameter nobody declares: a typo would run with the default
+            for name, close in params.unknown(list(self._parameter_overrides),
+                                              list(self._parameters)):
+                self.get_logger().warning(f'unknown parameter {name!r} ignored' + (
+                    f' (did you mean {close!r}?)' if close else ''))
+            self.options = o
+            self.rectified = o.rectified
+            self.pairs = StatePairs(o.wait_ns, o.tolerance_ns, o.pair_depth)
             self.pair = PairCalibration()
             self.valid = self.invalid = self.waiting = self.refused = 0
             self.mismatch = ''      # camera_info of another size than the images ('' if not)
@@ -97,15 +110,15 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
             self.diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
             state_type = messages.interfaces().TrackingState
             self.subs = []
-            for side, ns in enumerate((p['left'], p['right'])):
+            for side, ns in enumerate((o.left, o.right)):
                 self.subs.append(self.create_subscription(
-                    state_type, f'/{ns}/{p["tracker"]}/state', self.on_state(side), OUTPUT_QOS))
+                    state_type, f'/{ns}/{o.tracker}/state', self.on_state(side), OUTPUT_QOS))
                 self.subs.append(self.create_subscription(
                     CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side), 100))
-            self.timer = self.create_timer(float(p['diagnostics_period_s']), self.on_diagnostics)
+            self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics)
             self.diag_types = (DiagnosticArray, DiagnosticStatus, KeyValue)
-            self.get_logger().info(f'3D positions of /{p["left"]} and /{p["right"]} '
-                                   f'({p["tracker"]}) on {self.resolve_topic_name(OUTPUT_TOPIC)}')
+            self.get_logger().info(f'3D positions of /{o.left} and /{o.right} '
+                                   f'({o.tracker}) on {self.resolve_topic_name(OUTPUT_TOPIC)}')
 
         def on_state(self, side: int):
             def take(msg: Any) -> None:
@@ -163,18 +176,34 @@ def make_node(node_name: str = 'sam2_positions') -> Any:
     return PositionsNode()
 
 
+def usage() -> str:
+    """--help: the module's description and every parameter with its default."""
+    from sam2_ros.ros import positions_options
+
+    return __doc__ + '\nThe parameters, with their defaults:\n' + '\n'.join(
+        f'  {s.name:<22} {getattr(positions_options.DEFAULTS, s.field)!r:<15} {s.description}'
+        for s in positions_options.SPECS)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException
-
+    from rclpy.logging import get_logger
     from rclpy.utilities import remove_ros_args
+
+    from sam2_ros.ros.positions_options import ParameterError
 
     argv = list(sys.argv if argv is None else argv)
     if {'-h', '--help'} & set(remove_ros_args(argv)[1:]):
-        print(__doc__)          # a node's parameters are given as --ros-args -p name:=value
+        print(usage())          # a node's parameters are given as --ros-args -p name:=value
         return 0
     rclpy.init(args=argv)
-    node = make_node()
+    try:
+        node = make_node()
+    except ParameterError as exc:   # what to fix, as the tracker says it: no traceback
+        get_logger(NODE_NAME).fatal(f'{exc}; exiting')
+        rclpy.try_shutdown()
+        return 1
     try:
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from sam2_ros.engine.frame_in import MAX_SIDE
 from sam2_ros.ros import frame_ring
-from sam2_ros.ros.image_cdr import image_from_cdr, subscribe_images
+from sam2_ros.ros.cv_bridge_compat import ENCODING_CHANNELS
+from sam2_ros.ros.image_cdr import header_stamp, image_from_cdr, refused_image, subscribe_images
 
 OnImage = Callable[[Any, float], None]      # (CdrImage, receipt time.monotonic())
 Log = Callable[[str, str], None]            # (level, text)
@@ -29,17 +31,28 @@ READY_TIMEOUT_S = 30.0                      # a cold interpreter importing rclpy
 # slots beyond the FIFO: the frame being tracked, the last one (re-published on a correction),
 # those the mask and overlay publishers hold, one being written
 SPARE_SLOTS = 8
+# The largest message the receiving process hands over: twice the largest raw frame the tracker
+# takes (MAX_SIDE pixels a side, 4 channels), room for row padding and the header. Not
+# max_image_pixels, which bounds compressed input only (a raw frame's bytes are already
+# received): the receiving process is a transport and takes the frames a subscription in the
+# node's process takes. It bounds the ring's slots; a larger message is refused, reported
+# like any bad frame.
+MAX_MESSAGE_BYTES = 2 * MAX_SIDE * MAX_SIDE * max(ENCODING_CHANNELS.values())
 
 
 class ImageReceiver:
     """Raw images of ``topic`` (absolute) received in a process of their own; ``on_image`` is
     called in this handle's thread, in arrival order. ``slots`` bounds the frames the node can
-    hold at once (FIFO, worker, overlay); ``max_bytes`` the largest message handed over."""
+    hold at once (FIFO, worker, overlay); ``max_bytes`` the largest message handed over. A
+    message not handed over (larger, or unreadable) is logged and, where its stamp is known,
+    handed to ``on_image`` as an ``image_cdr.refused_image``: its decode fails with the reason,
+    so the node reports the frame like any bad frame."""
 
     def __init__(self, topic: str, on_image: OnImage, log: Log, *, name: str, slots: int,
                  max_bytes: int, reliability: str, depth: int, tune_malloc: bool,
                  env: Optional[Dict[str, str]] = None) -> None:
         self.topic, self.on_image, self.log, self.name = topic, on_image, log, name
+        self.max_bytes = int(max_bytes)
         self.env = child_env(os.environ if env is None else env)
         self.argv = ['--topic', topic, '--name', name, '--slots', str(int(slots)),
                      '--max-bytes', str(int(max_bytes)), '--reliability', reliability,
@@ -99,8 +112,7 @@ class ImageReceiver:
         try:
             msg = image_from_cdr(memoryview(view))
         except ValueError as exc:
-            self.rejected += 1
-            self.log('error', f'{self.topic}: unreadable image message: {exc}')
+            self._refuse(header_stamp(view), f'unreadable image message: {exc}', rec.t)
             return
         self.frames += 1
         self.on_image(msg, rec.t)
@@ -109,9 +121,20 @@ class ImageReceiver:
         if rec.kind == frame_ring.READY:
             self.ready.set()
         elif rec.kind == frame_ring.TOO_LARGE:
-            self.rejected += 1
-            self.log('error', f'{self.topic}: image message of {rec.nbytes} bytes dropped: over '
-                              'the limit of max_image_pixels')
+            self._refuse((rec.sec, rec.nanosec),
+                         f'image message of {rec.nbytes} bytes dropped: more than the '
+                         f'{self.max_bytes} bytes the receiving process hands over '
+                         f'(image_receiver_process; the tracker takes frames of at most '
+                         f'{MAX_SIDE}x{MAX_SIDE} pixels)', rec.t)
+
+    def _refuse(self, stamp: Optional[Tuple[int, int]], reason: str, t: float) -> None:
+        """A message not handed over: counted and logged; with its stamp, handed on as a
+        refused image (the worker reports it in the next TrackingState's errors and counts
+        it as a frame error, as a bad frame of a subscription in the node's process)."""
+        self.rejected += 1
+        self.log('error', f'{self.topic}: {reason}')
+        if stamp is not None:
+            self.on_image(refused_image(*stamp, reason), t)
 
     def stop(self, timeout: float = 5.0) -> None:
         """The process terminated (the socket closed first, so a receiver waiting for a slot
@@ -154,7 +177,7 @@ def image_input(node: Any, topic: str, on_image: OnImage, qos: Any, opts: Any,
             node.resolve_topic_name(topic), on_image,
             lambda level, text: getattr(logger, level)(text, throttle_duration_sec=2.0),
             name=f'{node.get_name()}_receiver{index}', slots=int(opts.fifo_size) + SPARE_SLOTS,
-            max_bytes=int(opts.max_image_pixels) * 8 + 65536,
+            max_bytes=MAX_MESSAGE_BYTES,
             reliability=opts.qos_reliability,
             depth=0 if opts.process_every_frame else int(opts.qos_depth),
             tune_malloc=bool(opts.tune_malloc))

@@ -13,7 +13,7 @@ import torch
 
 from conftest import shared_model, small_cfg, textured_frame
 from sam2_ros.engine.errors import CheckpointError, TrackerError
-from sam2_ros.engine.model import build_model, load_state, read_checkpoint
+from sam2_ros.engine.model import SAM21_ONLY, build_model, load_state, read_checkpoint
 from sam2_ros.engine.tracker import StreamingTracker
 from sam2_ros.engine.types import Prompt
 
@@ -174,6 +174,34 @@ def test_mismatch_named_and_nothing_loaded(saved, spare_model, edit, words):
         assert w in str(err.value), (w, str(err.value))
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_sam2_0_checkpoint_is_named_as_such_not_blamed_on_the_size(tmp_path):
+    """A SAM 2.0 tiny state dict (sam2's own SAM 2.0 config, random weights) given for
+    model_size tiny: the error says it is SAM 2.0 and which file to use, not a size mismatch."""
+    from sam2.build_sam import build_sam2_video_predictor
+    old = build_sam2_video_predictor('configs/sam2/sam2_hiera_t.yaml', ckpt_path=None,
+                                     device='cpu',
+                                     hydra_overrides_extra=[f'++model.image_size={SIZE}'])
+    path = tmp_path / 'sam2_hiera_tiny.pt'
+    torch.save({'model': old.state_dict()}, path)
+    with pytest.raises(CheckpointError) as err:
+        build_model(ckpt_cfg(path))
+    assert str(err.value) == (
+        f"checkpoint {str(path)!r} is a SAM 2.0 checkpoint (it has none of SAM 2.1's "
+        f'no_obj_embed_spatial, obj_ptr_tpos_proj.weight, obj_ptr_tpos_proj.bias); only SAM '
+        f'2.1 is supported: use sam2.1_hiera_tiny.pt')
+
+
+def test_sam2_0_checkpoint_of_another_size_says_both(saved, spare_model):
+    _, state = saved
+    state = {k: v for k, v in state.items() if k not in SAM21_ONLY}
+    state['image_encoder.trunk.pos_embed'] = torch.zeros(1, 144, 7, 7)      # large's width
+    with pytest.raises(CheckpointError) as err:
+        load_state(spare_model, state, ckpt_cfg('x.pt'))
+    msg = str(err.value)
+    assert 'is a SAM 2.0 checkpoint' in msg and "does not match model_size='tiny'" in msg
+    assert 'looks like large' in msg and 'missing keys' not in msg      # 2.1's keys not listed
 
 
 def test_no_checkpoint_without_random_weights():

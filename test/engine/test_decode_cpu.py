@@ -37,11 +37,13 @@ def png(img):
     return buf.tobytes()
 
 
+def chunk(kind, body):
+    return struct.pack('>I', len(body)) + kind + body + \
+        struct.pack('>I', zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+
 def png_declaring(w, h):
     """A valid, tiny PNG whose IHDR declares w x h (its data is one empty row)."""
-    def chunk(kind, body):
-        return struct.pack('>I', len(body)) + kind + body + \
-            struct.pack('>I', zlib.crc32(kind + body) & 0xFFFFFFFF)
     return (decode.PNG_SIGNATURE + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 0, 0, 0, 0))
             + chunk(b'IDAT', zlib.compress(b'\x00')) + chunk(b'IEND', b''))
 
@@ -100,6 +102,9 @@ BAD = [
     ('jpeg', lambda rgb: truncated_jpeg(jpeg(rgb)), 'truncated'),
     ('jpeg', lambda rgb: jpeg(rgb)[:300], 'truncated'),      # cut inside the header
     ('png', lambda rgb: png(rgb)[:-30], r'truncated \(no IEND chunk\)'),
+    # the end's bytes inside a segment or chunk after the data, the end itself cut off
+    ('jpeg', lambda rgb: jpeg(rgb)[:-2] + b'\xff\xfe\x00\x06\xff\xd9\x00\x00', 'truncated'),
+    ('png', lambda rgb: png(rgb)[:-12] + chunk(b'tEXt', b'note\x00IEND'), r'no IEND chunk'),
 ]
 
 
@@ -114,6 +119,24 @@ def test_bad_data_is_refused_before_decoding(rgb, monkeypatch, fmt, make, text):
         decode.check_compressed(data, fmt)
     with pytest.raises(FrameError, match=text):
         decode.FrameDecoder('cpu').decode(data, fmt)
+
+
+@pytest.mark.parametrize('filler', [bytes(4096), bytes(range(256)) * 8])
+def test_filler_after_the_end_is_accepted(rgb, filler):
+    """A driver publishing its whole buffer: a complete image, then any bytes (the decoders
+    stop at the end marker); a progressive JPEG's end is found past its later tables."""
+    for fmt, data in (('jpeg', jpeg(rgb)), ('jpeg', jpeg(rgb, IMWRITE_JPEG_PROGRESSIVE=1)),
+                      ('png', png(rgb))):
+        out = decode.FrameDecoder('cpu').decode(data + filler, fmt)
+        np.testing.assert_array_equal(out, reference(data))
+
+
+def test_nvjpeg_is_given_the_jpeg_without_the_filler_after_it(fake_gpu, rgb):
+    dec = decode.FrameDecoder('cuda:0')
+    data = jpeg(rgb)
+    out = dec.decode(data + bytes(4096), 'jpeg')
+    assert fake_gpu.calls[-1] == ('RGB', 'cuda:0', len(data)) and dec.counts.gpu == 1
+    np.testing.assert_array_equal(out.numpy(), reference(data))
 
 
 def test_pixel_limit_is_the_callers(rgb):

@@ -2,6 +2,8 @@
 test_precompiled_gpu.py): what the file name depends on, and that every failure means
 sam2's kernels (None), never an error."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -32,6 +34,62 @@ def test_file_key_follows_shapes_strides_and_constants(tmp_path):
     assert k != s._key('heads_b2', (x,), (0, True))                   # fill_hole_area
     assert k != s._key('heads_b2', (x.double(),), (8, True))
     assert k != s._key('encoder', (x,), (8, True))
+
+
+def test_file_key_follows_the_models_resolved_config_not_its_weights(tmp_path):
+    """A plain attribute of any module (hydra's resolved config, a constant of the compiled
+    code) or a parameter's dtype or shape gives another file; weight values (inputs of the
+    compiled function) and the caches sam2 fills as it runs do not."""
+    s = _store(tmp_path)
+    s.model.lin.cache, s.model.lin.table = {}, torch.zeros(5)     # as sam2's modules hold
+    x = torch.zeros(2, 3)
+
+    def key():
+        return s._key('heads_b2', (x,), (8, True))
+    k = key()
+    with torch.no_grad():
+        s.model.lin.weight.add_(1.0)
+    s.model.lin.cache[(64, 64)] = torch.ones(3)   # a positional encoding cached as it runs
+    s.model.lin.table = torch.zeros(7)            # a RoPE table resized as it runs
+    assert key() == k
+    s.model.lin.scale = 5.0                       # e.g. sigmoid_scale_for_mem_enc
+    k2 = key()
+    assert k2 != k
+    s.model.lin.scale = 20.0
+    assert key() != k2
+    s.model.lin.to(torch.float64)
+    assert key() not in (k, k2)
+
+
+def test_file_key_follows_the_hydra_overrides_sam2_and_the_whole_engine(tmp_path,
+                                                                         monkeypatch):
+    import importlib.metadata
+    import sam2
+
+    x = torch.zeros(1, 4)
+    k = _store(tmp_path)._key('heads_b1', (x,), (8, True))
+    over = _store(tmp_path, extra_hydra_overrides=('++model.sigmoid_scale_for_mem_enc=5.0',))
+    assert over._key('heads_b1', (x,), (8, True)) != k
+    facts = _store(tmp_path).key_facts('heads_b1', (x,), (8, True))
+    assert facts['sam2'] == importlib.metadata.version('sam2') != ''
+    assert facts['sam2_src'] == precompiled.tree_digest(Path(sam2.__file__).parent,
+                                                        ('.py', '.yaml'))
+    monkeypatch.setattr(precompiled, 'version', lambda dist: f'{dist}-other')
+    assert _store(tmp_path)._key('heads_b1', (x,), (8, True)) != k
+    monkeypatch.undo()
+    # the engine's source: every module, also those reached only through others
+    engine = tmp_path / 'engine'
+    (engine / 'cuda').mkdir(parents=True)
+    for name in ('glue.py', 'attention.py', 'cuda/runner.py'):
+        (engine / name).write_text('x = 1\n')
+    monkeypatch.setattr(precompiled, 'ENGINE', engine)
+    keys = {_store(tmp_path)._key('heads_b1', (x,), (8, True))}
+    for name in ('glue.py', 'attention.py', 'cuda/runner.py'):
+        (engine / name).write_text('x = 2\n')
+        keys.add(_store(tmp_path)._key('heads_b1', (x,), (8, True)))
+    assert len(keys) == 4
+    (engine / 'notes.txt').write_text('not code')
+    assert _store(tmp_path)._key('heads_b1', (x,), (8, True)) in keys
 
 
 def test_compile_failure_means_sam2_kernels(tmp_path, monkeypatch):

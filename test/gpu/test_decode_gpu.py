@@ -103,6 +103,17 @@ def test_nvjpeg_against_cv2(decoder):
         assert max(r['gpu_vs_source']['mean'], r['cpu_vs_source']['mean']) <= 10.5, (k, r)
 
 
+def test_jpeg_with_filler_after_its_end_is_decoded_on_the_gpu(decoder):
+    """A driver publishing its whole MJPEG buffer: accepted by the checks, and nvJPEG
+    decodes it as the JPEG alone (no fall back to the host)."""
+    data = encode(smooth_image(48, 64), '420')
+    before = (decoder.counts.gpu, decoder.counts.gpu_failures)
+    padded = decoder.decode(data + bytes(4096), 'jpeg')
+    assert (decoder.counts.gpu, decoder.counts.gpu_failures) == (before[0] + 1, before[1]), \
+        decoder.last_gpu_error
+    assert torch.equal(padded, decoder.decode(data, 'jpeg'))
+
+
 def test_tracker_takes_the_cuda_frame(decoder):
     """The decoded CUDA frame through the engine's frame-in graph (device-to-device copy): the
     same results as the same pixels handed over as a host array."""

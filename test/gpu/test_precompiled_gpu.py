@@ -57,3 +57,31 @@ def test_precompiled_corrupt_file_is_compiled_again(tmp_path):
     tr = StreamingTracker(cfg)
     assert _events(tr) == [('heads_b1', 'compiled')]
     assert tr.stats.get('fallbacks', 0) == 0
+
+
+def test_precompiled_file_serves_other_weights_never_another_config(tmp_path):
+    """A file compiled for one checkpoint is loaded for another of the same model and gives
+    that checkpoint's results (weights are inputs: bitwise those of a file compiled for it);
+    a model of another hydra config (whose values the compiled code holds as constants) gets
+    a file of its own, never the stale one."""
+    frames = synthetic_frames(12, h=360, w=640)
+    events = {0: schedule(360, 640, add2=1, add3=2, fix=3, remove=4)[0]}
+    shared, fresh = tmp_path / 'shared', tmp_path / 'fresh'
+
+    def run(folder, **kw):
+        cfg = _cfg(precompile=('heads',), precompile_dir=str(folder), batch_buckets=(1,),
+                   max_cond_frames=1, **kw)
+        out, stats, tr = _run(cfg, frames, events, keep=True)
+        assert stats.get('eager_steps', 0) == 0 and stats.get('fallbacks', 0) == 0, stats
+        return out, _events(tr)
+
+    assert run(shared, seed=0)[1] == [('heads_b1', 'compiled')]
+    other, parts = run(shared, seed=7)
+    assert parts == [('heads_b1', 'loaded')]
+    own, parts = run(fresh, seed=7)
+    assert parts == [('heads_b1', 'compiled')]
+    assert _worst(other, own) == 0.0
+    _, parts = run(shared, seed=0,
+                   extra_hydra_overrides=('++model.sigmoid_scale_for_mem_enc=5.0',))
+    assert parts == [('heads_b1', 'compiled')]
+    assert len(list(shared.glob('heads_b1-*.bin'))) == 2

@@ -2,10 +2,11 @@
 ROS-free: frames arrive in order and byte-exact as views of shared memory, a slot is the
 receiver's again only when the node's last view of it dies, the receiver waits while the node
 holds every slot, a larger frame gets a new ring without disturbing views of the old one, and
-a message over the limit is reported instead of handed over."""
+a message over the limit is reported, with its stamp, instead of handed over."""
 
 import gc
 import queue
+import struct
 import threading
 
 import numpy as np
@@ -93,12 +94,17 @@ def test_a_larger_frame_gets_a_new_ring_and_old_views_stay_valid():
         p.close()
 
 
-def test_a_message_over_the_limit_is_reported_not_handed_over():
+def test_a_message_over_the_limit_is_reported_with_its_stamp_not_handed_over():
     p = Pair(max_bytes=4096)
     try:
         assert not p.writer.write(b'z' * 5000, 2.0)
         rec, view = p.next()
         assert rec.kind == fr.TOO_LARGE and rec.nbytes == 5000 and view is None
+        assert (rec.sec, rec.nanosec) == (0, 0)                  # no CDR header: no stamp
+        header = b'\x00\x01\x00\x00' + struct.pack('<iI', 12, 34)  # CDR, LE; the stamp
+        assert not p.writer.write(header + b'z' * 5000, 2.5)
+        rec, view = p.next()
+        assert (rec.kind, rec.sec, rec.nanosec, rec.t) == (fr.TOO_LARGE, 12, 34, 2.5)
         assert p.writer.write(b'ok', 3.0)
         assert bytes(p.next()[1]) == b'ok'
     finally:

@@ -101,9 +101,10 @@ def rig(tmp_path):
     ul = calib.left.P @ np.append(POINT, 1.0)
     ur = calib.right.P @ np.append(POINT, 1.0)
     lease = DomainLease()
+    # pair_wait_ms as the docs write it, an integer for a float parameter (it crashed the node)
     proc = Proc([sys.executable, '-m', 'sam2_ros.ros.positions_node', '--ros-args', '-p',
-                 'rectified:=true', '-p', 'diagnostics_period_s:=0.2'], lease.env(),
-                tmp_path / 'positions.log')
+                 'rectified:=true', '-p', 'diagnostics_period_s:=0.2', '-p',
+                 'pair_wait_ms:=300'], lease.env(), tmp_path / 'positions.log')
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=lease.domain_id)
     node = rclpy.create_node('positions_test_client', context=ctx)

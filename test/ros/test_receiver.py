@@ -1,11 +1,13 @@
 """The receiving process of raw images (node parameter image_receiver_process,
 sam2_ros/ros/receiver.py) over real DDS: every published image arrives once, in order, with
 the fields rclpy's own deserialization gives and its pixels in shared memory; a receiving
-process that dies is restarted and the stream goes on; stop ends the process."""
+process that dies is restarted and the stream goes on; stop ends the process; a message it
+does not hand over reaches the node as a refused frame, reported like any bad frame."""
 
 import threading
 
 import numpy as np
+import pytest
 
 from ros_helpers import DomainLease, image_msg, wait_until
 from sam2_ros.ros.receiver import ImageReceiver
@@ -77,7 +79,6 @@ def test_the_node_with_receiving_processes_tracks_as_in_process(tmp_path):
     """image_receiver_process on: the node's masks and states equal the in-process tracker's
     on the same frames and prompt, a frame the node cannot decode is reported and the next
     one tracked, and the node's log names the receiving process."""
-    import pytest
     import torch
 
     from ros_helpers import (NODE_THREADS, TEST_PARAMS, Client, frames, mask_array,
@@ -127,3 +128,112 @@ def test_the_node_with_receiving_processes_tracks_as_in_process(tmp_path):
                                                              rel=1e-6, abs=1e-6)
     assert any('yuv422_nonsense' in e for s in states for e in s.errors)
     assert 'received by a process of its own' in proc.log_path.read_text(errors='replace')
+
+
+def test_a_message_over_the_limit_is_handed_on_as_a_refused_frame_with_its_stamp():
+    """A message the receiving process does not hand over reaches the node as a frame with
+    its stamp whose decode fails with the reason (so the worker reports it as a bad frame),
+    and the frames around it arrive as they are."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import Image
+
+    from sam2_ros.engine.errors import FrameError
+    from sam2_ros.ros import images
+
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    node = rclpy.create_node('rx_limit_camera', context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    got, logs, lock = [], [], threading.Lock()
+
+    def on_image(msg, t):
+        with lock:
+            got.append(msg)
+    rx = ImageReceiver(TOPIC + '_limit', on_image, lambda lvl, text: logs.append((lvl, text)),
+                       name='rx_limit_receiver', slots=4, max_bytes=1 << 16,
+                       reliability='reliable', depth=0, tune_malloc=False, env=lease.env())
+    pub = node.create_publisher(Image, TOPIC + '_limit', 10)
+
+    def spin_until(pred, what):
+        def step():
+            ex.spin_once(timeout_sec=0.02)
+            with lock:
+                return pred()
+        wait_until(step, 60.0, what)
+    try:
+        rx.start()
+        spin_until(lambda: pub.get_subscription_count() > 0, 'the receiver to subscribe')
+        small, large = np.zeros((24, 32, 3), np.uint8), np.zeros((200, 200, 3), np.uint8)
+        for i, img in enumerate((small, large, small)):
+            pub.publish(image_msg(img, i + 1))
+        spin_until(lambda: len(got) == 3, 'three frames')
+    finally:
+        rx.stop()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+        lease.release()
+    assert [m.header.stamp.nanosec for m in got] == [1, 2, 3]
+    assert images.image_to_rgb(got[0], None).shape == (24, 32, 3)
+    with pytest.raises(FrameError, match=r'image message of \d+ bytes dropped: more than the '
+                                         r'65536 bytes the receiving process hands over'):
+        images.image_to_rgb(got[1], None)
+    assert rx.rejected == 1 and logs == [('error', f'{rx.topic}: {got[1].refused}')]
+
+
+def test_a_refused_frame_is_reported_in_the_next_state_and_counted():
+    """Through the tracking worker with the node's raw decode (images.image_to_rgb): the
+    refused frame is a frame error and its reason in the next published state's errors."""
+    from types import SimpleNamespace
+
+    from sam2_ros.engine.types import FrameResult
+    from sam2_ros.ros import images
+    from sam2_ros.ros.image_cdr import refused_image
+    from sam2_ros.ros.worker import FrameItem, Mailbox, TrackingWorker
+
+    tracked, published = [], []
+    tracker = SimpleNamespace(track=lambda rgb: tracked.append(rgb.shape) or FrameResult(
+        len(tracked) - 1, 2, 2))
+    host = SimpleNamespace(decode=lambda msg: images.image_to_rgb(msg, None), convert=None,
+                           log=lambda level, text: None, convert_detections=None,
+                           detection_rules=None, thread_init=lambda: None)
+    outputs = SimpleNamespace(publish=published.append, publish_overlay=None,
+                              has_overlay=False, wants_overlay=lambda: False,
+                              alive=lambda: True)
+    w = TrackingWorker(tracker, Mailbox(True, 4, 3), host, outputs)
+    bad = refused_image(0, 5, 'image message of 9 bytes dropped: too large')
+    good = image_msg(np.zeros((2, 2, 3), np.uint8), 6)
+    for msg in (bad, good):
+        w._on_frame(FrameItem(msg, msg.header.stamp.nanosec, msg.header, 0.0))
+    assert tracked == [(2, 2, 3)] and w.counters.frame_errors == 1
+    assert any('image message of 9 bytes dropped: too large' in e for e in published[-1].errors)
+
+
+def test_the_receivers_limit_is_not_max_image_pixels(monkeypatch):
+    """max_image_pixels bounds compressed input only: the receiving process takes any raw
+    frame the tracker takes, whatever it is set to."""
+    from types import SimpleNamespace
+
+    from sam2_ros.engine.frame_in import MAX_SIDE
+    from sam2_ros.ros import receiver
+
+    made = []
+
+    class Fake:
+        def __init__(self, topic, on_image, log, **kw):
+            made.append(kw)
+            self.topic, self.proc = topic, SimpleNamespace(pid=1)
+
+        def start(self):
+            pass
+    monkeypatch.setattr(receiver, 'ImageReceiver', Fake)
+    logger = SimpleNamespace(info=lambda *a, **k: None, error=lambda *a, **k: None)
+    node = SimpleNamespace(get_logger=lambda: logger, resolve_topic_name=lambda t: t,
+                           get_name=lambda: 'n')
+    opts = SimpleNamespace(image_receiver_process=True, fifo_size=4, max_image_pixels=640 * 480,
+                           qos_reliability='reliable', process_every_frame=True, qos_depth=1,
+                           tune_malloc=False)
+    receiver.image_input(node, '/cam', lambda m, t: None, None, opts)
+    assert made[0]['max_bytes'] == receiver.MAX_MESSAGE_BYTES >= MAX_SIDE * MAX_SIDE * 4 + 65536

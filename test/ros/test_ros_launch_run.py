@@ -330,14 +330,19 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
 def test_stereo_launch_one_node_two_cameras(tmp_path):
     """stereo.launch.py: one node <namespace>/sam2_tracker reading left/ and right/ of the
     stereo namespace, a pair of frames tracked in one step, each camera's state on its own
-    topic."""
+    topic. The params file's camera options reach the node (the launch's defaults overrode
+    them: camera_period_ms was 16.7 whatever the file said), an argument given overrides the
+    file's, and the cameras are left,right where the file names none."""
     ros2()
-    params = write_params(tmp_path / 'stereo.yaml', autostart=False)
+    params = write_params(tmp_path / 'stereo.yaml', autostart=False, camera_period_ms=60000.0,
+                          pair_tolerance_ms=5.0, camera_image='image_mono')
     cmd = [ros2(), 'launch', str(ROOT / 'launch' / 'stereo.launch.py'), 'namespace:=rig',
            'device:=cpu', 'random_weights:=true', 'image_size:=64', 'use_cuda_graphs:=false',
-           'camera_period_ms:=60000', f'params_file:={params}']
+           'camera_image:=image_raw', f'params_file:={params}']
     with launched(tmp_path, 'stereo', cmd=cmd, source_tree=True) as run:
-        run.proc.wait_log(r'rig\.sam2_tracker\]: active: 2 cameras', 240)
+        run.proc.wait_log(r'rig\.sam2_tracker\]: active: 2 cameras \(left: /rig/left/image_raw, '
+                          r'right: /rig/right/image_raw\), raw images paired by stamp '
+                          r'\(tolerance 5\.0 ms, a lone frame waits at most 60000\.0 ms\)', 240)
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image
 
@@ -393,3 +398,25 @@ def test_replay_launch_default_player_without_venv_on_path(tmp_path):
         run.close_clients()
         sigint_and_check_clean(run.proc, node_pids(run.proc))
 
+
+def test_replay_launch_stops_when_the_player_fails(tmp_path):
+    """Defect: a bag the player cannot read (here one whose metadata.yaml is no bag's) used to
+    leave the tracker running and the launch waiting forever; now the launch stops, tracker
+    included, with exit status 1."""
+    ros2()
+    not_a_bag = tmp_path / 'not_a_bag'
+    not_a_bag.mkdir()
+    (not_a_bag / 'metadata.yaml').write_text('not: a bag\n')
+    with launched(tmp_path, 'replay_bad', 'replay.launch.py', f'bag:={not_a_bag}',
+                  'player:=sam2_ros', 'rviz:=false', 'dds_profile:=none', *CPU_ARGS) as run:
+        try:
+            rc = run.proc.p.wait(240)      # a bound for a hang, not a timing
+        except subprocess.TimeoutExpired:
+            raise AssertionError('ros2 launch still runs after its player failed') from None
+        log = run.proc.log()
+        assert rc == 1, log[-3000:]
+        assert f'cannot replay {not_a_bag}' in log, log[-3000:]
+        assert 'the bag player exited with status 1' in log, log[-3000:]
+        started = re.search(r'\[tracker_node-\d+\]: process started with pid \[(\d+)\]', log)
+        assert started, log[-3000:]
+        wait_until(lambda: not alive([int(started.group(1))]), 10, 'the tracker to exit')

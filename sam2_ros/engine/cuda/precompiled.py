@@ -18,9 +18,13 @@ Memory attention keeps its kernels (its shapes vary with the memory buckets, and
 runs FlashAttention). Prompted steps keep sam2's kernels (rare frames, many shapes).
 
 Weights are inputs of the compiled function, not constants in it, so one file serves every
-checkpoint of a model size. The file name is a hash of all the compiled code depends on:
-torch, sam2 and this package's source, the GPU, model size, precision, weight dtype, input
-shapes. Loading or compiling may fail (an older torch, a full disk, a corrupt file): the part
+checkpoint of a model size (``test_precompiled_gpu.py`` runs a file compiled for other weights).
+The file name is a hash of all the compiled code depends on (``Store.key_facts``): torch,
+Triton, sam2's version and installed source, this package's engine source, the GPU, the model
+(its resolved hydra config: size, overrides, and each module's plain attributes, which the
+compiled code holds as constants; its parameters' and buffers' shapes, strides and dtypes),
+precision, input shapes; a file of another model or build has another name and is never
+loaded. Loading or compiling may fail (an older torch, a full disk, a corrupt file): the part
 then runs sam2's kernels, logged, never an error. Results are not bitwise the eager path's
 (fused kernels round in another order): ``test_precompiled_gpu.py`` holds them to the
 tolerance of the other kernel changes (``docs/design.md``).
@@ -28,19 +32,22 @@ tolerance of the other kernel changes (``docs/design.md``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from sam2_ros.engine import encoder, step
-from sam2_ros.engine.config import TrackerConfig
+from sam2_ros.engine.config import MODEL_CONFIGS, TrackerConfig
+from sam2_ros.engine.model import hydra_overrides
 
 log = logging.getLogger('sam2_ros.precompiled')
 PARTS = ('encoder', 'heads')
@@ -73,7 +80,15 @@ def heads_fn(model, pix_feat: torch.Tensor, vf0: torch.Tensor, vf1: torch.Tensor
     return o.low_res_logits, o.obj_ptr, o.score, o.mem_feats
 
 
-_SOURCES = ('encoder.py', 'step.py', 'holes.py', 'cuda/precompiled.py')   # under engine/
+# The engine's source the key hashes: every .py file of sam2_ros/engine, not a list of the
+# modules the traced functions reach. Such a list went stale unnoticed (step.tracking_heads
+# reaches glue.py and attention.py, which it missed), and the traced code also reaches modules
+# through the objects the model carries (kernels/); all of them hash in milliseconds, and an
+# edit of the engine that did not need it costs one compile.
+ENGINE = Path(__file__).resolve().parents[1]
+# sam2's installed files the key hashes: its source and the hydra configs the model is
+# resolved from (its version alone misses an editable or patched install).
+SAM2_SUFFIXES = ('.py', '.yaml')
 
 
 class Store:
@@ -195,23 +210,27 @@ class Store:
         return compiled
 
     def _key(self, name: str, args, consts) -> str:
-        here = Path(__file__).parents[1]          # sam2_ros/engine
-        src = hashlib.sha256()
-        for f in _SOURCES:
-            src.update((here / f).read_bytes())
+        facts = self.key_facts(name, args, consts)
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
+
+    def key_facts(self, name: str, args: Sequence[torch.Tensor], consts: tuple) -> dict:
+        """Everything the compiled part depends on, which its file name hashes: a file found
+        under that name was compiled from the same code for the same model and inputs."""
         import sam2
-        weight = next(m.weight.dtype for m in self.model.modules()
-                      if isinstance(m, torch.nn.Linear))
         dev = args[0].device
-        facts = {
-            'name': name, 'torch': torch.__version__,
-            'sam2': getattr(sam2, '__version__', ''), 'src': src.hexdigest(),
-            'gpu': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else dev.type,
-            'model': self.cfg.model_size, 'image_size': self.model.image_size,
-            'weights': str(weight), 'consts': list(consts),
+        return {
+            'name': name, 'torch': torch.__version__, 'triton': version('triton'),
+            'sam2': version('sam2'), 'sam2_src': tree_digest(Path(sam2.__file__).parent,
+                                                             SAM2_SUFFIXES),
+            'src': tree_digest(ENGINE, ('.py',)),
+            'gpu': [torch.cuda.get_device_name(dev), torch.cuda.get_device_capability(dev),
+                    torch.version.cuda] if dev.type == 'cuda' else dev.type,
+            'model': [self.cfg.model_size, MODEL_CONFIGS[self.cfg.model_size],
+                      *hydra_overrides(self.cfg)],
+            'image_size': self.model.image_size, 'modules': model_digest(self.model),
+            'consts': list(consts),
             'args': [(tuple(a.shape), tuple(a.stride()), str(a.dtype)) for a in args],
         }
-        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
 class _Bound:
@@ -236,6 +255,62 @@ class _Bound:
         # outside inference mode (as compiled); the tracker's inference tensors are read
         with torch.inference_mode(False), torch.no_grad():
             return self.compiled(self.model, *args, *self.consts)
+
+
+def version(dist: str) -> str:
+    """The installed version of distribution ``dist``, or '' when it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ''
+
+
+def tree_digest(root: Path, suffixes: Tuple[str, ...]) -> str:
+    """sha256 of the files under ``root`` ending in ``suffixes``: their paths and bytes."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob('*') if p.suffix in suffixes and p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b'\0')
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def model_digest(model: torch.nn.Module) -> str:
+    """sha256 of what tracing reads from ``model`` besides tensor values: each module's class
+    and its plain attributes (numbers, strings, their tuples: hydra's resolved config, which
+    the compiled code holds as constants, e.g. ``sigmoid_scale_for_mem_enc``), and the name,
+    shape, stride and dtype of its parameters and buffers. Not their values: weights are
+    inputs. Nor other tensors: those are caches sam2 fills or resizes as it runs (positional
+    encodings, RoPE tables), so the key would depend on what ran before the part is loaded."""
+    rows = []
+    for name, mod in model.named_modules():
+        attrs = {k: _described(v) for k, v in vars(mod).items()
+                 if k not in ('_parameters', '_buffers', '_modules')
+                 and not isinstance(v, torch.Tensor)}
+        tensors = {k: None if t is None else [list(t.shape), list(t.stride()), str(t.dtype)]
+                   for k, t in (*mod._parameters.items(), *mod._buffers.items())}
+        rows.append([name, _described(type(mod)), sorted(attrs.items()),
+                     sorted(tensors.items())])
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def _described(v: Any) -> Any:
+    """``v`` as JSON that is the same in every process: plain values as they are, containers
+    without the tensors they hold (caches), classes and functions by name, anything else by
+    its type's name alone."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (torch.dtype, torch.device)):
+        return str(v)
+    if isinstance(v, dict):
+        return sorted([str(k), _described(x)] for k, x in v.items()
+                      if not isinstance(x, torch.Tensor))
+    if isinstance(v, (tuple, list)):
+        return [_described(x) for x in v if not isinstance(x, torch.Tensor)]
+    if isinstance(v, functools.partial):
+        return ['partial', _described(v.func), _described(v.args), _described(v.keywords)]
+    if isinstance(v, type) or callable(v) and hasattr(v, '__qualname__'):
+        return f'{getattr(v, "__module__", "")}.{v.__qualname__}'
+    return type(v).__qualname__
 
 
 def _plain(args: Sequence[torch.Tensor]) -> List[torch.Tensor]:
