@@ -25,7 +25,7 @@ from tools.bench import interaction, results
 
 
 # the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
-PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json')
+PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json')
 
 
 def _load(path: str):
