@@ -169,8 +169,14 @@ def conv_stage(x: torch.Tensor, size: Tuple[int, int, int], strides: Tuple[int, 
         HAS_SCALE=pro.scale != 1.0, HAS_BIAS=pro.bias != 0.0, DOT=dot, FUSE=fuse is not None,
         E=e, CP=cp, BF16=bf16, ROUND2=bf16 and not upcast, UPCAST=upcast, PRECISION=precision,
         BLOCK_P=block_p, BLOCK_K=min(1024 if upcast else 64, next_pow2(k)), BLOCK_N=min(64, e),
-        num_warps=4,
-        # float32 operands: three pipelined stages of the fused stage's tiles need 288 KiB of
-        # shared memory, more than the H200's 227 (OutOfResources on the GPU); one stage fits
-        num_stages=3 if bf16 or upcast else 1)
+        num_warps=4, num_stages=pipeline_stages(bf16, upcast, (conv, final, proj)))
     return y
+
+
+def pipeline_stages(bf16: bool, upcast: bool, convs: Tuple[torch.nn.Conv2d, ...]) -> int:
+    """Pipelined stages of the stage kernel's tiles: float32 operands (fp32 compute, or bf16
+    compute on weights left float32: ``precast_weights`` off) in three stages need 274-288 KiB
+    of shared memory, more than the H200's 227 (OutOfResources at capture, so the graphs fell
+    back to sam2's modules); one stage fits. The interpreter (CPU) has no such limit."""
+    narrow = all(c.weight.dtype == torch.bfloat16 for c in convs)
+    return 3 if upcast or bf16 and narrow else 1
