@@ -8,16 +8,26 @@ into the work in progress (torch ops return within milliseconds; the Python betw
 where it lands), turned into :class:`Interrupted` there. Elsewhere (the executor's spin)
 raising could leave a half-built rclpy Task behind, so nothing is raised. Between phases,
 :meth:`check` stops a configure whose context is gone (SIGTERM) or that was asked to stop.
+
+In the node's own process the handler is set when this module is imported, which
+:mod:`sam2_ros.ros.node` does before its heavy imports (rclpy, torch: a second or more):
+Python's default handler raised KeyboardInterrupt into those imports (exit -2 and a traceback
+when `ros2 launch` stopped the node right after starting it); the request is now noted and
+``main`` exits 0 before starting anything.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
+import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-# Test-only: configure waits at this phase until Ctrl-C (a deterministic slow configure).
+# Test-only: start-up waits at this phase until Ctrl-C ('import': while the node's modules are
+# imported; 'tracker': in configure, before the model build), a deterministic slow start.
 PAUSE_ENV = 'SAM2_ROS_TEST_PAUSE_CONFIGURE'
 
 
@@ -59,13 +69,36 @@ class Sigint:
 
 SIGINT = Sigint()
 
+# What runs the node: ``python -m sam2_ros.ros.node``, or a script that calls its ``main``
+# (setup.py's console script, the launch files' executable).
+NODE_MODULE = 'sam2_ros.ros.node'
+NODE_PROGRAMS = ('sam2-ros-node', 'tracker_node')
+
+
+def in_node_program() -> bool:
+    """Whether this process runs the tracker node (not a test or tool importing it: their
+    Ctrl-C stays Python's KeyboardInterrupt)."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if getattr(spec, 'name', None) == NODE_MODULE:
+        return True
+    argv = getattr(sys, 'argv', None) or ['']
+    return os.path.basename(argv[0]) in NODE_PROGRAMS
+
 
 def pause_for_test(phase: str, log: Optional[Callable[[str], None]] = None) -> None:
-    """Test-only: with ``SAM2_ROS_TEST_PAUSE_CONFIGURE=<phase>`` wait here until Ctrl-C (call
-    it inside :meth:`Sigint.interruptible`). Nothing happens without the variable."""
+    """Test-only: with ``SAM2_ROS_TEST_PAUSE_CONFIGURE=<phase>`` wait here until Ctrl-C (in
+    configure: call it inside :meth:`Sigint.interruptible`). Nothing happens without the
+    variable."""
     if os.environ.get(PAUSE_ENV) != phase:
         return
     if log is not None:
-        log(f'configure paused before {phase} ({PAUSE_ENV}, test only)')
+        log(f'{"start-up" if phase == "import" else "configure"} paused before {phase} '
+            f'({PAUSE_ENV}, test only)')
     while not SIGINT.requested:
         time.sleep(0.05)
+
+
+if in_node_program() and threading.current_thread() is threading.main_thread():
+    # From here on a Ctrl-C is noted, never raised outside interruptible(): see the docstring
+    signal.signal(signal.SIGINT, SIGINT.on_sigint)
+    pause_for_test('import', lambda line: print(f'[sam2_tracker] {line}', flush=True))

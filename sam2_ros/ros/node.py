@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any, List, Optional
 
+# First, before rclpy and torch (seconds): in the node's process a Ctrl-C is then only noted
+from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test  # noqa: I100
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -28,7 +30,6 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, messages, node_cli, params, process_tuning
 from sam2_ros.ros import runtime_params, segment_service, time_jump, transitions
-from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test
 from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe

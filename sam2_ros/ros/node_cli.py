@@ -97,6 +97,9 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # Task whose finalizer printed a traceback under `ros2 launch` (CI, test_ros_colcon); only
     # inside configure does the handler raise, to stop the model build (interruption.py).
     signal.signal(signal.SIGINT, SIGINT.on_sigint)
+    if SIGINT.requested:    # Ctrl-C while the node's modules were imported (interruption.py)
+        print('[sam2_tracker] stopped (Ctrl-C) before the node started', flush=True)
+        return 0
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.SIGTERM)
     except Exception as exc:  # noqa: BLE001 - rcl's RCLError, e.g. a params file it cannot parse
