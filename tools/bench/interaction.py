@@ -87,6 +87,9 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "(a benchmark variant) forgets the timings, so every such frame merges; "
                         "'off' rows are named '<graph_mode>+separate_buckets', 'always' ones "
                         "'<graph_mode>+merge_always'")
+    p.add_argument('--tune-malloc', action='store_true',
+                   help="raise glibc's mmap and trim thresholds first, as the node does (its "
+                        "tune_malloc parameter); rows named '<graph_mode>+tune_malloc'")
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -244,7 +247,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         model=a.model, res=a.res, objects=objects,
         variant=variant + ('+precompile' if a.precompile else '')
         + ('' if reuse else '+rerun_attention')
-        + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge],
+        + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge]
+        + ('+tune_malloc' if a.tune_malloc else ''),
         corrections=corrections,
         frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
@@ -286,6 +290,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parse(argv)
     import torch
 
+    if a.tune_malloc:       # process-wide, before any large buffer is allocated
+        from sam2_ros.ros.malloc import keep_large_buffers
+        print(f'# tune_malloc: {keep_large_buffers()}', flush=True)
     prov = provenance(a.device, PROG, sys.argv[1:] if argv is None else argv)
     print('#', json.dumps(prov), flush=True)
     if a.random_weights:

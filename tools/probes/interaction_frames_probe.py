@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from types import SimpleNamespace
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -32,12 +32,17 @@ def stream_args(a: argparse.Namespace) -> argparse.Namespace:
     """The interaction benchmark's arguments for this probe's stream (its defaults)."""
     return argparse.Namespace(model='tiny', res=a.res, checkpoint=None, random_weights=True,
                               seed=0, device=a.device, precision=a.precision, frames=a.frames,
-                              w=1280, h=720, correct_every=60, new_at=150, precompile='')
+                              w=1280, h=720, correct_every=60, new_at=150, precompile='',
+                              tune_malloc=a.tune_malloc)
 
 
-def walls(a: argparse.Namespace) -> List[float]:
-    """Wall ms of every timed frame, as the benchmark times them."""
+def walls(a: argparse.Namespace) -> Tuple[List[float], List[Optional[float]]]:
+    """Wall ms of every timed frame, as the benchmark times them, and the engine_ms its result
+    reports (``track`` to the masks' read-back on the host, before the per-object results are
+    built): a slow frame whose engine_ms is slow too lost its time before the read-back
+    completed, one whose engine_ms is not lost it after (building the host results)."""
     ms: List[float] = []
+    engine: List[Optional[float]] = []
 
     def around(t: int, work: Callable[[], object]) -> object:
         sync(a.device)
@@ -45,9 +50,11 @@ def walls(a: argparse.Namespace) -> List[float]:
         out = work()
         sync(a.device)
         ms.append(round((time.perf_counter() - t0) * 1e3, 3))
+        e = getattr(out, 'engine_ms', None)
+        engine.append(None if e is None else round(float(e), 3))
         return out
     run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
-    return ms
+    return ms, engine
 
 
 def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, object]]:
@@ -81,19 +88,27 @@ def main(argv=None) -> int:
     p.add_argument('--res', type=int, default=512)
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
+    p.add_argument('--tune-malloc', action='store_true',
+                   help="raise glibc's mmap and trim thresholds first, as the node does "
+                        "(its tune_malloc parameter): host buffers reused, no page faults")
     p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
                                                  'interaction_frames.json'))
     a = p.parse_args(argv)
     lo, hi = (int(x) for x in a.window.split('-'))
+    if a.tune_malloc:
+        from sam2_ros.ros.malloc import keep_large_buffers
+        print(f'# tune_malloc: {keep_large_buffers()}', flush=True)
     with torch.inference_mode():
-        ms = walls(a)
+        ms, engine = walls(a)
         prof = kernels(a, lo, hi)
     for t in range(lo, hi + 1):
         k = prof.get(t, {})
-        print(f"frame {t}: {ms[t - 1]:7.3f} ms wall, {k.get('kernels')} kernels, "
+        print(f"frame {t}: {ms[t - 1]:7.3f} ms wall, engine_ms {engine[t - 1]}, "
+              f"{k.get('kernels')} kernels, "
               f"{k.get('kernel_ms')} ms kernels, host gaps {k.get('host_gaps_ms')} ms, "
               f"{k.get('groups')}", flush=True)
-    save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections, 'frame_ms': ms,
+    save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections,
+                        'tune_malloc': a.tune_malloc, 'frame_ms': ms, 'engine_ms': engine,
                         'window': {str(t): v for t, v in prof.items()}}])
     return 0
 

@@ -1,0 +1,37 @@
+"""CPU test of the interaction frames probe (``python -m tools.probes.interaction_frames_probe``)
+and of the benchmark's ``--tune-malloc`` rows, at a tiny size: every timed frame has its wall
+time and the engine_ms its result reported (which says whether a slow frame lost its time
+before or after the masks' read-back), the window's frames their profile (no kernels on the
+CPU), and a tuned allocator is recorded in the probe and named in the benchmark's variant."""
+
+from __future__ import annotations
+
+import json
+
+from tools.bench import interaction as bench
+from tools.probes import interaction_frames_probe as probe
+
+
+def test_probe_records_wall_and_engine_ms_of_every_frame(tmp_path, one_thread, capsys):
+    out = tmp_path / 'frames.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '4',
+            '--window', '2-3', '--objects', '1', '--tune-malloc', '--out', str(out)]
+    assert probe.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert '# tune_malloc: True' in printed and 'frame 2: ' in printed and 'engine_ms' in printed
+    row = json.loads(out.read_text())['rows'][0]
+    assert row['tune_malloc'] is True and row['objects'] == 1
+    assert len(row['frame_ms']) == len(row['engine_ms']) == 4
+    # the engine's time is part of the frame's wall time
+    assert all(0 < e <= w for e, w in zip(row['engine_ms'], row['frame_ms']))
+    assert sorted(row['window']) == ['2', '3']
+
+
+def test_tuned_allocator_rows_are_named_apart(tmp_path, one_thread, capsys):
+    out = tmp_path / 'interaction.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
+            '--h', '64', '--w', '96', '--frames', '3', '--objects', '1', '--variants', 'swap',
+            '--random-weights', '--tune-malloc', '--out', str(out)]
+    assert bench.main(argv) == 0
+    assert '# tune_malloc: True' in capsys.readouterr().out
+    assert [r['variant'] for r in json.loads(out.read_text())] == ['swap+tune_malloc']
