@@ -89,6 +89,9 @@ def node_executor(node: Any) -> Any:
     return executor
 
 
+AUTOSTART = next(s for s in params.PARAMS if s.name == 'autostart')
+
+
 def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     # Ctrl-C is ours, SIGTERM rclpy's (it shuts the context down). Our handler only notes
     # Ctrl-C, and the spin loop below ends on it with the context still up, so what is
@@ -117,18 +120,19 @@ def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
     executor.add_node(node)
     rc = 0
     try:
-        autostart = node.get_parameter('autostart').value
-        if not isinstance(autostart, bool):     # 'true' or 1 would read as false: refused
-            node.get_logger().fatal(f'parameter autostart must be a bool, got {autostart!r}; '
-                                    f'exiting')
+        try:    # checked as every parameter is: 'true' or 1 would read as false
+            autostart = params.to_field_value(AUTOSTART, node.get_parameter('autostart').value)
+        except ValueError as exc:
+            node.get_logger().fatal(f'{exc}; exiting')
             rc = 1
-        elif autostart:
+            autostart = False
+        if autostart:
             ok = node.trigger_configure() == TransitionCallbackReturn.SUCCESS
             ok = ok and node.trigger_activate() == TransitionCallbackReturn.SUCCESS
             if not ok and not (SIGINT.requested or not rclpy.ok()):
                 node.get_logger().fatal('autostart failed (see the error above); exiting')
                 rc = 1
-        else:
+        elif rc == 0:
             node.get_logger().info(
                 f'waiting unconfigured (autostart is false): `ros2 lifecycle set '
                 f'{node.get_fully_qualified_name()} configure`, then `activate`; or start with '

@@ -45,9 +45,12 @@ BY_DEVICE = ('precision',)
 INT_TYPECODES = frozenset('bBhHiIlLqQ')      # array.array typecodes of integers
 
 
-def _field_default(spec: ParamSpec) -> Any:
-    """The dataclass default of the parameter's field (the one place defaults live); None
+def _field_default(spec: ParamSpec, defaults: Any = None) -> Any:
+    """The dataclass default of the parameter's field (the one place defaults live): from
+    ``defaults`` (an instance of another node's options) or the tracker's and node's; None
     for a field chosen by device (BY_DEVICE)."""
+    if defaults is not None:
+        return getattr(defaults, spec.field)
     if spec.field in BY_DEVICE:
         return None
     return getattr(TrackerConfig() if spec.target == T else NodeOptions(), spec.field)
@@ -63,9 +66,11 @@ def default_value(spec: ParamSpec) -> Any:
     return value
 
 
-def to_field_value(spec: ParamSpec, value: Any) -> Any:
+def to_field_value(spec: ParamSpec, value: Any, defaults: Any = None) -> Any:
     """A ROS parameter value converted to the dataclass field's Python value; ValueError that
-    names the parameter for a value of the wrong type (no silent splitting or truncation)."""
+    names the parameter for a value of the wrong type (no silent splitting or truncation).
+    ``defaults``: an instance of the field's dataclass where it is not the tracker's or the
+    node's (positions_node's options)."""
     def bad(what: str) -> ValueError:
         return ValueError(f'parameter {spec.name} must be {what}, got {value!r}')
 
@@ -73,14 +78,14 @@ def to_field_value(spec: ParamSpec, value: Any) -> Any:
         if not isinstance(value, str):
             raise bad('a string')
         # '' means None where the field's default is None (checkpoint, compile_mode...)
-        return None if (value == '' and _field_default(spec) is None) else value
+        return None if (value == '' and _field_default(spec, defaults) is None) else value
     if spec.kind in ('int_array', 'str_array'):
         if isinstance(value, array.array) and value.typecode in INT_TYPECODES:
             value = value.tolist()      # how rclpy hands over an integer array set at run time
         if value is None or (isinstance(value, (list, tuple)) and not value):
             # unset or empty: None where the field's default is None (the core chooses, e.g.
             # batch_buckets), else an empty list
-            if _field_default(spec) is None:
+            if _field_default(spec, defaults) is None:
                 return None
             return () if spec.kind == 'int_array' else []
         if not isinstance(value, (list, tuple)):

@@ -104,15 +104,6 @@ SPECS: Tuple[params.ParamSpec, ...] = tuple(
 DEFAULTS = PositionsOptions()
 
 
-def field_value(spec: params.ParamSpec, value: Any) -> Any:
-    """A ROS value -> the field's value, with the tracker's conversions and type errors."""
-    if spec.kind == 'str' and value == '':
-        # params.to_field_value would look up '' in the tracker's defaults (where '' can mean
-        # None); here '' is just an empty string (then refused by validate where it matters)
-        return ''
-    return params.to_field_value(spec, value)
-
-
 def build(values: Dict[str, Any]) -> PositionsOptions:
     """Parameter values (name -> ROS value; missing names keep defaults) -> validated options;
     ParameterError for an unknown name, a wrong type or a bad value."""
@@ -123,7 +114,7 @@ def build(values: Dict[str, Any]) -> PositionsOptions:
     for spec in SPECS:
         if spec.name in values:
             try:
-                kw[spec.field] = field_value(spec, values[spec.name])
+                kw[spec.field] = params.to_field_value(spec, values[spec.name], DEFAULTS)
             except ValueError as exc:
                 raise ParameterError(str(exc)) from None
     return dataclasses.replace(PositionsOptions(), **kw).validate()

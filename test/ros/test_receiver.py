@@ -4,7 +4,10 @@ the fields rclpy's own deserialization gives and its pixels in shared memory; a 
 process that dies is restarted and the stream goes on; stop ends the process; a message it
 does not hand over reaches the node as a refused frame, reported like any bad frame."""
 
+import contextlib
 import threading
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -15,7 +18,12 @@ from sam2_ros.ros.receiver import ImageReceiver
 TOPIC = '/rx_test/image_raw'
 
 
-def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
+@contextlib.contextmanager
+def camera_and_receiver(name: str, topic: str, on_image: Callable[[Any, float], None],
+                        **receiver_args: Any) -> Iterator[SimpleNamespace]:
+    """A camera node publishing on ``topic`` in a context of its own and a receiving process
+    of ``topic`` handing each image to ``on_image`` (called under ``lock``), over real DDS:
+    (pub, rx, logs, lock, spin_until); everything stopped and released on exit."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
@@ -23,24 +31,14 @@ def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
     lease = DomainLease()
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=lease.domain_id)
-    node = rclpy.create_node('rx_test_camera', context=ctx)
+    node = rclpy.create_node(f'{name}_camera', context=ctx)
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)
-    got, logs, lock = [], [], threading.Lock()
+    logs, lock = [], threading.Lock()
 
-    def on_image(msg, t):
+    def locked(msg, t):
         with lock:
-            got.append((msg.header.stamp.nanosec, msg.encoding, msg.height, msg.width,
-                        np.frombuffer(msg.data, np.uint8).copy(), t))
-    rx = ImageReceiver(TOPIC, on_image, lambda level, text: logs.append((level, text)),
-                       name='rx_test_receiver', slots=4, max_bytes=1 << 20,
-                       reliability='reliable', depth=0, tune_malloc=True, env=lease.env())
-    pub = node.create_publisher(Image, TOPIC, 100)
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 255, (24, 32, 3), dtype=np.uint8) for _ in range(12)]
-
-    def send(i, enc='rgb8'):
-        pub.publish(image_msg(frames[i], i + 1, enc))
+            on_image(msg, t)
 
     def spin_until(pred, what):
         def step():
@@ -48,9 +46,35 @@ def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
             with lock:
                 return pred()
         wait_until(step, 60.0, what)
+    rx = ImageReceiver(topic, locked, lambda level, text: logs.append((level, text)),
+                       name=f'{name}_receiver', slots=4, reliability='reliable', depth=0,
+                       env=lease.env(), **receiver_args)
     try:
+        yield SimpleNamespace(pub=node.create_publisher(Image, topic, 100), rx=rx, logs=logs,
+                              lock=lock, spin_until=spin_until)
+    finally:
+        rx.stop()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+        lease.release()
+
+
+def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
+    got = []
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (24, 32, 3), dtype=np.uint8) for _ in range(12)]
+
+    def on_image(msg, t):
+        got.append((msg.header.stamp.nanosec, msg.encoding, msg.height, msg.width,
+                    np.frombuffer(msg.data, np.uint8).copy(), t))
+    with camera_and_receiver('rx_test', TOPIC, on_image, max_bytes=1 << 20,
+                             tune_malloc=True) as r:
+        rx, spin_until = r.rx, r.spin_until
+
+        def send(i, enc='rgb8'):
+            r.pub.publish(image_msg(frames[i], i + 1, enc))
         rx.start()                                   # returns once the process subscribed
-        spin_until(lambda: pub.get_subscription_count() > 0, 'the receiver to subscribe')
+        spin_until(lambda: r.pub.get_subscription_count() > 0, 'the receiver to subscribe')
         for i in range(6):
             send(i)
         spin_until(lambda: len(got) == 6, 'six images')
@@ -66,12 +90,7 @@ def test_images_arrive_in_order_through_shared_memory_and_survive_a_restart():
         # the dead subscriber may still count as matched for a while: send until one arrives
         spin_until(lambda: send(6, 'bgr8') or len(got) > 6, 'an image after the restart')
         assert got[-1][:4] == (7, 'bgr8', 24, 32)
-        assert any(level == 'error' and 'exited' in text for level, text in logs)
-    finally:
-        rx.stop()
-        node.destroy_node()
-        rclpy.shutdown(context=ctx)
-        lease.release()
+        assert any(level == 'error' and 'exited' in text for level, text in r.logs)
     assert rx.proc.poll() is not None                # the process ended with stop()
 
 
@@ -134,47 +153,19 @@ def test_a_message_over_the_limit_is_handed_on_as_a_refused_frame_with_its_stamp
     """A message the receiving process does not hand over reaches the node as a frame with
     its stamp whose decode fails with the reason (so the worker reports it as a bad frame),
     and the frames around it arrive as they are."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from sensor_msgs.msg import Image
-
     from sam2_ros.engine.errors import FrameError
     from sam2_ros.ros import images
 
-    lease = DomainLease()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=lease.domain_id)
-    node = rclpy.create_node('rx_limit_camera', context=ctx)
-    ex = SingleThreadedExecutor(context=ctx)
-    ex.add_node(node)
-    got, logs, lock = [], [], threading.Lock()
-
-    def on_image(msg, t):
-        with lock:
-            got.append(msg)
-    rx = ImageReceiver(TOPIC + '_limit', on_image, lambda lvl, text: logs.append((lvl, text)),
-                       name='rx_limit_receiver', slots=4, max_bytes=1 << 16,
-                       reliability='reliable', depth=0, tune_malloc=False, env=lease.env())
-    pub = node.create_publisher(Image, TOPIC + '_limit', 10)
-
-    def spin_until(pred, what):
-        def step():
-            ex.spin_once(timeout_sec=0.02)
-            with lock:
-                return pred()
-        wait_until(step, 60.0, what)
-    try:
-        rx.start()
-        spin_until(lambda: pub.get_subscription_count() > 0, 'the receiver to subscribe')
+    got = []
+    with camera_and_receiver('rx_limit', TOPIC + '_limit', lambda msg, t: got.append(msg),
+                             max_bytes=1 << 16, tune_malloc=False) as r:
+        r.rx.start()
+        r.spin_until(lambda: r.pub.get_subscription_count() > 0, 'the receiver to subscribe')
         small, large = np.zeros((24, 32, 3), np.uint8), np.zeros((200, 200, 3), np.uint8)
         for i, img in enumerate((small, large, small)):
-            pub.publish(image_msg(img, i + 1))
-        spin_until(lambda: len(got) == 3, 'three frames')
-    finally:
-        rx.stop()
-        node.destroy_node()
-        rclpy.shutdown(context=ctx)
-        lease.release()
+            r.pub.publish(image_msg(img, i + 1))
+        r.spin_until(lambda: len(got) == 3, 'three frames')
+    rx, logs = r.rx, r.logs
     assert [m.header.stamp.nanosec for m in got] == [1, 2, 3]
     assert images.image_to_rgb(got[0], None).shape == (24, 32, 3)
     with pytest.raises(FrameError, match=r'image message of \d+ bytes dropped: more than the '

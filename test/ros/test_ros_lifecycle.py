@@ -45,6 +45,7 @@ def test_a_non_bool_autostart_exits_with_the_reason(tmp_path, lease):
     try:
         assert proc.p.wait(60) == 1
         assert "parameter autostart must be a bool, got 'true'" in proc.log()
+        assert 'waiting unconfigured' not in proc.log()
     finally:
         proc.stop()
 
