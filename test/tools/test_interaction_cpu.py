@@ -16,7 +16,7 @@ FRAMES, EVERY, NEW_AT = 20, 10, 15
 ROW_KEYS = {'model', 'res', 'objects', 'variant', 'corrections', 'run', 'frames', 'ms_p50',
             'ms_p99', 'ms_max', 'eager_steps', 'graph_steps', 'prompt_steps', 'deferred_prompts',
             'buckets_merged_steps', 'buckets_apart_steps',
-            'fallbacks', 'slowest', 'src', 'weights', 'date', 'commit', 'gpu', 'command'}
+            'fallbacks', 'slowest', 'gc', 'src', 'weights', 'date', 'commit', 'gpu', 'command'}
 
 
 def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, capsys):
@@ -64,6 +64,8 @@ def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, caps
             want = bench.prompts_on(s['frame'], EVERY, NEW_AT)
             assert s['prompt'] == ('+'.join(want) if want else None)
             assert s['mode'] == 'eager' and 0 <= s['since_prompt'] < EVERY
+            assert 0 <= s['gc_ms'] <= s['ms']
+        assert len(r['gc']['collections']) == 3 and r['gc']['max_ms'] <= r['gc']['total_ms']
 
 
 def test_interaction_needs_weights_chosen_explicitly():

@@ -35,3 +35,30 @@ def test_tuned_allocator_rows_are_named_apart(tmp_path, one_thread, capsys):
     assert bench.main(argv) == 0
     assert '# tune_malloc: True' in capsys.readouterr().out
     assert [r['variant'] for r in json.loads(out.read_text())] == ['swap+tune_malloc']
+
+
+def test_frozen_heap_rows_are_named_apart_and_the_heap_is_unfrozen(tmp_path, one_thread):
+    """--gc-freeze freezes after the set-up frame, as the node after configure, and unfreezes
+    when the row's tracker is released; every row says what its frames spent in collections."""
+    import gc
+
+    out = tmp_path / 'interaction.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
+            '--h', '64', '--w', '96', '--frames', '3', '--objects', '1', '--variants', 'swap',
+            '--random-weights', '--gc-freeze', '--out', str(out)]
+    assert bench.main(argv) == 0
+    assert gc.get_freeze_count() == 0
+    (row,) = json.loads(out.read_text())
+    assert row['variant'] == 'swap+gc_freeze'
+    assert len(row['gc']['collections']) == 3 and row['gc']['total_ms'] >= 0
+
+
+def test_probe_records_each_frames_gc_ms(tmp_path, one_thread, capsys):
+    out = tmp_path / 'frames.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '3',
+            '--window', '1-1', '--gc-freeze', '--out', str(out)]
+    assert probe.main(argv) == 0
+    assert 'slow frame ' in capsys.readouterr().out
+    row = json.loads(out.read_text())['rows'][0]
+    assert row['gc_freeze'] is True and len(row['gc_ms']) == 3
+    assert all(0 <= g <= w for g, w in zip(row['gc_ms'], row['frame_ms']))

@@ -43,7 +43,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from tools.bench import results
+from tools.bench import gc_watch, results
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
@@ -90,6 +90,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument('--tune-malloc', action='store_true',
                    help="raise glibc's mmap and trim thresholds first, as the node does (its "
                         "tune_malloc parameter); rows named '<graph_mode>+tune_malloc'")
+    p.add_argument('--gc-freeze', action='store_true',
+                   help="gc.freeze() after the set-up frame, as the node does after configure "
+                        "(its gc_freeze parameter): collections skip the model's heap; rows "
+                        "named '<graph_mode>+gc_freeze'")
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -148,10 +152,12 @@ def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]
 
 
 def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
+            gcs: Optional[List[List[tuple]]] = None,
             n: int = SLOWEST) -> List[Dict[str, object]]:
     """The n slowest timed frames: index, ms, its interaction (None without one), frames
     since the latest interaction (0 on the frame itself; the set-up prompts are on frame 0)
-    and the mode track() reported (graph, eager, mixed). A slow frame right after a prompt
+    the mode track() reported (graph, eager, mixed) and, with ``gcs`` (each frame's
+    ``GcWatch.take``), the ms it spent in garbage collections. A slow frame right after a prompt
     is the eager warm-up the engine is meant to remove; one far from any is something else."""
     out = []
     for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:n]:
@@ -160,6 +166,8 @@ def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
         out.append({'frame': t, 'ms': round(ms[i], 3),
                     'prompt': '+'.join(kinds[t]) if t in kinds else None,
                     'since_prompt': t - last, 'mode': modes[i]})
+        if gcs is not None:
+            out[-1]['gc_ms'] = gc_watch.frame_ms(gcs[i])
     return out
 
 
@@ -202,7 +210,12 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     for i, box in enumerate(stream.boxes(0, objects)):
         tr.add_prompt(Prompt(i + 1, box=box))
     before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
+    if a.gc_freeze:
+        from sam2_ros.ros import gc_policy
+        gc_policy.freeze()
+    watch = gc_watch.GcWatch()
     ms: List[float] = []
+    gcs: List[List[tuple]] = []                    # each timed frame's collections
     modes: List[str] = []
     turn = 0
     deferred = corrections == 'deferred'
@@ -216,30 +229,35 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         cx, cy = stream.centers(on)[obj_id - 1]
         return Prompt(obj_id, points=np.array([[cx, cy]], np.float32),
                       labels=np.array([1], np.int32))
-    for t in range(1, a.frames + 1):
-        frame = stream.frame(t)                    # drawn before the clock starts
-        if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
-            tr.queue_prompt(Prompt(new_id, box=stream.boxes(t)[new_id - 1]))
-        correct = 'correction' in kinds.get(t, ())
-        if correct and deferred:    # on the frame just tracked, computed by this track
-            tr.defer_prompt(click(t - 1))
+    with watch:
+        for t in range(1, a.frames + 1):
+            frame = stream.frame(t)                    # drawn before the clock starts
+            if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
+                tr.queue_prompt(Prompt(new_id, box=stream.boxes(t)[new_id - 1]))
+            correct = 'correction' in kinds.get(t, ())
+            if correct and deferred:    # on the frame just tracked, computed by this track
+                tr.defer_prompt(click(t - 1))
 
-        def work(t=t, frame=frame, correct=correct):
-            res = tr.track(frame)
-            modes.append(res.mode)
-            return tr.add_prompt(click(t)) if correct and not deferred else res
-        _sync(a.device)
-        t0 = time.perf_counter()
-        res = around(t, work) if around is not None else work()
-        _sync(a.device)
-        ms.append((time.perf_counter() - t0) * 1e3)
-        want = objects + (1 if 1 <= a.new_at <= t else 0)
-        assert len(res.objects) == want and res.objects[0].mask.shape == (a.h, a.w), \
-            (t, len(res.objects), want, res.objects[0].mask.shape)
+            def work(t=t, frame=frame, correct=correct):
+                res = tr.track(frame)
+                modes.append(res.mode)
+                return tr.add_prompt(click(t)) if correct and not deferred else res
+            _sync(a.device)
+            watch.take()                           # those between frames are not the frame's
+            t0 = time.perf_counter()
+            res = around(t, work) if around is not None else work()
+            _sync(a.device)
+            ms.append((time.perf_counter() - t0) * 1e3)
+            gcs.append(watch.take())
+            want = objects + (1 if 1 <= a.new_at <= t else 0)
+            assert len(res.objects) == want and res.objects[0].mask.shape == (a.h, a.w), \
+                (t, len(res.objects), want, res.objects[0].mask.shape)
     counts = step_counts(dict(tr.stats), before)
     reasons = {k: v - reasons0.get(k, 0) for k, v in tr.fallback_reasons.items()
                if v - reasons0.get(k, 0)}
     del tr
+    if a.gc_freeze:
+        gc.unfreeze()
     gc.collect()
     if torch.device(a.device).type == 'cuda':
         torch.cuda.empty_cache()
@@ -248,7 +266,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         variant=variant + ('+precompile' if a.precompile else '')
         + ('' if reuse else '+rerun_attention')
         + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge]
-        + ('+tune_malloc' if a.tune_malloc else ''),
+        + ('+tune_malloc' if a.tune_malloc else '')
+        + ('+gc_freeze' if a.gc_freeze else ''),
         corrections=corrections,
         frames=a.frames,
         ms_p50=round(float(np.percentile(ms, 50)), 3),
@@ -256,7 +275,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     row.update(counts)
     if reasons:
         row['fallback_reasons'] = reasons
-    row['slowest'] = slowest(ms, kinds, modes)
+    row['slowest'] = slowest(ms, kinds, modes, gcs)
+    row['gc'] = gc_watch.summary(gcs)
     row['src'] = f'{a.w}x{a.h}'
     row['weights'] = 'random' if a.random_weights else a.checkpoint
     return row

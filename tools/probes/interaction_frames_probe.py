@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from tools.bench import gc_watch
 from tools.bench.interaction import run_row
 from tools.bench.profiling import kernel_ms, sync
 from tools.bench.results import save_probe
@@ -33,28 +34,32 @@ def stream_args(a: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(model='tiny', res=a.res, checkpoint=None, random_weights=True,
                               seed=0, device=a.device, precision=a.precision, frames=a.frames,
                               w=1280, h=720, correct_every=60, new_at=150, precompile='',
-                              tune_malloc=a.tune_malloc)
+                              tune_malloc=a.tune_malloc, gc_freeze=a.gc_freeze)
 
 
-def walls(a: argparse.Namespace) -> Tuple[List[float], List[Optional[float]]]:
-    """Wall ms of every timed frame, as the benchmark times them, and the engine_ms its result
+def walls(a: argparse.Namespace) -> Tuple[List[float], List[Optional[float]], List[float]]:
+    """Wall ms of every timed frame, as the benchmark times them, the engine_ms its result
     reports (``track`` to the masks' read-back on the host, before the per-object results are
-    built): a slow frame whose engine_ms is slow too lost its time before the read-back
-    completed, one whose engine_ms is not lost it after (building the host results)."""
+    built) and its ms in Python's garbage collections: a slow frame whose engine_ms is slow
+    too lost its time before the read-back completed, one whose engine_ms is not lost it after
+    (building the host results); its gc ms says how much of that a collection took."""
     ms: List[float] = []
     engine: List[Optional[float]] = []
+    gc_ms: List[float] = []
 
     def around(t: int, work: Callable[[], object]) -> object:
-        sync(a.device)
-        t0 = time.perf_counter()
-        out = work()
-        sync(a.device)
-        ms.append(round((time.perf_counter() - t0) * 1e3, 3))
+        with gc_watch.GcWatch() as watch:
+            sync(a.device)
+            t0 = time.perf_counter()
+            out = work()
+            sync(a.device)
+            ms.append(round((time.perf_counter() - t0) * 1e3, 3))
+        gc_ms.append(gc_watch.frame_ms(watch.take()))
         e = getattr(out, 'engine_ms', None)
         engine.append(None if e is None else round(float(e), 3))
         return out
     run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
-    return ms, engine
+    return ms, engine, gc_ms
 
 
 def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, object]]:
@@ -91,6 +96,8 @@ def main(argv=None) -> int:
     p.add_argument('--tune-malloc', action='store_true',
                    help="raise glibc's mmap and trim thresholds first, as the node does "
                         "(its tune_malloc parameter): host buffers reused, no page faults")
+    p.add_argument('--gc-freeze', action='store_true',
+                   help='gc.freeze() after the set-up frame, as the node does after configure')
     p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
                                                  'interaction_frames.json'))
     a = p.parse_args(argv)
@@ -99,16 +106,21 @@ def main(argv=None) -> int:
         from sam2_ros.ros.malloc import keep_large_buffers
         print(f'# tune_malloc: {keep_large_buffers()}', flush=True)
     with torch.inference_mode():
-        ms, engine = walls(a)
+        ms, engine, gc_ms = walls(a)
         prof = kernels(a, lo, hi)
     for t in range(lo, hi + 1):
         k = prof.get(t, {})
         print(f"frame {t}: {ms[t - 1]:7.3f} ms wall, engine_ms {engine[t - 1]}, "
+              f"gc {gc_ms[t - 1]} ms, "
               f"{k.get('kernels')} kernels, "
               f"{k.get('kernel_ms')} ms kernels, host gaps {k.get('host_gaps_ms')} ms, "
               f"{k.get('groups')}", flush=True)
+    for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:5]:
+        print(f'slow frame {i + 1}: {ms[i]:7.3f} ms wall, engine_ms {engine[i]}, '
+              f'gc {gc_ms[i]} ms', flush=True)
     save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections,
-                        'tune_malloc': a.tune_malloc, 'frame_ms': ms, 'engine_ms': engine,
+                        'tune_malloc': a.tune_malloc, 'gc_freeze': a.gc_freeze,
+                        'frame_ms': ms, 'engine_ms': engine, 'gc_ms': gc_ms,
                         'window': {str(t): v for t, v in prof.items()}}])
     return 0
 
