@@ -47,6 +47,7 @@ import torch
 
 from sam2_ros.engine import encoder, step
 from sam2_ros.engine.config import MODEL_CONFIGS, TrackerConfig
+from sam2_ros.engine.cuda import cache_files
 from sam2_ros.engine.model import hydra_overrides
 
 log = logging.getLogger('sam2_ros.precompiled')
@@ -183,6 +184,7 @@ class Store:
             log.warning('precompiled file %s unreadable (%r): compiling it again', path, exc)
             return None
         compiled.disable_guard_check()     # _Bound checks the inputs instead
+        cache_files.touch(path)            # used: retention keeps it
         return compiled
 
     def _compile(self, fn, args, consts, path: Path):
@@ -206,6 +208,7 @@ class Store:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        cache_files.prune(path.parent)
         compiled.disable_guard_check()
         return compiled
 
