@@ -54,6 +54,13 @@ class CameraTracker:
         return sorted(self.handle.stream.deferred)
 
     @property
+    def starting_prompts(self) -> List[Prompt]:
+        """The queued and deferred prompts of ids no object has yet (objects about to start),
+        by id."""
+        s, tracked = self.handle.stream, set(self.handle.object_ids)
+        return [p for i, p in sorted({**s.deferred, **s.queued}.items()) if i not in tracked]
+
+    @property
     def frame_index(self) -> int:
         """Index of the latest tracked frame (-1 before the first)."""
         return self.handle.frame_index

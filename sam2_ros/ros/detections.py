@@ -16,6 +16,10 @@ stamped like the image); :func:`sam2_ros.ros.inputs.detections_from_msg` turns t
 * matched to an object started after the detection's frame (a detector slower than the
   tracker: its detections of frames k+1.. arrive after frame k's started the object), by the
   box of the detection that started it or its last known box: left alone, as that object;
+* matched to a prompt about to start an object (queued for the next frame, deferred, or held
+  for a later frame: a user's click or box the detector sees before the tracker does): a box
+  prompt by IoU >= ``match_iou``, a click when the box holds all its positive points: left
+  alone, as that object (the prompt starts it);
 * unmatched: starts a new object with the lowest id not in use (tracked, queued, or held
   for a later frame), unless a new detection of the same class already planned overlaps it
   (IoU >= ``match_iou``: a duplicate) or ``max_objects`` is reached (skipped, reported).
@@ -98,6 +102,26 @@ class Tracked:
     obj_id: int
     box: Optional[Box]                # None: empty mask on that frame
     state: str                        # 'tracking' | 'occluded' | 'lost'
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A prompt about to start an object, as the association compares it: its box (a box
+    prompt's, a mask prompt's extent) and its positive points."""
+
+    obj_id: int
+    box: Optional[Box] = None
+    points: Tuple[Tuple[float, float], ...] = ()
+
+
+def pending_overlap(d: 'Detection', p: Pending) -> float:
+    """How well a detection matches a pending prompt: the IoU with its box, else 1.0 when
+    the detection's box holds every positive point (0.0 without either)."""
+    if p.box is not None:
+        return iou(d.box, p.box)
+    x0, y0, x1, y1 = d.box
+    inside = all(x0 <= x <= x1 and y0 <= y <= y1 for x, y in p.points)
+    return 1.0 if p.points and inside else 0.0
 
 
 @dataclass(frozen=True)
@@ -212,12 +236,13 @@ class Association:
 
     def plan(self, detections: Sequence[Detection], tracked: Sequence[Tracked],
              rules: Rules, used_ids: Iterable[int] = (),
-             later: Iterable[int] = ()) -> List[Decision]:
+             later: Iterable[int] = (), pending: Sequence[Pending] = ()) -> List[Decision]:
         """One decision per detection (in message order). ``tracked``: the objects on the
         detection's frame; ``later``: ids of objects started after that frame (matched by the
         box that started them or their last known box); ``used_ids``: every other id tracked
         or about to start (queued or held prompts): no new object takes one, and all of them
-        count toward ``max_objects``."""
+        count toward ``max_objects``; ``pending``: prompts about to start objects (their ids
+        in ``used_ids``), which an unmatched detection of the same place is."""
         decisions: Dict[int, Decision] = {}
         candidates = _filter(detections, rules, decisions)
         later = list(later)
@@ -238,8 +263,9 @@ class Association:
                 continue
             taken.add(obj_id)
             decisions[d.index] = _match(d, obj_id, -negv, t, rules)
+        _pending_matches(candidates, pending, rules, decisions)
         used = (set(used_ids) | {t.obj_id for t in tracked} | set(later)
-                | set(self.objects))
+                | set(self.objects) | {p.obj_id for p in pending})
         _new_objects(candidates, used, rules, decisions)
         return [decisions[d.index] for d in sorted(detections, key=lambda d: d.index)]
 
@@ -308,6 +334,22 @@ def _match(d: Detection, obj_id: int, v: float, t: Optional[Tracked],
         return Decision(CORRECT, d, obj_id, v, f'drifted (IoU {v:.2f} < '
                         f'detection_drift_iou {rules.drift_iou})')
     return Decision(IGNORE, d, obj_id, v, 'tracks well')
+
+
+def _pending_matches(candidates: Sequence[Detection], pending: Sequence[Pending],
+                     rules: Rules, decisions: Dict[int, Decision]) -> None:
+    """Detections no object matched, matched to the prompts about to start objects (greedily
+    by overlap, one detection per prompt): left alone, the prompt starts that object."""
+    pairs = sorted((-v, d.index, p.obj_id, d) for d in candidates if d.index not in decisions
+                   for p in pending if (v := pending_overlap(d, p)) >= max(rules.match_iou,
+                                                                          1e-9))
+    taken = set()
+    for negv, _, obj_id, d in pairs:
+        if d.index in decisions or obj_id in taken:
+            continue
+        taken.add(obj_id)
+        decisions[d.index] = Decision(IGNORE, d, obj_id, -negv,
+                                      'a prompt starts this object on a later frame')
 
 
 def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,

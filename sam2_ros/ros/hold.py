@@ -59,7 +59,11 @@ class StampHold:
 
     def object_ids(self) -> List[int]:
         """Object ids of the held add prompts (objects about to start or be corrected)."""
-        return [h.prompt.obj_id for h in self._items
+        return [p.obj_id for p in self.add_prompts()]
+
+    def add_prompts(self) -> List[Prompt]:
+        """The held add prompts, in arrival order."""
+        return [h.prompt for h in self._items
                 if not h.detections and h.action == ACTION_ADD and h.prompt is not None]
 
     def hold(self, held: Held) -> None:

@@ -85,7 +85,7 @@ class TrackingWorker:
         self.hold = StampHold(mailbox.prompt_queue_size)
         self.detections = DetectionPrompts(
             tracker, association if association is not None else det.Association(), host,
-            self.errors, self.counters, held_ids=self.hold.object_ids)
+            self.errors, self.counters, held_prompts=self.hold.add_prompts)
         # the outputs: published from this thread (serial) or handed to the publisher
         # thread (pipeline; ``shared``: one SharedPublisher's for several cameras); see
         # sam2_ros/ros/pipeline.py

@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+import numpy as np
+
 from sam2_ros.engine.errors import CapacityError, TrackerError
 from sam2_ros.engine.types import FrameResult, Prompt
 from sam2_ros.ros import click_ids
@@ -27,15 +29,15 @@ COUNT_KEYS = ('messages', det.NEW, det.CORRECT, det.IGNORE, det.FILTERED, det.SK
 
 class DetectionPrompts:
     """Detection messages -> box prompts, against the objects as they were on their frame.
-    ``held_ids()``: ids of the add prompts the worker holds for later frames (objects about to
-    start: a detection must not take their ids)."""
+    ``held_prompts()``: the add prompts the worker holds for later frames (objects about to
+    start: a detection must not take their ids, and a detection of one is that object)."""
 
     def __init__(self, tracker: Any, association: det.Association, host: WorkerHost,
                  errors: ErrorLog, counters: WorkerCounters, *,
-                 held_ids: Callable[[], Iterable[int]]) -> None:
+                 held_prompts: Callable[[], Iterable[Prompt]]) -> None:
         self.tracker, self.association, self.host = tracker, association, host
         self.errors, self.counters = errors, counters
-        self.held_ids = held_ids
+        self.held_prompts = held_prompts
         # processed frames by stamp: (processed count, width, height, objects)
         self._seen: 'collections.OrderedDict[int, Tuple[int, int, int, List[det.Tracked]]]' = \
             collections.OrderedDict()
@@ -104,9 +106,13 @@ class DetectionPrompts:
         on_frame = [t for t in tracked
                     if t.obj_id in now and self._born.get(t.obj_id, index + 1) <= index]
         later = sorted(now - {t.obj_id for t in on_frame})
-        used = click_ids.ids_in_use(self.tracker, self.held_ids())
+        held = list(self.held_prompts())
+        used = click_ids.ids_in_use(self.tracker, [p.obj_id for p in held])
+        starting = {p.obj_id: p for p in held if p.obj_id not in now}
+        starting.update((p.obj_id, p) for p in self.tracker.starting_prompts)
+        pending = [pending_of(p) for p in starting.values()]
         res = None
-        for d in self.association.plan(dets, on_frame, rules, used, later):
+        for d in self.association.plan(dets, on_frame, rules, used, later, pending):
             prompted = self._apply(d, late)
             res = prompted if prompted is not None else res
         return res
@@ -141,3 +147,18 @@ class DetectionPrompts:
                                              else f're-prompts object {d.obj_id}: {d.reason}')
                       + late)
         return res
+
+
+def pending_of(prompt: Prompt) -> det.Pending:
+    """A prompt about to start an object as the association compares it with a detection: its
+    box (a mask prompt's extent) and its positive points."""
+    box = None if prompt.box is None else tuple(float(v) for v in prompt.box)
+    if box is None and prompt.mask is not None and np.any(prompt.mask):
+        ys, xs = np.nonzero(prompt.mask)
+        box = det.mask_box((xs.min(), ys.min(), xs.max(), ys.max()))
+    points: Tuple[Tuple[float, float], ...] = ()
+    if prompt.points is not None and prompt.labels is not None:
+        points = tuple((float(x), float(y)) for (x, y), lab in
+                       zip(np.asarray(prompt.points).reshape(-1, 2),
+                           np.asarray(prompt.labels).reshape(-1)) if lab == 1)
+    return det.Pending(prompt.obj_id, box, points)

@@ -381,3 +381,17 @@ def test_bug_bad_queued_prompt_breaks_first_frame():
         assert tr.frame_index == -1 and tr.object_ids == [] and sorted(tr._queued) == [2]
         res = tr.track(frame(0))
     assert res.frame_index == 0 and tr.object_ids == [2]
+
+
+def test_starting_prompts_are_the_queued_and_deferred_prompts_of_new_ids():
+    """What a detector's association compares with (objects about to start): prompts queued
+    or deferred for ids no object has; a correction of a tracked object is not one."""
+    tr = make_tracker(image_size=64)
+    tr.track(frame(0))
+    tr.add_prompt(click(1))
+    tr.queue_prompt(click(2, x=45.0))
+    tr.defer_prompt(click(3, x=30.0))
+    tr.defer_prompt(click(1, x=22.0))                  # a correction of object 1
+    assert [p.obj_id for p in tr.starting_prompts] == [2, 3]
+    tr.track(frame(1))
+    assert tr.starting_prompts == [] and tr.object_ids == [1, 2, 3]

@@ -161,6 +161,7 @@ class BoxTracker:
         return sorted(self.boxes)
 
     queued_ids = deferred_ids = ()    # prompts are only ever applied at once here
+    starting_prompts = ()
 
     def _result(self):
         res = FrameResult(self.frame, H, W)

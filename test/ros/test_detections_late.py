@@ -46,6 +46,11 @@ class WorldTracker:
     def deferred_ids(self):
         return sorted(self.deferred)
 
+    @property
+    def starting_prompts(self):
+        return [p for i, p in sorted({**self.deferred, **self.queued}.items())
+                if i not in self.objs]
+
     def _start(self, p):
         if p.obj_id not in self.objs and len(self.objs) >= self.max_objects:
             raise CapacityError(f'max_objects={self.max_objects}')

@@ -4,6 +4,7 @@ object tracked or starting (skipped with a warning, never an error counted as ne
 the tracker refuses is counted rejected, a removed object's class dies with it, and the
 detection texts stay readable. A fake tracker over a scripted world, no DDS, no model."""
 
+import numpy as np
 import pytest
 
 from sam2_ros.engine.errors import CapacityError, PromptError
@@ -112,3 +113,30 @@ def test_match_iou_0_gives_each_detection_of_a_class_its_own_object():
     out = a.plan([Detection((41, 0, 51, 10), 'a', index=0), Detection((1, 0, 11, 10), 'a',
                                                                       index=1)], tracked, rules)
     assert [(x.kind, x.obj_id) for x in out] == [(IGNORE, 2), (IGNORE, 1)]
+
+
+@pytest.mark.parametrize('held', [
+    Prompt(1, box=moving_discs(0)[0]),
+    Prompt(1, points=np.array([[32.0, 40.0]], np.float32), labels=np.array([1], np.int32))])
+def test_a_detection_of_the_object_a_held_prompt_starts_is_that_object(held):
+    """The user's box or click on a disc waits for the next frame; the detector's box of the
+    same disc on the latest frame starts no second object: left alone, as object 1."""
+    w, tr, _, logs = make()
+    frame(w, 0)
+    prompt(w, 0, ACTION_ADD, held)
+    detect(w, stamp(0), moving_discs(0)[:1])
+    assert tr.objs == {} and w.detection_counts[IGNORE] == 1 and w.detection_counts[NEW] == 0
+    frame(w, 1)
+    assert tr.objs == {1: 0}                  # object 1 on the first disc, and no other
+
+
+def test_plan_matches_pending_prompts_by_box_iou_or_by_their_positive_points():
+    d_a = Detection((0.0, 0.0, 10.0, 10.0), 'a', 0.9, 0)
+    d_b = Detection((50.0, 50.0, 60.0, 60.0), 'a', 0.9, 1)
+    d_c = Detection((100.0, 0.0, 110.0, 10.0), 'a', 0.9, 2)
+    pending = [det.Pending(4, box=(1.0, 1.0, 10.0, 10.0)),
+               det.Pending(5, points=((55.0, 55.0), (58.0, 52.0))),
+               det.Pending(6, points=((105.0, 5.0), (200.0, 5.0)))]   # one point outside
+    got = Association().plan([d_a, d_b, d_c], [], Rules(), used_ids={4, 5, 6},
+                             pending=pending)
+    assert [(g.kind, g.obj_id) for g in got] == [(IGNORE, 4), (IGNORE, 5), (NEW, 1)]
