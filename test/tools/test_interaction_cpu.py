@@ -24,7 +24,7 @@ def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, caps
     replaced by the immediate row of its key only."""
     out = tmp_path / 'interaction.json'
     stale = {'model': 'tiny', 'res': 64, 'objects': 1, 'variant': 'swap', 'run': 'old',
-             'ms_p50': -1.0}
+             'gpu': 'cpu', 'ms_p50': -1.0}
     other = {'model': 'tiny', 'res': 512, 'objects': 3, 'variant': 'swap', 'run': 'old'}
     out.write_text(json.dumps([stale, other]))
     argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',

@@ -43,3 +43,25 @@ def test_device_files_replace_rows_of_their_key_and_keep_the_rest(tmp_path):
                                                          'rows': [{'overlay': 'gpu'}]}}
     eq = json.loads((res / 'h200_equivalence.json').read_text())
     assert eq == {'kept': 1, 'replaced': 2, 'fused_kernels_gpu_abc1234': {'q_pool': 0.0}}
+
+
+def test_rows_of_another_gpu_sit_beside_the_h200s_and_tagged_entries_keep_its(tmp_path):
+    """An H100 run (no H200 lent) replaces no H200 row, equivalence entry or probe."""
+    dev, res = tmp_path / 'dev', tmp_path / 'res'
+    dev.mkdir(), res.mkdir()
+    _write(res / 'h200_interaction.json', [_row('a', 1.0, corrections='deferred',
+                                                gpu='NVIDIA H200')])
+    _write(dev / 'h200_interaction.json', [_row('a', 5.0, corrections='deferred',
+                                                gpu='NVIDIA H100 80GB HBM3')])
+    _write(res / 'h200_extra.json', {'rows': {}})
+    _write(res / 'h200_equivalence.json', {'graph_vs_eager': 1})
+    _write(dev / 'gpu_equivalence.json', {'graph_vs_eager': 2})
+    _write(dev / 'interaction_frames.json', {'rows': []})
+    merge.merge(str(dev), str(res), commit='abc1234', tag='h100')
+    inter = json.loads((res / 'h200_interaction.json').read_text())
+    assert [(r['gpu'], r['ms_p50']) for r in inter] == [('NVIDIA H200', 1.0),
+                                                       ('NVIDIA H100 80GB HBM3', 5.0)]
+    eq = json.loads((res / 'h200_equivalence.json').read_text())
+    assert eq == {'graph_vs_eager': 1, 'graph_vs_eager@h100': 2}
+    extra = json.loads((res / 'h200_extra.json').read_text())
+    assert list(extra['probes']) == ['interaction_frames_abc1234@h100']

@@ -10,7 +10,9 @@ Each file the GPU scripts write ($OUT) goes to its family's results file by that
   gpu_equivalence.json   GPU test comparisons: keys replace keys of h200_equivalence.json
   gpu_fused_kernels.json the fused kernels' GPU tests: one entry fused_kernels_gpu_<commit>
   PROBES (tools/probes)  h200_extra.json probes, one entry <name>_<commit>
-The commit comes from the engine run's provenance (or --commit).
+The commit comes from the engine run's provenance (or --commit). ``--tag h100`` (a run on
+another card than the H200) appends ``@h100`` to the equivalence, fused-kernel and probe keys,
+so the H200's entries (which the docs render) stay; result rows carry their GPU in their key.
 """
 
 from __future__ import annotations
@@ -52,9 +54,12 @@ def merge_extra(src: str, dst: str) -> Optional[str]:
     return env.get('commit')
 
 
-def merge(device_dir: str, res_dir: str, commit: Optional[str] = None) -> List[str]:
-    """Merge every known file of ``device_dir`` into ``res_dir``; returns what was merged."""
+def merge(device_dir: str, res_dir: str, commit: Optional[str] = None,
+          tag: str = '') -> List[str]:
+    """Merge every known file of ``device_dir`` into ``res_dir``; returns what was merged.
+    ``tag``: suffix '@tag' of the keyed entries (equivalence, fused kernels, probes)."""
     done = []
+    at = f'@{tag}' if tag else ''
     src = lambda name: os.path.join(device_dir, name)  # noqa: E731
     dst = lambda name: os.path.join(res_dir, name)  # noqa: E731
     if os.path.exists(src('h200.json')):
@@ -76,18 +81,18 @@ def merge(device_dir: str, res_dir: str, commit: Optional[str] = None) -> List[s
             raise SystemExit(f'{probes}: no commit known; pass --commit')
         extra = _load(dst('h200_extra.json'))
         for name in probes:
-            extra.setdefault('probes', {})[f'{name[:-5]}_{commit}'] = _load(src(name))
+            extra.setdefault('probes', {})[f'{name[:-5]}_{commit}{at}'] = _load(src(name))
         _dump(dst('h200_extra.json'), extra)
         done += probes
     eq_path = dst('h200_equivalence.json')
     eq = _load(eq_path)
     if os.path.exists(src('gpu_equivalence.json')):
-        eq.update(_load(src('gpu_equivalence.json')))
+        eq.update({f'{k}{at}': v for k, v in _load(src('gpu_equivalence.json')).items()})
         done.append('gpu_equivalence.json')
     if os.path.exists(src('gpu_fused_kernels.json')):
         if not commit:
             raise SystemExit('gpu_fused_kernels.json: no commit known; pass --commit')
-        eq[f'fused_kernels_gpu_{commit}'] = _load(src('gpu_fused_kernels.json'))
+        eq[f'fused_kernels_gpu_{commit}{at}'] = _load(src('gpu_fused_kernels.json'))
         done.append('gpu_fused_kernels.json')
     _dump(eq_path, eq)
     return done
@@ -99,8 +104,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument('device_dir')
     p.add_argument('--results', default='benchmarks/results')
     p.add_argument('--commit', default=None)
+    p.add_argument('--tag', default='', help="suffix of keyed entries, e.g. h100 for a run "
+                                             "on an H100")
     a = p.parse_args(argv)
-    for name in merge(a.device_dir, a.results, a.commit):
+    for name in merge(a.device_dir, a.results, a.commit, a.tag):
         print('merged', name)
     return 0
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional
 
 from tools.bench.markdown import load as _load, prov as _prov, sig3 as _g, table as _table
 from tools.bench.report_image import image_mode, preprocess
-from tools.bench.results import fmt as _f
+from tools.bench.results import fmt as _f, gpu_short
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
@@ -101,13 +101,13 @@ def engine_matrix(results: str) -> List[str]:
 
 def interaction(results: str) -> List[str]:
     rows = _load('h200_interaction.json', results)
-    body = [[f"{r['model']}@{r['res']}", r['objects'], r['variant'],
+    body = [[f"{r['model']}@{r['res']}", gpu_short(r), r['objects'], r['variant'],
              r.get('corrections', 'immediate'), _f(r['ms_p50']),
              _f(r['ms_p99']), f"{r['ms_p99'] / r['ms_p50']:.2f}", _f(r['ms_max']),
              r['eager_steps'], f"{r.get('prompt_graph_steps')} / {r.get('prompt_steps')}",
              r['fallbacks']] for r in rows]
     return _prov(rows) + [''] + _table(
-        ['model', 'objects', 'graph_mode', 'corrections', 'ms p50', 'ms p99', 'p99 / p50',
+        ['model', 'GPU', 'objects', 'graph_mode', 'corrections', 'ms p50', 'ms p99', 'p99 / p50',
          'ms max', 'eager steps', 'prompt graphs / prompts', 'fallbacks'], body)
 
 
@@ -126,6 +126,8 @@ def _node_target(r: dict) -> str:
     cameras = r.get('cameras', 1)
     if cameras > 1 and r.get('node_per_camera', True):
         return '-'
+    if 'H200' not in str(r.get('gpu', 'H200')):     # the targets are the H200 host's
+        return f'- ({gpu_short(r)})'
     target = NODE_TARGET_P99_MS.get((cameras, r.get('input', 'raw')), {}).get(r['objects'])
     if target is None or r.get('camera_hz') != 60 or (r['width'], r['height']) != (1280, 720) \
             or r.get('deadline_misses') is None or r.get('e2e_mask_p99') is None:
@@ -177,7 +179,7 @@ def node_latency(results: str) -> List[str]:
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
             '-' if misses is None else f"{misses} / {r['frames']}", _split(r), _node_target(r),
-            f"{_f(r.get('date'))}, {_f(r.get('commit'))}"])
+            f"{_f(r.get('date'))}, {_f(r.get('commit'))}, {gpu_short(r)}"])
     out = _node_prov(rows) + [''] + _table(
         ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode',
          'transport', 'input', 'receiver process',
@@ -185,7 +187,7 @@ def node_latency(results: str) -> List[str]:
          'image -> mask p50 / p99 ms',
          'image -> state p99 ms', 'engine p50 ms', 'deadline misses / frames',
          'split p50 / p99 ms: DDS in, hand-offs, decode, engine, mask publish, DDS out',
-         'target', 'date, commit'], body)
+         'target', 'date, commit, GPU'], body)
     probe = [[p['name'], _f(p['p50_ms']), _f(p['p90_ms']), _f(p['p99_ms']), _f(p['max_ms']),
               f"{p['received']} / {p['sent']}"] for p in probes]
     return out + ['', 'One 720p rgb8 image between two processes (`dds_probe`, same machine; '

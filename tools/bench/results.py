@@ -25,8 +25,16 @@ def csv(s: str, cast=str) -> List:
 
 
 def row_key(row: dict) -> tuple:
-    """What identifies a row across runs: a newer row of the same key replaces the older."""
-    return (row['model'], row['res'], row['objects'], row['variant'])
+    """What identifies a row across runs: a newer row of the same key replaces the older. The
+    GPU is part of it: a row measured on another card (an H100 when no H200 was lent) sits
+    beside the H200's, never in its place."""
+    return (row['model'], row['res'], row['objects'], row['variant'], row.get('gpu'))
+
+
+def gpu_short(row: dict) -> str:
+    """'H200', 'H100', ... from a row's ``gpu`` (the device name); '-' without one."""
+    name = str(row.get('gpu') or '-')
+    return next((w for w in name.split() if w[:1] in 'HABL' and w[1:4].isdigit()), name)
 
 
 def save_json(path: str, rows: List[dict], key=row_key) -> None:
