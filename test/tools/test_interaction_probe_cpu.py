@@ -62,3 +62,21 @@ def test_probe_records_each_frames_gc_ms(tmp_path, one_thread, capsys):
     row = json.loads(out.read_text())['rows'][0]
     assert row['gc_freeze'] is True and len(row['gc_ms']) == 3
     assert all(0 <= g <= w for g, w in zip(row['gc_ms'], row['frame_ms']))
+
+
+def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_thread, capsys):
+    """--trace: one profiler session over the whole stream; every timed frame gets its wall
+    there and its longest host calls (aten ops on the CPU; no kernels there)."""
+    out = tmp_path / 'frames.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '4',
+            '--window', '1-1', '--trace', '--out', str(out)]
+    assert probe.main(argv) == 0
+    assert 'traced slow frame ' in capsys.readouterr().out
+    trace = json.loads(out.read_text())['rows'][0]['trace']
+    assert sorted(trace, key=int) == ['1', '2', '3', '4']
+    for f in trace.values():
+        assert f['wall_ms'] > 0 and f['kernel_ms'] == 0.0
+        calls = f['top_calls']
+        assert calls and all(ms <= f['wall_ms'] for _, ms in calls)
+        assert [ms for _, ms in calls] == sorted((ms for _, ms in calls), reverse=True)
+        assert not any(n.startswith('probe_frame_') for n, _ in calls)

@@ -25,6 +25,7 @@ import torch
 
 from tools.bench import gc_watch
 from tools.bench.interaction import run_row
+from tools.probes import frame_trace
 from tools.bench.profiling import kernel_ms, sync
 from tools.bench.results import save_probe
 
@@ -84,6 +85,17 @@ def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, obje
     return out
 
 
+def traced(a: argparse.Namespace) -> Dict[int, Dict[str, object]]:
+    """The same stream once more, every timed frame under one profiler session
+    (``frame_trace``): per frame its wall there, kernel ms and longest host calls."""
+    trace = frame_trace.FrameTrace(cuda=torch.device(a.device).type == 'cuda')
+    try:
+        run_row(stream_args(a), a.objects, 'batched', a.corrections, around=trace.around)
+    finally:
+        trace.stop()
+    return trace.frames()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--objects', type=int, default=1)
@@ -98,6 +110,9 @@ def main(argv=None) -> int:
                         "(its tune_malloc parameter): host buffers reused, no page faults")
     p.add_argument('--gc-freeze', action='store_true',
                    help='gc.freeze() after the set-up frame, as the node does after configure')
+    p.add_argument('--trace', action='store_true',
+                   help='a third pass with every frame under one profiler session: the '
+                        'slowest frames with their kernel ms and longest host calls')
     p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
                                                  'interaction_frames.json'))
     a = p.parse_args(argv)
@@ -108,6 +123,7 @@ def main(argv=None) -> int:
     with torch.inference_mode():
         ms, engine, gc_ms = walls(a)
         prof = kernels(a, lo, hi)
+        trace = traced(a) if a.trace else {}
     for t in range(lo, hi + 1):
         k = prof.get(t, {})
         print(f"frame {t}: {ms[t - 1]:7.3f} ms wall, engine_ms {engine[t - 1]}, "
@@ -118,10 +134,14 @@ def main(argv=None) -> int:
     for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:5]:
         print(f'slow frame {i + 1}: {ms[i]:7.3f} ms wall, engine_ms {engine[i]}, '
               f'gc {gc_ms[i]} ms', flush=True)
+    for t, f in frame_trace.slowest(trace):
+        print(f"traced slow frame {t}: {f['wall_ms']:7.3f} ms wall, {f['kernel_ms']} ms "
+              f"kernels, longest host calls {f['top_calls']}", flush=True)
     save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections,
                         'tune_malloc': a.tune_malloc, 'gc_freeze': a.gc_freeze,
                         'frame_ms': ms, 'engine_ms': engine, 'gc_ms': gc_ms,
-                        'window': {str(t): v for t, v in prof.items()}}])
+                        'window': {str(t): v for t, v in prof.items()},
+                        'trace': {str(t): v for t, v in trace.items()}}])
     return 0
 
 
