@@ -47,6 +47,7 @@ class KeyPacking:
     def __init__(self, valid: torch.Tensor):
         self.valid = valid                          # [B, Lk] bool or int64 (1: valid)
         self._packed = None
+        self._chunks = {}                           # splits -> chunk_bounds of the keys
 
     def packed(self, lq: int):
         """(order [B*Lk], cu_q [B+1], cu_k [B+1]): packed key i is key order[i]; row r's
@@ -61,6 +62,14 @@ class KeyPacking:
                                 device=self.valid.device)
             self._packed = order, cu_q, cu_k
         return self._packed
+
+    def chunks(self, lq: int, splits: int):
+        """(cu [B*S+1], lengths [B, S], full [B, S]: lengths > 0) of the packed keys in
+        ``splits`` chunks (``chunk_bounds``), once for all layers."""
+        if splits not in self._chunks:
+            cu, lengths = chunk_bounds(self.packed(lq)[2], splits)
+            self._chunks[splits] = cu, lengths, lengths > 0
+        return self._chunks[splits]
 
 
 def packed_keys(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
@@ -92,7 +101,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           keys: KeyPacking, splits: int) -> torch.Tensor:
+                           keys: KeyPacking, splits: int, merge=None) -> torch.Tensor:
     """``varlen_attention`` with each row's valid keys cut into ``splits`` chunks that are
     attended in parallel, as sequences of their own, and merged by their log-sum-exp: the same
     softmax over the same keys (only the summation order differs). Why: a correction, and the
@@ -103,14 +112,17 @@ def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q [B, H, Lq, D], k/v [B, H, Lk, D], keys.valid [B, Lk] -> [B, H, Lq, D] in q's dtype.
     CUDA half precision (FlashAttention's variable-length kernel, which returns the
     log-sum-exp); elsewhere (tests) a per-sequence reference of that kernel.
+    merge: (out [B, S, Lq, H, D], lse [B, S, Lq, H], full [B, S], dtype) -> [B, Lq, H, D], one
+    kernel for the merge below (the fused memory attention's ``split_merge_varlen``); None:
+    PyTorch ops.
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    order, _, cu_k = keys.packed(lq)
+    order = keys.packed(lq)[0]
     kp, vp = packed_keys(k, order), packed_keys(v, order)
     # sequence r*S + j: row r's queries against chunk j of its keys
     qs = q.transpose(1, 2).unsqueeze(1).expand(b, splits, lq, h, d).reshape(-1, h, d)
-    cu_ks, lengths = chunk_bounds(cu_k, splits)                         # [B*S+1], [B, S]
+    cu_ks, _, full = keys.chunks(lq, splits)                            # [B*S+1], [B, S]
     cu_qs = torch.arange(0, (b * splits + 1) * lq, lq, dtype=torch.int32, device=q.device)
     if q.is_cuda:
         out, lse = torch.ops.aten._flash_attention_forward(
@@ -123,7 +135,9 @@ def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     else:                                               # [B*S, H, Lq]
         lse = lse.view(b, splits, h, lq).permute(0, 1, 3, 2)
     # an empty chunk (a row of fewer keys than chunks) has no share, whatever the kernel wrote
-    full = (lengths > 0)[:, :, None, None]                               # [B, S, 1, 1]
+    if merge is not None:
+        return merge(out, lse, full, q.dtype).transpose(1, 2)
+    full = full[:, :, None, None]                                        # [B, S, 1, 1]
     w = torch.softmax(lse.float().masked_fill(~full, float('-inf')), dim=1)   # [B, S, Lq, H]
     merged = (torch.where(full[..., None], out.float(), 0.0) * w[..., None]).sum(1)
     return merged.to(q.dtype).transpose(1, 2)
@@ -263,16 +277,18 @@ def masked_memory(model, valid: torch.Tensor, split: bool = False) -> Iterator[N
     tokens where valid [B, Lk] is True; split: in key chunks (``varlen_split_attention``)
     where ``kv_splits`` finds the call too small for the GPU (CUDA half precision)."""
     keys = KeyPacking(valid)                      # shared: packed once for all layers
+    # a fused memory attention (TrackerConfig.fused_kernels) merges the chunks in one kernel
+    merge = getattr(model.memory_attention, 'split_merge_varlen', None)
     with _swapped(model.memory_attention.layers, 'cross_attn_image',
-                  lambda q, k, v: _padded_attend(q, k, v, keys, split)):
+                  lambda q, k, v: _padded_attend(q, k, v, keys, split, merge)):
         yield
 
 
-def _padded_attend(q, k, v, keys: KeyPacking, split: bool):
+def _padded_attend(q, k, v, keys: KeyPacking, split: bool, merge=None):
     s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2], dividing=False) \
         if split and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else 1
     return varlen_attention(q, k, v, keys) if s == 1 else \
-        varlen_split_attention(q, k, v, keys, s)
+        varlen_split_attention(q, k, v, keys, s, merge)
 
 
 def _split_attend(q, k, v, merge=None):

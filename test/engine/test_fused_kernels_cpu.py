@@ -206,6 +206,28 @@ def test_merge_splits_equals_split_attention_merge(dtype):
     assert_close_rel(out, ref, 1e-6 if dtype == torch.float32 else BF16_ULP)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_merge_varlen_equals_varlen_split_attention_merge(dtype):
+    """Padded memories in key chunks: rows full, scattered and of fewer keys than chunks (empty
+    chunks have no share), merged by the kernel as by PyTorch's ops."""
+    from sam2_ros.engine import attention
+    from sam2_ros.engine.cuda.kernels.split_merge import merge_varlen
+    q, k, v = (_rand(3, 2, n, 16, seed=s, dtype=dtype) for s, n in ((21, 10), (22, 300),
+                                                                       (23, 300)))
+    valid = torch.zeros(3, 300, dtype=torch.bool)
+    valid[0] = True
+    valid[1, ::3] = True
+    valid[2, [7, 100, 299]] = True                         # 3 keys for 8 chunks
+    keys = attention.KeyPacking(valid)
+    for splits in (2, 8):
+        ref = attention.varlen_split_attention(q, k, v, keys, splits)
+        out = attention.varlen_split_attention(q, k, v, keys, splits, merge=merge_varlen)
+        assert out.dtype == ref.dtype == dtype and out.shape == ref.shape == (3, 2, 10, 16)
+        assert_close_rel(out, ref, 1e-6 if dtype == torch.float32 else BF16_ULP)
+    assert keys.chunks(10, 8) is keys.chunks(10, 8)      # bounds once for all layers
+
+
 @pytest.mark.parametrize('swap', ['split', 'masked'])
 def test_fused_memory_attention_takes_the_runners_attention_swaps(swap):
     """The graph runner swaps the attention call of every memory-attention layer

@@ -19,7 +19,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from sam2_ros.engine.cuda.kernels import (elementwise, layernorm, layernorm2d,  # noqa: E402
-                                          pointer_pos, q_pool, rope)
+                                          pointer_pos, q_pool, rope, split_merge)
 
 I64, I32, F32 = 'i64', 'i32', 'fp32'
 
@@ -68,6 +68,10 @@ CASES = {
         v_ptr='*bf16', n_rows=I32, L=I32, C=I32),
         dict(HAS_P=True, SUM_BF16=False, HAS_A=True, A_SUM_BF16=False, BLOCK_R=16,
              BLOCK_C=256)),
+    'split-KV merge of padded memories': (split_merge, '_merge_varlen_kernel', dict(
+        o_ptr='*bf16', o_sb=I64, o_ss=I64, o_sl=I64, o_sh=I64, lse_ptr='*fp32', l_sb=I64,
+        l_ss=I64, l_sl=I64, l_sh=I64, full_ptr='*i1', y_ptr='*bf16', H=I32, Lq=I32, D=I32),
+        dict(SPLITS=16, BLOCK_L=16, BLOCK_D=256)),
     'add_layernorm into windows and grid': (layernorm, '_add_ln_kernel', _ADD_LN, dict(
         A_IDX=True, HAS_B=True, B_IDX=False, B_SCALE=False, SUM_BF16=True, STORE_S=True,
         HAS_PE=False, STORE_YC=False, STORE_YG=True, BLOCK_R=16, BLOCK_C=256)),

@@ -32,7 +32,7 @@ from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.projections import SharedKeyValues
 from sam2_ros.engine.cuda.kernels.rope_attention import FusedRoPEAttention
-from sam2_ros.engine.cuda.kernels.split_merge import merge_splits
+from sam2_ros.engine.cuda.kernels.split_merge import merge_splits, merge_varlen
 
 
 class FusedMemoryAttentionLayer(torch.nn.Module):
@@ -88,6 +88,7 @@ class FusedMemoryAttention(torch.nn.Module):
         self.shared_kv = SharedKeyValues(inner_cross) if len(inner_cross) == len(cross) and \
             SharedKeyValues.applicable(inner_cross) else None
         self.split_merge = merge_splits     # attention.split_kv merges with this kernel
+        self.split_merge_varlen = merge_varlen      # and attention.masked_memory with this
         # its kernels read the current frame, its positions and the memory at any strides
         # (add_layernorm, key_value_inputs), so step.condition_on_memory copies none of them
         # into batch-major storage for it

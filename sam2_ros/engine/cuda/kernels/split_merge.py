@@ -61,3 +61,57 @@ def merge_splits(out: torch.Tensor, lse: torch.Tensor, heads: int, splits: int,
                         heads, lq, d, SPLITS=splits, BLOCK_L=block_l, BLOCK_D=block_d,
                         num_warps=4)
     return y
+
+
+@jit
+def _merge_varlen_kernel(o_ptr, o_sb, o_ss, o_sl, o_sh, lse_ptr, l_sb, l_ss, l_sl, l_sh,
+                         full_ptr, y_ptr, H, Lq, D, SPLITS: tl.constexpr,
+                         BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
+    rm = rows < Lq
+    r64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    m2 = rm[:, None] & (cols < D)[None, :]
+    lse_row = lse_ptr + b * l_sb + h * l_sh + r64 * l_sl                 # split s: + s * l_ss
+    # an empty chunk (a row with fewer keys than chunks) has no share: its lse counts as -inf
+    m = tl.full([BLOCK_L], float('-inf'), tl.float32)
+    for s in tl.static_range(SPLITS):
+        full = tl.load(full_ptr + b * SPLITS + s) != 0
+        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
+        m = tl.maximum(m, tl.where(full, lse, float('-inf')))
+    total = tl.zeros([BLOCK_L], tl.float32)
+    for s in tl.static_range(SPLITS):
+        full = tl.load(full_ptr + b * SPLITS + s) != 0
+        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
+        total += tl.exp(tl.where(full, lse, float('-inf')) - m)
+    acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
+    for s in tl.static_range(SPLITS):
+        full = tl.load(full_ptr + b * SPLITS + s) != 0
+        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
+        w = tl.exp(tl.where(full, lse, float('-inf')) - m) / total
+        o = tl.load(o_ptr + (b * o_sb + s * o_ss + r64 * o_sl + h * o_sh)[:, None]
+                    + cols[None, :], mask=m2, other=0.0).to(tl.float32)
+        acc += tl.where(full, o, 0.0) * w[:, None]
+    tl.store(y_ptr + (((b * Lq + r64) * H + h) * D)[:, None] + cols[None, :],
+             cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
+
+
+def merge_varlen(out: torch.Tensor, lse: torch.Tensor, full: torch.Tensor,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """The merge of ``attention.varlen_split_attention`` in one kernel: out [B, S, Lq, H, D]
+    (head dim contiguous), lse [B, S, Lq, H] float32 (any strides), full [B, S] bool (chunk s
+    of row b holds keys; an empty one has no share) -> [B, Lq, H, D] contiguous in dtype."""
+    bsz, splits, lq, heads, d = out.shape
+    assert out.stride(4) == 1 and lse.shape == (bsz, splits, lq, heads), (out.shape, lse.shape)
+    y = torch.empty(bsz, lq, heads, d, device=out.device, dtype=dtype)
+    flags = full.contiguous()                  # bool: read as Triton's int1
+    block_d = next_pow2(d)
+    block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
+    grid = (triton.cdiv(lq, block_l), bsz * heads)
+    _merge_varlen_kernel[grid](out, *out.stride()[:4], lse, *lse.stride(), flags, y, heads, lq,
+                               d, SPLITS=splits, BLOCK_L=block_l, BLOCK_D=block_d,
+                               num_warps=4)
+    return y
