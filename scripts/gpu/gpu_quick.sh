@@ -9,7 +9,8 @@
 # PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
-# memory attention on and off), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
+# memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
+# objects: the slow frames' host calls), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
@@ -94,6 +95,12 @@ if on INTERACTION_S 90; then
     --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250
+fi
+if on PROBE_S 0; then   # the 8-object interaction p99: each slow frame's host calls (--trace)
+  timeout "$PROBE_S" python3 -m tools.probes.interaction_frames_probe --objects 8 \
+    --window 110-112 --trace --out "$OUT/interaction_frames.json" > "$OUT/probe.log" 2>&1
+  echo "== interaction frames probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -E '^(slow frame|traced slow frame)' "$OUT/probe.log" | cut -c1-300
 fi
 if on IMAGE_S 90; then
   timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
