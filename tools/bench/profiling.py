@@ -53,33 +53,46 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
         for _ in range(frames):
             run.step()
         sync(device)
+    return tally(prof.events(), frames, run.info, torch.autograd.DeviceType.CUDA)
+
+
+def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
+    """Kernel ms per frame of profiler ``events`` (FunctionEvents; ``cuda``: the device type of
+    kernels), memcpy/memset excluded; fills ``info`` with the top kernels by time, the most
+    launched ones, the GPU timeline and the census groups, all per frame."""
     total_us, count = 0.0, 0
     per_name: Dict[str, float] = {}
+    launches: Dict[str, int] = {}
     groups: Dict[str, List[float]] = {}
     intervals = []
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            tr = getattr(e, 'time_range', None)
-            if tr is not None:
-                intervals.append((tr.start, tr.end))
-            name = e.name.lower()
-            if name.startswith('memcpy') or name.startswith('memset'):
-                continue
-            us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
-            total_us += us
-            count += 1
-            per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
-            g = groups.setdefault(group_of(e.name), [0, 0.0])
-            g[0] += 1
-            g[1] += us
+    for e in events:
+        if e.device_type != cuda:
+            continue
+        tr = getattr(e, 'time_range', None)
+        if tr is not None:
+            intervals.append((tr.start, tr.end))
+        name = e.name.lower()
+        if name.startswith('memcpy') or name.startswith('memset'):
+            continue
+        us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
+        total_us += us
+        count += 1
+        per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
+        launches[e.name[:90]] = launches.get(e.name[:90], 0) + 1
+        g = groups.setdefault(group_of(e.name), [0, 0.0])
+        g[0] += 1
+        g[1] += us
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
-    run.info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
-    run.info['gpu_timeline'] = gpu_timeline(intervals, frames)
-    run.info['kernels_per_frame'] = round(count / frames, 1)
+    info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
+    # the most launched kernels: where glue (casts, copies, fills) comes from
+    most = sorted(launches.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
+    info['most_launched'] = [[n, round(c / frames, 1)] for n, c in most]
+    info['gpu_timeline'] = gpu_timeline(intervals, frames)
+    info['kernels_per_frame'] = round(count / frames, 1)
     # the kernel census: per group, kernels and kernel ms per frame, most time first
     by_time = sorted(groups.items(), key=lambda kv: -kv[1][1])
-    run.info['kernel_groups'] = {k: [round(c / frames, 1), round(us / 1e3 / frames, 4)]
-                                 for k, (c, us) in by_time}
+    info['kernel_groups'] = {k: [round(c / frames, 1), round(us / 1e3 / frames, 4)]
+                             for k, (c, us) in by_time}
     return total_us / 1e3 / frames
 
 

@@ -78,6 +78,7 @@ def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, obje
         out[t] = {'kernels': run.info.get('kernels_per_frame'),
                   'kernel_ms': None if ms is None else round(ms, 3),
                   'groups': run.info.get('kernel_groups'),
+                  'most_launched': run.info.get('most_launched'),
                   'host_gaps_ms': (run.info.get('gpu_timeline') or {}).get(
                       'host_gaps_ms_per_frame')}
         return box[0]

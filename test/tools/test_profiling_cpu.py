@@ -1,0 +1,32 @@
+"""tools.bench.profiling.tally: the census of a profiler's kernels per frame, on fake events
+(the profiler has no kernels on the CPU)."""
+
+from types import SimpleNamespace as NS
+
+from tools.bench import profiling
+
+CUDA, CPU = 'cuda', 'cpu'
+
+
+def _kernel(name, us, start):
+    return NS(name=name, device_type=CUDA, device_time=us,
+              time_range=NS(start=start, end=start + us))
+
+
+def test_tally_counts_time_launches_and_groups_per_frame():
+    events = [_kernel('_rope_kernel', 30.0, 0), _kernel('_rope_kernel', 30.0, 40),
+              _kernel('void at::native::direct_copy_kernel_cuda', 2.0, 80),
+              _kernel('void at::native::direct_copy_kernel_cuda', 2.0, 90),
+              _kernel('void at::native::direct_copy_kernel_cuda', 2.0, 100),
+              _kernel('Memcpy HtoD', 50.0, 110),
+              NS(name='cudaGraphLaunch', device_type=CPU, device_time=0.0,
+                 time_range=NS(start=0, end=5))]
+    info = {}
+    ms = profiling.tally(events, 2, info, CUDA)                  # two frames
+    assert ms == (60.0 + 6.0) / 1e3 / 2                          # memcpy left out
+    assert info['kernels_per_frame'] == 2.5
+    assert info['top_kernels_ms'][0] == ['_rope_kernel', 0.03]
+    # most launched first: the glue a census by time hides
+    assert info['most_launched'][0] == ['void at::native::direct_copy_kernel_cuda', 1.5]
+    assert info['kernel_groups']['ours_triton'] == [1.0, 0.03]
+    assert info['kernel_groups']['copy'] == [1.5, 0.003]
