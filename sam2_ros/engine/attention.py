@@ -158,9 +158,9 @@ def chunk_bounds(cu_k: torch.Tensor, splits: int):
 def _varlen_with_lse(q, k, v, cu_q, cu_k):
     """Reference of FlashAttention's variable-length call on the CPU (host-synchronizing):
     q [Tq, H, D], k/v [Tk, H, D] -> (out [Tq, H, D], lse [H, Tq] fp32; an empty sequence:
-    out 0, lse -inf)."""
+    out 0 and lse +inf, as FlashAttention writes them, so a merge must mask empty chunks)."""
     out = torch.zeros_like(q)
-    lse = torch.full((q.shape[1], q.shape[0]), float('-inf'))
+    lse = torch.full((q.shape[1], q.shape[0]), float('inf'))
     for (q0, q1), (k0, k1) in zip(zip(cu_q.tolist(), cu_q.tolist()[1:]),
                                   zip(cu_k.tolist(), cu_k.tolist()[1:])):
         if k1 > k0:

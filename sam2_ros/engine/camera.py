@@ -55,10 +55,11 @@ class CameraTracker:
 
     @property
     def starting_prompts(self) -> List[Prompt]:
-        """The queued and deferred prompts of ids no object has yet (objects about to start),
-        by id."""
+        """The deferred, then the queued prompts of ids no object has yet (objects about to
+        start), each by id."""
         s, tracked = self.handle.stream, set(self.handle.object_ids)
-        return [p for i, p in sorted({**s.deferred, **s.queued}.items()) if i not in tracked]
+        return [p for prompts in (s.deferred, s.queued) for i, p in sorted(prompts.items())
+                if i not in tracked]
 
     @property
     def frame_index(self) -> int:

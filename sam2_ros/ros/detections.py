@@ -339,17 +339,22 @@ def _match(d: Detection, obj_id: int, v: float, t: Optional[Tracked],
 def _pending_matches(candidates: Sequence[Detection], pending: Sequence[Pending],
                      rules: Rules, decisions: Dict[int, Decision]) -> None:
     """Detections no object matched, matched to the prompts about to start objects (greedily
-    by overlap, one detection per prompt): left alone, the prompt starts that object."""
-    pairs = sorted((-v, d.index, p.obj_id, d) for d in candidates if d.index not in decisions
-                   for p in pending if (v := pending_overlap(d, p)) >= max(rules.match_iou,
-                                                                          1e-9))
+    by overlap, the smaller box first among equals: a click on a cup on a table is the cup;
+    one detection per object): left alone, the prompt starts that object."""
+    pairs = sorted((-v, _area(d.box), d.index, p.obj_id, d) for d in candidates
+                   if d.index not in decisions for p in pending
+                   if (v := pending_overlap(d, p)) >= max(rules.match_iou, 1e-9))
     taken = set()
-    for negv, _, obj_id, d in pairs:
+    for negv, _, _, obj_id, d in pairs:
         if d.index in decisions or obj_id in taken:
             continue
         taken.add(obj_id)
         decisions[d.index] = Decision(IGNORE, d, obj_id, -negv,
                                       'a prompt starts this object on a later frame')
+
+
+def _area(box: Box) -> float:
+    return (box[2] - box[0]) * (box[3] - box[1])
 
 
 def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,

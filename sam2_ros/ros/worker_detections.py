@@ -108,9 +108,9 @@ class DetectionPrompts:
         later = sorted(now - {t.obj_id for t in on_frame})
         held = list(self.held_prompts())
         used = click_ids.ids_in_use(self.tracker, [p.obj_id for p in held])
-        starting = {p.obj_id: p for p in held if p.obj_id not in now}
-        starting.update((p.obj_id, p) for p in self.tracker.starting_prompts)
-        pending = [pending_of(p) for p in starting.values()]
+        # every prompt of an object about to start (a box, then a click on it: either matches)
+        pending = [pending_of(p) for p in [*held, *self.tracker.starting_prompts]
+                   if p.obj_id not in now]
         res = None
         for d in self.association.plan(dets, on_frame, rules, used, later, pending):
             prompted = self._apply(d, late)

@@ -392,6 +392,8 @@ def test_starting_prompts_are_the_queued_and_deferred_prompts_of_new_ids():
     tr.queue_prompt(click(2, x=45.0))
     tr.defer_prompt(click(3, x=30.0))
     tr.defer_prompt(click(1, x=22.0))                  # a correction of object 1
-    assert [p.obj_id for p in tr.starting_prompts] == [2, 3]
+    tr.queue_prompt(click(3, x=31.0))                  # object 3 twice: both are compared
+    assert [(p.obj_id, p.points[0][0]) for p in tr.starting_prompts] == [
+        (3, 30.0), (2, 45.0), (3, 31.0)]                 # deferred, then queued
     tr.track(frame(1))
     assert tr.starting_prompts == [] and tr.object_ids == [1, 2, 3]

@@ -140,3 +140,16 @@ def test_plan_matches_pending_prompts_by_box_iou_or_by_their_positive_points():
     got = Association().plan([d_a, d_b, d_c], [], Rules(), used_ids={4, 5, 6},
                              pending=pending)
     assert [(g.kind, g.obj_id) for g in got] == [(IGNORE, 4), (IGNORE, 5), (NEW, 1)]
+
+
+def test_a_click_inside_nested_boxes_is_the_smaller_one_and_any_prompt_of_an_id_counts():
+    """A click on a cup on a table: the cup's detection is the clicked object (the table starts
+    its own); an id with a box and a later negative click is matched by its box."""
+    table = Detection((0.0, 0.0, 100.0, 100.0), 'a', 0.9, 0)
+    cup = Detection((2.0, 2.0, 8.0, 8.0), 'a', 0.9, 1)
+    got = Association().plan([table, cup], [], Rules(), used_ids={1},
+                             pending=[det.Pending(1, points=((5.0, 5.0),))])
+    assert [(g.kind, g.obj_id) for g in got] == [(NEW, 2), (IGNORE, 1)]
+    boxed = [det.Pending(1, box=(2.0, 2.0, 8.0, 8.0)), det.Pending(1)]   # box, then negative
+    got = Association().plan([cup], [], Rules(), used_ids={1}, pending=boxed)
+    assert [(g.kind, g.obj_id) for g in got] == [(IGNORE, 1)]

@@ -215,7 +215,7 @@ def main(argv=None) -> int:
             print(f'FAILED {m}@{r} x{o} {v}: {exc!r}', flush=True)
             continue
         rows.append(stamp(row, prov))
-        extras['|'.join(map(str, row_key(row)))] = extra
+        extras['|'.join(map(str, row_key(row)[:4]))] = extra     # the GPU is the run's
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', extra, flush=True)
         if a.census and extra.get('kernel_groups'):
             print(census_line(row, extra['kernel_groups']), flush=True)

@@ -12,7 +12,7 @@ Each file the GPU scripts write ($OUT) goes to its family's results file by that
   PROBES (tools/probes)  h200_extra.json probes, one entry <name>_<commit>
 The commit comes from the engine run's provenance (or --commit). ``--tag h100`` (a run on
 another card than the H200) appends ``@h100`` to the equivalence, fused-kernel and probe keys,
-so the H200's entries (which the docs render) stay; result rows carry their GPU in their key.
+so the H200's entries stay beside them; result rows carry their GPU in their key.
 """
 
 from __future__ import annotations

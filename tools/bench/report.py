@@ -36,11 +36,16 @@ MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
 
 
 
+def _h200(rows: List[dict]) -> List[dict]:
+    """The rows measured on the H200 (rows of another card sit beside them in the file)."""
+    return [r for r in rows if 'H200' in str(r.get('gpu', 'H200'))]
+
+
 def engine_current(results: str) -> List[str]:
     """The newest engine run (one `run` id) with an official_eager row, or the newest run
     where none has one (a run of a few rows, e.g. paced ones, is not the headline run):
-    ratios are only taken within one run."""
-    rows = [r for r in _load('h200.json', results) if r.get('run')]
+    ratios are only taken within one run. The H200's rows only (the targets are its)."""
+    rows = [r for r in _h200(_load('h200.json', results)) if r.get('run')]
     with_official = [r for r in rows if r['variant'] == 'official_eager'] or rows
     run = max(with_official, key=lambda r: (r['date'], r['run']))['run']
     rows = [r for r in rows if r['run'] == run]
@@ -77,8 +82,9 @@ MATRIX_OBJECTS = (1, 3, 10)
 def engine_matrix(results: str) -> List[str]:
     """Every model, resolution and object count, newest row per key: ms p50 per frame of the
     default configuration (``ours_graph_batched``) and of ``official_eager``, one cell per
-    object count. ``ours_eager`` and ``ours_graph`` of the same keys stay in the file."""
-    rows = _load('h200.json', results)
+    object count. ``ours_eager`` and ``ours_graph`` of the same keys stay in the file. The
+    H200's rows only."""
+    rows = _h200(_load('h200.json', results))
     cols = ('ours_graph_batched', 'official_eager')
     by: Dict[tuple, Dict[tuple, dict]] = {}
     for r in rows:

@@ -200,7 +200,8 @@ class Store:
             compiled = torch.compile(fn, fullgraph=True, dynamic=False).aot_compile(
                 ((self.model, *example, *consts), {}))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix='.tmp')
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=cache_files.TMP_PREFIX,
+                                   suffix='.tmp')
         os.close(fd)
         try:
             compiled.save_compiled_function(tmp)
