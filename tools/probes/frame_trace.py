@@ -10,6 +10,7 @@ wait in ``cudaStreamSynchronize`` for slower GPU work) and to which.
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Dict, List
 
 MARK = 'probe_frame_'     # record_function name of a frame: MARK + its index
@@ -55,8 +56,11 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
         t: {'wall_ms': round((end - start) / 1e3, 3), 'kernel_ms': 0.0, 'calls': []}
         for start, end, t in marks}
 
+    starts = [start for start, _, _ in marks]
+
     def frame_of(us: float):
-        return next((t for start, end, t in marks if start <= us <= end), None)
+        i = bisect.bisect_right(starts, us) - 1       # the last frame starting at or before
+        return marks[i][2] if i >= 0 and us <= marks[i][1] else None
     for e in events:
         if e.name.startswith(MARK):
             continue
