@@ -76,6 +76,7 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
     assert sorted(trace, key=int) == ['1', '2', '3', '4']
     for f in trace.values():
         assert f['wall_ms'] > 0 and f['kernel_ms'] == 0.0
+        assert 0 < f['host_ops_ms'] <= f['wall_ms']
         calls = f['top_calls']
         assert calls and all(ms <= f['wall_ms'] for _, ms in calls)
         assert [ms for _, ms in calls] == sorted((ms for _, ms in calls), reverse=True)

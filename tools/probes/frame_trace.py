@@ -1,5 +1,6 @@
 """Every frame of a stream under one torch.profiler session: per frame its wall time there, its
-GPU kernel time and the longest host calls inside it (CUDA runtime calls and aten ops).
+GPU kernel time and the host calls inside it with the most time of their own (CUDA runtime
+calls and aten ops; an op's children are not counted in it).
 
 Why: in the 8-object interaction stream the slow frames are slow inside ``track`` (before the
 masks reach the host) while the kernels of the frames profiled one by one stay the same; which
@@ -45,9 +46,11 @@ class FrameTrace:
 
 
 def per_frame(events) -> Dict[int, Dict[str, object]]:
-    """``events`` (torch.profiler FunctionEvents) -> per frame marker: wall_ms, kernel_ms (CUDA
+    """``events`` (torch.profiler FunctionEvents) -> per frame marker: wall_ms, host_ops_ms (the
+    own time of every host op in it; the rest of the wall ran outside any op), kernel_ms (CUDA
     kernels launched inside it, memcpy/memset excluded; 0 on the CPU) and top_calls
-    [[name, ms], ...] (host events inside it, longest first, the marker left out)."""
+    [[name, ms], ...] (host events inside it by their own time, longest first, the marker
+    left out)."""
     import torch
     cuda = torch.autograd.DeviceType.CUDA
     marks = sorted((e.time_range.start, e.time_range.end, int(e.name[len(MARK):]))
@@ -73,13 +76,22 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
                 out[t]['kernel_ms'] += us / 1e3
             continue
         t = frame_of(e.time_range.start)
-        if t is not None:
-            out[t]['calls'].append((e.time_range.end - e.time_range.start, e.name[:60]))
+        if t is not None:        # self time: an enclosing op does not repeat its children's
+            out[t]['calls'].append((_self_us(e), e.name[:60]))
     for f in out.values():
         f['kernel_ms'] = round(f['kernel_ms'], 3)
+        # the rest of the wall is outside every profiled op: Python, or the thread not running
+        f['host_ops_ms'] = round(sum(us for us, _ in f['calls']) / 1e3, 3)
         f['top_calls'] = [[n, round(us / 1e3, 3)] for us, n in sorted(f.pop('calls'),
                                                                      reverse=True)[:TOP_CALLS]]
     return out
+
+
+def _self_us(e) -> float:
+    """An event's own host time, its children's left out (its whole span where the profiler
+    gives no self time)."""
+    own = getattr(e, 'self_cpu_time_total', None)
+    return float(own) if own is not None else e.time_range.end - e.time_range.start
 
 
 def slowest(frames: Dict[int, Dict[str, object]], n: int = 5) -> List[tuple]:

@@ -136,8 +136,9 @@ def main(argv=None) -> int:
         print(f'slow frame {i + 1}: {ms[i]:7.3f} ms wall, engine_ms {engine[i]}, '
               f'gc {gc_ms[i]} ms', flush=True)
     for t, f in frame_trace.slowest(trace):
-        print(f"traced slow frame {t}: {f['wall_ms']:7.3f} ms wall, {f['kernel_ms']} ms "
-              f"kernels, longest host calls {f['top_calls']}", flush=True)
+        print(f"traced slow frame {t}: {f['wall_ms']:7.3f} ms wall, {f['host_ops_ms']} ms in "
+              f"host ops, {f['kernel_ms']} ms kernels, longest host calls {f['top_calls']}",
+              flush=True)
     save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections,
                         'tune_malloc': a.tune_malloc, 'gc_freeze': a.gc_freeze,
                         'frame_ms': ms, 'engine_ms': engine, 'gc_ms': gc_ms,
