@@ -47,6 +47,8 @@ NOT_VISIBLE_LEFT = 'not visible in the left image'
 NOT_VISIBLE_RIGHT = 'not visible in the right image'
 NOT_FINITE = 'centroid not finite'
 SMALL_DISPARITY = 'disparity below min_disparity_px'
+NEGATIVE_DISPARITY = ('negative disparity: the right centroid is on the wrong side (left and '
+                      'right images swapped, or a Tx of the wrong sign?)')
 ROW_ERROR = 'row (epipolar) error above max_row_error_px'
 BEHIND = 'behind a camera'
 REPROJECTION = 'reprojection error above max_reprojection_px'
@@ -93,6 +95,9 @@ class Camera:
         object.__setattr__(self, 'D', d)
         if self.K[2, 2] == 0 or self.P[2, 2] == 0 or self.P[0, 0] == 0 or self.P[1, 1] == 0:
             raise ValueError('K or P is zero: the camera is not calibrated')
+        for name, m in (('K', self.K), ('P[:, :3]', self.P[:, :3])):
+            if abs(np.linalg.det(m)) <= 1e-12 * np.abs(m).max() ** 3:
+                raise ValueError(f'{name} is singular: the camera is not calibrated')
         if not np.allclose(self.R @ self.R.T, np.eye(3), atol=1e-6) or \
                 np.linalg.det(self.R) < 0:
             raise ValueError('R is not a rotation matrix')
@@ -164,6 +169,12 @@ class Calibration:
 
     left: Camera
     right: Camera
+
+    def __post_init__(self) -> None:
+        if self.baseline <= 1e-12 * max(1.0, abs(self.left.P).max()):
+            raise ValueError('not a stereo calibration: both cameras have the same optical '
+                             'centre (the right P has no Tx = -fx * baseline: calibrated '
+                             'apart? calibrate the pair together)')
 
     def is_rectified(self, rtol: float = 1e-9) -> bool:
         """Both P equal up to cx and the x translation (row-aligned rectified images)."""
@@ -269,15 +280,18 @@ def _from_disparity(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
     row_error = float(abs(ul[1] - ur[1]))
     base = dict(method='rectified', frame_id=calib.left.frame_id, disparity=disparity,
                 row_error=row_error)
+    if disparity <= -max(limits.min_disparity_px, np.finfo(float).tiny):
+        return Triangulation(False, NEGATIVE_DISPARITY, **base)
     if disparity < max(limits.min_disparity_px, np.finfo(float).tiny):
         return Triangulation(False, SMALL_DISPARITY, **base)
     z = abs(b) / disparity
     v = 0.5 * (ul[1] + ur[1])
-    rect = np.array([((ul[0] - pl[0, 2]) * z - pl[0, 3]) / fx, (v - cy) * z / fy, z])
-    reproj = _reprojection(calib, rect, ul, ur)
+    x = np.array([((ul[0] - pl[0, 2]) * z - pl[0, 3]) / fx, (v - cy) * z / fy, z])
+    reproj = _reprojection(calib, x, ul, ur)
     ok, reason = (False, ROW_ERROR) if row_error > limits.max_row_error_px else (True, '')
-    return Triangulation(ok, reason, point=calib.left.R.T @ rect, point_rect=rect,
-                         reprojection=reproj, **base)
+    point, rect = in_left(calib, x)
+    return Triangulation(ok, reason, point=point, point_rect=rect, reprojection=reproj,
+                         **base)
 
 
 def _from_dlt(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
@@ -290,14 +304,36 @@ def _from_dlt(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
     base = dict(method='dlt', frame_id=calib.left.frame_id)
     if abs(x[3]) < 1e-12 * np.linalg.norm(x[:3]):
         return Triangulation(False, AT_INFINITY, **base)
-    rect = x[:3] / x[3]
-    reproj = _reprojection(calib, rect, ul, ur)
-    out = dict(point=calib.left.R.T @ rect, point_rect=rect, reprojection=reproj, **base)
-    if min(depth(pl, rect), depth(pr, rect)) <= 0:
+    world = x[:3] / x[3]
+    reproj = _reprojection(calib, world, ul, ur)
+    point, rect = in_left(calib, world)
+    out = dict(point=point, point_rect=rect, reprojection=reproj, **base)
+    if min(depth(pl, world), depth(pr, world)) <= 0:
         return Triangulation(False, BEHIND, **out)
     if reproj > limits.max_reprojection_px:
         return Triangulation(False, REPROJECTION, **out)
     return Triangulation(True, '', **out)
+
+
+def in_left(calib: Calibration, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """A point [3] of the frame both P project from -> (the left camera's frame, the left
+    rectified frame). P_left = K' [Q | t] (RQ decomposition of its 3x3 part) puts the point at
+    Q x + K'^-1 p4 in the left rectified frame (x minus the left centre when P_left is a
+    rectified pair's: Q = I, and Tx_left = 0 unless the cameras were given right first), then
+    R_left^T rotates it into the left camera's own frame."""
+    p = calib.left.P
+    k, q = _rq(p[:, :3])
+    rect = q @ x + np.linalg.solve(k, p[:, 3])
+    return calib.left.R.T @ rect, rect
+
+
+def _rq(m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """m [3, 3] = K Q: K upper triangular with a positive diagonal, Q orthonormal."""
+    flip = np.eye(3)[::-1]
+    q, r = np.linalg.qr((flip @ m).T)
+    k, q = flip @ r.T @ flip, flip @ q.T
+    s = np.diag(np.sign(np.diag(k)))
+    return k @ s, s @ q
 
 
 def depth(P: np.ndarray, point: np.ndarray) -> float:

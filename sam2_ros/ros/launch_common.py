@@ -51,6 +51,7 @@ TRACKER_ARGS = (('model', 'model_size'), ('checkpoint', 'checkpoint'),
 # stereo.launch.py's too: one node serving several cameras. Not in every launch file:
 # multi_camera.launch.py's `cameras` is a node per camera.
 STEREO_ARGS = (('cameras', 'cameras'), ('camera_image', 'camera_image'),
+               ('positions_rectified', 'positions_rectified'),
                ('pair_tolerance_ms', 'pair_tolerance_ms'),
                ('camera_period_ms', 'camera_period_ms'))
 

@@ -35,7 +35,8 @@ class PairCalibration:
     from them, rebuilt when either changes; written from the executor thread, read from the
     worker's."""
 
-    def __init__(self) -> None:
+    def __init__(self, rectified: bool = False) -> None:
+        self.rectified = rectified      # the images are rectified: K and D are not used
         self._lock = threading.Lock()
         self._info: List[Any] = [None, None]
         self._calib: Optional[Calibration] = None
@@ -57,7 +58,7 @@ class PairCalibration:
         with self._lock:
             if self._calib is None and all(m is not None for m in self._info):
                 try:
-                    self._calib = calibration_from_msgs(*self._info)
+                    self._calib = calibration_from_msgs(*self._info, self.rectified)
                     self.error = ''
                 except ValueError as exc:
                     self.error = str(exc)
@@ -71,7 +72,7 @@ class Positions:
     def __init__(self, node: Any, pub: Any, off: Optional[str], rectified: bool) -> None:
         self.node, self.pub, self.off = node, pub, off
         self.rectified = rectified
-        self.pair = PairCalibration()
+        self.pair = PairCalibration(rectified)
         self.last: Dict[int, Triangulation] = {}
         self.mismatch = ''          # camera_info of another size than the images ('' if not)
         self.valid = 0
@@ -88,6 +89,9 @@ class Positions:
             return cls(node, None, f'no vision_msgs ({exc})', rectified)
         from sam2_ros.ros.publishers import OUTPUT_QOS
 
+        warning = rectified_mismatch(str(node.opts.camera_image), rectified)
+        if warning:
+            node.get_logger().warning(warning)
         return cls(node, node.create_lifecycle_publisher(Detection3DArray, OUTPUT_TOPIC,
                                                          OUTPUT_QOS), None, rectified)
 
@@ -156,6 +160,17 @@ def size_mismatch(calib: Calibration, left: ImageSize, right: ImageSize) -> str:
             return (f'the {name} camera_info is for {cam.width}x{cam.height} images, the images '
                     f'are {res.width}x{res.height}')
     return ''
+
+
+def rectified_mismatch(camera_image: str, rectified: bool) -> str:
+    """A warning when the tracked images look rectified (``image_rect...``) but
+    ``positions_rectified`` is false: their centroids would be undistorted and rotated a
+    second time, positions off by centimetres yet valid ('' when nothing looks wrong)."""
+    if rectified or 'rect' not in camera_image.rsplit('/', 1)[-1]:
+        return ''
+    return (f'camera_image {camera_image!r} looks rectified but positions_rectified is false: '
+            f'the centroids would be undistorted and rectified again (3D positions off); set '
+            f'positions_rectified: true for rectified images')
 
 
 def triangulate_objects(calib: Calibration, left: Dict[int, Optional[Any]],

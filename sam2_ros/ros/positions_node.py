@@ -102,8 +102,8 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
             self.options = o
             self.rectified = o.rectified
             self.pairs = StatePairs(o.wait_ns, o.tolerance_ns, o.pair_depth)
-            self.pair = PairCalibration()
-            self.valid = self.invalid = self.waiting = self.refused = 0
+            self.pair = PairCalibration(o.rectified)
+            self.valid = self.invalid = self.waiting = self.refused = self.failed = 0
             self.mismatch = ''      # camera_info of another size than the images ('' if not)
             self.last: Dict[int, Any] = {}
             self.pub = self.create_publisher(Detection3DArray, OUTPUT_TOPIC, OUTPUT_QOS)
@@ -124,7 +124,12 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
             def take(msg: Any) -> None:
                 for pair in self.pairs.put(side, stamp_ns(msg.header.stamp), msg,
                                            time.monotonic_ns()):
-                    self.publish(*pair)
+                    try:
+                        self.publish(*pair)
+                    except Exception as exc:  # noqa: BLE001 - one pair must not stop the node
+                        self.failed += 1
+                        self.get_logger().error(f'positions of a pair failed: {exc!r}',
+                                                throttle_duration_sec=5.0)
             return take
 
         def publish(self, left: Any, right: Any) -> None:
@@ -155,7 +160,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 ('pairs', str(self.pairs.paired)), ('unpaired_dropped', str(self.pairs.dropped)),
                 ('positions_valid', str(self.valid)), ('positions_invalid', str(self.invalid)),
                 ('pairs_before_camera_info', str(self.waiting)),
-                ('pairs_size_mismatch', str(self.refused))]
+                ('pairs_size_mismatch', str(self.refused)), ('pairs_failed', str(self.failed))]
             values += [(f'position_{i}', 'valid' if t.valid else f'invalid: {t.reason}')
                        for i, t in sorted(self.last.items())]
             calib = self.pair.calibration()

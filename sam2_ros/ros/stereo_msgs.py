@@ -14,9 +14,11 @@ import numpy as np
 from sam2_ros.stereo import Calibration, Camera
 
 
-def camera_from_msg(msg: Any) -> Camera:
+def camera_from_msg(msg: Any, rectified: bool = False) -> Camera:
     """One CameraInfo -> Camera (ValueError naming the defect: uncalibrated, binned, ROI,
-    wrong array sizes, NaN, unsupported distortion model)."""
+    wrong array sizes, NaN, unsupported distortion model). rectified: the tracked images are
+    the rectified ones, whose intrinsics are P's; K and D (of the raw images, maybe a fisheye
+    model the raw path cannot undistort) are not used, so not checked."""
     binning = (int(msg.binning_x), int(msg.binning_y))
     if any(b > 1 for b in binning):
         raise ValueError(f'camera_info of {msg.header.frame_id!r}: binning {binning} is not '
@@ -28,16 +30,19 @@ def camera_from_msg(msg: Any) -> Camera:
         raise ValueError(f'camera_info of {msg.header.frame_id!r}: a region of interest '
                          f'({roi.x_offset}, {roi.y_offset}, {roi.width}x{roi.height}) is not '
                          f'supported')
+    p = np.asarray(msg.p, np.float64)
+    raw = not rectified or p.size != 12
     try:
-        return Camera(K=np.asarray(msg.k, np.float64), P=np.asarray(msg.p, np.float64),
-                      R=np.asarray(msg.r, np.float64), width=int(msg.width),
+        return Camera(K=np.asarray(msg.k, np.float64) if raw else p.reshape(3, 4)[:, :3],
+                      P=p, R=np.asarray(msg.r, np.float64), width=int(msg.width),
                       height=int(msg.height), frame_id=str(msg.header.frame_id),
-                      D=np.asarray(msg.d, np.float64),
-                      distortion_model=str(msg.distortion_model))
+                      D=np.asarray(msg.d, np.float64) if raw else np.zeros(0),
+                      distortion_model=str(msg.distortion_model) if raw else 'plumb_bob')
     except ValueError as exc:
         raise ValueError(f'camera_info of {msg.header.frame_id!r}: {exc}') from exc
 
 
-def calibration_from_msgs(left: Any, right: Any) -> Calibration:
-    """The pair's two CameraInfo messages -> Calibration (points in the left camera's frame)."""
-    return Calibration(camera_from_msg(left), camera_from_msg(right))
+def calibration_from_msgs(left: Any, right: Any, rectified: bool = False) -> Calibration:
+    """The pair's two CameraInfo messages -> Calibration (points in the left camera's frame;
+    ValueError naming the defect, also a pair without a baseline)."""
+    return Calibration(camera_from_msg(left, rectified), camera_from_msg(right, rectified))

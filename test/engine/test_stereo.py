@@ -120,12 +120,13 @@ def test_dlt_converging_cameras():
     sphere = sc.Sphere(np.array([0.1, 0.03, 1.0]), 0.05)
     tr = stereo.triangulate(cal, *centroids(sphere, sc.pinhole_view(pl), sc.pinhole_view(pr)))
     assert tr.valid and tr.method == 'dlt' and tr.reprojection < 0.1, tr
-    # R of both Cameras is the identity: the frame of P is the left camera's frame
+    # P_left = K [R_left | 0]: the left camera's frame is the reference frame turned by R_left
     model = model_point(cal, sphere)
     assert np.linalg.norm(tr.point - model) <= quantisation(cal, 1.0)
     # the object lies on opposite sides of the two optical axes: both centroids shift
     # outward, 0.6 px more disparity in all, 6 mm nearer than the centre
-    assert 0.004 < np.linalg.norm(model - sphere.centre) < 0.007
+    centre = sc.rotation(ry=0.1) @ sphere.centre
+    assert 0.004 < np.linalg.norm(model - centre) < 0.007
     with pytest.raises(ValueError, match='not a rectified pair'):
         stereo.triangulate(cal, (1, 2), (3, 4), method='rectified')
 
@@ -168,7 +169,7 @@ def test_rectify_inverts_the_lens_model():
     ((300.0, 240.0), (300.0, float('inf')), stereo.NOT_FINITE),
     ((300.0, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # zero disparity
     ((300.5, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # below 1 px
-    ((290.0, 240.0), (300.0, 240.0), stereo.SMALL_DISPARITY),     # negative: behind
+    ((290.0, 240.0), (300.0, 240.0), stereo.NEGATIVE_DISPARITY),  # swapped, or a bad Tx
     ((330.0, 240.0), (300.0, 250.0), stereo.ROW_ERROR),           # not the same object
 ])
 def test_invalid(left, right, reason):
@@ -215,3 +216,49 @@ def test_bad_calibration_is_refused():
         stereo.Limits(min_disparity_px=-1)
     with pytest.raises(ValueError, match='method'):
         stereo.triangulate(sc.rectified_pair(), (1, 2), (3, 4), method='sgbm')
+
+
+def _pair(pl: np.ndarray, pr: np.ndarray) -> stereo.Calibration:
+    k = pl[:, :3]
+    return stereo.Calibration(stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='first'),
+                              stereo.Camera(pr[:, :3], pr, width=sc.W, height=sc.H,
+                                            frame_id='second'))
+
+
+def test_projected_points_come_back_exactly_with_fx_fy_and_cx_apart():
+    """Known points projected into a rectified pair whose fx != fy and whose right cx differs
+    (stereo_image_proc's convention): the disparity's cx correction and fy for Y, exactly."""
+    kl = np.array([[800.0, 0, 640.3], [0, 760.0, 360.2], [0, 0, 1]])
+    kr = kl.copy()
+    kr[0, 2] = 655.9
+    b = 0.004
+    cal = _pair(np.hstack([kl, np.zeros((3, 1))]), np.hstack([kr, [[-800.0 * b], [0], [0]]]))
+    g = np.random.default_rng(3)
+    for x in g.uniform([-0.02, -0.02, 0.03], [0.02, 0.02, 0.2], size=(20, 3)):
+        ul, ur = stereo.project(cal.left.P, x), stereo.project(cal.right.P, x)
+        tr = stereo.triangulate(cal, ul, ur)
+        assert tr.valid and tr.method == 'rectified'
+        assert np.allclose(tr.point, x, atol=1e-9, rtol=0)
+
+
+def test_cameras_given_right_first_report_in_the_first_cameras_frame():
+    """The first camera's P carries Tx (cameras: [right, left] of a driver that rectifies to
+    the left camera): the point is in the first camera's frame, not the reference frame."""
+    k = sc.intrinsics()
+    b = 0.06
+    right_p = np.hstack([k, [[-k[0, 0] * b], [0], [0]]])      # the first camera given
+    left_p = np.hstack([k, np.zeros((3, 1))])
+    cal = _pair(right_p, left_p)
+    x = np.array([0.05, -0.02, 0.8])                            # in the reference frame
+    tr = stereo.triangulate(cal, stereo.project(right_p, x), stereo.project(left_p, x))
+    assert tr.valid
+    assert np.allclose(tr.point, x - [b, 0, 0], atol=1e-9, rtol=0)   # the first camera's
+
+
+def test_a_pair_without_a_baseline_or_a_singular_camera_is_refused():
+    k = sc.intrinsics()
+    p = np.hstack([k, np.zeros((3, 1))])
+    with pytest.raises(ValueError, match='not a stereo calibration'):
+        _pair(p, p.copy())                                   # two cameras calibrated apart
+    with pytest.raises(ValueError, match='K is singular'):
+        stereo.Camera(np.array([[0, 0, 320.0], [0, 0, 240.0], [0, 0, 1]]), p)

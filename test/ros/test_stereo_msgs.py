@@ -60,6 +60,23 @@ def test_refused():
     fisheye.distortion_model, fisheye.d = 'equidistant', [0.1, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match='equidistant'):
         camera_from_msg(fisheye)
+    # rectified images: their intrinsics are P's, the raw K and D are not used nor checked
+    rect = camera_from_msg(fisheye, rectified=True)
+    assert np.array_equal(rect.K, cal.left.P[:, :3]) and rect.D.size == 0
+    no_k = info(cal.left)
+    no_k.k = [0.0] * 9
+    assert np.array_equal(camera_from_msg(no_k, rectified=True).K, cal.left.P[:, :3])
+    # two cameras calibrated apart (no Tx): not a stereo pair, said so
+    with pytest.raises(ValueError, match='not a stereo calibration'):
+        calibration_from_msgs(info(cal.left), info(cal.left))
+
+
+def test_rectified_looking_images_without_positions_rectified_are_warned_of():
+    from sam2_ros.ros.positions import rectified_mismatch
+    assert 'positions_rectified: true' in rectified_mismatch('image_rect_color', False)
+    assert rectified_mismatch('image_rect', True) == ''
+    assert rectified_mismatch('image_raw', False) == ''
+    assert rectified_mismatch('rect_cams/image_raw', False) == ''    # the topic's last part
 
 
 def test_camera_info_of_another_image_size_turns_positions_off():
