@@ -2,7 +2,8 @@
 
     ros2 launch sam2_ros stereo.launch.py checkpoint:=/path/sam2.1_hiera_tiny.pt \\
         [namespace:=stereo] [cameras:=left,right] [camera_image:=image_raw] \\
-        [pair_tolerance_ms:=0] [camera_period_ms:=16.7] [device:=cuda:0]
+        [positions_rectified:=false] [pair_tolerance_ms:=0] [camera_period_ms:=16.7] \\
+        [device:=cuda:0]
 
 A stereo driver publishes <namespace>/left/image_raw, <namespace>/left/camera_info and the
 same under right/. The node <namespace>/sam2_tracker reads them (camera namespaces are
@@ -12,9 +13,10 @@ centroids of objects tracked in both, in the left camera's frame). The other tra
 arguments (model, image_size, params_file, ...) are tracker.launch.py's. No RViz (its layout
 shows one camera).
 
-As every override argument, cameras, camera_image, pair_tolerance_ms and camera_period_ms
-left out take the params_file's values (config/tracker.yaml: image_raw, 0.0 and 33.3 ms, a
-30 Hz camera; camera_period_ms:=16.7 for 60 Hz), except that cameras falls back to left,right
+As every override argument, cameras, camera_image, positions_rectified, pair_tolerance_ms
+and camera_period_ms left out take the params_file's values (config/tracker.yaml: image_raw,
+false, 0.0 and 33.3 ms, a 30 Hz camera; camera_period_ms:=16.7 for 60 Hz;
+positions_rectified:=true with camera_image:=image_rect), except that cameras falls back to left,right
 where the params file names none: this launch file is for a node serving several cameras.
 """
 
