@@ -65,3 +65,16 @@ def test_rows_of_another_gpu_sit_beside_the_h200s_and_tagged_entries_keep_its(tm
     assert eq == {'graph_vs_eager': 1, 'graph_vs_eager@h100': 2}
     extra = json.loads((res / 'h200_extra.json').read_text())
     assert list(extra['probes']) == ['interaction_frames_abc1234@h100']
+
+
+def test_startup_rows_are_appended_once(tmp_path):
+    dev, res = tmp_path / 'dev', tmp_path / 'res'
+    dev.mkdir(), res.mkdir()
+    _write(res / 'h200_extra.json', {'startup': [{'start': 1, 'run': 'old'}]})
+    _write(res / 'h200_equivalence.json', {})
+    new = [{'start': 1, 'run': 'r'}, {'start': 2, 'run': 'r'}]
+    _write(dev / 'h200_extra.json', {'env': {'commit': 'abc1234'}, 'startup': new})
+    merge.merge(str(dev), str(res))
+    merge.merge(str(dev), str(res))                        # a second merge adds nothing
+    extra = json.loads((res / 'h200_extra.json').read_text())
+    assert extra['startup'] == [{'start': 1, 'run': 'old'}] + new

@@ -50,6 +50,9 @@ def merge_extra(src: str, dst: str) -> Optional[str]:
     for key in ('startup', 'probes'):
         if isinstance(new.get(key), dict):
             old.setdefault(key, {}).update(new[key])
+        elif isinstance(new.get(key), list):       # startup rows: appended, none twice
+            rows = old.setdefault(key, [])
+            rows += [r for r in new[key] if r not in rows]
     _dump(dst, old)
     return env.get('commit')
 
