@@ -78,3 +78,11 @@ def test_startup_rows_are_appended_once(tmp_path):
     merge.merge(str(dev), str(res))                        # a second merge adds nothing
     extra = json.loads((res / 'h200_extra.json').read_text())
     assert extra['startup'] == [{'start': 1, 'run': 'old'}] + new
+
+
+def test_gpu_short_names():
+    from tools.bench.results import gpu_short
+    assert [gpu_short({'gpu': g}) for g in ('NVIDIA H200', 'NVIDIA H100 80GB HBM3',
+                                            'NVIDIA A100-SXM4-80GB', 'cpu')] == \
+        ['H200', 'H100', 'A100', 'cpu']
+    assert gpu_short({}) == '-'
