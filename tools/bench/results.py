@@ -34,8 +34,8 @@ def row_key(row: dict) -> tuple:
 def gpu_short(row: dict) -> str:
     """'H200', 'H100', ... from a row's ``gpu`` (the device name); '-' without one."""
     name = str(row.get('gpu') or '-')
-    word = next((w for w in name.split() if w[:1] in 'HABL' and w[1:4].isdigit()), name)
-    return word.split('-')[0]                       # 'A100-SXM4-80GB' -> 'A100'
+    word = next((w for w in name.split() if w[:1] in 'HABL' and w[1:4].isdigit()), None)
+    return name if word is None else word.split('-')[0]    # 'A100-SXM4-80GB' -> 'A100'
 
 
 def save_json(path: str, rows: List[dict], key=row_key) -> None:
