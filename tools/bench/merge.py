@@ -9,7 +9,8 @@ Each file the GPU scripts write ($OUT) goes to its family's results file by that
   h200_node_latency.json the scripts copy the committed file and add rows: taken whole
   gpu_equivalence.json   GPU test comparisons: keys replace keys of h200_equivalence.json
   gpu_fused_kernels.json the fused kernels' GPU tests: one entry fused_kernels_gpu_<commit>
-  PROBES (tools/probes)  h200_extra.json probes, one entry <name>_<commit>
+  PROBES (tools/probes, and the decode and image GPU tests' measurements)
+                         h200_extra.json probes, one entry <name>_<commit>
 The commit comes from the engine run's provenance (or --commit). ``--tag h100`` (a run on
 another card than the H200) appends ``@h100`` to the equivalence, fused-kernel and probe keys,
 so the H200's entries stay beside them; result rows carry their GPU in their key.
@@ -27,7 +28,8 @@ from tools.bench import interaction, results
 
 
 # the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
-PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json')
+PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json',
+          'gpu_decode.json', 'gpu_image.json')   # the last two: GPU tests' measurements
 
 
 def _load(path: str):
