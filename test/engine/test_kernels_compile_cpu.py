@@ -40,6 +40,10 @@ _ADD_LN = dict(a_ptr='*bf16', a_idx_ptr='*i32', a_sb=I64, a_sl=I64, a_sc=I64, b_
                yp_ptr='*bf16', yp_sb=I64, yp_sl=I64, yc_ptr='*bf16', yc_sb=I64, yc_sl=I64,
                yg_ptr='*bf16', yg_sb=I64, yg_sl=I64, n_rows=I32, L=I32, L_in=I32, C=I32)
 
+_MERGE = dict(o_ptr='*bf16', o_sb=I64, o_ss=I64, o_sl=I64, o_sh=I64, lse_ptr='*fp32', l_sb=I64,
+              l_ss=I64, l_sl=I64, l_sh=I64, full_ptr='*i1', y_ptr='*bf16', y_sb=I64, y_sl=I64,
+              y_sh=I64, H=I32, Lq=I32, D=I32)
+
 CASES = {
     'rope bf16': (rope, '_rope_kernel', dict(
         q_ptr='*bf16', q_sb=I64, q_sl=I64, k_ptr='*bf16', k_sb=I64, k_sl=I64, cos_ptr='*fp32',
@@ -68,10 +72,10 @@ CASES = {
         v_ptr='*bf16', n_rows=I32, L=I32, C=I32),
         dict(HAS_P=True, SUM_BF16=False, HAS_A=True, A_SUM_BF16=False, BLOCK_R=16,
              BLOCK_C=256)),
-    'split-KV merge of padded memories': (split_merge, '_merge_varlen_kernel', dict(
-        o_ptr='*bf16', o_sb=I64, o_ss=I64, o_sl=I64, o_sh=I64, lse_ptr='*fp32', l_sb=I64,
-        l_ss=I64, l_sl=I64, l_sh=I64, full_ptr='*i1', y_ptr='*bf16', H=I32, Lq=I32, D=I32),
-        dict(SPLITS=16, BLOCK_L=16, BLOCK_D=256)),
+    'split-KV merge': (split_merge, '_merge_kernel', _MERGE, dict(
+        SPLITS=2, HAS_FULL=False, BLOCK_L=16, BLOCK_D=256)),
+    'split-KV merge of padded memories': (split_merge, '_merge_kernel', _MERGE, dict(
+        SPLITS=16, HAS_FULL=True, BLOCK_L=16, BLOCK_D=256)),
     'add_layernorm into windows and grid': (layernorm, '_add_ln_kernel', _ADD_LN, dict(
         A_IDX=True, HAS_B=True, B_IDX=False, B_SCALE=False, SUM_BF16=True, STORE_S=True,
         HAS_PE=False, STORE_YC=False, STORE_YG=True, BLOCK_R=16, BLOCK_C=256)),

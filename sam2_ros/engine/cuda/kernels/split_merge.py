@@ -4,7 +4,8 @@ Split-KV attends over S chunks of the keys as S extra heads and merges the chunk
 the softmax of their log-sum-exps: in PyTorch a softmax, an upcast, a product, a sum and a
 cast (five kernels per attention call). Here one kernel computes, per query, in float32,
 w_s = exp(lse_s - max) / sum_j exp(lse_j - max) and out = sum_s w_s * out_s, cast to the
-output dtype.
+output dtype. The same kernel merges the chunks of padded memories
+(``attention.varlen_split_attention``), where a chunk without keys has no share.
 """
 
 from __future__ import annotations
@@ -13,60 +14,25 @@ import torch
 import triton
 import triton.language as tl
 
-from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.launch import dummy_like, jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
 
 _TILE = 4096
 
 
-@jit
-def _merge_kernel(o_ptr, o_sb, o_sh, o_sl, lse_ptr, l_sb, l_sh, l_sl, y_ptr, H, Lq, D,
-                  SPLITS: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
-    rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
-    rm = rows < Lq
-    r64 = rows.to(tl.int64)
-    cols = tl.arange(0, BLOCK_D)
-    m2 = rm[:, None] & (cols < D)[None, :]
-    lse_row = lse_ptr + b * l_sb + h * SPLITS * l_sh + r64 * l_sl       # split s: + s * l_sh
-    m = tl.full([BLOCK_L], float('-inf'), tl.float32)
-    for s in tl.static_range(SPLITS):
-        m = tl.maximum(m, tl.load(lse_row + s * l_sh, mask=rm, other=0.0))
-    total = tl.zeros([BLOCK_L], tl.float32)
-    for s in tl.static_range(SPLITS):
-        total += tl.exp(tl.load(lse_row + s * l_sh, mask=rm, other=0.0) - m)
-    acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
-    for s in tl.static_range(SPLITS):
-        w = tl.exp(tl.load(lse_row + s * l_sh, mask=rm, other=0.0) - m) / total
-        o = tl.load(o_ptr + (b * o_sb + (h * SPLITS + s) * o_sh + r64 * o_sl)[:, None]
-                    + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-        acc += o * w[:, None]
-    tl.store(y_ptr + ((bh * Lq + r64) * D)[:, None] + cols[None, :],
-             cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
-
-
-def merge_splits(out: torch.Tensor, lse: torch.Tensor, heads: int, splits: int,
-                 dtype: torch.dtype) -> torch.Tensor:
-    """out [B, H*S, Lq, D] (head dim contiguous), lse [B, H*S, >= Lq] float32 (any strides)
-    -> the merged attention [B, H, Lq, D] (contiguous) in dtype."""
-    bsz, hs, lq, d = out.shape
-    assert hs == heads * splits and out.stride(3) == 1, (out.shape, out.stride())
-    y = torch.empty(bsz, heads, lq, d, device=out.device, dtype=dtype)
-    block_d = next_pow2(d)
-    block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
-    grid = (triton.cdiv(lq, block_l), bsz * heads)
-    _merge_kernel[grid](out, out.stride(0), out.stride(1), out.stride(2), lse, *lse.stride(), y,
-                        heads, lq, d, SPLITS=splits, BLOCK_L=block_l, BLOCK_D=block_d,
-                        num_warps=4)
-    return y
+@triton.jit
+def _chunk_lse(lse_ptr, rm, full_ptr, HAS_FULL: tl.constexpr):
+    """One chunk's log-sum-exps of a block of queries; -inf for an empty chunk (no share)."""
+    lse = tl.load(lse_ptr, mask=rm, other=0.0).to(tl.float32)
+    if HAS_FULL:
+        lse = tl.where(tl.load(full_ptr) != 0, lse, float('-inf'))
+    return lse
 
 
 @jit
-def _merge_varlen_kernel(o_ptr, o_sb, o_ss, o_sl, o_sh, lse_ptr, l_sb, l_ss, l_sl, l_sh,
-                         full_ptr, y_ptr, H, Lq, D, SPLITS: tl.constexpr,
-                         BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+def _merge_kernel(o_ptr, o_sb, o_ss, o_sl, o_sh, lse_ptr, l_sb, l_ss, l_sl, l_sh, full_ptr,
+                  y_ptr, y_sb, y_sl, y_sh, H, Lq, D, SPLITS: tl.constexpr,
+                  HAS_FULL: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -76,27 +42,54 @@ def _merge_varlen_kernel(o_ptr, o_sb, o_ss, o_sl, o_sh, lse_ptr, l_sb, l_ss, l_s
     cols = tl.arange(0, BLOCK_D)
     m2 = rm[:, None] & (cols < D)[None, :]
     lse_row = lse_ptr + b * l_sb + h * l_sh + r64 * l_sl                 # split s: + s * l_ss
-    # an empty chunk (a row with fewer keys than chunks) has no share: its lse counts as -inf
+    full_row = full_ptr + b * SPLITS                                     # split s: + s
     m = tl.full([BLOCK_L], float('-inf'), tl.float32)
     for s in tl.static_range(SPLITS):
-        full = tl.load(full_ptr + b * SPLITS + s) != 0
-        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
-        m = tl.maximum(m, tl.where(full, lse, float('-inf')))
+        m = tl.maximum(m, _chunk_lse(lse_row + s * l_ss, rm, full_row + s, HAS_FULL))
     total = tl.zeros([BLOCK_L], tl.float32)
     for s in tl.static_range(SPLITS):
-        full = tl.load(full_ptr + b * SPLITS + s) != 0
-        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
-        total += tl.exp(tl.where(full, lse, float('-inf')) - m)
+        total += tl.exp(_chunk_lse(lse_row + s * l_ss, rm, full_row + s, HAS_FULL) - m)
     acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
     for s in tl.static_range(SPLITS):
-        full = tl.load(full_ptr + b * SPLITS + s) != 0
-        lse = tl.load(lse_row + s * l_ss, mask=rm, other=0.0).to(tl.float32)
-        w = tl.exp(tl.where(full, lse, float('-inf')) - m) / total
+        w = tl.exp(_chunk_lse(lse_row + s * l_ss, rm, full_row + s, HAS_FULL) - m) / total
         o = tl.load(o_ptr + (b * o_sb + s * o_ss + r64 * o_sl + h * o_sh)[:, None]
                     + cols[None, :], mask=m2, other=0.0).to(tl.float32)
-        acc += tl.where(full, o, 0.0) * w[:, None]
-    tl.store(y_ptr + (((b * Lq + r64) * H + h) * D)[:, None] + cols[None, :],
+        if HAS_FULL:         # an empty chunk's output is whatever the attention kernel wrote
+            o = tl.where(tl.load(full_row + s) != 0, o, 0.0)
+        acc += o * w[:, None]
+    tl.store(y_ptr + (b * y_sb + r64 * y_sl + h * y_sh)[:, None] + cols[None, :],
              cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
+
+
+def _merge(out: torch.Tensor, lse: torch.Tensor, full, y: torch.Tensor) -> torch.Tensor:
+    """out [B, S, Lq, H, D] and lse [B, S, Lq, H] as strided views, full [B, S] bool or None
+    (every chunk holds keys), y [B, Lq, H, D] view of the output -> y's storage written."""
+    bsz, splits, lq, heads, d = out.shape
+    assert out.stride(4) == 1 and lse.shape == (bsz, splits, lq, heads), (out.shape, lse.shape)
+    block_d = next_pow2(d)
+    block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
+    grid = (triton.cdiv(lq, block_l), bsz * heads)
+    flags = dummy_like(None if full is None else full.contiguous(), lse)   # bool: Triton's int1
+    _merge_kernel[grid](out, *out.stride()[:4], lse, *lse.stride(), flags, y,
+                        *y.stride()[:3], heads, lq, d, SPLITS=splits, HAS_FULL=full is not None,
+                        BLOCK_L=block_l, BLOCK_D=block_d, num_warps=4)
+    return y
+
+
+def merge_splits(out: torch.Tensor, lse: torch.Tensor, heads: int, splits: int,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """out [B, H*S, Lq, D] (head dim contiguous), lse [B, H*S, >= Lq] float32 (any strides)
+    -> the merged attention [B, H, Lq, D] (contiguous) in dtype."""
+    bsz, hs, lq, d = out.shape
+    assert hs == heads * splits and out.stride(3) == 1, (out.shape, out.stride())
+    y = torch.empty(bsz, heads, lq, d, device=out.device, dtype=dtype)
+    # head h's chunk s is row h * S + s: views [B, S, Lq, H, (D)] of the same storage
+    ob, oh, ol, _ = out.stride()
+    lb, lh, ll = lse.stride()
+    _merge(out.as_strided((bsz, splits, lq, heads, d), (ob, oh, ol, splits * oh, 1)),
+           lse.as_strided((bsz, splits, lq, heads), (lb, lh, ll, splits * lh)), None,
+           y.transpose(1, 2))
+    return y
 
 
 def merge_varlen(out: torch.Tensor, lse: torch.Tensor, full: torch.Tensor,
@@ -105,13 +98,5 @@ def merge_varlen(out: torch.Tensor, lse: torch.Tensor, full: torch.Tensor,
     (head dim contiguous), lse [B, S, Lq, H] float32 (any strides), full [B, S] bool (chunk s
     of row b holds keys; an empty one has no share) -> [B, Lq, H, D] contiguous in dtype."""
     bsz, splits, lq, heads, d = out.shape
-    assert out.stride(4) == 1 and lse.shape == (bsz, splits, lq, heads), (out.shape, lse.shape)
     y = torch.empty(bsz, lq, heads, d, device=out.device, dtype=dtype)
-    flags = full.contiguous()                  # bool: read as Triton's int1
-    block_d = next_pow2(d)
-    block_l = max(1, min(_TILE // block_d, next_pow2(lq)))
-    grid = (triton.cdiv(lq, block_l), bsz * heads)
-    _merge_varlen_kernel[grid](out, *out.stride()[:4], lse, *lse.stride(), flags, y, heads, lq,
-                               d, SPLITS=splits, BLOCK_L=block_l, BLOCK_D=block_d,
-                               num_warps=4)
-    return y
+    return _merge(out, lse, full, y)
