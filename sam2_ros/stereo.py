@@ -37,6 +37,7 @@ rectified images (``image_rect``) is the more exact choice.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
@@ -187,6 +188,16 @@ class Calibration:
                     and np.allclose(pl[2, :3], [0, 0, 1], atol=rtol)
                     and pl[0, 1] == 0 and pl[0, 3] != pr[0, 3])
 
+    @functools.cached_property
+    def left_rect(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(Q [3, 3], o [3]): a point x of the frame both P project from is Q x + o in the left
+        rectified frame. P_left = K' [Q | K'^-1 p4] (RQ of its 3x3 part): Q = I and o = minus
+        the left centre for a rectified pair's P (o = 0 unless its Tx is not, e.g. cameras
+        given right first). Once per calibration, not per point."""
+        p = self.left.P
+        k, q = _rq(p[:, :3])
+        return q, np.linalg.solve(k, p[:, 3])
+
     @property
     def baseline(self) -> float:
         """Distance between the two optical centres (m, P's units)."""
@@ -317,13 +328,9 @@ def _from_dlt(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
 
 def in_left(calib: Calibration, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """A point [3] of the frame both P project from -> (the left camera's frame, the left
-    rectified frame). P_left = K' [Q | t] (RQ decomposition of its 3x3 part) puts the point at
-    Q x + K'^-1 p4 in the left rectified frame (x minus the left centre when P_left is a
-    rectified pair's: Q = I, and Tx_left = 0 unless the cameras were given right first), then
-    R_left^T rotates it into the left camera's own frame."""
-    p = calib.left.P
-    k, q = _rq(p[:, :3])
-    rect = q @ x + np.linalg.solve(k, p[:, 3])
+    rectified frame: ``Calibration.left_rect``, then R_left^T into the camera's own frame)."""
+    q, o = calib.left_rect
+    rect = q @ x + o
     return calib.left.R.T @ rect, rect
 
 

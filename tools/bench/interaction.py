@@ -43,6 +43,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from sam2_ros.ros import gc_policy      # no ROS import: the node's heap freeze, as it runs it
 from tools.bench import gc_watch, results
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
@@ -211,7 +212,6 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         tr.add_prompt(Prompt(i + 1, box=box))
     before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
     if a.gc_freeze:
-        from sam2_ros.ros import gc_policy
         gc_policy.freeze()
     watch = gc_watch.GcWatch()
     ms: List[float] = []
@@ -257,7 +257,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                if v - reasons0.get(k, 0)}
     del tr
     if a.gc_freeze:
-        gc.unfreeze()
+        gc_policy.unfreeze()
     gc.collect()
     if torch.device(a.device).type == 'cuda':
         torch.cuda.empty_cache()

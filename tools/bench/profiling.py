@@ -71,10 +71,9 @@ def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
         tr = getattr(e, 'time_range', None)
         if tr is not None:
             intervals.append((tr.start, tr.end))
-        name = e.name.lower()
-        if name.startswith('memcpy') or name.startswith('memset'):
+        us = kernel_us(e)
+        if us is None:
             continue
-        us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
         total_us += us
         count += 1
         per_name[e.name[:90]] = per_name.get(e.name[:90], 0.0) + us
@@ -94,6 +93,13 @@ def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
     info['kernel_groups'] = {k: [round(c / frames, 1), round(us / 1e3 / frames, 4)]
                              for k, (c, us) in by_time}
     return total_us / 1e3 / frames
+
+
+def kernel_us(e) -> Optional[float]:
+    """A device event's kernel time (us); None for a memcpy or memset, which are no kernels."""
+    if e.name.lower().startswith(('memcpy', 'memset')):
+        return None
+    return e.device_time if hasattr(e, 'device_time') else e.cuda_time
 
 
 def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) -> Dict[str, float]:

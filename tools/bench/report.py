@@ -38,7 +38,11 @@ MODELS = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
 
 def _h200(rows: List[dict]) -> List[dict]:
     """The rows measured on the H200 (rows of another card sit beside them in the file)."""
-    return [r for r in rows if 'H200' in str(r.get('gpu', 'H200'))]
+    return [r for r in rows if _is_h200(r)]
+
+
+def _is_h200(row: dict) -> bool:
+    return 'H200' in str(row.get('gpu', 'H200'))      # rows from before the GPU was kept
 
 
 def engine_current(results: str) -> List[str]:
@@ -132,7 +136,7 @@ def _node_target(r: dict) -> str:
     cameras = r.get('cameras', 1)
     if cameras > 1 and r.get('node_per_camera', True):
         return '-'
-    if 'H200' not in str(r.get('gpu', 'H200')):     # the targets are the H200 host's
+    if not _is_h200(r):                             # the targets are the H200 host's
         return f'- ({gpu_short(r)})'
     target = NODE_TARGET_P99_MS.get((cameras, r.get('input', 'raw')), {}).get(r['objects'])
     if target is None or r.get('camera_hz') != 60 or (r['width'], r['height']) != (1280, 720) \

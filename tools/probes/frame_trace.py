@@ -14,6 +14,8 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Dict, List
 
+from tools.bench.profiling import kernel_us
+
 MARK = 'probe_frame_'     # record_function name of a frame: MARK + its index
 TOP_CALLS = 6             # host calls kept per frame, longest first
 
@@ -70,9 +72,8 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
         if e.device_type == cuda:
             # a frame ends after its masks' read-back, so its kernels ran inside its marker
             t = frame_of(e.time_range.start)
-            name = e.name.lower()
-            if t is not None and not name.startswith(('memcpy', 'memset')):
-                us = e.device_time if hasattr(e, 'device_time') else e.cuda_time
+            us = kernel_us(e)
+            if t is not None and us is not None:
                 out[t]['kernel_ms'] += us / 1e3
             continue
         t = frame_of(e.time_range.start)
