@@ -140,7 +140,7 @@ def iou(a: Box, b: Box) -> float:
     if iw <= 0 or ih <= 0:
         return 0.0
     inter = iw * ih
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    union = _area(a) + _area(b) - inter
     return float(inter / union) if union > 0 else 0.0
 
 

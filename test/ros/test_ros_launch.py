@@ -22,7 +22,7 @@ LAUNCH = {
     'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices', 'positions',
                                         'rectified'},
     'stereo.launch.py': COMMON | {'namespace', 'cameras', 'camera_image', 'pair_tolerance_ms',
-                                  'camera_period_ms'},
+                                  'camera_period_ms', 'positions_rectified'},
     'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
                                     'objects_topic'},
 }
@@ -269,6 +269,9 @@ def test_stereo_launch_leaves_camera_options_to_the_params_file(tmp_path, monkey
         camera_image='image_raw', cameras='a, b, c') == {
         'autostart': True, 'cameras': ['a', 'b', 'c'], 'camera_image': 'image_raw',
         'pair_tolerance_ms': 2.0, 'camera_period_ms': 16.7}
+    # rectified images: the positions' setting goes with them (a bool, as the knob says)
+    assert stereo_parameters(monkeypatch, params_file=str(mine), positions_rectified='true')[
+        'positions_rectified'] is True
     # a later section for the node (its namespace, or a wildcard) names cameras: the file's,
     # not left,right (rcl applies every matching section, the last one wins)
     named = tmp_path / 'named.yaml'
