@@ -25,6 +25,7 @@ def test_probe_records_wall_and_engine_ms_of_every_frame(tmp_path, one_thread, c
     # the engine's time is part of the frame's wall time
     assert all(0 < e <= w for e, w in zip(row['engine_ms'], row['frame_ms']))
     assert sorted(row['window']) == ['2', '3']
+    assert len(row['replays']) == 4 and all(r['first_replays'] == 0 for r in row['replays'])
 
 
 def test_tuned_allocator_rows_are_named_apart(tmp_path, one_thread, capsys):
@@ -81,3 +82,26 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
         assert calls and all(ms <= f['wall_ms'] for _, ms in calls)
         assert [ms for _, ms in calls] == sorted((ms for _, ms in calls), reverse=True)
         assert not any(n.startswith('probe_frame_') for n, _ in calls)
+
+
+def test_replay_watch_counts_first_replays_and_restores_replay(monkeypatch):
+    """A graph replayed twice counts one first replay; a second graph another; the class's
+    replay is restored on exit. CUDAGraph.replay is a stand-in here (no CUDA on the CPU)."""
+    import torch
+
+    from tools.probes import replay_watch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda.CUDAGraph, 'replay', lambda g: calls.append(g))
+    standin = torch.cuda.CUDAGraph.replay
+    g1, g2 = object(), object()
+    with replay_watch.ReplayWatch() as watch:
+        torch.cuda.CUDAGraph.replay(g1)
+        first = watch.frame()
+        torch.cuda.CUDAGraph.replay(g1)
+        torch.cuda.CUDAGraph.replay(g2)
+        second = watch.frame()
+    assert torch.cuda.CUDAGraph.replay is standin and calls == [g1, g1, g2]
+    assert (first['replays'], first['first_replays']) == (1, 1)
+    assert (second['replays'], second['first_replays']) == (2, 1)
+    assert first['host_allocs'] == second['host_allocs'] == 0       # no pinned pool on the CPU

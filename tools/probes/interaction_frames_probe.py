@@ -25,7 +25,7 @@ import torch
 
 from tools.bench import gc_watch
 from tools.bench.interaction import run_row
-from tools.probes import frame_trace
+from tools.probes import frame_trace, replay_watch
 from tools.bench.profiling import kernel_ms, sync
 from tools.bench.results import save_probe
 
@@ -38,17 +38,25 @@ def stream_args(a: argparse.Namespace) -> argparse.Namespace:
                               tune_malloc=a.tune_malloc, gc_freeze=a.gc_freeze)
 
 
-def walls(a: argparse.Namespace) -> Tuple[List[float], List[Optional[float]], List[float]]:
+def walls(a: argparse.Namespace
+          ) -> Tuple[List[float], List[Optional[float]], List[float], List[Dict[str, float]]]:
     """Wall ms of every timed frame, as the benchmark times them, the engine_ms its result
     reports (``track`` to the masks' read-back on the host, before the per-object results are
     built) and its ms in Python's garbage collections: a slow frame whose engine_ms is slow
     too lost its time before the read-back completed, one whose engine_ms is not lost it after
-    (building the host results); its gc ms says how much of that a collection took."""
+    (building the host results); its gc ms says how much of that a collection took; its
+    replay counters (``replay_watch``: first replays, pinned blocks created) say whether it
+    paid a first-use cost."""
     ms: List[float] = []
+    replays: List[Dict[str, float]] = []
     engine: List[Optional[float]] = []
     gc_ms: List[float] = []
 
+    counts = replay_watch.ReplayWatch()
+
     def around(t: int, work: Callable[[], object]) -> object:
+        if t == 1:
+            counts.frame()      # the set-up frame's captures and first replays are not frame 1's
         with gc_watch.GcWatch() as watch:
             sync(a.device)
             t0 = time.perf_counter()
@@ -56,11 +64,13 @@ def walls(a: argparse.Namespace) -> Tuple[List[float], List[Optional[float]], Li
             sync(a.device)
             ms.append(round((time.perf_counter() - t0) * 1e3, 3))
         gc_ms.append(gc_watch.frame_ms(watch.take()))
+        replays.append(counts.frame())
         e = getattr(out, 'engine_ms', None)
         engine.append(None if e is None else round(float(e), 3))
         return out
-    run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
-    return ms, engine, gc_ms
+    with counts:
+        run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
+    return ms, engine, gc_ms, replays
 
 
 def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, object]]:
@@ -122,7 +132,7 @@ def main(argv=None) -> int:
         from sam2_ros.ros.malloc import keep_large_buffers
         print(f'# tune_malloc: {keep_large_buffers()}', flush=True)
     with torch.inference_mode():
-        ms, engine, gc_ms = walls(a)
+        ms, engine, gc_ms, replays = walls(a)
         prof = kernels(a, lo, hi)
         trace = traced(a) if a.trace else {}
     for t in range(lo, hi + 1):
@@ -134,7 +144,9 @@ def main(argv=None) -> int:
               f"{k.get('groups')}", flush=True)
     for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:5]:
         print(f'slow frame {i + 1}: {ms[i]:7.3f} ms wall, engine_ms {engine[i]}, '
-              f'gc {gc_ms[i]} ms', flush=True)
+              f'gc {gc_ms[i]} ms, {replays[i]}', flush=True)
+    firsts = [i + 1 for i, r in enumerate(replays) if r['first_replays'] or r['host_allocs']]
+    print(f'frames with a first replay or a new pinned block: {firsts}', flush=True)
     for t, f in frame_trace.slowest(trace):
         print(f"traced slow frame {t}: {f['wall_ms']:7.3f} ms wall, {f['host_ops_ms']} ms in "
               f"host ops, {f['kernel_ms']} ms kernels, longest host calls {f['top_calls']}",
@@ -142,6 +154,7 @@ def main(argv=None) -> int:
     save_probe(a.out, [{'objects': a.objects, 'corrections': a.corrections,
                         'tune_malloc': a.tune_malloc, 'gc_freeze': a.gc_freeze,
                         'frame_ms': ms, 'engine_ms': engine, 'gc_ms': gc_ms,
+                        'replays': replays,
                         'window': {str(t): v for t, v in prof.items()},
                         'trace': {str(t): v for t, v in trace.items()}}])
     return 0
