@@ -79,9 +79,12 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
         assert f['wall_ms'] > 0 and f['kernel_ms'] == 0.0
         assert 0 < f['host_ops_ms'] <= f['wall_ms']
         calls = f['top_calls']
-        assert calls and all(ms <= f['wall_ms'] for _, ms in calls)
-        assert [ms for _, ms in calls] == sorted((ms for _, ms in calls), reverse=True)
-        assert not any(n.startswith('probe_frame_') for n, _ in calls)
+        assert calls and all(ms <= f['wall_ms'] for _, ms, _ in calls)
+        assert [ms for _, ms, _ in calls] == sorted((ms for _, ms, _ in calls), reverse=True)
+        assert not any(n.startswith('probe_frame_') for n, _, _ in calls)
+    # every frame's ops are ours (the tracker's): at least one names the line that made it
+    assert any(where.endswith(')') or '): ' in where
+               for f in trace.values() for _, _, where in f['top_calls'])
 
 
 def test_replay_watch_counts_first_replays_and_restores_replay(monkeypatch):

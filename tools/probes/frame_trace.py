@@ -1,6 +1,7 @@
 """Every frame of a stream under one torch.profiler session: per frame its wall time there, its
 GPU kernel time and the host calls inside it with the most time of their own (CUDA runtime
-calls and aten ops; an op's children are not counted in it).
+calls and aten ops; an op's children are not counted in it), each with the line of our code
+that made it (the innermost ``sam2_ros`` or ``tools`` frame of its Python stack).
 
 Why: in the 8-object interaction stream the slow frames are slow inside ``track`` (before the
 masks reach the host) while the kernels of the frames profiled one by one stay the same; which
@@ -26,7 +27,7 @@ class FrameTrace:
     def __init__(self, cuda: bool) -> None:
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        self.prof = profile(activities=acts)
+        self.prof = profile(activities=acts, with_stack=True)
         self.started = False
 
     def around(self, t: int, work: Callable[[], object]) -> object:
@@ -51,8 +52,8 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
     """``events`` (torch.profiler FunctionEvents) -> per frame marker: wall_ms, host_ops_ms (the
     own time of every host op in it; the rest of the wall ran outside any op), kernel_ms (CUDA
     kernels launched inside it, memcpy/memset excluded; 0 on the CPU) and top_calls
-    [[name, ms], ...] (host events inside it by their own time, longest first, the marker
-    left out)."""
+    [[name, ms, where], ...] (host events inside it by their own time, longest first, the
+    marker left out; ``where``: the innermost frame of our code on its stack, '' if none)."""
     import torch
     cuda = torch.autograd.DeviceType.CUDA
     marks = sorted((e.time_range.start, e.time_range.end, int(e.name[len(MARK):]))
@@ -76,16 +77,30 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
             if t is not None and us is not None:
                 out[t]['kernel_ms'] += us / 1e3
             continue
+        if getattr(e, 'is_python_function', False):
+            continue             # Python frames only say where an op came from (_ours)
         t = frame_of(e.time_range.start)
         if t is not None:        # self time: an enclosing op does not repeat its children's
-            out[t]['calls'].append((_self_us(e), e.name[:60]))
+            out[t]['calls'].append((_self_us(e), e.name[:60], _ours(e)))
     for f in out.values():
         f['kernel_ms'] = round(f['kernel_ms'], 3)
         # the rest of the wall is outside every profiled op: Python, or the thread not running
-        f['host_ops_ms'] = round(sum(us for us, _ in f['calls']) / 1e3, 3)
-        f['top_calls'] = [[n, round(us / 1e3, 3)] for us, n in sorted(f.pop('calls'),
-                                                                     reverse=True)[:TOP_CALLS]]
+        f['host_ops_ms'] = round(sum(c[0] for c in f['calls']) / 1e3, 3)
+        f['top_calls'] = [[n, round(us / 1e3, 3), where] for us, n, where
+                          in sorted(f.pop('calls'), reverse=True)[:TOP_CALLS]]
     return out
+
+
+def _ours(e) -> str:
+    """The innermost Python frame of our code (sam2_ros/ or tools/) above an event,
+    'file.py(line): function' (the profiler records Python calls as parent events with
+    ``with_stack``); '' where none is (a CUDA runtime call has no parent event)."""
+    parent = getattr(e, 'cpu_parent', None)
+    while parent is not None:
+        if 'sam2_ros/' in parent.name or 'tools/' in parent.name:
+            return parent.name.rsplit('/', 1)[-1]
+        parent = parent.cpu_parent
+    return ''
 
 
 def _self_us(e) -> float:
