@@ -91,7 +91,7 @@ fi
 if on INTERACTION_S 90; then
   timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
     --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
-    --reuse-attention "${REUSE:-on}" --merge-buckets "${MERGE:-on}" \
+    --reuse-attention "${REUSE:-on}" --merge-buckets "${MERGE:-on}" --steady-frames 300 \
     --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250

@@ -136,3 +136,22 @@ def test_interaction_merge_variants_name_their_rows(tmp_path, one_thread):
         'swap+separate_buckets', 'swap+merge_always']
     with pytest.raises(SystemExit):
         bench.main(argv[:-5] + ['--merge-buckets', 'sometimes', '--random-weights'])
+
+
+def test_steady_frames_time_identical_frames_after_the_stream(tmp_path, one_thread, capsys):
+    """--steady-frames: the row's 'steady' holds that many more frames' p50/p99 (the machine's
+    own jitter), timed after the settle frames; the stream's counters stay the stream's."""
+    out = tmp_path / 'interaction.json'
+    argv = ['--device', 'cpu', '--precision', 'fp32', '--model', 'tiny', '--res', '64',
+            '--h', '64', '--w', '96', '--frames', '4', '--correct-every', '0', '--new-at', '0',
+            '--objects', '1', '--variants', 'swap', '--steady-frames', '3', '--random-weights',
+            '--out', str(out)]
+    assert bench.main(argv) == 0
+    assert 'steady p99/p50' in capsys.readouterr().out
+    (row,) = json.loads(out.read_text())
+    steady = row['steady']
+    assert steady['frames'] == 3 and 0 < steady['ms_p50'] <= steady['ms_p99']
+    assert steady['p99_over_p50'] == round(steady['ms_p99'] / steady['ms_p50'], 3)
+    assert row['eager_steps'] == 4          # the stream's 4 frames, not the 23 after them
+    with pytest.raises(SystemExit):
+        bench.parse(argv[:-2] + ['--steady-frames', '-1'])

@@ -53,6 +53,7 @@ DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
 VARIANTS = ('swap', 'batched')          # TrackerConfig.graph_mode
 CORRECTIONS = ('immediate', 'deferred')  # add_prompt on the frame, or defer_prompt to the next
 SLOWEST = 5                             # slowest frames kept per row
+SETTLE = 20                             # untimed frames before --steady-frames' timed ones
 # Step counters every row carries, 0 when the tracker never counted one; any other
 # ``*_steps`` counter the tracker has (e.g. prompt_graph_steps) is added when present.
 # always in a row, 0 included: a row says that no step ran apart, not that none was counted
@@ -95,6 +96,11 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="gc.freeze() after the set-up frame, as the node does after configure "
                         "(its gc_freeze parameter): collections skip the model's heap; rows "
                         "named '<graph_mode>+gc_freeze'")
+    p.add_argument('--steady-frames', type=int, default=0,
+                   help='after the stream, N more frames without prompts (timed once every '
+                        'object has settled in its steady bucket): identical work each frame, '
+                        "so their p99/p50 (the row's 'steady') is the machine's own jitter, "
+                        'the floor under the p99/p50 of the interactive frames')
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     weights = p.add_mutually_exclusive_group(required=True)
@@ -127,6 +133,8 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error(f'unknown corrections {bad}; known: {list(CORRECTIONS)}')
     if any(o < 1 for o in a.objects) or a.frames < 1:
         p.error('--objects and --frames must be >= 1')
+    if a.steady_frames < 0:
+        p.error('--steady-frames must be >= 0')
     return a
 
 
@@ -255,6 +263,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     counts = step_counts(dict(tr.stats), before)
     reasons = {k: v - reasons0.get(k, 0) for k, v in tr.fallback_reasons.items()
                if v - reasons0.get(k, 0)}
+    steady = steady_frames(tr, stream, a) if a.steady_frames else None
     del tr
     if a.gc_freeze:
         gc_policy.unfreeze()
@@ -277,9 +286,31 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         row['fallback_reasons'] = reasons
     row['slowest'] = slowest(ms, kinds, modes, gcs)
     row['gc'] = gc_watch.summary(gcs)
+    if steady is not None:
+        row['steady'] = steady
     row['src'] = f'{a.w}x{a.h}'
     row['weights'] = 'random' if a.random_weights else a.checkpoint
     return row
+
+
+def steady_frames(tr, stream, a: argparse.Namespace) -> Dict[str, object]:
+    """``a.steady_frames`` more frames of the stream on the same tracker, no prompts, timed
+    as the stream's frames, after ``SETTLE`` untimed ones (an object corrected near the
+    stream's end leaves its padded bucket within the bank's pointer count, 16 frames): every
+    timed one replays the same graphs on the same shapes, so their spread is the machine's."""
+    ms: List[float] = []
+    t0 = a.frames + 1
+    for t in range(t0, t0 + SETTLE + a.steady_frames):
+        frame = stream.frame(t)
+        _sync(a.device)
+        start = time.perf_counter()
+        tr.track(frame)
+        _sync(a.device)
+        if t >= t0 + SETTLE:
+            ms.append((time.perf_counter() - start) * 1e3)
+    p50, p99 = (float(np.percentile(ms, q)) for q in (50, 99))
+    return {'frames': len(ms), 'ms_p50': round(p50, 3), 'ms_p99': round(p99, 3),
+            'p99_over_p50': round(p99 / p50, 3) if p50 else None}
 
 
 def table(rows: List[dict]) -> str:
@@ -287,7 +318,7 @@ def table(rows: List[dict]) -> str:
     docs/performance.md)."""
     steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
     cols = ['model', 'res', 'objects', 'variant', 'corrections', 'frames', 'ms_p50', 'ms_p99',
-            'p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)',
+            'p99/p50', 'steady p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)',
             'run']
     out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
@@ -298,7 +329,8 @@ def table(rows: List[dict]) -> str:
                         for s in r.get('slowest', [])[:3])
         vals = [r['model'], r['res'], r['objects'], r['variant'],
                 r.get('corrections', 'immediate'), r['frames'],
-                _fmt(r['ms_p50']), _fmt(r['ms_p99']), _fmt(ratio), _fmt(r['ms_max']),
+                _fmt(r['ms_p50']), _fmt(r['ms_p99']), _fmt(ratio),
+                _fmt((r.get('steady') or {}).get('p99_over_p50')), _fmt(r['ms_max']),
                 *(r.get(k, '-') for k in (*STEP_KEYS, *steps)), r.get('fallbacks', '-'),
                 slow, r.get('run', '-')]
         out.append('| ' + ' | '.join(str(v) for v in vals) + ' |')

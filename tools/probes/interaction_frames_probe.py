@@ -35,7 +35,8 @@ def stream_args(a: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(model='tiny', res=a.res, checkpoint=None, random_weights=True,
                               seed=0, device=a.device, precision=a.precision, frames=a.frames,
                               w=1280, h=720, correct_every=60, new_at=150, precompile='',
-                              tune_malloc=a.tune_malloc, gc_freeze=a.gc_freeze)
+                              tune_malloc=a.tune_malloc, gc_freeze=a.gc_freeze,
+                              steady_frames=0)
 
 
 def walls(a: argparse.Namespace
