@@ -209,9 +209,21 @@ def centre(P: np.ndarray) -> np.ndarray:
     return -np.linalg.solve(P[:, :3], P[:, 3])
 
 
+# What each bound of Limits means: the nodes' parameters of the same names take these docs
+LIMIT_DOCS = {
+    'min_disparity_px': 'a 3D position is valid only with a disparity of at least this many '
+                        'rectified pixels (smaller: too far to tell; 0 still refuses infinity)',
+    'max_row_error_px': 'a row-aligned pair (two rectified P, as stereo drivers publish) gives '
+                        "a valid 3D position only when the object's two centroids lie at most "
+                        'this many rectified rows apart',
+    'max_reprojection_px': 'a pair that is not row-aligned (DLT) gives a valid 3D position only '
+                           'when it reprojects within this many pixels of both centroids',
+}
+
+
 @dataclass(frozen=True)
 class Limits:
-    """When an estimate counts as valid (pixels of the rectified images)."""
+    """When an estimate counts as valid (pixels of the rectified images; ``LIMIT_DOCS``)."""
 
     min_disparity_px: float = 1.0      # smaller: too far to tell (and zero: infinity)
     max_row_error_px: float = 4.0      # rectified rows of one object's two centroids

@@ -11,6 +11,7 @@ from typing import List
 from sam2_ros.engine.decode import MAX_IMAGE_PIXELS
 from sam2_ros.ros.executor import EXECUTORS
 from sam2_ros.knobs import knob
+from sam2_ros.stereo import LIMIT_DOCS, Limits
 
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')
@@ -41,6 +42,13 @@ class NodeOptions:
         'with cameras: the images are rectified (e.g. image_rect), so ~/positions triangulates '
         'mask centroids as they are; false: raw images, centroids undistorted and rectified '
         'with camera_info first'))
+    # ~/positions' validity bounds: stereo.Limits' fields and defaults, under positions_<name>
+    positions_min_disparity_px: float = knob(Limits.min_disparity_px, kind='float', doc=(
+        'with cameras: ' + LIMIT_DOCS['min_disparity_px']))
+    positions_max_row_error_px: float = knob(Limits.max_row_error_px, kind='float', doc=(
+        'with cameras: ' + LIMIT_DOCS['max_row_error_px']))
+    positions_max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float', doc=(
+        'with cameras: ' + LIMIT_DOCS['max_reprojection_px']))
     input_type: str = knob('raw', kind='str', doc=(
         "'raw' (sensor_msgs/Image) or 'compressed' (sensor_msgs/CompressedImage on "
         '<image_topic>/compressed)'))
@@ -210,6 +218,12 @@ class NodeOptions:
     detection_max_age_frames: int = knob(15, kind='int', runtime=True, doc=(
         'detections stamped more processed frames back are rejected'))
 
+    @property
+    def positions_limits(self) -> Limits:
+        """When a position of ~/positions is valid (ValueError naming a bad bound)."""
+        return Limits(self.positions_min_disparity_px, self.positions_max_row_error_px,
+                      self.positions_max_reprojection_px)
+
     def validate(self) -> 'NodeOptions':
         """Raise ValueError naming the first bad option; return self for chaining."""
         if self.input_type not in INPUT_TYPES:
@@ -240,6 +254,10 @@ class NodeOptions:
                       self.pair_tolerance_ms)
         for c in self.cameras:
             check_topic(f'{c}/{self.camera_image}', 'camera_image under each camera')
+        try:
+            self.positions_limits
+        except ValueError as exc:       # Limits names the field; the parameter has a prefix
+            raise ValueError(f'positions_{exc}') from None
         if self.timing_log and not os.path.isdir(os.path.dirname(
                 os.path.abspath(self.timing_log))):
             raise ValueError(f'timing_log must be a file in an existing folder, got '

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros.pairing import Group
 from sam2_ros.ros.stereo_msgs import calibration_from_msgs
-from sam2_ros.stereo import Calibration, Triangulation, triangulate
+from sam2_ros.stereo import Calibration, Limits, Triangulation, triangulate
 
 OUTPUT_TOPIC = '~/positions'
 
@@ -69,9 +69,11 @@ class PairCalibration:
 class Positions:
     """The ``~/positions`` publisher and the pair's calibration (see the module docstring)."""
 
-    def __init__(self, node: Any, pub: Any, off: Optional[str], rectified: bool) -> None:
+    def __init__(self, node: Any, pub: Any, off: Optional[str], rectified: bool,
+                 limits: Limits = Limits()) -> None:
         self.node, self.pub, self.off = node, pub, off
         self.rectified = rectified
+        self.limits = limits
         self.pair = PairCalibration(rectified)
         self.last: Dict[int, Triangulation] = {}
         self.mismatch = ''          # camera_info of another size than the images ('' if not)
@@ -81,19 +83,20 @@ class Positions:
     @classmethod
     def create(cls, node: Any, names: List[str]) -> 'Positions':
         rectified = bool(node.opts.positions_rectified)
+        limits = node.opts.positions_limits
         if len(names) < 2:
-            return cls(node, None, 'one camera', rectified)
+            return cls(node, None, 'one camera', rectified, limits)
         try:
             from vision_msgs.msg import Detection3DArray
         except ImportError as exc:
-            return cls(node, None, f'no vision_msgs ({exc})', rectified)
+            return cls(node, None, f'no vision_msgs ({exc})', rectified, limits)
         from sam2_ros.ros.publishers import OUTPUT_QOS
 
         warning = rectified_mismatch(str(node.opts.camera_image), rectified)
         if warning:
             node.get_logger().warning(warning)
         return cls(node, node.create_lifecycle_publisher(Detection3DArray, OUTPUT_TOPIC,
-                                                         OUTPUT_QOS), None, rectified)
+                                                         OUTPUT_QOS), None, rectified, limits)
 
     def on_camera_info(self, camera: int) -> Callable[[Any], None]:
         return self.pair.on_camera_info(camera)
@@ -113,7 +116,7 @@ class Positions:
             return
         found = triangulate_objects(
             calib, {o.obj_id: visible(o) for o in results[0].objects},
-            {o.obj_id: visible(o) for o in results[1].objects}, self.rectified)
+            {o.obj_id: visible(o) for o in results[1].objects}, self.rectified, self.limits)
         self.last = found
         self.valid += sum(t.valid for t in found.values())
         self.invalid += sum(not t.valid for t in found.values())
@@ -174,12 +177,12 @@ def rectified_mismatch(camera_image: str, rectified: bool) -> str:
 
 
 def triangulate_objects(calib: Calibration, left: Dict[int, Optional[Any]],
-                        right: Dict[int, Optional[Any]],
-                        rectified: bool) -> Dict[int, Triangulation]:
+                        right: Dict[int, Optional[Any]], rectified: bool,
+                        limits: Limits = Limits()) -> Dict[int, Triangulation]:
     """Every object id of either camera -> its triangulation from the two centroids (pixel
     (x, y), None where the object is not visible in that camera, or not tracked there: an
-    invalid position saying which image lacks it)."""
-    return {obj_id: triangulate(calib, left.get(obj_id), right.get(obj_id),
+    invalid position saying which image lacks it), valid within ``limits``."""
+    return {obj_id: triangulate(calib, left.get(obj_id), right.get(obj_id), limits,
                                 rectified=rectified)
             for obj_id in sorted(set(left) | set(right))}
 

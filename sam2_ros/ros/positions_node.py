@@ -148,7 +148,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.refused += 1
                 return
             found = triangulate_objects(calib, centroids(left), centroids(right),
-                                        self.rectified)
+                                        self.rectified, self.options.limits)
             self.last = found
             self.valid += sum(t.valid for t in found.values())
             self.invalid += sum(not t.valid for t in found.values())

@@ -18,6 +18,7 @@ from typing import Any, Dict, Tuple
 from sam2_ros.knobs import knobs, knob
 from sam2_ros.ros import params
 from sam2_ros.ros.options import check_topic
+from sam2_ros.stereo import LIMIT_DOCS, Limits
 
 TARGET = 'positions'         # ParamSpec.target of these parameters
 # diagnostics_period_s: a timer of less than a millisecond publishes as fast as a core can;
@@ -53,6 +54,18 @@ class PositionsOptions:
         'states of one camera waiting for a partner; with more, the oldest is dropped'))
     diagnostics_period_s: float = knob(1.0, kind='float', doc=(
         f'period of /diagnostics (wall clock), {PERIOD_RANGE_S[0]:g}..{PERIOD_RANGE_S[1]:g}'))
+    # when a position counts as valid: stereo.Limits' fields and defaults, under their names
+    min_disparity_px: float = knob(Limits.min_disparity_px, kind='float',
+                                   doc=LIMIT_DOCS['min_disparity_px'])
+    max_row_error_px: float = knob(Limits.max_row_error_px, kind='float',
+                                   doc=LIMIT_DOCS['max_row_error_px'])
+    max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float',
+                                      doc=LIMIT_DOCS['max_reprojection_px'])
+
+    @property
+    def limits(self) -> Limits:
+        """The validity bounds of a position (ValueError naming a bad one)."""
+        return Limits(self.min_disparity_px, self.max_row_error_px, self.max_reprojection_px)
 
     @property
     def wait_ns(self) -> int:
@@ -86,6 +99,10 @@ class PositionsOptions:
                                  f'partner')
         if self.pair_depth < 1:
             raise ParameterError(f'pair_depth must be >= 1, got {self.pair_depth!r}')
+        try:
+            self.limits
+        except ValueError as exc:
+            raise ParameterError(str(exc)) from None
         low, high = PERIOD_RANGE_S
         if not low <= self.diagnostics_period_s <= high:
             raise ParameterError(f'diagnostics_period_s must be in {low:g}..{high:g}, got '

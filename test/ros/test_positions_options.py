@@ -19,8 +19,17 @@ def test_defaults_are_valid_and_every_option_is_a_parameter():
     assert build({}) == PositionsOptions()
     assert [s.name for s in SPECS] == ['left', 'right', 'tracker', 'rectified',
                                        'pair_tolerance_ms', 'pair_wait_ms', 'pair_depth',
-                                       'diagnostics_period_s']
+                                       'diagnostics_period_s', 'min_disparity_px',
+                                       'max_row_error_px', 'max_reprojection_px']
     assert all(s.description for s in SPECS)
+
+
+def test_validity_bounds_are_the_limits_of_the_positions():
+    from sam2_ros import stereo
+
+    assert build({}).limits == stereo.Limits()
+    assert build({'min_disparity_px': 0, 'max_row_error_px': 1.5,
+                  'max_reprojection_px': 2}).limits == stereo.Limits(0.0, 1.5, 2.0)
 
 
 def test_integers_are_taken_for_float_parameters():
@@ -53,6 +62,8 @@ BAD = [
     ({'diagnostics_period_s': 0.0}, r'diagnostics_period_s must be in 0.001..86400, got 0.0'),
     ({'diagnostics_period_s': 1e300}, 'diagnostics_period_s must be in'),   # timer overflow
     ({'pair_wiat_ms': 3}, r"unknown parameters: \['pair_wiat_ms'\]"),
+    ({'min_disparity_px': -0.5}, 'min_disparity_px must be finite and >= 0, got -0.5'),
+    ({'max_reprojection_px': math.inf}, 'parameter max_reprojection_px must be a finite number'),
 ]
 
 

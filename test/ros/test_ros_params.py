@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sam2_ros import stereo
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.ros import params
 from sam2_ros.ros.options import NodeOptions
@@ -68,6 +69,12 @@ def test_build_maps_and_converts():
     assert not cfg.precast_weights
     cfg, _ = params.build({'checkpoint': '/x.pt', 'compile_mode': 'default', 'graph_io': False})
     assert cfg.compile_mode == 'default' and not cfg.graph_io
+    # ~/positions' validity bounds: stereo.Limits' defaults, set by their parameters
+    _, opts = params.build({'checkpoint': '/x.pt'})
+    assert opts.positions_limits == stereo.Limits()
+    _, opts = params.build({'checkpoint': '/x.pt', 'positions_min_disparity_px': 0,
+                            'positions_max_row_error_px': 2, 'positions_max_reprojection_px': 8})
+    assert opts.positions_limits == stereo.Limits(0.0, 2.0, 8.0)
 
 
 @pytest.mark.parametrize('values, text', [
@@ -83,6 +90,10 @@ def test_build_maps_and_converts():
     ({'random_weights': True, 'no_such_param': 1}, 'unknown'),
     ({'random_weights': True, 'compile_mode': 'fastest'}, 'compile_mode'),
     ({'random_weights': True, 'batch_buckets': [1.0, 2.0]}, 'batch_buckets'),
+    ({'random_weights': True, 'positions_min_disparity_px': -1.0},
+     'positions_min_disparity_px must be finite and >= 0'),
+    ({'random_weights': True, 'positions_max_row_error_px': float('inf')},
+     'positions_max_row_error_px must be a finite number'),
     ({}, 'checkpoint'),
 ])
 def test_bad_values(values, text):

@@ -131,3 +131,31 @@ def test_an_object_tracked_in_one_camera_gets_an_invalid_position_with_the_reaso
                                 {1: (77.0, 60.0)}, rectified=True)
     assert sorted(found) == [1, 2] and found[1].valid
     assert not found[2].valid and found[2].reason == stereo.NOT_VISIBLE_RIGHT
+
+
+def test_validity_bounds_are_the_limits_given():
+    """A far object (disparity 0.5 px) is refused under the default 1 px and valid under a
+    0.25 px bound; rows 3 px apart pass the default 4 px and fail a 2 px bound."""
+    from sam2_ros.ros.positions import triangulate_objects
+
+    calib = sc.rectified_pair()
+    far = ({1: (80.0, 60.0)}, {1: (79.5, 60.0)})
+    assert not triangulate_objects(calib, *far, rectified=True)[1].valid
+    assert triangulate_objects(calib, *far, True, stereo.Limits(min_disparity_px=0.25))[1].valid
+    rows = ({1: (80.0, 60.0)}, {1: (70.0, 63.0)})
+    assert triangulate_objects(calib, *rows, rectified=True)[1].valid
+    found = triangulate_objects(calib, *rows, True, stereo.Limits(max_row_error_px=2.0))[1]
+    assert not found.valid and found.reason == stereo.ROW_ERROR
+
+
+def test_the_tracker_nodes_positions_use_its_limits_parameters():
+    """Positions takes the node's positions_* bounds (NodeOptions.positions_limits)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.options import NodeOptions
+    from sam2_ros.ros.positions import Positions
+
+    opts = dataclasses.replace(NodeOptions(), positions_min_disparity_px=0.25)
+    pos = Positions.create(SimpleNamespace(opts=opts), ['left'])
+    assert pos.off == 'one camera' and pos.limits == stereo.Limits(min_disparity_px=0.25)
