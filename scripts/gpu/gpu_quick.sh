@@ -54,7 +54,7 @@ if on ENGINE_S 150; then
     --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \
     > "$OUT/engine.log" 2>&1
   echo "== engine (rc $?, $(( $(date +%s) - T0 )) s)"
-  grep -E '^\||^census|FAILED|Error' "$OUT/engine.log" | cut -c1-250 | head -40
+  grep -E '^\||^census|^host gaps|FAILED|Error' "$OUT/engine.log" | cut -c1-400 | head -60
 fi
 if on PACED_S 0; then   # the engine at a camera's cadence (60 Hz) against back to back, one run
   timeout "$PACED_S" python3 -m tools.bench.cli --pace-hz 0,60 --frames 120 --warmup 16 \

@@ -45,6 +45,21 @@ def test_gpu_timeline_splits_launch_gaps_from_host_gaps():
     assert t['host_gaps_per_frame'] == 0.5 and t['host_gaps_ms_per_frame'] == 0.25
     assert t['busy_ms_per_frame'] == 0.036                      # 0..40 minus 4 us of gaps
     assert profiling.gpu_timeline([], frames=2) == {}
+    assert 'host_gaps_at' not in t                               # no names, no sites
+
+
+def test_gpu_timeline_names_where_the_gpu_waits_for_the_host():
+    """Named intervals: each host gap is put between the operation that ended last before
+    it (the overlapped kernel's longer neighbour, not the one listed last) and the next."""
+    frame = [(0, 10, 'copy_in'), (100, 110, 'encoder'), (105, 130, 'long'), (128, 129, 'short'),
+             (180, 190, 'step'), (192, 200, 'masks')]
+    ivs = frame + [(s + 1000, e + 1000, n) for s, e, n in frame]
+    t = profiling.gpu_timeline(ivs, frames=2)
+    # per frame: copy_in -> encoder 90 us, long -> step 50 us; between frames masks -> copy_in
+    assert t['host_gaps_at'] == [['masks', 'copy_in', 0.5, 0.4],
+                                 ['copy_in', 'encoder', 1.0, 0.09],
+                                 ['long', 'step', 1.0, 0.05]]
+    assert t['host_gaps_per_frame'] == 2.5
 
 
 def test_census_line_lists_groups_by_time():

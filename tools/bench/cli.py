@@ -219,6 +219,11 @@ def main(argv=None) -> int:
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', extra, flush=True)
         if a.census and extra.get('kernel_groups'):
             print(census_line(row, extra['kernel_groups']), flush=True)
+            sites = (extra.get('gpu_timeline') or {}).get('host_gaps_at')
+            if sites:       # where the GPU waited for the host: before -> after, n, ms
+                print(f"host gaps {row['model']}@{row['res']} x{row['objects']} "
+                      f"{row['variant']}: " + ', '.join(f'{b} -> {a} {n:g}/{ms:.3f}'
+                                                       for b, a, n, ms in sites), flush=True)
         if a.out:                            # after every row: a timeout keeps what was done
             save_json(a.out, rows)
             json.dump({'env': env, 'rows': extras, 'failed': failed}, open(side, 'w'), indent=1)

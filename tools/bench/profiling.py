@@ -12,6 +12,7 @@ import time
 from typing import Dict, List, Optional
 
 TOP_KERNELS = 12   # kernels with the most GPU time per frame, kept in the extra JSON
+HOST_GAP_SITES = 8  # gpu_timeline's host_gaps_at: the sites with the most waiting
 GROUPS = (   # (group, pattern on the lower-cased kernel name), first match wins
     # our Triton kernels are named after their jit functions, `_<name>_kernel`; nothing of
     # torch, cuBLAS or cuDNN is named so (an earlier list of names left the newer ones 'other')
@@ -70,7 +71,7 @@ def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
             continue
         tr = getattr(e, 'time_range', None)
         if tr is not None:
-            intervals.append((tr.start, tr.end))
+            intervals.append((tr.start, tr.end, e.name[:60]))
         us = kernel_us(e)
         if us is None:
             continue
@@ -102,32 +103,48 @@ def kernel_us(e) -> Optional[float]:
     return e.device_time if hasattr(e, 'device_time') else e.cuda_time
 
 
-def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) -> Dict[str, float]:
-    """Where the GPU is idle, per frame, from the device intervals (start, end) in us of all
-    kernels and copies. A gap shorter than ``short_us`` between consecutive device operations
-    is launch latency (inside a CUDA graph, or between eagerly queued kernels); a longer one
-    is the GPU waiting for the host (Python before the first kernel of a frame, after the
-    last, or when the host falls behind). The gap after the last interval is not seen."""
+def gpu_timeline(intervals: List[tuple], frames: int, short_us: float = 20.0) -> Dict[str, object]:
+    """Where the GPU is idle, per frame, from the device intervals (start, end[, name]) in us
+    of all kernels and copies. A gap shorter than ``short_us`` between consecutive device
+    operations is launch latency (inside a CUDA graph, or between eagerly queued kernels); a
+    longer one is the GPU waiting for the host (Python before the first kernel of a frame,
+    after the last, or when the host falls behind). The gap after the last interval is not
+    seen. With names, ``host_gaps_at`` says where in the frame the GPU waits: the
+    ``HOST_GAP_SITES`` (operation before -> operation after) pairs with the most waiting,
+    each [before, after, gaps per frame, ms per frame]."""
     if not intervals or frames <= 0:
         return {}
     ivs = sorted(intervals)
     short = long_ = 0.0
     n_short = n_long = 0
-    end = ivs[0][1]
-    for s, e in ivs[1:]:
+    end, last = ivs[0][1], ivs[0]
+    sites: Dict[tuple, List[float]] = {}
+    for iv in ivs[1:]:
+        s, e = iv[0], iv[1]
         gap = s - end
         if gap > 0:
             if gap < short_us:
                 short, n_short = short + gap, n_short + 1
             else:
                 long_, n_long = long_ + gap, n_long + 1
-        end = max(end, e)
-    return {'device_ops_per_frame': round(len(ivs) / frames, 1),
-            'busy_ms_per_frame': round((end - ivs[0][0] - short - long_) / 1e3 / frames, 4),
-            'short_gaps_ms_per_frame': round(short / 1e3 / frames, 4),
-            'short_gaps_per_frame': round(n_short / frames, 1),
-            'host_gaps_ms_per_frame': round(long_ / 1e3 / frames, 4),
-            'host_gaps_per_frame': round(n_long / frames, 1)}
+                if len(iv) > 2:
+                    site = sites.setdefault((last[2], iv[2]), [0, 0.0])
+                    site[0] += 1
+                    site[1] += gap
+        if e >= end:
+            end, last = e, iv
+    out: Dict[str, object] = {
+        'device_ops_per_frame': round(len(ivs) / frames, 1),
+        'busy_ms_per_frame': round((end - ivs[0][0] - short - long_) / 1e3 / frames, 4),
+        'short_gaps_ms_per_frame': round(short / 1e3 / frames, 4),
+        'short_gaps_per_frame': round(n_short / frames, 1),
+        'host_gaps_ms_per_frame': round(long_ / 1e3 / frames, 4),
+        'host_gaps_per_frame': round(n_long / frames, 1)}
+    if sites:
+        top = sorted(sites.items(), key=lambda kv: -kv[1][1])[:HOST_GAP_SITES]
+        out['host_gaps_at'] = [[before, after, round(n / frames, 2), round(us / 1e3 / frames, 4)]
+                               for (before, after), (n, us) in top]
+    return out
 
 
 def breakdown(run, frames: int, device: str) -> Optional[Dict[str, float]]:
