@@ -91,7 +91,8 @@ def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, obje
                   'groups': run.info.get('kernel_groups'),
                   'most_launched': run.info.get('most_launched'),
                   'host_gaps_ms': (run.info.get('gpu_timeline') or {}).get(
-                      'host_gaps_ms_per_frame')}
+                      'host_gaps_ms_per_frame'),
+                  'host_gaps_at': (run.info.get('gpu_timeline') or {}).get('host_gaps_at')}
         return box[0]
     run_row(stream_args(a), a.objects, 'batched', a.corrections, around=around)
     return out
