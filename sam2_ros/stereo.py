@@ -211,8 +211,9 @@ def centre(P: np.ndarray) -> np.ndarray:
 
 # What each bound of Limits means: the nodes' parameters of the same names take these docs
 LIMIT_DOCS = {
-    'min_disparity_px': 'a 3D position is valid only with a disparity of at least this many '
-                        'rectified pixels (smaller: too far to tell; 0 still refuses infinity)',
+    'min_disparity_px': 'a row-aligned pair (two rectified P) gives a valid 3D position only '
+                        'with a disparity of at least this many rectified pixels (smaller: too '
+                        'far to tell; 0 still refuses infinity)',
     'max_row_error_px': 'a row-aligned pair (two rectified P, as stereo drivers publish) gives '
                         "a valid 3D position only when the object's two centroids lie at most "
                         'this many rectified rows apart',
@@ -230,10 +231,15 @@ class Limits:
     max_reprojection_px: float = 4.0   # DLT: the point reprojected against the centroids
 
     def __post_init__(self) -> None:
-        for name in ('min_disparity_px', 'max_row_error_px', 'max_reprojection_px'):
+        if not np.isfinite(self.min_disparity_px) or self.min_disparity_px < 0:
+            raise ValueError(f'min_disparity_px must be finite and >= 0, got '
+                             f'{self.min_disparity_px!r}')
+        # an error of exactly 0 px never happens with measured centroids: every position
+        # would be refused
+        for name in ('max_row_error_px', 'max_reprojection_px'):
             value = getattr(self, name)
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
+            if not np.isfinite(value) or value <= 0:
+                raise ValueError(f'{name} must be finite and > 0, got {value!r}')
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                     f' (did you mean {close!r}?)' if close else ''))
             self.options = o
             self.rectified = o.rectified
+            self.limits = o.limits          # validated by read()
             self.pairs = StatePairs(o.wait_ns, o.tolerance_ns, o.pair_depth)
             self.pair = PairCalibration(o.rectified)
             self.valid = self.invalid = self.waiting = self.refused = self.failed = 0
@@ -148,7 +149,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.refused += 1
                 return
             found = triangulate_objects(calib, centroids(left), centroids(right),
-                                        self.rectified, self.options.limits)
+                                        self.rectified, self.limits)
             self.last = found
             self.valid += sum(t.valid for t in found.values())
             self.invalid += sum(not t.valid for t in found.values())

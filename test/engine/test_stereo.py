@@ -214,6 +214,10 @@ def test_bad_calibration_is_refused():
         stereo.Camera(k, p, D=[0.1, 0, 0, 0], distortion_model='equidistant')
     with pytest.raises(ValueError, match='min_disparity_px'):
         stereo.Limits(min_disparity_px=-1)
+    stereo.Limits(min_disparity_px=0)              # 0 is a bound: infinity is still refused
+    for name in ('max_row_error_px', 'max_reprojection_px'):   # 0 would refuse every position
+        with pytest.raises(ValueError, match=f'{name} must be finite and > 0, got 0'):
+            stereo.Limits(**{name: 0.0})
     with pytest.raises(ValueError, match='method'):
         stereo.triangulate(sc.rectified_pair(), (1, 2), (3, 4), method='sgbm')
 

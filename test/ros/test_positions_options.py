@@ -64,6 +64,7 @@ BAD = [
     ({'pair_wiat_ms': 3}, r"unknown parameters: \['pair_wiat_ms'\]"),
     ({'min_disparity_px': -0.5}, 'min_disparity_px must be finite and >= 0, got -0.5'),
     ({'max_reprojection_px': math.inf}, 'parameter max_reprojection_px must be a finite number'),
+    ({'max_row_error_px': 0}, 'max_row_error_px must be finite and > 0, got 0.0'),
 ]
 
 

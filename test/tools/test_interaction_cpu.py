@@ -152,6 +152,9 @@ def test_steady_frames_time_identical_frames_after_the_stream(tmp_path, one_thre
     steady = row['steady']
     assert steady['frames'] == 3 and 0 < steady['ms_p50'] <= steady['ms_p99']
     assert steady['p99_over_p50'] == round(steady['ms_p99'] / steady['ms_p50'], 3)
+    # what ran in them: eager steps on the CPU, one per frame, and their collections
+    assert steady['modes'] == {'eager': 3} and steady['steps']['eager_steps'] == 3
+    assert steady['gc']['total_ms'] >= steady['gc']['max_ms'] >= 0
     assert row['eager_steps'] == 4          # the stream's 4 frames, not the 23 after them
     with pytest.raises(SystemExit):
         bench.parse(argv[:-2] + ['--steady-frames', '-1'])

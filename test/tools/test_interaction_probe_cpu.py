@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.bench import interaction as bench
 from tools.probes import interaction_frames_probe as probe
 
@@ -70,7 +72,7 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
     there and its longest host calls (aten ops on the CPU; no kernels there)."""
     out = tmp_path / 'frames.json'
     argv = ['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '4',
-            '--window', '1-1', '--trace', '--out', str(out)]
+            '--window', '1-1', '--trace', '--trace-stacks', '--out', str(out)]
     assert probe.main(argv) == 0
     assert 'traced slow frame ' in capsys.readouterr().out
     trace = json.loads(out.read_text())['rows'][0]['trace']
@@ -88,23 +90,62 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
 
 
 def test_replay_watch_counts_first_replays_and_restores_replay(monkeypatch):
-    """A graph replayed twice counts one first replay; a second graph another; the class's
-    replay is restored on exit. CUDAGraph.replay is a stand-in here (no CUDA on the CPU)."""
+    """A graph replayed twice counts one first replay; a second graph another; a capture
+    counts in its frame; the class's methods are restored on exit, an exception included.
+    CUDAGraph's methods are stand-ins here (no CUDA on the CPU)."""
     import torch
 
     from tools.probes import replay_watch
 
+    class Graph:        # weakly referenced, as torch.cuda.CUDAGraph is
+        pass
+
     calls = []
     monkeypatch.setattr(torch.cuda.CUDAGraph, 'replay', lambda g: calls.append(g))
-    standin = torch.cuda.CUDAGraph.replay
-    g1, g2 = object(), object()
-    with replay_watch.ReplayWatch() as watch:
-        torch.cuda.CUDAGraph.replay(g1)
-        first = watch.frame()
-        torch.cuda.CUDAGraph.replay(g1)
-        torch.cuda.CUDAGraph.replay(g2)
-        second = watch.frame()
-    assert torch.cuda.CUDAGraph.replay is standin and calls == [g1, g1, g2]
-    assert (first['replays'], first['first_replays']) == (1, 1)
-    assert (second['replays'], second['first_replays']) == (2, 1)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, 'capture_end', lambda g: calls.append('end'))
+    standins = (torch.cuda.CUDAGraph.replay, torch.cuda.CUDAGraph.capture_end)
+    g1, g2 = Graph(), Graph()
+    with pytest.raises(RuntimeError):
+        with replay_watch.ReplayWatch() as watch:
+            torch.cuda.CUDAGraph.replay(g1)
+            first = watch.frame()
+            torch.cuda.CUDAGraph.capture_end(g2)
+            torch.cuda.CUDAGraph.replay(g1)
+            torch.cuda.CUDAGraph.replay(g2)
+            second = watch.frame()
+            raise RuntimeError('a frame failed')
+    assert (torch.cuda.CUDAGraph.replay, torch.cuda.CUDAGraph.capture_end) == standins
+    assert calls == [g1, 'end', g1, g2]
+    assert (first['replays'], first['first_replays'], first['captures']) == (1, 1, 0)
+    assert (second['replays'], second['first_replays'], second['captures']) == (2, 1, 1)
     assert first['host_allocs'] == second['host_allocs'] == 0       # no pinned pool on the CPU
+
+
+def _busy() -> int:
+    return sum(range(2000))
+
+
+def test_trace_keeps_a_regions_python_time_as_its_own():
+    """With stacks the profiler makes Python calls an op's children and its self time leaves
+    them out; frame_trace counts them as the op's own, so a region of Python is not lost."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from tools.probes import frame_trace
+
+    for stacks in (True, False):
+        with profile(activities=[ProfilerActivity.CPU], with_stack=stacks) as prof:
+            with torch.profiler.record_function('region'):
+                for _ in range(20):
+                    _busy()
+                torch.ones(64).add(1)
+        (region,) = [e for e in prof.events() if e.name == 'region']
+        span = region.time_range.end - region.time_range.start
+        ops = [c for c in frame_trace.op_children(region)]
+        assert ops and not any(getattr(c, 'is_python_function', False) for c in ops)
+        own = frame_trace.self_us(region)
+        assert own == span - sum(c.time_range.end - c.time_range.start for c in ops)
+        if stacks:          # the profiler's self time lost the Python calls under it
+            assert own > region.self_cpu_time_total
+        else:
+            assert abs(own - region.self_cpu_time_total) < 1.0

@@ -222,8 +222,9 @@ def main(argv=None) -> int:
             sites = (extra.get('gpu_timeline') or {}).get('host_gaps_at')
             if sites:       # where the GPU waited for the host: before -> after, n, ms
                 print(f"host gaps {row['model']}@{row['res']} x{row['objects']} "
-                      f"{row['variant']}: " + ', '.join(f'{b} -> {a} {n:g}/{ms:.3f}'
-                                                       for b, a, n, ms in sites), flush=True)
+                      f"{row['variant']}: " + ', '.join(
+                          f'{before} -> {after} {n:g}/{ms:.3f}'
+                          for before, after, n, ms in sites), flush=True)
         if a.out:                            # after every row: a timeout keeps what was done
             save_json(a.out, rows)
             json.dump({'env': env, 'rows': extras, 'failed': failed}, open(side, 'w'), indent=1)

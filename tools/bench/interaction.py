@@ -39,7 +39,7 @@ import json
 import sys
 import time
 import traceback
-from typing import Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -47,6 +47,10 @@ from sam2_ros.ros import gc_policy      # no ROS import: the node's heap freeze,
 from tools.bench import gc_watch, results
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
+
+if TYPE_CHECKING:      # imported where used: parsing the arguments needs no model
+    from sam2_ros.engine.tracker import StreamingTracker
+    from sam2_ros.synthetic import SyntheticCamera
 
 PROG = 'python -m tools.bench.interaction'
 DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
@@ -293,24 +297,37 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     return row
 
 
-def steady_frames(tr, stream, a: argparse.Namespace) -> Dict[str, object]:
+def steady_frames(tr: StreamingTracker, stream: SyntheticCamera,
+                  a: argparse.Namespace) -> Dict[str, object]:
     """``a.steady_frames`` more frames of the stream on the same tracker, no prompts, timed
     as the stream's frames, after ``SETTLE`` untimed ones (an object corrected near the
     stream's end leaves its padded bucket within the bank's pointer count, 16 frames): every
-    timed one replays the same graphs on the same shapes, so their spread is the machine's."""
-    ms: List[float] = []
+    timed one replays the same graphs on the same shapes, so their spread is the machine's.
+    The result says so: the modes ``track`` reported, the step counters and the collections
+    of the timed frames (an eager step or a collection there is not the machine's)."""
     t0 = a.frames + 1
-    for t in range(t0, t0 + SETTLE + a.steady_frames):
-        frame = stream.frame(t)
-        _sync(a.device)
-        start = time.perf_counter()
-        tr.track(frame)
-        _sync(a.device)
-        if t >= t0 + SETTLE:
+    for t in range(t0, t0 + SETTLE):
+        tr.track(stream.frame(t))
+    before = dict(tr.stats)
+    ms: List[float] = []
+    gcs: List[List[tuple]] = []
+    modes: Dict[str, int] = {}
+    watch = gc_watch.GcWatch()
+    with watch:
+        for t in range(t0 + SETTLE, t0 + SETTLE + a.steady_frames):
+            frame = stream.frame(t)
+            _sync(a.device)
+            watch.take()
+            start = time.perf_counter()
+            mode = tr.track(frame).mode
+            _sync(a.device)
             ms.append((time.perf_counter() - start) * 1e3)
+            gcs.append(watch.take())
+            modes[mode] = modes.get(mode, 0) + 1
     p50, p99 = (float(np.percentile(ms, q)) for q in (50, 99))
     return {'frames': len(ms), 'ms_p50': round(p50, 3), 'ms_p99': round(p99, 3),
-            'p99_over_p50': round(p99 / p50, 3) if p50 else None}
+            'p99_over_p50': round(p99 / p50, 3) if p50 else None, 'modes': modes,
+            'steps': step_counts(dict(tr.stats), before), 'gc': gc_watch.summary(gcs)}
 
 
 def table(rows: List[dict]) -> str:
@@ -318,8 +335,8 @@ def table(rows: List[dict]) -> str:
     docs/performance.md)."""
     steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
     cols = ['model', 'res', 'objects', 'variant', 'corrections', 'frames', 'ms_p50', 'ms_p99',
-            'p99/p50', 'steady p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks', 'slowest (frame:ms:prompt)',
-            'run']
+            'p99/p50', 'steady p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks',
+            'slowest (frame:ms:prompt)', 'run']
     out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
     for r in sorted(rows, key=lambda r: (order.get(r['model'], 9), r['res'], r['objects'],

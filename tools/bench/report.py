@@ -119,7 +119,8 @@ def interaction(results: str) -> List[str]:
              r['fallbacks']] for r in rows]
     return _prov(rows) + [''] + _table(
         ['model', 'GPU', 'objects', 'graph_mode', 'corrections', 'ms p50', 'ms p99', 'p99 / p50',
-         'steady p99 / p50', 'ms max', 'eager steps', 'prompt graphs / prompts', 'fallbacks'], body)
+         'steady p99 / p50', 'ms max', 'eager steps', 'prompt graphs / prompts', 'fallbacks'],
+        body)
 
 
 # the node's targets at 720p60 on the H200, image -> mask p99 (ms) with no deadline miss (a

@@ -13,21 +13,29 @@ wait in ``cudaStreamSynchronize`` for slower GPU work) and to which.
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Dict, List
+import os
+from typing import Callable, Dict, Iterator, List
 
 from tools.bench.profiling import kernel_us
 
 MARK = 'probe_frame_'     # record_function name of a frame: MARK + its index
 TOP_CALLS = 6             # host calls kept per frame, longest first
+# this repository's sam2_ros/ and tools/ as the profiler names their Python frames: relative
+# to the sys.path entry they were imported from (the repository root), or absolute
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OURS = tuple(p + d + '/' for d in ('sam2_ros', 'tools') for p in ('', _ROOT + '/'))
 
 
 class FrameTrace:
     """Profiles frames given to ``around`` (the benchmark's hook); ``frames()`` after ``stop``."""
 
-    def __init__(self, cuda: bool) -> None:
+    def __init__(self, cuda: bool, stacks: bool = False) -> None:
+        """stacks: also record Python calls (``with_stack``), so each host call names the line
+        of our code that made it; the tracer costs host time of its own (tens of thousands of
+        events per frame), which the traced walls then include."""
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        self.prof = profile(activities=acts, with_stack=True)
+        self.prof = profile(activities=acts, with_stack=stacks)
         self.started = False
 
     def around(self, t: int, work: Callable[[], object]) -> object:
@@ -81,7 +89,7 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
             continue             # Python frames only say where an op came from (_ours)
         t = frame_of(e.time_range.start)
         if t is not None:        # self time: an enclosing op does not repeat its children's
-            out[t]['calls'].append((_self_us(e), e.name[:60], _ours(e)))
+            out[t]['calls'].append((self_us(e), e.name[:60], _ours(e)))
     for f in out.values():
         f['kernel_ms'] = round(f['kernel_ms'], 3)
         # the rest of the wall is outside every profiled op: Python, or the thread not running
@@ -92,22 +100,34 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
 
 
 def _ours(e) -> str:
-    """The innermost Python frame of our code (sam2_ros/ or tools/) above an event,
-    'file.py(line): function' (the profiler records Python calls as parent events with
-    ``with_stack``); '' where none is (a CUDA runtime call has no parent event)."""
+    """The innermost Python frame of our code (a file under this repository's ``sam2_ros/``
+    or ``tools/``) above an event, 'file.py(line): function' (with ``stacks`` the profiler
+    records Python calls as parent events); '' where none is (without stacks, or a CUDA
+    runtime call, which has no parent event)."""
     parent = getattr(e, 'cpu_parent', None)
     while parent is not None:
-        if 'sam2_ros/' in parent.name or 'tools/' in parent.name:
+        if parent.name.startswith(OURS):
             return parent.name.rsplit('/', 1)[-1]
         parent = parent.cpu_parent
     return ''
 
 
-def _self_us(e) -> float:
-    """An event's own host time, its children's left out (its whole span where the profiler
-    gives no self time)."""
-    own = getattr(e, 'self_cpu_time_total', None)
-    return float(own) if own is not None else e.time_range.end - e.time_range.start
+def op_children(e) -> Iterator:
+    """An event's nearest descendants that are ops, through the Python calls between
+    (``stacks``): the profiler makes those Python calls an op's children."""
+    for child in getattr(e, 'cpu_children', None) or ():
+        if getattr(child, 'is_python_function', False):
+            yield from op_children(child)
+        else:
+            yield child
+
+
+def self_us(e) -> float:
+    """An event's own host time: its span less its child ops' spans. The profiler's
+    ``self_cpu_time_total`` would also take out the Python calls recorded under it with
+    ``stacks``, though that time is the op's (a region's Python, e.g.)."""
+    span = e.time_range.end - e.time_range.start
+    return span - sum(c.time_range.end - c.time_range.start for c in op_children(e))
 
 
 def slowest(frames: Dict[int, Dict[str, object]], n: int = 5) -> List[tuple]:

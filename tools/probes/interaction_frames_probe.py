@@ -101,7 +101,8 @@ def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, obje
 def traced(a: argparse.Namespace) -> Dict[int, Dict[str, object]]:
     """The same stream once more, every timed frame under one profiler session
     (``frame_trace``): per frame its wall there, kernel ms and longest host calls."""
-    trace = frame_trace.FrameTrace(cuda=torch.device(a.device).type == 'cuda')
+    trace = frame_trace.FrameTrace(cuda=torch.device(a.device).type == 'cuda',
+                                   stacks=a.trace_stacks)
     try:
         run_row(stream_args(a), a.objects, 'batched', a.corrections, around=trace.around)
     finally:
@@ -126,6 +127,9 @@ def main(argv=None) -> int:
     p.add_argument('--trace', action='store_true',
                    help='a third pass with every frame under one profiler session: the '
                         'slowest frames with their kernel ms and longest host calls')
+    p.add_argument('--trace-stacks', action='store_true',
+                   help="with --trace: each host call names the line of our code that made it "
+                        "(torch.profiler's with_stack; its tracer adds host time to every frame)")
     p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
                                                  'interaction_frames.json'))
     a = p.parse_args(argv)
@@ -147,8 +151,9 @@ def main(argv=None) -> int:
     for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:5]:
         print(f'slow frame {i + 1}: {ms[i]:7.3f} ms wall, engine_ms {engine[i]}, '
               f'gc {gc_ms[i]} ms, {replays[i]}', flush=True)
-    firsts = [i + 1 for i, r in enumerate(replays) if r['first_replays'] or r['host_allocs']]
-    print(f'frames with a first replay or a new pinned block: {firsts}', flush=True)
+    firsts = [i + 1 for i, r in enumerate(replays)
+              if r['first_replays'] or r['host_allocs'] or r['captures']]
+    print(f'frames with a first replay, a capture or a new pinned block: {firsts}', flush=True)
     for t, f in frame_trace.slowest(trace):
         print(f"traced slow frame {t}: {f['wall_ms']:7.3f} ms wall, {f['host_ops_ms']} ms in "
               f"host ops, {f['kernel_ms']} ms kernels, longest host calls {f['top_calls']}",
