@@ -175,6 +175,23 @@ class Client(NodeClient):
             return False
         wait_until(held, timeout, f'diagnostics: the node holds {len(msgs)} prompt(s)')
 
+    def wait_inactive_outputs(self, timeout: float = 60.0) -> None:
+        """After a deactivate: until everything the node sent while active has arrived, told
+        by its diagnostics (not tracking, and a state received for every frame it processed)
+        and a mask for every state. An overlay is sent after its frame's state (by another
+        thread with the pipelined outputs), so overlays may still come: compare them by stamp,
+        not by count."""
+        def settled() -> bool:
+            diags = self.snapshot(self.diags)[-1:]
+            if not diags or 'not tracking' not in diags[-1].status[0].message:
+                return False
+            values = {kv.key: kv.value for kv in diags[-1].status[0].values}
+            states = len(self.snapshot(self.states))
+            return (values.get('processed_frames') == str(states)
+                    and len(self.snapshot(self.masks)) == states)
+        wait_until(settled, timeout, "diagnostics: not tracking, every processed frame's "
+                                     'state and mask received')
+
     def states_for(self, stamp_ns: int) -> List[Any]:
         return [s for s in self.snapshot(self.states) if stamp_of(s.header) == stamp_ns]
 

@@ -18,9 +18,24 @@ from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.totals import Totals
 
 
+class FakeClock:
+    """publishers.time with a monotonic clock that only FakePub's waits advance: the bounds
+    below are exact, whatever else the machine runs."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def perf_counter(self):
+        return self.now
+
+
 class FakePub:
-    def __init__(self, name, events, acked=True, delay=0.0):
+    def __init__(self, name, events, acked=True, delay=0.0, clock=None):
         self.name, self.events, self.acked, self.delay = name, events, acked, delay
+        self.clock = clock
         self.timeouts = []
 
     def wait_for_all_acked(self, timeout):
@@ -28,7 +43,11 @@ class FakePub:
             raise RuntimeError('cannot use Destroyable because destruction was requested')
         self.timeouts.append(timeout.nanoseconds / 1e9)
         self.events.append(('flush', self.name))
-        time.sleep(min(self.delay, self.timeouts[-1]))
+        waited = min(self.delay, self.timeouts[-1])
+        if self.clock is not None:
+            self.clock.now += waited
+        else:
+            time.sleep(waited)
         return self.acked
 
 
@@ -75,18 +94,19 @@ def test_release_flushes_after_the_worker_and_before_destroying():
     assert self.logger.warnings == []
 
 
-def test_flush_is_bounded_in_all_and_warns_when_not_acknowledged():
+def test_flush_is_bounded_in_all_and_warns_when_not_acknowledged(monkeypatch):
     events = []
-    slow = FakePub('mask', events, acked=False, delay=10.0)  # a subscriber that never acks
-    pubs = {'mask': slow, 'state': FakePub('state', events, acked=False)}
+    clock = FakeClock()
+    monkeypatch.setattr(pubs_mod, 'time', clock)
+    slow = FakePub('mask', events, acked=False, delay=10.0, clock=clock)  # never acknowledges
+    pubs = {'mask': slow, 'state': FakePub('state', events, acked=False, clock=clock)}
     self = fake_node(pubs, events)
-    t0 = time.monotonic()
+    self.outputs.unacked = dict.fromkeys(pubs, clock.now)
+    t0 = clock.now
     self.outputs.flush()
-    took = time.monotonic() - t0
-    assert took < pubs_mod.FLUSH_TIMEOUT_S + 0.5, took
+    assert clock.now - t0 == pubs_mod.FLUSH_TIMEOUT_S
     # one shared deadline: the second publisher gets only what the first one left
-    assert abs(slow.timeouts[0] - pubs_mod.FLUSH_TIMEOUT_S) < 0.05
-    assert pubs['state'].timeouts[0] < 0.05
+    assert slow.timeouts == [pubs_mod.FLUSH_TIMEOUT_S] and pubs['state'].timeouts == [0.0]
     assert len(self.logger.warnings) == 2
     assert 'mask' in self.logger.warnings[0] and 'may miss them' in self.logger.warnings[0]
 
@@ -114,21 +134,23 @@ def test_a_publisher_that_refuses_the_wait_is_still_destroyed():
     assert len(self.logger.warnings) == 1 and 'cannot wait' in self.logger.warnings[0]
 
 
-def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for():
+def test_only_result_publishers_that_sent_since_the_last_wait_are_waited_for(monkeypatch):
     """Issue 14 item 12: no wait for the overlay (eyes only, the largest), for publishers
     that sent nothing since the last wait, nor for those whose last message is older than a
     heartbeat period (acknowledged by then); a second release waits for nothing."""
     events = []
-    pubs = {'mask': FakePub('mask', events, acked=False, delay=10.0),
-            'overlay': FakePub('overlay', events, acked=False, delay=10.0),
-            'state': FakePub('state', events), 'objects': FakePub('objects', events)}
+    clock = FakeClock()
+    monkeypatch.setattr(pubs_mod, 'time', clock)
+    pubs = {'mask': FakePub('mask', events, acked=False, delay=10.0, clock=clock),
+            'overlay': FakePub('overlay', events, acked=False, delay=10.0, clock=clock),
+            'state': FakePub('state', events, clock=clock),
+            'objects': FakePub('objects', events, clock=clock)}
     self = fake_node(pubs, events)
-    now = time.monotonic()
+    now = clock.now
     # state and overlay sent just now, objects 5 s ago (acknowledged by now), mask not at all
     self.outputs.unacked = {'state': now, 'overlay': now, 'objects': now - 5.0}
-    t0 = time.monotonic()
     self.outputs.flush()
-    assert time.monotonic() - t0 < 0.5
+    assert clock.now == now             # the state acknowledged at once: no time waited
     assert [n for k, n in events if k == 'flush'] == ['state'] and self.outputs.unacked == {}
     self.outputs.flush()
     assert [n for k, n in events if k == 'flush'] == ['state']

@@ -78,7 +78,7 @@ def test_random_transition_orders(tmp_path, lease):
         nonlocal next_index
         c.wait_connected(30)
         s_next = stamp(n_frame)
-        c.send_prompts(prompt_msg(1, s_next, box=BOX), timeout=10)
+        c.send_prompts(prompt_msg(1, s_next, box=BOX))
         s = send_frame()
         assert s == s_next
         st = c.wait_state(s, 30)
@@ -89,22 +89,21 @@ def test_random_transition_orders(tmp_path, lease):
 
     def check_silent():
         """Not active: no subscription; a published frame produces nothing."""
-        wait_until(lambda: c.pub_image.get_subscription_count() == 0, 10,
+        wait_until(lambda: c.pub_image.get_subscription_count() == 0, 30,
                    'the image subscription to go')
         # instead of a fixed sleep, the node's diagnostics say when everything sent before the
-        # transition has arrived: not tracking, and a state received for every frame processed
-        wait_until(lambda: (not_tracking(c.snapshot(c.diags)[-1:]) or {}).get(
-            'processed_frames') == str(len(c.snapshot(c.states))), 10,
-            'diagnostics: not tracking, every processed frame\'s state received')
+        # transition has arrived: not tracking, a state and mask for every frame processed
+        c.wait_inactive_outputs(30)
         before = outputs(c)
         received = not_tracking(c.snapshot(c.diags)[-1:])['received_frames']
         n_diags = len(c.snapshot(c.diags))
         silent_stamps.append(send_frame())
         # two diagnostics periods after the frame, the node still reports it never received it
-        wait_until(lambda: len(c.snapshot(c.diags)) >= n_diags + 2, 10, 'two diagnostics')
+        wait_until(lambda: len(c.snapshot(c.diags)) >= n_diags + 2, 30, 'two diagnostics')
         last = not_tracking(c.snapshot(c.diags)[-1:])
         assert last is not None and last['received_frames'] == received, (log, last)
-        assert outputs(c) == before, (log, before, outputs(c))
+        now = outputs(c)    # overlays (index 2) of earlier frames may still come: by stamp below
+        assert now[:2] + now[3:] == before[:2] + before[3:], (log, before, now)
         counts['silent_frames'] += 1
 
     try:
@@ -170,14 +169,18 @@ def test_random_transition_orders(tmp_path, lease):
         wait_until(lambda: len(c.snapshot(c.states)) >= n0 + 2, 30, 'states while flowing')
         assert lc.transition(DEACTIVATE) and lc.state() == 'inactive'
         t_deact = len(sent)
-        time.sleep(0.3)
+        c.wait_inactive_outputs()
         before = outputs(c)
         time.sleep(1.0)  # frames still flowing, node inactive
         flowing.clear()
         th.join(5)
-        assert outputs(c) == before, 'outputs after deactivate returned'
+        after = outputs(c)
+        # masks, states and tracking diagnostics stop; an overlay of a frame tracked before
+        # may still arrive, but none of a frame sent after deactivate returned
+        assert after[:2] + after[3:] == before[:2] + before[3:], 'outputs after deactivate'
         late = set(sent[t_deact:])
-        assert not late & {stamp_of(s.header) for s in c.snapshot(c.states)}
+        assert not late & {stamp_of(m.header) for m in c.snapshot(c.states)
+                           + c.snapshot(c.masks) + c.snapshot(c.overlays)}
         assert proc.p.poll() is None
         flow_states = c.snapshot(c.states)[n0:]
         got = [stamp_of(s.header) for s in flow_states]
@@ -189,8 +192,8 @@ def test_random_transition_orders(tmp_path, lease):
         check_active()
 
         # frames published while not active never produced any output
-        published = {stamp_of(s.header) for s in c.snapshot(c.states)}
-        published |= {stamp_of(m.header) for m in c.snapshot(c.masks)}
+        published = {stamp_of(m.header) for m in c.snapshot(c.states) + c.snapshot(c.masks)
+                     + c.snapshot(c.overlays)}
         assert not published & set(silent_stamps)
 
         # shutdown last (from active), then the process ends cleanly
@@ -201,4 +204,3 @@ def test_random_transition_orders(tmp_path, lease):
         proc.stop()
     print(f'\nlifecycle walk: {counts}, {len(log)} requests, '
           f'{time.monotonic() - t_start:.1f} s')
-    assert time.monotonic() - t_start < 90

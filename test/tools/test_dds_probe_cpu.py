@@ -54,8 +54,8 @@ def test_a_lone_small_message_is_acknowledged_at_the_next_heartbeat(tmp_path, pr
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     r = json.loads(out.read_text())
     assert r['small_ack_ms'] is not None, f'{p.stdout}\n{p.stderr}'
-    if profile:
-        assert r['small_ack_ms'] < 1000, r
+    if profile:     # the profile's 0.1 s heartbeat, with room for a loaded machine; the
+        assert r['small_ack_ms'] < 2500, r      # default's 3 s period stays apart
     else:
         assert r['small_ack_ms'] > 1000, r
 

@@ -268,7 +268,7 @@ def test_camera_process_publishes_from_another_process():
         assert cam.conn.poll(60), 'the camera process never saw the subscriptions'
         ready = cam.conn.recv()
         assert ready == ('ready', cam.proc.pid) and cam.proc.pid != os.getpid()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and publishers() != [f'sam2_camera_{cam.proc.pid}']:
             time.sleep(0.05)
         assert publishers() == [f'sam2_camera_{cam.proc.pid}']
@@ -285,8 +285,10 @@ def test_camera_process_publishes_from_another_process():
         res, sent = msg[1], msg[1]['sent']
         assert len(sent) == frames + 1 and res['pid'] == cam.proc.pid
         assert waits == [s['stamp_ns'] for s in sent[:warmup]]    # paced warm-up, then free
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(got) < len(sent):
+        deadline = time.monotonic() + 60
+        # every image and every prompt (2 boxes, then the clicks) the camera says it sent
+        while time.monotonic() < deadline and (len(got) < len(sent) or
+                                               len(prompts) < 2 + res['clicks']):
             time.sleep(0.05)
         with lock:
             assert sorted(got) == [s['stamp_ns'] for s in sent]    # stamped at publish
@@ -294,7 +296,9 @@ def test_camera_process_publishes_from_another_process():
             boxes = [p for p in prompts if p[1]]
             clicks = [p[0] for p in prompts if p[2] == 1]
         assert boxes == [(1, True, 0), (2, True, 0)]
-        assert res['clicks'] == len(clicks) >= 2 and clicks == [1, 2, 1, 2][:len(clicks)]
+        # clicks go to the objects in turn, however many a stalled camera process sent
+        assert res['clicks'] == len(clicks) >= 2
+        assert clicks == [1 + k % 2 for k in range(len(clicks))]
         # drift-free: frame k was due at start + k periods whatever the lateness of those
         # before it (an identity, not a timing bound: a loaded CI machine makes frames late)
         steady = sent[warmup:]
