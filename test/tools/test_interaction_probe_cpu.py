@@ -72,7 +72,7 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
     there and its longest host calls (aten ops on the CPU; no kernels there)."""
     out = tmp_path / 'frames.json'
     argv = ['--device', 'cpu', '--precision', 'fp32', '--res', '64', '--frames', '4',
-            '--window', '1-1', '--trace', '--trace-stacks', '--out', str(out)]
+            '--window', '1-1', '--trace', '--out', str(out)]
     assert probe.main(argv) == 0
     assert 'traced slow frame ' in capsys.readouterr().out
     trace = json.loads(out.read_text())['rows'][0]['trace']
@@ -81,12 +81,9 @@ def test_trace_profiles_every_frame_once_with_its_host_calls(tmp_path, one_threa
         assert f['wall_ms'] > 0 and f['kernel_ms'] == 0.0
         assert 0 < f['host_ops_ms'] <= f['wall_ms']
         calls = f['top_calls']
-        assert calls and all(ms <= f['wall_ms'] for _, ms, _ in calls)
-        assert [ms for _, ms, _ in calls] == sorted((ms for _, ms, _ in calls), reverse=True)
-        assert not any(n.startswith('probe_frame_') for n, _, _ in calls)
-    # every frame's ops are ours (the tracker's): at least one names the line that made it
-    assert any(where.endswith(')') or '): ' in where
-               for f in trace.values() for _, _, where in f['top_calls'])
+        assert calls and all(ms <= f['wall_ms'] for _, ms in calls)
+        assert [ms for _, ms in calls] == sorted((ms for _, ms in calls), reverse=True)
+        assert not any(n.startswith('probe_frame_') for n, _ in calls)
 
 
 def test_replay_watch_counts_first_replays_and_restores_replay(monkeypatch):
@@ -119,33 +116,3 @@ def test_replay_watch_counts_first_replays_and_restores_replay(monkeypatch):
     assert (first['replays'], first['first_replays'], first['captures']) == (1, 1, 0)
     assert (second['replays'], second['first_replays'], second['captures']) == (2, 1, 1)
     assert first['host_allocs'] == second['host_allocs'] == 0       # no pinned pool on the CPU
-
-
-def _busy() -> int:
-    return sum(range(2000))
-
-
-def test_trace_keeps_a_regions_python_time_as_its_own():
-    """With stacks the profiler makes Python calls an op's children and its self time leaves
-    them out; frame_trace counts them as the op's own, so a region of Python is not lost."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from tools.probes import frame_trace
-
-    for stacks in (True, False):
-        with profile(activities=[ProfilerActivity.CPU], with_stack=stacks) as prof:
-            with torch.profiler.record_function('region'):
-                for _ in range(20):
-                    _busy()
-                torch.ones(64).add(1)
-        (region,) = [e for e in prof.events() if e.name == 'region']
-        span = region.time_range.end - region.time_range.start
-        ops = [c for c in frame_trace.op_children(region)]
-        assert ops and not any(getattr(c, 'is_python_function', False) for c in ops)
-        own = frame_trace.self_us(region)
-        assert own == span - sum(c.time_range.end - c.time_range.start for c in ops)
-        if stacks:          # the profiler's self time lost the Python calls under it
-            assert own > region.self_cpu_time_total
-        else:
-            assert abs(own - region.self_cpu_time_total) < 1.0

@@ -1,7 +1,8 @@
 """Every frame of a stream under one torch.profiler session: per frame its wall time there, its
 GPU kernel time and the host calls inside it with the most time of their own (CUDA runtime
-calls and aten ops; an op's children are not counted in it), each with the line of our code
-that made it (the innermost ``sam2_ros`` or ``tools`` frame of its Python stack).
+calls and aten ops; an op's children are not counted in it). Without Python stacks:
+torch.profiler's ``with_stack`` names came back empty for the GPU's ops and, on the CPU,
+its event names were sometimes undecodable bytes (a UnicodeDecodeError in ``events()``).
 
 Why: in the 8-object interaction stream the slow frames are slow inside ``track`` (before the
 masks reach the host) while the kernels of the frames profiled one by one stay the same; which
@@ -13,29 +14,21 @@ wait in ``cudaStreamSynchronize`` for slower GPU work) and to which.
 from __future__ import annotations
 
 import bisect
-import os
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, List
 
 from tools.bench.profiling import kernel_us
 
 MARK = 'probe_frame_'     # record_function name of a frame: MARK + its index
 TOP_CALLS = 6             # host calls kept per frame, longest first
-# this repository's sam2_ros/ and tools/ as the profiler names their Python frames: relative
-# to the sys.path entry they were imported from (the repository root), or absolute
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OURS = tuple(p + d + '/' for d in ('sam2_ros', 'tools') for p in ('', _ROOT + '/'))
 
 
 class FrameTrace:
     """Profiles frames given to ``around`` (the benchmark's hook); ``frames()`` after ``stop``."""
 
-    def __init__(self, cuda: bool, stacks: bool = False) -> None:
-        """stacks: also record Python calls (``with_stack``), so each host call names the line
-        of our code that made it; the tracer costs host time of its own (tens of thousands of
-        events per frame), which the traced walls then include."""
+    def __init__(self, cuda: bool) -> None:
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        self.prof = profile(activities=acts, with_stack=stacks)
+        self.prof = profile(activities=acts)
         self.started = False
 
     def around(self, t: int, work: Callable[[], object]) -> object:
@@ -60,8 +53,8 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
     """``events`` (torch.profiler FunctionEvents) -> per frame marker: wall_ms, host_ops_ms (the
     own time of every host op in it; the rest of the wall ran outside any op), kernel_ms (CUDA
     kernels launched inside it, memcpy/memset excluded; 0 on the CPU) and top_calls
-    [[name, ms, where], ...] (host events inside it by their own time, longest first, the
-    marker left out; ``where``: the innermost frame of our code on its stack, '' if none)."""
+    [[name, ms], ...] (host events inside it by their own time, longest first, the marker
+    left out)."""
     import torch
     cuda = torch.autograd.DeviceType.CUDA
     marks = sorted((e.time_range.start, e.time_range.end, int(e.name[len(MARK):]))
@@ -85,49 +78,23 @@ def per_frame(events) -> Dict[int, Dict[str, object]]:
             if t is not None and us is not None:
                 out[t]['kernel_ms'] += us / 1e3
             continue
-        if getattr(e, 'is_python_function', False):
-            continue             # Python frames only say where an op came from (_ours)
         t = frame_of(e.time_range.start)
         if t is not None:        # self time: an enclosing op does not repeat its children's
-            out[t]['calls'].append((self_us(e), e.name[:60], _ours(e)))
+            out[t]['calls'].append((self_us(e), e.name[:60]))
     for f in out.values():
         f['kernel_ms'] = round(f['kernel_ms'], 3)
         # the rest of the wall is outside every profiled op: Python, or the thread not running
         f['host_ops_ms'] = round(sum(c[0] for c in f['calls']) / 1e3, 3)
-        f['top_calls'] = [[n, round(us / 1e3, 3), where] for us, n, where
-                          in sorted(f.pop('calls'), reverse=True)[:TOP_CALLS]]
+        f['top_calls'] = [[n, round(us / 1e3, 3)]
+                          for us, n in sorted(f.pop('calls'), reverse=True)[:TOP_CALLS]]
     return out
 
 
-def _ours(e) -> str:
-    """The innermost Python frame of our code (a file under this repository's ``sam2_ros/``
-    or ``tools/``) above an event, 'file.py(line): function' (with ``stacks`` the profiler
-    records Python calls as parent events); '' where none is (without stacks, or a CUDA
-    runtime call, which has no parent event)."""
-    parent = getattr(e, 'cpu_parent', None)
-    while parent is not None:
-        if parent.name.startswith(OURS):
-            return parent.name.rsplit('/', 1)[-1]
-        parent = parent.cpu_parent
-    return ''
-
-
-def op_children(e) -> Iterator:
-    """An event's nearest descendants that are ops, through the Python calls between
-    (``stacks``): the profiler makes those Python calls an op's children."""
-    for child in getattr(e, 'cpu_children', None) or ():
-        if getattr(child, 'is_python_function', False):
-            yield from op_children(child)
-        else:
-            yield child
-
-
 def self_us(e) -> float:
-    """An event's own host time: its span less its child ops' spans. The profiler's
-    ``self_cpu_time_total`` would also take out the Python calls recorded under it with
-    ``stacks``, though that time is the op's (a region's Python, e.g.)."""
-    span = e.time_range.end - e.time_range.start
-    return span - sum(c.time_range.end - c.time_range.start for c in op_children(e))
+    """An event's own host time, its children's left out (its whole span where the profiler
+    gives no self time)."""
+    own = getattr(e, 'self_cpu_time_total', None)
+    return float(own) if own is not None else e.time_range.end - e.time_range.start
 
 
 def slowest(frames: Dict[int, Dict[str, object]], n: int = 5) -> List[tuple]:

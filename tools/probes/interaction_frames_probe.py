@@ -101,8 +101,7 @@ def kernels(a: argparse.Namespace, lo: int, hi: int) -> Dict[int, Dict[str, obje
 def traced(a: argparse.Namespace) -> Dict[int, Dict[str, object]]:
     """The same stream once more, every timed frame under one profiler session
     (``frame_trace``): per frame its wall there, kernel ms and longest host calls."""
-    trace = frame_trace.FrameTrace(cuda=torch.device(a.device).type == 'cuda',
-                                   stacks=a.trace_stacks)
+    trace = frame_trace.FrameTrace(cuda=torch.device(a.device).type == 'cuda')
     try:
         run_row(stream_args(a), a.objects, 'batched', a.corrections, around=trace.around)
     finally:
@@ -127,9 +126,6 @@ def main(argv=None) -> int:
     p.add_argument('--trace', action='store_true',
                    help='a third pass with every frame under one profiler session: the '
                         'slowest frames with their kernel ms and longest host calls')
-    p.add_argument('--trace-stacks', action='store_true',
-                   help="with --trace: each host call names the line of our code that made it "
-                        "(torch.profiler's with_stack; its tracer adds host time to every frame)")
     p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
                                                  'interaction_frames.json'))
     a = p.parse_args(argv)
