@@ -16,8 +16,9 @@ shows one camera).
 As every override argument, cameras, camera_image, positions_rectified, pair_tolerance_ms
 and camera_period_ms left out take the params_file's values (config/tracker.yaml: image_raw,
 false, 0.0 and 33.3 ms, a 30 Hz camera; camera_period_ms:=16.7 for 60 Hz;
-positions_rectified:=true with camera_image:=image_rect), except that cameras falls back to left,right
-where the params file names none: this launch file is for a node serving several cameras.
+positions_rectified:=true with camera_image:=image_rect), except that cameras falls back to
+left,right where the params file names none: this launch file is for a node serving several
+cameras.
 """
 
 from launch import LaunchDescription
