@@ -12,17 +12,20 @@ stamped like the image); :func:`sam2_ros.ros.inputs.detections_from_msg` turns t
   when its mask is non-empty, else its last known box), greedily by highest IoU, one detection
   per object. A matched object is left alone while it tracks well (state TRACKING and IoU >=
   ``drift_iou``) and re-prompted with the detection's box otherwise ('drifted', or 'occluded' /
-  'lost' / 'empty');
-* matched to an object started after the detection's frame (a detector slower than the
-  tracker: its detections of frames k+1.. arrive after frame k's started the object), by the
-  box of the detection that started it or its last known box: left alone, as that object;
+  'lost' / 'empty'), if a detection started it: an object a user's prompt started is the
+  user's, never re-prompted by a detector (whose class may be another's);
+* matched to an object started or prompted after the detection's frame (a detector slower
+  than the tracker: its detections of frames k+1.. arrive after frame k's started or
+  corrected the object), by the box of the detection that started it or its last known box:
+  left alone, as that object (no second correction from older news, no user's undone);
 * matched to a prompt about to start an object (queued for the next frame, deferred, or held
   for a later frame: a user's click or box the detector sees before the tracker does): a box
   prompt by IoU >= ``match_iou``, a click when the box holds all its positive points: left
   alone, as that object (the prompt starts it);
 * unmatched: starts a new object with the lowest id not in use (tracked, queued, or held
-  for a later frame), unless a new detection of the same class already planned overlaps it
-  (IoU >= ``match_iou``: a duplicate) or ``max_objects`` is reached (skipped, reported).
+  for a later frame), unless it overlaps an object of its class (another detection took that
+  object) or a new detection of its class already planned (IoU >= ``match_iou``: a duplicate)
+  or ``max_objects`` is reached (skipped, counted).
 
 Everything is a pure function of its inputs except :class:`Association`, which remembers per
 object the class and score of the detection that prompted it, the box of the detection that
@@ -203,8 +206,9 @@ class ObjectMemory:
 
 
 # An object matched as a reference: its boxes to compare with, its state on the detection's
-# frame (None: started after that frame) and its class.
-Reference = Tuple[Tuple[Box, ...], Optional[Tracked], str]
+# frame (None: started or prompted after that frame), its class and whether a detection
+# started it (only those are re-prompted).
+Reference = Tuple[Tuple[Box, ...], Optional[Tracked], str, bool]
 
 
 @dataclass
@@ -249,24 +253,24 @@ class Association:
         refs = self._references(tracked, later)
         pairs = []
         for d in candidates:
-            for obj_id, (boxes, t, cls) in refs.items():
+            for obj_id, (boxes, t, cls, owned) in refs.items():
                 if _classes_match(d.class_id, cls):
                     v = max(iou(d.box, b) for b in boxes)
                     # match_iou 0 admits every pair of the class (association by class
                     # alone); the most-overlapping pairs still go first
                     if v >= rules.match_iou:
-                        pairs.append((-v, d.index, obj_id, d, t))
+                        pairs.append((-v, d.index, obj_id, d, t, owned))
         pairs.sort(key=lambda p: (p[0], p[1], p[2]))
         taken = set()
-        for negv, _, obj_id, d, t in pairs:
+        for negv, _, obj_id, d, t, owned in pairs:
             if d.index in decisions or obj_id in taken:
                 continue
             taken.add(obj_id)
-            decisions[d.index] = _match(d, obj_id, -negv, t, rules)
+            decisions[d.index] = _match(d, obj_id, -negv, t, owned, rules)
         _pending_matches(candidates, pending, rules, decisions)
         used = (set(used_ids) | {t.obj_id for t in tracked} | set(later)
                 | set(self.objects) | {p.obj_id for p in pending})
-        _new_objects(candidates, used, rules, decisions)
+        _new_objects(candidates, used, rules, decisions, refs)
         return [decisions[d.index] for d in sorted(detections, key=lambda d: d.index)]
 
     def _references(self, tracked: Sequence[Tracked], later: Sequence[int]) -> \
@@ -277,12 +281,12 @@ class Association:
             mem = self.objects.get(t.obj_id, ObjectMemory())
             ref = t.box if t.box is not None else mem.last_box
             if ref is not None:
-                refs[t.obj_id] = ((ref,), t, mem.class_id)
+                refs[t.obj_id] = ((ref,), t, mem.class_id, mem.start_box is not None)
         for obj_id in later:
             mem = self.objects.get(obj_id, ObjectMemory())
             boxes = tuple(b for b in (mem.start_box, mem.last_box) if b is not None)
             if boxes and obj_id not in refs:
-                refs[obj_id] = (boxes, None, mem.class_id)
+                refs[obj_id] = (boxes, None, mem.class_id, mem.start_box is not None)
         return refs
 
     def prompted(self, decision: Decision) -> None:
@@ -319,13 +323,16 @@ def _filter(detections: Sequence[Detection], rules: Rules,
     return candidates
 
 
-def _match(d: Detection, obj_id: int, v: float, t: Optional[Tracked],
+def _match(d: Detection, obj_id: int, v: float, t: Optional[Tracked], owned: bool,
            rules: Rules) -> Decision:
-    """A detection matched to object ``obj_id`` (``t``: its state on the detection's frame)."""
+    """A detection matched to object ``obj_id`` (``t``: its state on the detection's frame;
+    ``owned``: a detection started it)."""
     if t is None:
-        # the object started after this frame, from a newer detection or a prompt: the
-        # detection is older news of it, nothing to correct
-        return Decision(IGNORE, d, obj_id, v, 'started after its frame')
+        # the object started or was prompted after this frame (a newer detection, a user's
+        # click): the detection is older news of it, nothing to correct
+        return Decision(IGNORE, d, obj_id, v, 'started or prompted after its frame')
+    if not owned:
+        return Decision(IGNORE, d, obj_id, v, "a prompt started it: the user's object")
     if t.box is None:
         return Decision(CORRECT, d, obj_id, v, 'empty mask')
     if t.state != 'tracking':
@@ -358,9 +365,10 @@ def _area(box: Box) -> float:
 
 
 def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,
-                 decisions: Dict[int, Decision]) -> None:
+                 decisions: Dict[int, Decision], refs: Dict[int, Reference]) -> None:
     """The unmatched detections, best score first: a new object each with the lowest id not
-    in ``used``, unless a duplicate of one already planned or max_objects is reached.
+    in ``used``, unless a duplicate of an object (``refs``: another detection took it) or of
+    one already planned, or max_objects is reached.
 
     Two detections of a class that do not overlap are two objects even with match_iou 0
     (association by class alone): a detector reports each instance once, so dropping the
@@ -370,11 +378,14 @@ def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,
     for d in sorted(candidates, key=lambda d: (-d.score, d.index)):
         if d.index in decisions:
             continue
-        dup = next((n for n in new if _classes_match(d.class_id, n.class_id)
-                    and iou(d.box, n.box) >= max(rules.match_iou, 1e-9)), None)
+        least = max(rules.match_iou, 1e-9)
+        dup = next((f'detection {n.index}' for n in new if _classes_match(d.class_id, n.class_id)
+                    and iou(d.box, n.box) >= least), None) or next(
+            (f'object {obj_id}' for obj_id, (boxes, _, cls, _) in refs.items()
+             if _classes_match(d.class_id, cls) and max(iou(d.box, b) for b in boxes) >= least),
+            None)
         if dup is not None:
-            decisions[d.index] = Decision(FILTERED, d, reason=f'duplicate of detection '
-                                          f'{dup.index}')
+            decisions[d.index] = Decision(FILTERED, d, reason=f'duplicate of {dup}')
             continue
         obj_id = next((i for i in range(1, 256) if i not in used), 0)
         if count >= rules.max_objects or not obj_id:
@@ -385,11 +396,3 @@ def _new_objects(candidates: Sequence[Detection], used: Set[int], rules: Rules,
         count += 1
         new.append(d)
         decisions[d.index] = Decision(NEW, d, obj_id, 0.0, 'unmatched')
-
-
-def sigmoid(logit: float) -> float:
-    """Object score logit -> probability-like score in (0, 1) (what ~/objects reports)."""
-    if logit >= 0:
-        return 1.0 / (1.0 + math.exp(-logit))
-    e = math.exp(logit)
-    return e / (1.0 + e)

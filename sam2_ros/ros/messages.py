@@ -8,13 +8,21 @@ Pure functions of their inputs, tested without DDS.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any, Dict, Iterable, List, Tuple
 
 from sam2_ros.engine.types import LOST, OCCLUDED, TRACKING, FrameResult
-from sam2_ros.ros.detections import sigmoid
 
 STATE_CODES = {TRACKING: 0, OCCLUDED: 1, LOST: 2}
+
+
+def sigmoid(logit: float) -> float:
+    """Object score logit -> probability-like score in (0, 1) (what ~/objects reports)."""
+    if logit >= 0:
+        return 1.0 / (1.0 + math.exp(-logit))
+    e = math.exp(logit)
+    return e / (1.0 + e)
 
 
 def interfaces() -> SimpleNamespace:

@@ -213,8 +213,8 @@ class NodeOptions:
         'box IoU with an object (same class) for a detection to be that object; unmatched '
         'detections start objects'))
     detection_drift_iou: float = knob(0.5, kind='float', runtime=True, doc=(
-        "a matched object below this IoU (or occluded/lost) is re-prompted with the detection's "
-        'box'))
+        'a matched object a detection started, below this IoU (or occluded/lost), is '
+        "re-prompted with the detection's box"))
     detection_max_age_frames: int = knob(15, kind='int', runtime=True, doc=(
         'detections stamped more processed frames back are rejected'))
 

@@ -167,7 +167,7 @@ class TrackingWorker:
     def refuse(self, what: str, why: str) -> None:
         """One style for every refused prompt, counted in ``prompt_errors`` and reported:
         'rejected <what>: <why>' (any thread: the node's callbacks refuse a full queue)."""
-        self.counters.prompt_errors += 1
+        self.counters.add_prompt_errors()
         self.errors.report(f'rejected {what}: {why}')
 
     # ------------------------------------------------------------------ main loop
@@ -286,14 +286,17 @@ class TrackingWorker:
                 self.detections.forget_objects([prompt.obj_id])
             elif now and self.defer_corrections and prompt.obj_id in self.tracker.object_ids:
                 self.tracker.defer_prompt(prompt)   # the next frame's result shows it
+                self.detections.note_prompt(prompt.obj_id)
             elif now:
                 # a new object is on that frame now: detections of it (and its class '')
                 # must see it before the next frame
                 res = self.tracker.add_prompt(prompt)
+                self.detections.note_prompt(prompt.obj_id)
                 self.detections.remember(self.last_stamp_ns, res)
                 self._emit_again(res)
             else:
                 self.tracker.queue_prompt(prompt)
+                self.detections.note_prompt(prompt.obj_id, next_frame=True)
         except TrackerError as exc:
             self.refuse(held.what, f'{type(exc).__name__}: {exc}')
 

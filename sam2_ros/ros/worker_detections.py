@@ -44,6 +44,10 @@ class DetectionPrompts:
         # per object: the processed count of the first frame that showed it (removed objects
         # forgotten), so an id removed and started again is a new object for older frames
         self._born: Dict[int, int] = {}
+        # per object: the processed count of the frame its latest prompt (a user's or a
+        # detection's) is on: a detection of that frame or an older one is older news
+        self._prompted: Dict[int, int] = {}
+        self._skipped = 0               # detections skipped (max_objects) by the last message
         # every key present from the start: diagnostics read it from the executor thread
         self.counts: Dict[str, int] = dict.fromkeys(COUNT_KEYS, 0)
 
@@ -65,13 +69,19 @@ class DetectionPrompts:
     def forget_objects(self, obj_ids: Optional[Iterable[int]] = None) -> None:
         """Objects removed (``obj_ids``) or reset (None): their class and boxes are not a new
         object's with the same id, which starts with class '' (a prompt's or a click's)."""
-        ids = list(self._born) if obj_ids is None else list(obj_ids)
+        ids = list(self._born) + list(self._prompted) if obj_ids is None else list(obj_ids)
         for obj_id in ids:
             self._born.pop(obj_id, None)
+            self._prompted.pop(obj_id, None)
         self.association.forget(None if obj_ids is None else ids)
 
+    def note_prompt(self, obj_id: int, next_frame: bool = False) -> None:
+        """A prompt of ``obj_id`` on the latest processed frame (``next_frame``: on the frame
+        about to be tracked): detections of frames up to it do not re-prompt the object."""
+        self._prompted[obj_id] = self.counters.processed + (1 if next_frame else 0)
+
     def reject(self, item: PromptItem, why: str) -> None:
-        self.counters.prompt_errors += 1
+        self.counters.add_prompt_errors()
         self.counts['rejected'] += 1
         self.errors.report(f'rejected detections (stamp {item.stamp_ns} ns): {why}')
 
@@ -97,25 +107,36 @@ class DetectionPrompts:
             return None
         dets, errors = det.validate_all(raws, width, height)
         for e in errors:
-            self.counters.prompt_errors += 1
+            self.counters.add_prompt_errors()
             self.counts['rejected'] += 1
             self.errors.report(f'rejected {e} (stamp {item.stamp_ns} ns)')
         late = f', applied {age} frames later' if age else ''
         # the frame's objects that exist now, and the objects started after that frame
         now = set(self.tracker.object_ids)
         on_frame = [t for t in tracked
-                    if t.obj_id in now and self._born.get(t.obj_id, index + 1) <= index]
+                    if t.obj_id in now and self._born.get(t.obj_id, index + 1) <= index
+                    and self._prompted.get(t.obj_id, -1) < index]
         later = sorted(now - {t.obj_id for t in on_frame})
         held = list(self.held_prompts())
         used = click_ids.ids_in_use(self.tracker, [p.obj_id for p in held])
         # every prompt of an object about to start (a box, then a click on it: either matches)
         pending = [pending_of(p) for p in [*held, *self.tracker.starting_prompts]
                    if p.obj_id not in now]
-        res = None
+        res, skipped = None, self.counts[det.SKIPPED]
         for d in self.association.plan(dets, on_frame, rules, used, later, pending):
             prompted = self._apply(d, late)
             res = prompted if prompted is not None else res
+        self._report_skipped(self.counts[det.SKIPPED] - skipped, rules.max_objects)
         return res
+
+    def _report_skipped(self, n: int, max_objects: int) -> None:
+        """Detections not started for max_objects: counted (diagnostics), and logged once when
+        that begins or its number changes, not per detection and message: a busy scene is no
+        error."""
+        if n != self._skipped and n:
+            self.host.log('warn', f'{n} detection(s) of this message not started: max_objects '
+                                  f'{max_objects} reached (counted in diagnostics)')
+        self._skipped = n
 
     def _apply(self, d: det.Decision, late: str) -> Optional[FrameResult]:
         """One decision of the association plan; the tracker's result when it prompted.
@@ -127,22 +148,20 @@ class DetectionPrompts:
             self.counts[d.kind] += 1
             if d.kind == det.IGNORE:
                 self.association.matched(d)
-            elif d.kind == det.SKIPPED:
-                self.errors.report(f'{label} not started: {d.reason}', level='warn')
             return None
         try:
             res = self.tracker.add_prompt(Prompt(obj_id=d.obj_id, box=d.detection.box))
-        except CapacityError as exc:     # max_objects by the tracker's count: a planned skip
+        except CapacityError:            # max_objects by the tracker's count: a planned skip
             self.counts[det.SKIPPED] += 1
-            self.errors.report(f'{label} not started: {exc}', level='warn')
             return None
         except TrackerError as exc:
-            self.counters.prompt_errors += 1
+            self.counters.add_prompt_errors()
             self.counts['rejected'] += 1
             self.errors.report(f'rejected {label}: {type(exc).__name__}: {exc}')
             return None
         self.counts[d.kind] += 1
         self.association.prompted(d)
+        self.note_prompt(d.obj_id)
         self.host.log('info', f'{label} ' + (f'starts object {d.obj_id}' if d.kind == det.NEW
                                              else f're-prompts object {d.obj_id}: {d.reason}')
                       + late)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, List, Optional, Protocol, Tuple
 
 from sam2_ros.engine.frame_in import Frame
@@ -47,6 +47,12 @@ class WorkerCounters:
     prompt_errors: int = 0
     consecutive_failures: int = 0
     objects: int = 0            # objects in the last published result
+    # prompt errors are counted by the worker and by the executor's callbacks (a full queue)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_prompt_errors(self, n: int = 1) -> None:
+        with self.lock:
+            self.prompt_errors += n
 
 
 @dataclass

@@ -346,3 +346,33 @@ rclpy.shutdown()
     assert 'detections' not in out.split('SUBS', 1)[1].splitlines()[0]
     assert 'DIAG off (no vision_msgs)' in out
     assert 'detections/objects: off (no vision_msgs)' in out
+
+
+def test_a_users_object_is_not_re_prompted_by_a_detection_of_another_class():
+    """An object a prompt started has no class: a detection overlapping it (any class) is
+    that object, left alone, never a re-prompt that makes it the detector's."""
+    a = Association()
+    rules = Rules(match_iou=0.3, drift_iou=0.5)
+    mine = [Tracked(1, (40, 40, 80, 80), TRACKING)]      # a user's box prompt started it
+    a.observe(mine)
+    out = a.plan([d(30, 30, 90, 100, 'hand')], mine, rules)          # IoU 0.38 < drift
+    assert kinds(out) == [(IGNORE, 1)]
+    assert out[0].reason == "a prompt started it: the user's object"
+    assert a.class_of(1) == ''
+    lost = [Tracked(1, None, LOST)]                                   # nor when it is lost
+    assert kinds(a.plan([d(40, 40, 80, 80, 'hand')], lost, rules)) == [(IGNORE, 1)]
+
+
+def test_a_second_box_on_an_object_another_detection_took_is_a_duplicate():
+    """A detector reporting one object twice: the better box matches it, the other is a
+    duplicate of that object, not a second object on the same instrument."""
+    a = Association()
+    rules = Rules(match_iou=0.3, drift_iou=0.5)
+    (first,) = a.plan([d(0, 0, 20, 20, 'tool')], [], rules)
+    a.prompted(first)
+    tracked = [Tracked(1, (0, 0, 20, 20), TRACKING)]
+    a.observe(tracked)
+    out = a.plan([d(0, 0, 20, 20, 'tool', index=0), d(2, 0, 22, 18, 'tool', 0.8, index=1),
+                  d(60, 60, 80, 80, 'tool', index=2)], tracked, rules)
+    assert kinds(out) == [(IGNORE, 1), (FILTERED, 0), (NEW, 2)]
+    assert out[1].reason == 'duplicate of object 1'

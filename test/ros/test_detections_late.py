@@ -3,13 +3,15 @@ tracker starts each object once (its detections of the frames after the one that
 object are that object), and detections stamped far ahead are refused instead of filling the
 hold. A fake tracker over a scripted world, no DDS, no model."""
 
+import dataclasses
+
 import numpy as np
 
 from sam2_ros.engine.errors import CapacityError, UnknownObjectError
-from sam2_ros.engine.types import TRACKING, FrameResult, ObjectResult
+from sam2_ros.engine.types import TRACKING, FrameResult, ObjectResult, Prompt
 from sam2_ros.ros import hold
-from sam2_ros.ros.detections import (IGNORE, NEW, Association, Detection, RawDetection, Rules,
-                                     Tracked)
+from sam2_ros.ros.detections import (CORRECT, IGNORE, NEW, Association, Detection,
+                                     RawDetection, Rules, Tracked)
 from sam2_ros.ros.inputs import ACTION_ADD, ACTION_REMOVE
 from sam2_ros.ros.worker import FrameItem, Mailbox, PromptItem, TrackingWorker
 
@@ -157,9 +159,9 @@ def test_a_late_detection_matches_an_object_started_after_its_frame():
     out = a.plan([Detection((23, 28, 47, 52), 'a', index=0),
                   Detection((101, 60, 125, 84), 'b', index=1),
                   Detection((60, 0, 80, 20), 'a', index=2)], [], rules, later=[1, 2])
+    later = 'started or prompted after its frame'
     assert [(x.kind, x.obj_id, x.reason) for x in out] == [
-        (IGNORE, 1, 'started after its frame'), (IGNORE, 2, 'started after its frame'),
-        (NEW, 3, 'unmatched')]
+        (IGNORE, 1, later), (IGNORE, 2, later), (NEW, 3, 'unmatched')]
 
 
 def test_an_id_removed_and_started_again_is_a_new_object_for_older_frames():
@@ -207,3 +209,57 @@ def test_detections_held_before_the_first_frame_are_refused_when_it_is_far_behin
     assert w.waiting_prompts == 0 and tr.objs == {1: 0}
     assert w.detection_counts['rejected'] == 1 and w.counters.prompt_errors == 1
     assert any('more than 10 s ahead' in e for p in published for e in p.errors)
+
+
+class DriftingTracker(WorldTracker):
+    """WorldTracker whose masks drift 12 px right from frame ``at`` on, for every object a
+    prompt has not re-anchored since."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+        self.anchored = set()
+
+    def result(self):
+        res = super().result()
+        if self.frame < self.at:
+            return res
+        objs = [o if o.obj_id in self.anchored else dataclasses.replace(
+            o, box=(o.box[0] + 12, o.box[1], o.box[2] + 12, o.box[3])) for o in res.objects]
+        return FrameResult(res.frame_index, H, W, objs)
+
+    def add_prompt(self, p):
+        if p.obj_id in self.objs:
+            self.anchored.add(p.obj_id)
+        return super().add_prompt(p)
+
+    def defer_prompt(self, p):
+        self.anchored.add(p.obj_id)
+        super().defer_prompt(p)
+
+
+def test_a_lagging_detector_corrects_a_drifted_object_once():
+    """A detector 4 frames behind: its detections of the frames tracked before its first
+    correction took effect still show the drift; they are older news, not 3 more
+    corrections with boxes 4 frames old."""
+    w, tr, _, logs = make(tracker=DriftingTracker(at=5))
+    for i in range(14):
+        frame(w, i)
+        if i >= 4:
+            detect(w, stamp(i - 4), moving_discs(i - 4)[:1])
+    assert w.detection_counts[NEW] == 1 and w.detection_counts[CORRECT] == 1
+    assert sum('re-prompts object 1' in t for _, t in logs) == 1
+
+
+def test_a_late_detection_does_not_undo_a_users_correction():
+    """The user corrects the detector's object on the latest frame; detections of the frames
+    before it (still showing the drift) leave the object alone."""
+    w, tr, _, logs = make(tracker=DriftingTracker(at=0))
+    frame(w, 0)
+    detect(w, stamp(0), moving_discs(0)[:1])                        # starts object 1
+    for i in range(1, 6):
+        frame(w, i)
+    prompt(w, stamp(5), ACTION_ADD, Prompt(1, box=moving_discs(5)[0]))   # deferred correction
+    for i in range(1, 6):                                           # the detector catches up
+        detect(w, stamp(i), moving_discs(i)[:1])
+    assert w.detection_counts[CORRECT] == 0 and not any('re-prompts' in t for _, t in logs)
