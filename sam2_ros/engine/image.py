@@ -46,6 +46,8 @@ from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.types import OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
 
 log = logging.getLogger(__name__)
+# output pixels upsampled at once (masks and their stats, about 5 bytes each on the device)
+MASK_CHUNK_PIXELS = 1 << 28
 
 
 @dataclass
@@ -181,13 +183,22 @@ class ImageSegmenter:
         ``image_prompts.mask_logits``); points and boxes as ``predict``. With
         multimask_output, each prompt's mask of highest predicted IoU.
 
+        No prompts: an empty result and nothing encoded (an image set before stays set).
+
         Raises:
-            FrameError / PromptError: bad frame or prompt (checked first; nothing changed).
-            StepError: the computation failed (no image is set afterwards).
+            FrameError / PromptError: bad frame or prompt, or more than
+                ``image_prompts.MAX_PROMPTS`` prompts (checked first; nothing changed).
+            StepError: the computation failed: in the encoder (no image is set afterwards)
+                or after it (this image stays set).
         """
         t0 = time.perf_counter()
         h, w = frame_in.frame_size(frame)
         groups = image_prompts.group(prompts, h, w, self.size, self.device)
+        if not groups:
+            return ImageResult(h, w, np.zeros((0, h, w), bool), np.zeros(0), np.zeros(0),
+                               np.zeros((0, 7)), torch.zeros(0, 1, self.size // 4,
+                                                             self.size // 4, device=self.device),
+                               'eager', (time.perf_counter() - t0) * 1e3)   # as frame_mode([])
         self._encode(frame, (h, w))
         modes = {self.encoded_by}
         parts, order = [], []
@@ -201,20 +212,33 @@ class ImageSegmenter:
         except Exception as exc:  # noqa: BLE001 - report it; the image stays set
             raise StepError(f'image decoding failed: {exc!r}') from exc
         mode = modes.pop() if len(modes) == 1 else 'mixed'
-        if not parts:
-            return ImageResult(h, w, np.zeros((0, h, w), bool), np.zeros(0), np.zeros(0),
-                               np.zeros((0, 7)), torch.zeros(0, 1, self.size // 4,
-                                                             self.size // 4), mode)
-        best = cat_predictions(parts)
-        if order != sorted(order):
-            inv = torch.tensor(np.argsort(order), device=self.device)
-            best = Prediction(*(t.index_select(0, inv) for t in (
-                best.low_res_logits, best.iou, best.object_score)))
-        masks, stats = masks_out.on_device(best.low_res_logits, h, w)
-        cols = torch.cat([stats, best.iou.double(), best.object_score.double()], 1).cpu().numpy()
-        return ImageResult(h, w, masks.cpu().numpy(), cols[:, 7], cols[:, 8], cols[:, :7],
+        try:
+            best = cat_predictions(parts)
+            if order != sorted(order):
+                inv = torch.tensor(np.argsort(order), device=self.device)
+                best = Prediction(*(t.index_select(0, inv) for t in (
+                    best.low_res_logits, best.iou, best.object_score)))
+            masks, cols = self._masks(best, h, w)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory; the image stays set
+            raise StepError(f'image mask upsampling failed: {exc!r}') from exc
+        return ImageResult(h, w, masks, cols[:, 7], cols[:, 8], cols[:, :7],
                            best.low_res_logits.float(), mode,
                            (time.perf_counter() - t0) * 1e3)
+
+    @staticmethod
+    def _masks(best: Prediction, h: int, w: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Masks [N, H, W] bool and columns [N, 9] (box, area, centroid, IoU, object score)
+        on the host, upsampled ``MASK_CHUNK_PIXELS`` output pixels at a time: many prompts
+        on a large image stay within device memory. Rows are independent: chunks change
+        nothing."""
+        step = max(1, MASK_CHUNK_PIXELS // (h * w))
+        masks, cols = [], []
+        for i in range(0, best.low_res_logits.shape[0], step):
+            m, stats = masks_out.on_device(best.low_res_logits[i:i + step], h, w)
+            masks.append(m.cpu().numpy())
+            cols.append(torch.cat([stats, best.iou[i:i + step].double(),
+                                   best.object_score[i:i + step].double()], 1).cpu().numpy())
+        return np.concatenate(masks), np.concatenate(cols)
 
     # ---- internals -------------------------------------------------------------------
     def _encode(self, frame: frame_in.Frame, hw: Tuple[int, int]) -> None:

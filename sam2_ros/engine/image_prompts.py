@@ -26,6 +26,9 @@ from sam2_ros.engine.types import Prompt
 
 # sam2's mapping of a binary mask to mask logits (SAM2Base._use_mask_as_output).
 MASK_SCALE, MASK_BIAS = 20.0, -10.0
+# Prompts of one image: each is a mask at source resolution on the host, so more would be
+# memory, not segmentation (sam2's predictor sets no bound; an unbounded request is a DoS).
+MAX_PROMPTS = 256
 
 
 @dataclass
@@ -71,7 +74,10 @@ def group(prompts: Sequence[Prompt], h: int, w: int, size: int,
           device: torch.device) -> List[Tuple[List[int], PromptBatch]]:
     """Validated prompts grouped by shape, in order of first appearance: (their indices in
     ``prompts``, their batch). A ``Prompt.mask`` (source resolution) becomes a mask input
-    (``mask_logits``) without points. Raises PromptError naming the first bad prompt."""
+    (``mask_logits``) without points. Raises PromptError naming the first bad prompt, or for
+    more than ``MAX_PROMPTS``."""
+    if len(prompts) > MAX_PROMPTS:
+        raise PromptError(f'at most {MAX_PROMPTS} prompts per image, got {len(prompts)}')
     rows: List[Tuple[int, Optional[dict], Optional[Prompt]]] = []
     for i, p in enumerate(prompts):
         try:
@@ -104,11 +110,13 @@ def from_arrays(point_coords, point_labels, box, mask_input, h: int, w: int, siz
                 device: torch.device) -> PromptBatch:
     """``SAM2ImagePredictor.predict``'s arguments (source pixels) -> one batch.
 
-    point_coords [N, P, 2] or [P, 2], point_labels [N, P] or [P], box [N, 4] or [4],
-    mask_input [N, 1, S/4, S/4] or [1, S/4, S/4] logits; any may be None, not all."""
+    point_coords [N, P, 2] or [P, 2], point_labels [N, P] or [P], box [N, 4], [4] or
+    [N, 2, 2], mask_input [N, 1, S/4, S/4] or [1, S/4, S/4] logits; any may be None, not all;
+    at most ``MAX_PROMPTS`` prompts."""
     pts = None if point_coords is None else _array(point_coords, 'point_coords', 3, 2)
     lab = None if point_labels is None else _array(point_labels, 'point_labels', 2, None)
-    bx = None if box is None else _array(box, 'box', 2, 4)
+    # [N, 2, 2] corner pairs too, as the predictor reshapes boxes to (-1, 2, 2)
+    bx = None if box is None else _array(_boxes(box), 'box', 2, 4)
     if (pts is None) != (lab is None):
         raise PromptError('point_coords and point_labels go together')
     m = None
@@ -127,6 +135,8 @@ def from_arrays(point_coords, point_labels, box, mask_input, h: int, w: int, siz
     if len(sizes) > 1:
         raise PromptError(f'prompt counts differ between the arguments: {sorted(sizes)}')
     n = sizes.pop()
+    if n > MAX_PROMPTS:
+        raise PromptError(f'at most {MAX_PROMPTS} prompts per image, got {n}')
     if pts is None and bx is None:
         return PromptBatch(None, None, m.to(device))
     coords, labels = [], []
@@ -141,6 +151,12 @@ def from_arrays(point_coords, point_labels, box, mask_input, h: int, w: int, siz
         labels.append(t['point_labels'])
     return PromptBatch(torch.cat(coords).to(device), torch.cat(labels).to(device),
                        None if m is None else m.to(device))
+
+
+def _boxes(box):
+    """Boxes given as [N, 2, 2] corner pairs -> [N, 4]; anything else as it is."""
+    shape = tuple(box.shape) if hasattr(box, 'shape') else np.shape(box)
+    return box.reshape(-1, 4) if len(shape) == 3 and shape[1:] == (2, 2) else box
 
 
 def _array(a, name: str, ndim: int, last: Optional[int]) -> np.ndarray:

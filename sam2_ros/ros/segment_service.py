@@ -77,9 +77,14 @@ class SegmentJob:
 # ---- the request, on the worker thread ------------------------------------------------------
 def request_image(request: Any, bridge: Any, max_pixels: int) -> np.ndarray:
     """The request's image as [H, W, 3] uint8 RGB: ``image`` if it has pixels, else
-    ``compressed_image``. Raises FrameError."""
+    ``compressed_image``; either of at most ``max_pixels`` (a raw image checked before any
+    conversion: a huge mono8 image would be converted and copied first). Raises FrameError."""
     if request.image.width or request.image.height:
-        return images.image_to_rgb(request.image, bridge)
+        raw = request.image
+        if int(raw.width) * int(raw.height) > max_pixels:
+            raise FrameError(f'image of {raw.width}x{raw.height} is larger than '
+                             f'max_image_pixels {max_pixels}: not converted')
+        return images.image_to_rgb(raw, bridge)
     if len(request.compressed_image.data):
         return images.compressed_to_rgb(request.compressed_image, max_pixels)
     raise FrameError('no image: set image (sensor_msgs/Image) or compressed_image')

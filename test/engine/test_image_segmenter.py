@@ -261,3 +261,62 @@ def test_a_box_and_two_clicks_are_two_shapes_each_equal_to_the_predictor(pair):
                                    point_labels=np.array([1, 0])))):
         _, _, low = pred.predict(multimask_output=False, **args)
         assert torch.equal(torch.as_tensor(low)[0], res.low_res_logits[i, 0].clamp(-32, 32))
+
+
+def test_no_prompts_encode_nothing_and_the_set_image_stays(pair):
+    """An image without prompts (most images of a folder in the CLI) is an empty result
+    with no encoder run; the image set before stays set for predict()."""
+    _, seg = pair
+    img = smooth_image(H, W, seed=5)
+    seg.set_image(img)
+    feats, images = seg.features, seg.stats['images']
+    res = seg.segment(smooth_image(70, 80, seed=6), [])
+    assert res.masks.shape == (0, 70, 80) and res.low_res_logits.shape == (0, 1, S // 4, S // 4)
+    assert seg.stats['images'] == images and seg.features is feats
+
+
+def test_too_many_prompts_are_refused_before_anything_runs(pair):
+    _, seg = pair
+    n = image_prompts.MAX_PROMPTS + 1
+    images = seg.stats['images']
+    with pytest.raises(PromptError, match=f'at most {n - 1} prompts per image, got {n}'):
+        seg.segment(smooth_image(H, W, seed=5), [Prompt(1, box=(5, 5, 50, 50))] * n)
+    assert seg.stats['images'] == images
+    seg.set_image(smooth_image(H, W, seed=5))
+    with pytest.raises(PromptError, match='at most'):
+        seg.predict(box=np.tile(np.array([[5, 5, 50, 50]]), (n, 1)))
+
+
+def test_masks_upsampled_in_chunks_equal_all_at_once_and_failures_are_step_errors(
+        pair, monkeypatch):
+    """Many prompts on a large image are upsampled a few at a time (bounded memory), with
+    the same masks and stats; a failure there (e.g. out of memory) is a StepError, not a raw
+    exception."""
+    from sam2_ros.engine import image as image_mod
+    from sam2_ros.engine.errors import StepError
+
+    _, seg = pair
+    img = smooth_image(H, W, seed=5)
+    prompts = [Prompt(i + 1, box=(5 + 3 * i, 5, 50 + 3 * i, 60)) for i in range(5)]
+    whole = seg.segment(img, prompts)
+    monkeypatch.setattr(image_mod, 'MASK_CHUNK_PIXELS', 2 * H * W)       # 2 masks a chunk
+    chunked = seg.segment(img, prompts)
+    np.testing.assert_array_equal(chunked.masks, whole.masks)
+    np.testing.assert_array_equal(chunked.stats, whole.stats)
+    np.testing.assert_array_equal(chunked.iou, whole.iou)
+
+    def fail(*a, **k):
+        raise RuntimeError('CUDA out of memory (simulated)')
+    monkeypatch.setattr(image_mod.masks_out, 'on_device', fail)
+    with pytest.raises(StepError, match='out of memory'):
+        seg.segment(img, prompts)
+
+
+def test_boxes_as_corner_pairs_are_the_predictors_boxes(pair):
+    """SAM2ImagePredictor.predict reshapes boxes to (-1, 2, 2): [N, 2, 2] is [N, 4]."""
+    _, seg = pair
+    seg.set_image(smooth_image(H, W, seed=5))
+    flat = seg.predict(box=np.array([[5, 5, 50, 60], [20, 10, 90, 80]]))
+    pairs = seg.predict(box=np.array([[[5, 5], [50, 60]], [[20, 10], [90, 80]]]))
+    for name in ('low_res_logits', 'iou', 'object_score'):
+        assert torch.equal(getattr(flat, name), getattr(pairs, name)), name

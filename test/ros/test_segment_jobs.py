@@ -119,7 +119,8 @@ def test_fill_a_good_request(bridge):
     ('no image', 'bad image: no image'), ('short data', 'bad image: image data has'),
     ('remove', 'bad prompt: prompt 0 (object 4): action must be ACTION_ADD'),
     ('labels', 'bad prompt: prompt 1 (object 6): 2 labels for 1 points'),
-    ('step', 'StepError: kaput')])
+    ('step', 'StepError: kaput'),
+    ('huge', 'bad image: image of 30x20 is larger than max_image_pixels 599: not converted')])
 def test_fill_a_bad_request_says_why(bridge, case, start):
     seg = FakeSegmenter(StepError('kaput') if case == 'step' else None)
     prompts = [prompt_msg(4, box=(1, 1, 9, 9), action=1 if case == 'remove' else 0),
@@ -127,6 +128,6 @@ def test_fill_a_bad_request_says_why(bridge, case, start):
     req, res = _request(prompts, image=case != 'no image')
     if case == 'short data':
         req.image.data = req.image.data[:100]
-    ss.fill(res, FakeTracker(seg), req, bridge, 10 ** 6)
+    ss.fill(res, FakeTracker(seg), req, bridge, 599 if case == 'huge' else 10 ** 6)
     assert not res.success and res.message.startswith(start), res.message
     assert len(res.masks) == 0 and len(seg.calls) == (case == 'step')
