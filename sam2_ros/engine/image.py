@@ -60,7 +60,9 @@ class ImageResult:
     iou: np.ndarray                  # [N] predicted IoU of each mask
     object_score: np.ndarray         # [N] object score logits
     stats: np.ndarray                # [N, 7] area, x0, y0, x1, y1, cx, cy (masks_out)
-    low_res_logits: torch.Tensor     # [N, 1, S/4, S/4] fp32 logits of the masks (device)
+    # [N, 1, S/4, S/4] fp32 logits of the masks (device), not clamped: as a mask input for a
+    # refinement, clamp to +-32 first, as sam2's predict() returns them
+    low_res_logits: torch.Tensor
     mode: str = 'eager'              # 'graph': encoder and every decoder call replayed
     engine_ms: float = 0.0
 
