@@ -6,8 +6,10 @@
 player:=ros2bag runs `ros2 bag play --clock` (needs rosbag2) after `start_delay` seconds, the
 time the node needs to load the model; player:=sam2_ros runs our rosbag2-free player
 (sam2_ros.ros.replay), which waits for the node's subscriptions instead, and for the
-subscribers named in wait_for (e.g. a recorder's); player:=auto (the default) takes ros2bag
-when rosbag2 is installed and wait_for is empty, else ours. The node runs with use_sim_time,
+subscribers named in wait_for (e.g. a recorder's), and plays in order (each message
+acknowledged before the next: a prompt never overtakes its frame); player:=auto (the default)
+takes ours: a fixed start delay loses the first frames when the model loads slower. The node
+runs with use_sim_time,
 process_every_frame (no frame dropped, deterministic results) and corrections_on_next_frame
 false (a prompt played just after its frame is applied to it, the frame re-published). The
 tracker arguments are those of tracker.launch.py (`--show-args`). A bag path that does not
@@ -36,8 +38,8 @@ def _setup(context, *args, **kwargs):
     player = arg('player')
     wait_for = [t.strip() for t in arg('wait_for').split(',') if t.strip()]
     has_rosbag2 = common.package_installed('ros2bag')
-    if player == 'auto':   # only our player can wait for subscribers
-        player = 'ros2bag' if has_rosbag2 and not wait_for else 'sam2_ros'
+    if player == 'auto':   # only ours waits for the node and plays in order: reproducible
+        player = 'sam2_ros'
     elif player == 'ros2bag' and wait_for:
         raise RuntimeError('wait_for needs player:=sam2_ros (ros2 bag play starts after '
                            'start_delay instead); nothing was started')
@@ -65,7 +67,7 @@ def _setup(context, *args, **kwargs):
 
         process = play = Node(package='sam2_ros', executable='bag_replay',
                               name='sam2_bag_replay', output='screen',
-                              arguments=[bag, '--rate', rate, '--wait-node',
+                              arguments=[bag, '--rate', rate, '--in-order', '--wait-node',
                                          f'/{common.NODE_NAME}', '--wait-timeout', '300'] +
                               [a for t in wait_for for a in ('--wait-topic', t)])
     # a bag the player cannot read (or a node it waited for in vain) ends the launch too
@@ -84,8 +86,9 @@ def generate_launch_description():
         DeclareLaunchArgument('rate', default_value='1.0', description='playback speed'),
         DeclareLaunchArgument('player', default_value='auto',
                               choices=['auto', 'ros2bag', 'sam2_ros'],
-                              description='ros2bag (ros2 bag play), sam2_ros (bag_replay), '
-                                          'auto: ros2bag when installed, else sam2_ros'),
+                              description='ros2bag (ros2 bag play after start_delay), '
+                                          'sam2_ros (bag_replay: waits for the node, in '
+                                          'order), auto: sam2_ros'),
         DeclareLaunchArgument('start_delay', default_value='15.0',
                               description='seconds before ros2 bag play starts'),
         DeclareLaunchArgument('wait_for', default_value='',

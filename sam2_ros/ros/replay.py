@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CLOCK_HZ = 40.0  # /clock updates while waiting between messages (as rosbag2's default)
 ACK_TIMEOUT_S = 10.0   # --in-order: longest wait for one message's acknowledgements
+IMAGE_TYPES = ('sensor_msgs/msg/Image', 'sensor_msgs/msg/CompressedImage')
 
 
 def msg_dir() -> Path:
@@ -118,14 +119,32 @@ class BagPlayer:
         self.reader = Reader(bag)
         self.reader.open()
         conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
-        if not conns:
-            raise ValueError(f'no messages to play in {bag} (topics: {topics})')
-        self.connections = conns
+        missing = sorted(set(topics or ()) - {c.topic for c in self.reader.connections})
+        if missing:
+            raise ValueError(f'{bag} has no topic {missing}; it has '
+                             f'{sorted({c.topic for c in self.reader.connections})}')
         qos = QoSProfile(depth=qos_depth, reliability=ReliabilityPolicy.RELIABLE)
         self.pubs: Dict[str, Any] = {}
+        self.connections = []
         for c in conns:
+            if clock and c.topic == '/clock':      # ours is published: two clocks would jump
+                node.get_logger().warning('not replaying the bag\'s /clock: the player '
+                                          'publishes /clock (--no-clock plays the bag\'s)')
+                continue
+            try:
+                cls = message_class(c.msgtype)
+            except Exception as exc:  # noqa: BLE001 - a vendor type not installed here
+                node.get_logger().warning(f'not replaying {c.topic}: its type {c.msgtype} is '
+                                          f'not importable ({exc})')
+                continue
+            self.connections.append(c)
             if c.topic not in self.pubs:
-                self.pubs[c.topic] = node.create_publisher(message_class(c.msgtype), c.topic, qos)
+                self.pubs[c.topic] = node.create_publisher(cls, c.topic, qos)
+        if not self.connections:
+            raise ValueError(f'no messages to play in {bag} (topics: {topics})')
+        # the topics a tracker node must take for the replay to mean anything
+        self.image_topics = sorted({c.topic for c in self.connections
+                                    if c.msgtype in IMAGE_TYPES})
         self.clock_pub = None
         if clock:
             from rosgraph_msgs.msg import Clock
@@ -166,7 +185,11 @@ class BagPlayer:
             except Exception:  # noqa: BLE001 - rclpy's NodeNameNonExistentError: not up yet
                 subs = set()
             taken = sorted(t for t in self.pubs if t in subs)
-            if taken and all(self.pubs[t].get_subscription_count() >= 1 for t in taken):
+            # a node that takes none of the bag's images (image_topic or input_type not the
+            # bag's) would see no frame: not ready, whatever else it takes
+            images_taken = not self.image_topics or set(taken) & set(self.image_topics)
+            if taken and images_taken and \
+                    all(self.pubs[t].get_subscription_count() >= 1 for t in taken):
                 if ready is not None and ready[0] == taken and \
                         time.monotonic() - ready[1] >= settle:
                     return ''
@@ -175,6 +198,10 @@ class BagPlayer:
             else:
                 ready = None
             if time.monotonic() > end:
+                if taken and not images_taken:
+                    return (f'{name} subscribes to {taken} but to none of the bag\'s image '
+                            f'topics {self.image_topics}: set image_topic (and input_type: '
+                            f'compressed for a CompressedImage topic) to one of them')
                 return (f'{name} subscribes to none of the replayed topics {sorted(self.pubs)}'
                         if not taken else f'{name} subscribes to {taken}, not all matched')
             time.sleep(0.05)

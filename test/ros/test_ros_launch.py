@@ -149,13 +149,16 @@ def test_replay_wait_for_reaches_our_player(tmp_path):
     player = [c for c in cmds if bag in c]
     assert len(player) == 1, cmds
     tail = player[0][player[0].index(bag):]
-    # the player waits for the tracker's own subscriptions, not for every topic of the bag
-    assert tail[:10] == [bag, '--rate', '1.0', '--wait-node', '/sam2_tracker',
+    # the player waits for the tracker's own subscriptions, not for every topic of the bag,
+    # and plays in order (a prompt never overtakes its frame)
+    assert tail[:11] == [bag, '--rate', '1.0', '--in-order', '--wait-node', '/sam2_tracker',
                          '--wait-timeout', '300', '--wait-topic', '/clock:2', '--wait-topic'], \
         tail
-    assert tail[10] == '/camera/image_raw:2', tail
+    assert tail[11] == '/camera/image_raw:2', tail
     plain = [c for c in _replay_setup(bag=bag, player='sam2_ros') if bag in c]
     assert '--wait-topic' not in plain[0]
+    # player:=auto is ours whatever is installed: it waits for the node, a timer does not
+    assert [c for c in _replay_setup(bag=bag) if bag in c] == plain
     with pytest.raises(RuntimeError, match='wait_for needs player:=sam2_ros'):
         _replay_setup(bag=bag, player='ros2bag', wait_for='/clock:2')
 

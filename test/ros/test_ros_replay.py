@@ -179,3 +179,57 @@ def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, monkeypatch
         ['/camera/image_raw'] * (N - 2)
     assert waits == (want if in_order else [])
     assert player.unacked == 0
+
+
+def test_a_vendor_type_and_a_recorded_clock_are_skipped_and_a_node_without_the_images_waits(
+        tmp_path):
+    """A robot's bag carries types not installed here and a simulator's /clock: those topics
+    are not replayed (a warning each), the rest is. A topic asked for that the bag lacks is
+    named. A node that takes the prompts but none of the bag's images (image_topic or
+    input_type not the bag's) is not ready: the reason says which topics the bag has."""
+    import rclpy
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import get_types_from_msg
+
+    from sam2_ros.ros.replay import BagPlayer, project_typestore
+
+    require_messages()
+    ts = project_typestore()
+    ts.register(get_types_from_msg('int32 x', 'foo_msgs/msg/Bar'))
+    bag = tmp_path / 'vendor'
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        img = w.add_connection('/camera/image_raw', 'sensor_msgs/msg/Image', typestore=ts)
+        pr = w.add_connection(PROMPT_TOPIC, 'sam2_ros/msg/Prompt', typestore=ts)
+        bar = w.add_connection('/arm/state', 'foo_msgs/msg/Bar', typestore=ts)
+        clk = w.add_connection('/clock', 'rosgraph_msgs/msg/Clock', typestore=ts)
+        Bar, Clock = ts.types['foo_msgs/msg/Bar'], ts.types['rosgraph_msgs/msg/Clock']
+        w.write(pr, 1, serialize_message(prompt_msg(1, stamp(0), box=BOX1)))
+        w.write(bar, 2, bytes(ts.serialize_cdr(Bar(x=1), 'foo_msgs/msg/Bar')))
+        w.write(clk, 3, bytes(ts.serialize_cdr(Clock(clock=ts.types[
+            'builtin_interfaces/msg/Time'](sec=0, nanosec=3)), 'rosgraph_msgs/msg/Clock')))
+        w.write(img, 4, serialize_message(image_msg(frames(1, seed=11)[0], stamp(0))))
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    node = rclpy.create_node('vendor_bag_test', context=ctx)
+    warnings = []
+    try:
+        node.get_logger().warning = warnings.append
+        player = BagPlayer(node, str(bag), rate=50.0)
+        assert sorted(player.pubs) == ['/camera/image_raw', PROMPT_TOPIC]
+        assert player.image_topics == ['/camera/image_raw']
+        assert any('/arm/state' in t and 'foo_msgs/msg/Bar' in t for t in warnings), warnings
+        assert any("bag's /clock" in t for t in warnings), warnings
+        # the node subscribes to the prompts only: not ready, and the reason says why
+        node.get_subscriber_names_and_types_by_node = lambda base, ns: [
+            (PROMPT_TOPIC, ['sam2_ros/msg/Prompt'])]
+        why = player.wait_for_node('/sam2_tracker', timeout=0.3)
+        assert "none of the bag's image topics ['/camera/image_raw']" in why, why
+        player.close()
+        with pytest.raises(ValueError, match=r"has no topic \['/camera/typo'\]"):
+            BagPlayer(node, str(bag), topics=['/camera/image_raw', '/camera/typo'])
+    finally:
+        node.destroy_node()
+        ctx.try_shutdown()
+        lease.release()
