@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -66,7 +67,9 @@ def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load that refuses a key given twice in one mapping."""
+    """yaml.safe_load that refuses a key given twice in one mapping, and reads as integers
+    only plain decimals: YAML 1.1 reads ``000120`` (copied from a mask's file name) as octal
+    80 and ``1:30`` as 90; here they stay strings, which the schema refuses by name."""
 
     def construct_mapping(self, node, deep=False):
         keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
@@ -75,6 +78,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             raise DuplicateKey(f'key {dup!r} given twice in one mapping (line '
                                f'{node.start_mark.line + 1})')
         return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != 'tag:yaml.org,2002:int']
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver('tag:yaml.org,2002:int',
+                                       re.compile(r'^[-+]?(?:0|[1-9][0-9]*)$'),
+                                       list('-+0123456789'))
 
 
 def _one_line(exc: Exception) -> str:
@@ -176,7 +187,7 @@ def _parse_event(path: str, base: str, i: int, raw: Any) -> PromptEvent:
     if 'frame' not in raw:
         fail('frame', 'missing (the 0-based index of the frame the event applies after)')
     if not _is_int(frame) or frame < 0:
-        fail('frame', f'must be an integer >= 0, got {frame!r}')
+        fail('frame', f'must be an integer >= 0, got {frame!r}' + _decimal_hint(frame))
     action = raw.get('action', 'add')
     if action not in ACTIONS:
         fail('action', f'unknown action {action!r} (allowed: {", ".join(ACTIONS)})')
@@ -190,7 +201,8 @@ def _parse_event(path: str, base: str, i: int, raw: Any) -> PromptEvent:
         return ev
     oid = raw.get('object_id')
     if not _is_int(oid) or not 1 <= oid <= 255:
-        fail('object_id', f'must be an integer 1..255 (the label-mask value), got {oid!r}')
+        fail('object_id', f'must be an integer 1..255 (the label-mask value), got {oid!r}'
+             + _decimal_hint(oid))
     ev.object_id = int(oid)
     if action == 'remove':
         if present:
@@ -219,6 +231,13 @@ def _parse_event(path: str, base: str, i: int, raw: Any) -> PromptEvent:
     if raw.get('mask') is not None:
         ev.mask_path, ev.mask = _mask(raw['mask'], base, lambda m: fail('mask', m))
     return ev
+
+
+def _decimal_hint(v: Any) -> str:
+    """For a number written with leading zeros or colons (read as text): how to write it."""
+    if isinstance(v, str) and v.strip().lstrip('+-').replace(':', '').isdigit():
+        return ' (write plain decimals: no leading zeros, no colons)'
+    return ''
 
 
 def _is_int(v: Any) -> bool:

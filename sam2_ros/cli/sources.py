@@ -66,10 +66,20 @@ class FolderSource(FrameSource):
     def _read(path: str) -> np.ndarray:
         # EXIF orientation ignored: the node's decoders (decode.decode_cpu, nvJPEG) ignore
         # it, so one file is one frame, of one size, offline and in ROS
-        bgr = cv2.imread(path, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
-        if bgr is None:
+        img = cv2.imread(path, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
+        if img is None:
             raise CliError(f'cannot read image {path!r} (corrupt or not an image)')
-        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        # 16-bit samples (a depth or 12-bit medical image) were cut to 8 bits, nearly black:
+        # refused, as the node refuses 16-bit encodings
+        if img.dtype != np.uint8:
+            raise CliError(f'image {path!r} has {img.dtype} samples: only 8-bit images are '
+                           f'tracked (convert it to 8 bits first)')
+        if img.ndim == 2:
+            return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+        if img.ndim == 3 and img.shape[2] in (3, 4):
+            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB if img.shape[2] == 3 else
+                                cv2.COLOR_BGRA2RGB)
+        raise CliError(f'image {path!r} has {img.shape[2]} channels: gray, BGR or BGRA expected')
 
     def __iter__(self) -> Iterator[Tuple[int, str, np.ndarray]]:
         for i, path in enumerate(self.paths):

@@ -20,25 +20,22 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import cv2
 import numpy as np
 
-from sam2_ros.cli import CliError, interrupts_deferred
+from sam2_ros.cli import CliError, interrupts_deferred, terminate_as_interrupt
 from sam2_ros.cli import image_mode
 from sam2_ros.cli import prompts_file as pf
 from sam2_ros.cli.records import count_frame, object_record
+from sam2_ros.cli.outputs import Outputs, check_out_dir, clear_out_dir
 from sam2_ros.cli.sources import FrameSource, open_source
 from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig, default_precision
 
 PROG = 'sam2-ros-track'
 DEFAULT_FPS = 30.0
-MASK_NAME = re.compile(r'^\d{6}\.png$')
-OUTPUT_FILES = ('overlay.mp4', 'states.jsonl', 'summary.json')
 
 
 # ---- arguments -> TrackerConfig -----------------------------------------------------------
@@ -136,80 +133,6 @@ def check_frame_size(size: Tuple[int, int], path: str) -> None:
         raise CliError(f'{path}: {exc}') from exc
 
 
-def check_out_dir(out: str, overwrite: bool) -> List[str]:
-    """Create --out and its masks/ folder; refuse to mix with an earlier run's results unless
-    --overwrite. Returns those results' paths, which ``clear_out_dir`` deletes once the run
-    can start (a later error, e.g. a bad checkpoint, leaves them in place)."""
-    masks = os.path.join(out, 'masks')
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise CliError(f'--out {out!r} exists and is not a directory')
-    old = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(out, f))]
-    old_masks = [n for n in os.listdir(masks) if MASK_NAME.match(n)] \
-        if os.path.isdir(masks) else []
-    if (old or old_masks) and not overwrite:
-        raise CliError(f'--out {out!r} already holds results ({", ".join(old) or "masks/"}); '
-                       f'pass --overwrite or choose another directory')
-    try:
-        os.makedirs(masks, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
-    if not (os.access(out, os.W_OK) and os.access(masks, os.W_OK)):
-        raise CliError(f'cannot write into --out {out!r} (no permission)')
-    return [os.path.join(out, f) for f in old] + [os.path.join(masks, n) for n in old_masks]
-
-
-def clear_out_dir(out: str, old: List[str]) -> None:
-    """Delete an earlier run's results (``check_out_dir``'s list): no stale mask of a longer
-    earlier run survives."""
-    try:
-        for path in old:
-            os.remove(path)
-    except OSError as exc:
-        raise CliError(f'cannot prepare --out {out!r}: {exc}') from exc
-
-
-class Outputs:
-    """Writes masks, the overlay video and states.jsonl frame by frame (constant memory)."""
-
-    def __init__(self, out: str, size: Tuple[int, int], fps: float, video: bool):
-        self.out = out
-        self.video = None
-        if video:                   # first: a writer that cannot open leaves nothing behind
-            h, w = size
-            path = os.path.join(out, 'overlay.mp4')
-            self.video = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*'mp4v'), fps, (w, h))
-            if not self.video.isOpened():
-                self.video.release()
-                if os.path.exists(path):
-                    os.remove(path)
-                raise CliError(f'cannot open {path!r} for writing (mp4v codec unavailable, or a '
-                               f'{w}x{h} frame it cannot encode?); pass --no-video to skip the '
-                               f'overlay video')
-        self.states = open(os.path.join(out, 'states.jsonl'), 'w', encoding='utf-8')
-
-    def write(self, k: int, rgb: np.ndarray, res, record: dict) -> None:
-        """One frame's mask, overlay frame and states line, all or (on an I/O error) a
-        CliError; a Ctrl-C in between is raised after them (``interrupts_deferred``)."""
-        path = os.path.join(self.out, 'masks', f'{k:06d}.png')
-        try:
-            # imwrite can report success for a file it could not fill (disk full)
-            if not cv2.imwrite(path, res.label_mask()) or os.path.getsize(path) == 0:
-                raise OSError(f'{path!r} was not written')
-            if self.video is not None:
-                from sam2_ros.overlay import render_overlay
-                self.video.write(cv2.cvtColor(render_overlay(rgb, res), cv2.COLOR_RGB2BGR))
-            self.states.write(json.dumps(record, separators=(',', ':')) + '\n')
-            self.states.flush()
-        except OSError as exc:
-            raise CliError(f'cannot write the outputs of frame {k} in {self.out!r} (disk full '
-                           f'or no permission?): {exc}') from exc
-
-    def close(self) -> None:
-        self.states.close()
-        if self.video is not None:
-            self.video.release()
-
-
 # ---- the run -----------------------------------------------------------------------------
 
 def process(tracker, source: FrameSource, by_frame: Dict[int, List[pf.PromptEvent]],
@@ -274,6 +197,7 @@ def run(args: argparse.Namespace) -> dict:
         # image mode holds no objects between images: any number of ids (1..255) may appear
         pf.check_against_input(events, *source.size, 255 if args.image_mode else
                                cfg.max_objects, args.prompts)
+        warn_events_past_input(events, source, args.prompts)
         fps = args.fps if args.fps is not None else (source.fps or DEFAULT_FPS)
         if not (math.isfinite(fps) and fps > 0):
             raise CliError(f'--fps must be > 0, got {args.fps}')
@@ -281,6 +205,17 @@ def run(args: argparse.Namespace) -> dict:
         return _track(args, cfg, events, source, fps, old)
     finally:
         source.close()
+
+
+def warn_events_past_input(events: List[pf.PromptEvent], source: FrameSource,
+                           where: str) -> None:
+    """An image folder's frames are counted before anything runs: events past its last frame
+    are said now, not only after the whole run (a video's count is the container's word: its
+    events are checked at the end)."""
+    late = [ev.index for ev in events if source.kind == 'folder' and ev.frame >= source.total]
+    if late:
+        print(f'{PROG}: warning: {where}: events {late} are for frames past the last image '
+              f'({source.total - 1}) of the folder: they will not be applied', file=sys.stderr)
 
 
 def _track(args, cfg: TrackerConfig, events: List[pf.PromptEvent], source: FrameSource,
@@ -374,7 +309,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)   # bad usage: argparse exits with status 2
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     try:
-        summary = run(args)
+        with terminate_as_interrupt():  # timeout, docker stop: outputs finished as for Ctrl-C
+            summary = run(args)
     except CliError as exc:
         print(f'{PROG}: error: {exc}', file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import sam2_ros.engine.tracker
-from sam2_ros.cli import track_offline
+from sam2_ros.cli import outputs, track_offline
 from sam2_ros.overlay import id_color, render_overlay
 from sam2_ros.engine.types import FrameResult, ObjectResult
 
@@ -304,7 +304,7 @@ def test_a_failing_output_write_is_one_error_line_and_an_error_summary(data, tmp
             open(path, 'wb').close()
             return True
         return real(path, img, *a)
-    monkeypatch.setattr(track_offline.cv2, 'imwrite', full_disk)
+    monkeypatch.setattr(outputs.cv2, 'imwrite', full_disk)
     out = tmp_path / 'o'
     rc = run(data / 'frames', '--prompts', data / 'p.json', '--out', out, *FAST)
     err = capsys.readouterr().err
