@@ -44,3 +44,18 @@ def failure_site(exc: BaseException) -> str:
             and not f.filename.endswith(f'kernels{os.sep}launch.py')]
     return ' < '.join(f'{os.path.basename(f.filename)}:{f.lineno} in {f.name}'
                       for f in reversed(ours[-2:]))
+
+
+# What a camera whose step failed is told (``MultiStreamTracker``): its frame number in the text
+def step_failed(exc: BaseException):
+    """A failed track call: no memory was written for the frame."""
+    return lambda stream: (f'frame {stream.frame} failed: {exc!r}; no memory was written for it '
+                           f'(steps read memories by frame number, so the gap is skipped), '
+                           f'tracking continues with the next frame')
+
+
+def read_failed(exc: BaseException):
+    """A frame tracked (its memory written) whose results could not be read back."""
+    return lambda stream: (f'frame {stream.frame} was tracked (its memory written) but its '
+                           f'results could not be read back: {exc!r}; tracking continues with '
+                           f'the next frame')

@@ -25,7 +25,8 @@ import torch
 
 from sam2_ros.engine import frame_in, frame_result, step
 from sam2_ros.engine.config import TrackerConfig
-from sam2_ros.engine.errors import FrameError, StepError, TrackerError
+from sam2_ros.engine.errors import (FrameError, StepError, TrackerError, read_failed,
+                                    step_failed)
 from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.image import frame_result as image_frame_result
 from sam2_ros.engine.model import autocast, build_model, precast
@@ -210,22 +211,29 @@ class MultiStreamTracker:
             with autocast(self.cfg):
                 modes = self._track_objects(tracked) if tracked else []
         except Exception as exc:  # noqa: BLE001 - the frames fail, memory stays consistent
-            self._fail([s.index for s in live], out, exc, self._step_failed(exc))
+            self._fail([s.index for s in live], out, exc, step_failed(exc))
             return
-        # every camera's read-back queued, then one synchronize for all of them
-        reads = [self._read(s, sync=False) for s in live]
-        if self.device.type == 'cuda':
-            torch.cuda.current_stream(self.device).synchronize()
-        for s, read in zip(live, reads):
-            self.stats['frames'] += 1
-            mode = frame_mode([m for (t, _), m in zip(tracked, modes) if t is s])
-            out.results[s.index] = self._built(s, read, mode, t0, True)
-
-    @staticmethod
-    def _step_failed(exc: Exception) -> Callable[[Stream], str]:
-        return lambda s: (f'frame {s.frame} failed: {exc!r}; no memory was written for it (steps'
-                          f' read memories by frame number, so the gap is skipped), tracking '
-                          f'continues with the next frame')
+        # every camera's read-back queued, then one synchronize for all of them; a failure
+        # (out of memory upsampling one camera's masks) fails only the cameras it touches
+        reads = {}
+        for s in live:
+            try:
+                reads[s.index] = self._read(s, sync=False)
+            except Exception as exc:  # noqa: BLE001 - the other cameras' results still go out
+                self._fail([s.index], out, exc, read_failed(exc))
+        try:
+            if self.device.type == 'cuda':
+                torch.cuda.current_stream(self.device).synchronize()
+        except Exception as exc:  # noqa: BLE001 - no read-back can be trusted
+            self._fail(list(reads), out, exc, read_failed(exc))
+            reads = {}
+        for s in (s for s in live if s.index in reads):
+            try:
+                mode = frame_mode([m for (t, _), m in zip(tracked, modes) if t is s])
+                out.results[s.index] = self._built(s, reads[s.index], mode, t0, True)
+                self.stats['frames'] += 1
+            except Exception as exc:  # noqa: BLE001 - this camera's result only
+                self._fail([s.index], out, exc, read_failed(exc))
 
     def _fail(self, cameras: List[int], out: StreamsResult, exc: Exception,
               message: Callable[[Stream], str]) -> None:

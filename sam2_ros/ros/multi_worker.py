@@ -147,7 +147,10 @@ class MultiCameraWorker:
         if self.publisher is not None:        # the masks out before the group's positions
             self.publisher.commit()
         if self.on_group is not None:
-            self.on_group(group, results)
+            try:        # the 3D positions: a failure is reported on camera 0 (their frame),
+                self.on_group(group, results)       # not as every camera's failed frame
+            except Exception as exc:  # noqa: BLE001 - the frames' results are out already
+                self.lanes[0].errors.report(f'3D positions failed: {exc!r}')
 
     @staticmethod
     def _finish(lane: TrackingWorker, s: StartedFrame, res: Optional[FrameResult],

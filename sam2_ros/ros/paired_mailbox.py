@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.mailbox import FrameItem, Job, PromptItem
 from sam2_ros.ros.pairing import Group, StampPairer
@@ -70,6 +70,16 @@ class PairedMailbox:
 
     def camera(self, c: int) -> CameraBox:
         return self.cameras[c]
+
+    def pairing(self) -> Dict[str, int]:
+        """The pairer's counts for diagnostics (a copy taken under the lock): groups complete
+        and partial, every group by the reason it was released, stamp resets."""
+        with self.cond:
+            c = self.pairer.counts
+            out = {'pairs_complete': c.complete, 'pairs_partial': c.partial,
+                   'pairing_resets': c.resets}
+            out.update({f'pairs_released_{k}': v for k, v in sorted(c.by_reason.items())})
+        return out
 
     # ------------------------------------------------------------------ producers
     def put_frame(self, camera: int, item: FrameItem) -> None:

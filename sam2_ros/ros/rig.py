@@ -18,7 +18,7 @@ Camera namespaces are relative, so a node started in the rig's namespace (``ster
 from __future__ import annotations
 
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, inputs, messages
@@ -172,7 +172,12 @@ class Rig:
                                         late_imports=node.late_imports.count)
             report = diagnostics.report(snap)
             report.values.update(self.positions.values(c))
-            out.append((f'{base}/{name}: tracker', report.level, report.message, report.values))
+            level, message = report.level, report.message
+            if c == 0:          # the pairing of all cameras, on the first one's status
+                pairing = self.mailbox.pairing()
+                report.values.update(pairing)
+                level, message = pairing_health(pairing, level, message)
+            out.append((f'{base}/{name}: tracker', level, message, report.values))
         return out
 
     def stop(self) -> List[str]:
@@ -194,3 +199,20 @@ class Rig:
         if self.positions is not None:
             self.positions.release()
             self.positions = None
+
+
+# groups seen before the pairing is judged: a start (one camera up first) is not a failure
+PAIRING_JUDGED_AFTER = 60
+
+
+def pairing_health(pairing: Dict[str, int], level: str, message: str) -> Tuple[str, str]:
+    """WARN when most groups were released without some camera's frame: frames tracked alone
+    (a step each, no 3D positions) because stamps do not pair (free-running cameras with
+    ``pair_tolerance_ms: 0``, one camera restarted on another clock, a delay over a period)."""
+    complete, partial = pairing['pairs_complete'], pairing['pairs_partial']
+    if complete + partial < PAIRING_JUDGED_AFTER or partial <= complete:
+        return level, message
+    warn = (f'{partial} of {complete + partial} frame groups unpaired: check the cameras\' '
+            f'stamps, pair_tolerance_ms and camera_period_ms')
+    return ('WARN' if level == 'OK' else level,
+            warn if message == 'tracking' else f'{message}; {warn}')

@@ -312,3 +312,30 @@ def test_one_camera_graph_runner_serves_several_cameras_eagerly(one_thread, monk
                     assert (oa.mask == ob.mask).all()
     assert g.stats['graph_steps'] == 0 and g.stats['eager_steps'] > 0 and not reasons
     assert g.runner.io       # the results went through the mask graphs
+
+
+def test_a_failed_read_back_fails_its_camera_only(one_thread, monkeypatch):
+    """One camera's masks cannot be read back (e.g. out of memory upsampling them): that
+    camera's frame fails with a StepError saying its memory was written, the other camera's
+    result goes out, and the next step tracks both (nothing raised out of track)."""
+    m = multi(cfg_of())
+    for c in (0, 1):
+        m.stream(c).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    m.track([frame(0, 0), frame(1, 0)])
+    real = m.runner.results
+    calls = []
+
+    def second_fails(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError('CUDA out of memory (injected)')
+        return real(*a, **k)
+    monkeypatch.setattr(m.runner, 'results', second_fails)
+    out = m.track([frame(0, 1), frame(1, 1)])
+    assert out.errors[0] is None and out.results[0].frame_index == 1
+    assert out.results[1] is None and isinstance(out.errors[1], StepError)
+    assert 'memory written' in str(out.errors[1]) and 'injected' in str(out.errors[1])
+    assert m.stats['failed_frames'] == 1
+    monkeypatch.setattr(m.runner, 'results', real)
+    out = m.track([frame(0, 2), frame(1, 2)])
+    assert [r.frame_index for r in out.results] == [2, 2] and out.errors == [None, None]

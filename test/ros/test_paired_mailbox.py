@@ -350,3 +350,29 @@ def test_camera_view_forwards_to_its_camera_only(one_thread):
     assert (a.frame_index, a.height, a.width) == (b.frame_index, b.height, b.width)
     assert torch.equal(a.by_id(3).low_res_logits, b.by_id(3).low_res_logits)
     assert core.stream(0).frame_index == -1 and core.stream(0).object_ids == []
+
+
+def test_pairing_counts_reach_diagnostics_and_mostly_unpaired_frames_warn(clock):
+    """The pairer's counts are camera 0's diagnostics values; once enough groups were seen,
+    most of them released without a partner is a WARN saying what to check."""
+    from sam2_ros.ros.rig import PAIRING_JUDGED_AFTER, pairing_health
+
+    mb = box()
+    mb.put_frame(0, frame(1 * P))
+    mb.put_frame(1, frame(1 * P))            # a pair
+    mb.put_frame(0, frame(2 * P))
+    mb.put_frame(1, frame(5 * P))            # 2P alone: its partner moved past
+    counts = mb.pairing()
+    assert counts['pairs_complete'] == 1 and counts['pairs_partial'] >= 1
+    assert counts['pairing_resets'] == 0
+    assert sum(v for k, v in counts.items() if k.startswith('pairs_released_')) == \
+        counts['pairs_complete'] + counts['pairs_partial']
+    few = {'pairs_complete': 1, 'pairs_partial': 5}
+    assert pairing_health(few, 'OK', 'tracking') == ('OK', 'tracking')      # too early
+    bad = {'pairs_complete': 10, 'pairs_partial': PAIRING_JUDGED_AFTER}
+    level, message = pairing_health(bad, 'OK', 'tracking')
+    assert level == 'WARN' and message.startswith(f'{PAIRING_JUDGED_AFTER} of 70 frame groups '
+                                                  f'unpaired') and 'pair_tolerance_ms' in message
+    assert pairing_health(bad, 'ERROR', 'worker stopped')[0] == 'ERROR'
+    good = {'pairs_complete': 100, 'pairs_partial': 3}
+    assert pairing_health(good, 'OK', 'tracking') == ('OK', 'tracking')

@@ -104,3 +104,24 @@ def test_a_failed_frame_of_one_camera_leaves_the_other_published():
     assert [e[1] for e in published(events)] == [1]
     assert [lane.counters.frame_errors for lane in w.lanes] == [1, 0]
     assert [lane.counters.processed for lane in w.lanes] == [0, 1]
+
+
+def test_a_failing_3d_positions_hook_is_reported_on_camera_0_only(monkeypatch):
+    """The positions of a group fail (a bug, a singular calibration slipping through): both
+    cameras' results are out already; the failure is camera 0's report, not a failed frame
+    of every camera, and the next group is tracked."""
+    core, events = FakeCore(), []
+    w = worker(core, events)
+
+    def boom(g, r):
+        raise RuntimeError('injected')
+    w.on_group = boom
+    reports = [[], []]
+    for c in (0, 1):
+        monkeypatch.setattr(w.lanes[c].errors, 'report', reports[c].append)
+    w._on_group(group(100))
+    assert [e[1] for e in published(events)] == [0, 1]
+    assert len(reports[0]) == 1 and '3D positions failed' in reports[0][0] and reports[1] == []
+    assert [lane.counters.consecutive_failures for lane in w.lanes] == [0, 0]
+    w._on_group(group(200))
+    assert [e[1] for e in published(events)] == [0, 1, 0, 1]
