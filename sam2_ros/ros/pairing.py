@@ -12,9 +12,10 @@ waits more than one frame period, and nothing is dropped here):
 * the group is released when it is complete, or when it cannot complete any more: every
   camera it lacks has *moved past* it (delivered a stamp beyond the pivot's + tolerance; its
   stamps only grow) or is *absent* (no frame for ``absent_periods`` periods, more than a
-  dropped frame's gap and its jitter, while the pivot's camera delivered a frame half a
-  period or more after its last; a camera not heard from yet counts from the first frame of
-  any camera), or a queued frame has *timed out* (waited ``period_ns``: the
+  dropped frame's gap and its jitter, while the pivot's camera went on delivering alone from
+  within one and a half periods of its last frame: after a stall of every camera, a burst of
+  one camera's backlog waits for its partners; a camera not heard from yet counts from the
+  first frame of any camera), or a queued frame has *timed out* (waited ``period_ns``: the
   pivot's group leaves so that it can follow), or a queue holds more than ``queue_size``
   frames (*overflow*: a burst of one camera while another is late);
 * a stamp below its camera's previous one (time jumped back: a bag restarted, a simulator
@@ -102,6 +103,9 @@ class StampPairer:
         self._last_stamp: List[Optional[int]] = [None] * self.cameras
         self._last_recv: List[Optional[int]] = [None] * self.cameras
         self._prev_recv: List[Optional[int]] = [None] * self.cameras   # the frame before it
+        # per camera: the receipt of its first frame since another camera last delivered (a
+        # run of this camera alone; None while the others deliver too)
+        self._run_start: List[Optional[int]] = [None] * self.cameras
         self._start_ns: Optional[int] = None     # the first frame's receipt (absent cameras)
         self.counts = PairingCounts()
 
@@ -121,6 +125,8 @@ class StampPairer:
         self._last_stamp[camera] = int(stamp_ns)
         self._prev_recv[camera] = self._last_recv[camera]
         self._last_recv[camera] = int(now_ns)
+        self._run_start = [int(now_ns) if c == camera and r is None else (r if c == camera
+                           else None) for c, r in enumerate(self._run_start)]
         if self._start_ns is None:
             self._start_ns = int(now_ns)
         return out + self._release(int(now_ns))
@@ -185,13 +191,17 @@ class StampPairer:
                 for c in missing]
         heard = [self._start_ns if self._last_recv[c] is None else self._last_recv[c]
                  for c in missing]
-        # absent: silent for absent_ns while the pivot's camera went on (a frame before the
-        # pivot came half a period or more after that camera's last, or after the start for
-        # a camera never heard): after a pause of every camera the first frames are not alone
+        # absent: silent for absent_ns while the pivot's camera went on: for a camera heard
+        # before, the pivot's camera kept delivering alone from within a period and a half of
+        # its last frame (after a pause of every camera, a burst of one camera's frames is
+        # not alone: its partners are on their way); for a camera never heard, the pivot's
+        # camera delivered a frame before the pivot
         went_on = self._prev_recv[pivot.camera]
-        absent = [now_ns - t >= self.absent_ns and went_on is not None and
-                  went_on - t >= (0 if self._last_recv[c] is None else self.period_ns // 2)
-                  for c, t in zip(missing, heard)]
+        run = self._run_start[pivot.camera]
+        absent = [now_ns - t >= self.absent_ns and (
+            went_on is not None if self._last_recv[c] is None else
+            run is not None and run - t <= 3 * self.period_ns // 2)
+            for c, t in zip(missing, heard)]
         if all(p or a for p, a in zip(past, absent)):
             return MOVED_PAST if all(past) else ABSENT
         if now_ns - self._oldest_recv() >= self.period_ns:

@@ -247,3 +247,21 @@ def test_frames_after_a_pause_of_every_camera_still_pair():
         assert p.put(0, 500 + 100 * k, 'l', t) == []
         assert stamps(p.put(1, 500 + 100 * k, 'r', t + 2)) == [
             ((500 + 100 * k, 500 + 100 * k), pr.COMPLETE)]
+
+
+def test_a_burst_after_a_stall_of_both_cameras_still_pairs():
+    """A stall both cameras share (a USB or network pause), then each camera's backlog in a
+    burst, the right one 2 units after the left: every frame pairs. The left burst's second
+    frame once made the right camera look absent, and all six left alone (a queue of 8: a
+    burst beyond the queue is an overflow, test_bounded_queue_under_a_burst)."""
+    p = StampPairer(2, P, TOL, queue_size=8)         # absent after 3 periods
+    for k in range(3):
+        p.put(0, 1000 + k * P, 'l', 1000 + k * P)
+        assert p.put(1, 1000 + k * P, 'r', 1001 + k * P)[0].complete
+    groups = []
+    stalled = 1000 + 9 * P                            # both silent for 7 periods
+    for k in range(3, 9):
+        groups += p.put(0, 1000 + k * P, 'l', stalled + k)
+    for k in range(3, 9):
+        groups += p.put(1, 1000 + k * P, 'r', stalled + 2 + k)
+    assert stamps(groups) == [((1000 + k * P,) * 2, pr.COMPLETE) for k in range(3, 9)]
