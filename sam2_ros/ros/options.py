@@ -146,8 +146,9 @@ class NodeOptions:
         'first-use load, an allocation); 0: off'))
     stale_timeout_s: float = knob(2.0, kind='float', doc=(
         'no frame for this long -> diagnostics WARN'))
-    diagnostics_period_s: float = knob(1.0, kind='float', doc=(
-        'period of /diagnostics (wall clock)'))
+    # the /diagnostics timer runs in every lifecycle state, so it is made when the node starts
+    diagnostics_period_s: float = knob(1.0, kind='float', startup=True, doc=(
+        'period of /diagnostics (wall clock), read when the node starts'))
     # A correction (a click or prompt for a tracked object) stamped with the last processed
     # frame (or older, or a Point click): true: CameraTracker.defer_prompt, computed with the
     # next frame before it is encoded, that frame's result the first to show it (a correction
@@ -258,10 +259,9 @@ class NodeOptions:
             self.positions_limits
         except ValueError as exc:       # Limits names the field; the parameter has a prefix
             raise ValueError(f'positions_{exc}') from None
-        if self.timing_log and not os.path.isdir(os.path.dirname(
-                os.path.abspath(self.timing_log))):
-            raise ValueError(f'timing_log must be a file in an existing folder, got '
-                             f'{self.timing_log!r}')
+        if self.timing_log and not _writable_file(self.timing_log):
+            raise ValueError(f'timing_log must be a file we can write in an existing folder, '
+                             f'got {self.timing_log!r}')
         from sam2_ros.ros.detections import check_rules
 
         check_rules(self.detection_min_score, self.detection_match_iou,
@@ -270,6 +270,16 @@ class NodeOptions:
             raise ValueError(f'detection_max_age_frames must be >= 0, got '
                              f'{self.detection_max_age_frames!r}')
         return self
+
+
+def _writable_file(path: str) -> bool:
+    """A file that can be appended to: an existing writable file, or a new one in an existing
+    writable folder (not a folder itself)."""
+    path = os.path.abspath(path)
+    if os.path.exists(path):
+        return os.path.isfile(path) and os.access(path, os.W_OK)
+    folder = os.path.dirname(path)
+    return os.path.isdir(folder) and os.access(folder, os.W_OK)
 
 
 def check_topic(name: str, what: str) -> None:

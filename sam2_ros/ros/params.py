@@ -123,6 +123,14 @@ def build(values: Dict[str, Any]) -> Tuple[TrackerConfig, NodeOptions]:
 
     Raises ValueError (unknown name, wrong type, invalid value) so configure can fail cleanly.
     """
+    tracker_kw, node_kw = _fields(values)
+    return (dataclasses.replace(TrackerConfig(), **tracker_kw).validate(),
+            dataclasses.replace(NodeOptions(), **node_kw).validate())
+
+
+def _fields(values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Parameter values -> (TrackerConfig fields, NodeOptions fields), converted; ValueError
+    for an unknown name or a wrong type."""
     unknown = set(values) - {s.name for s in PARAMS}
     if unknown:
         raise ValueError(f'unknown parameters: {sorted(unknown)}')
@@ -136,9 +144,7 @@ def build(values: Dict[str, Any]) -> Tuple[TrackerConfig, NodeOptions]:
     if tracker_kw.get('precision') is None:   # not given, or '': the device's
         tracker_kw['precision'] = default_precision(tracker_kw.get('device',
                                                                    TrackerConfig.device))
-    cfg = dataclasses.replace(TrackerConfig(), **tracker_kw).validate()
-    opts = dataclasses.replace(NodeOptions(), **node_kw).validate()
-    return cfg, opts
+    return tracker_kw, node_kw
 
 
 def declare(node: Any) -> None:
@@ -172,16 +178,25 @@ def refusal(current: Dict[str, Any], changes: Dict[str, Any]) -> str:
     makes the configuration invalid, or ''. A configure-time parameter is only read at the
     next configure; checked now, `ros2 param set` refuses a bad value with the reason instead
     of the next configure failing. A problem that ``current`` already has (say, no checkpoint
-    yet) is not this change's: it does not refuse it."""
-    def error(values: Dict[str, Any]) -> str:
+    yet) is not this change's: it does not refuse it. The tracker's and the node's options
+    are judged apart: a bad node option is not hidden behind the tracker's missing
+    checkpoint (it would be refused later, blaming the checkpoint's setting)."""
+    def errors(values: Dict[str, Any]) -> Tuple[str, str]:
         try:
-            build({k: v for k, v in values.items() if v is not None})
+            tracker_kw, node_kw = _fields({k: v for k, v in values.items() if v is not None})
         except ValueError as exc:
-            return str(exc)
-        return ''
+            return str(exc), str(exc)
+        out = []
+        for cls, kw in ((TrackerConfig, tracker_kw), (NodeOptions, node_kw)):
+            try:
+                dataclasses.replace(cls(), **kw).validate()
+                out.append('')
+            except ValueError as exc:
+                out.append(str(exc))
+        return out[0], out[1]
 
-    after = error({**current, **changes})
-    return after if after and after != error(current) else ''
+    after, before = errors({**current, **changes}), errors(current)
+    return next((a for a, b in zip(after, before) if a and a != b), '')
 
 
 def names() -> List[str]:

@@ -95,21 +95,24 @@ class Publishers:
         ('~/left' for camera left of a multi-camera node); ``serialized``: the raw images
         (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``);
         ``overlay_device``: where the overlay is rendered (:func:`overlay_device_of`)."""
-        from sensor_msgs.msg import CompressedImage, Image
+        # the log first, and what was made destroyed on a failure: a configure that fails
+        # (an unwritable log) must not leave publishers behind, one more set per retry
+        log = TimingLog(timing_log) if timing_log else None
+        made: List[Any] = []
 
-        make = node.create_lifecycle_publisher
-        p = prefix
-        pubs = {'mask': make(Image, f'{p}/mask', OUTPUT_QOS),
-                'mask_compressed': make(CompressedImage, f'{p}/mask/compressed', OUTPUT_QOS),
-                'overlay': make(Image, f'{p}/overlay', OUTPUT_QOS) if overlay else None,
-                'overlay_compressed': (make(CompressedImage, f'{p}/overlay/compressed',
-                                            OUTPUT_QOS)
-                                       if overlay and compressed_overlay else None),
-                'state': make(state_type, f'{p}/state', OUTPUT_QOS),
-                'objects': (make(objects_type, f'{p}/objects', OUTPUT_QOS)
-                            if objects_type is not None else None)}
-        return cls(node, pubs, totals, class_of, serial,
-                   TimingLog(timing_log) if timing_log else None, serialized, overlay_device)
+        def make(*args: Any) -> Any:
+            made.append(node.create_lifecycle_publisher(*args))
+            return made[-1]
+        try:
+            pubs = _publishers(make, prefix, overlay, compressed_overlay, state_type,
+                               objects_type)
+        except BaseException:
+            for pub in made:
+                node.destroy_lifecycle_publisher(pub)
+            if log is not None:
+                log.close()
+            raise
+        return cls(node, pubs, totals, class_of, serial, log, serialized, overlay_device)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -266,3 +269,18 @@ class Publishers:
             if not acked:
                 logger.warning(f'{name}: subscribers did not acknowledge the last messages '
                                f'within {FLUSH_TIMEOUT_S} s; they may miss them')
+
+
+def _publishers(make: Callable[..., Any], p: str, overlay: bool, compressed_overlay: bool,
+                state_type: Any, objects_type: Optional[Any]) -> Dict[str, Any]:
+    """The topics of one camera's results under prefix ``p`` (None: not published)."""
+    from sensor_msgs.msg import CompressedImage, Image
+
+    return {'mask': make(Image, f'{p}/mask', OUTPUT_QOS),
+            'mask_compressed': make(CompressedImage, f'{p}/mask/compressed', OUTPUT_QOS),
+            'overlay': make(Image, f'{p}/overlay', OUTPUT_QOS) if overlay else None,
+            'overlay_compressed': (make(CompressedImage, f'{p}/overlay/compressed', OUTPUT_QOS)
+                                   if overlay and compressed_overlay else None),
+            'state': make(state_type, f'{p}/state', OUTPUT_QOS),
+            'objects': (make(objects_type, f'{p}/objects', OUTPUT_QOS)
+                        if objects_type is not None else None)}

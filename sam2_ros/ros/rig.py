@@ -56,14 +56,22 @@ class Rig:
     def create_outputs(self, node: Any, vision: Any) -> None:
         o = node.opts
         self.associations = [det.Association() for _ in self.names]
-        self.outputs = [Publishers.create(
-            node, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
-            o.publish_overlay, self.totals[c], self.associations[c].class_of,
-            serial=not o.pipeline, timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
-            compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
-            serialized=o.publish_serialized_images,
-            overlay_device=overlay_device_of(o, node.cfg.device))
-            for c, name in enumerate(self.names)]
+        self.outputs = []
+        try:        # a camera's failure releases the cameras made before it: no leak per retry
+            for c, name in enumerate(self.names):
+                self.outputs.append(Publishers.create(
+                    node, messages.interfaces().TrackingState,
+                    vision and vision.Detection2DArray, o.publish_overlay, self.totals[c],
+                    self.associations[c].class_of, serial=not o.pipeline,
+                    timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
+                    compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
+                    serialized=o.publish_serialized_images,
+                    overlay_device=overlay_device_of(o, node.cfg.device)))
+        except BaseException:
+            for out in self.outputs:
+                out.release()
+            self.outputs = []
+            raise
         self.positions = Positions.create(node, self.names)
 
     # ------------------------------------------------------------------ activate

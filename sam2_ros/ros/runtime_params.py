@@ -7,6 +7,7 @@ functions of the parameter values (the node's callback reads them and hands them
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List
 
 from sam2_ros.ros import detections as det
@@ -29,7 +30,12 @@ def rules(value: Callable[[str], Any], max_objects: int) -> det.Rules:
 def refusal(changes: Dict[str, Any], value: Callable[[str], Any]) -> str:
     """Why these changes (name -> new value) must be refused, or '' to accept them; the
     values not changed are ``value(name)``. Parameters read at configure are checked as the
-    whole configuration with the changes (:func:`sam2_ros.ros.params.refusal`)."""
+    whole configuration with the changes (:func:`sam2_ros.ros.params.refusal`). A deleted
+    parameter (``ros2 param delete``: value None) is refused: configure reads every one."""
+    deleted = sorted(n for n, v in changes.items() if v is None)
+    if deleted:
+        return (f'parameters of this node cannot be deleted ({", ".join(deleted)}): set them '
+                f"instead (an empty list or '' where that means the default)")
     mode = changes.get('click_mode', CLICK_MODES[0])
     if mode not in CLICK_MODES:
         return f'click_mode must be one of {CLICK_MODES}, got {mode!r}'
@@ -68,10 +74,12 @@ def _detection_refusal(new: Dict[str, Any], value: Callable[[str], Any]) -> str:
             return f'{n} must be a number in [0, 1], got {v!r}'
     try:
         det.check_rules(*(float(vals[n]) for n in DETECTION_FLOATS))
-    except ValueError as exc:
-        return str(exc)
+    except ValueError as exc:     # one request checks each value against the others' current
+        return f'{exc} (setting both? set them one at a time, in an order valid at each step)'
     age = new.get('detection_max_age_frames', 0)
-    if isinstance(age, bool) or not isinstance(age, int) or age < 0:
+    # a whole float (20.0) is an integer here as in a params file (params.to_field_value)
+    if isinstance(age, bool) or not isinstance(age, (int, float)) or not math.isfinite(age) \
+            or age < 0 or age != int(age):
         return f'detection_max_age_frames must be an integer >= 0, got {age!r}'
     classes = new.get('detection_class_ids', [])
     if classes is not None and not (isinstance(classes, (list, tuple)) and

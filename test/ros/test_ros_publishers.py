@@ -262,3 +262,31 @@ def test_a_gpu_frame_for_the_host_overlay_is_copied_by_a_copier_of_its_device(mo
     WARNINGS.clear()
     assert out.host_frame(gpu_frame) is rgb and plain == [gpu_frame]
     assert out.host_copier is copier and 'illegal memory access' in WARNINGS[0]
+
+
+def test_a_configure_that_fails_leaves_no_publisher_behind(tmp_path):
+    """A publisher that cannot be made (or a timing log that cannot be opened) fails the
+    configure with nothing left over: the publishers already made are destroyed, the log
+    closed; a timing log that is a folder is refused by the options first."""
+    require_messages()
+    import dataclasses
+
+    from sam2_ros.ros.options import NodeOptions
+
+    made, destroyed = [], []
+
+    def make(t, topic, qos):
+        if topic.endswith('/state'):
+            raise RuntimeError('cannot create publisher (injected)')
+        made.append(topic)
+        return SimpleNamespace(topic=topic)
+    node = SimpleNamespace(create_lifecycle_publisher=make,
+                           destroy_lifecycle_publisher=lambda p: destroyed.append(p.topic))
+    log = tmp_path / 'times.log'
+    with pytest.raises(RuntimeError, match='injected'):
+        Publishers.create(node, 'State', None, True, Totals(), lambda i: '', serial=False,
+                          timing_log=str(log))
+    assert made and sorted(destroyed) == sorted(made)
+    with pytest.raises(ValueError, match='timing_log must be a file we can write'):
+        dataclasses.replace(NodeOptions(), timing_log=str(tmp_path)).validate()
+    assert dataclasses.replace(NodeOptions(), timing_log=str(log)).validate().timing_log
