@@ -44,6 +44,11 @@ PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 # JPEG frame headers nvJPEG is given: baseline, extended sequential and progressive Huffman
 # (the others, lossless, hierarchical and arithmetic-coded, are rare and go to the host).
 GPU_SOF = (0xC0, 0xC1, 0xC2)
+# scans of one JPEG: a progressive file has about ten; libjpeg-turbo suggests 500 as the limit
+# for untrusted input (each scan is a pass over the image: thousands take minutes)
+MAX_JPEG_SCANS = 500
+# libjpeg's warnings of data it could not decode (it fills the rest with gray)
+CORRUPT_WARNINGS = ('premature end', 'inconsistent progression')
 # A marker after a JPEG scan's entropy-coded data: 0xFF followed by neither a stuffed 0x00,
 # a restart marker (both part of the scan) nor another 0xFF (fill before a marker).
 JPEG_MARKER = re.compile(rb'\xff[^\x00\xd0-\xd7\xff]')
@@ -63,6 +68,8 @@ class ImageHeader:
     #                     (or a chunk list broken by corrupt data: the decoder's to refuse)
     end: int = 0        # JPEG: its bytes through the end-of-image marker (what nvJPEG is given:
     #                     filler after it is not the image's); PNG and incomplete: all
+    frames: int = 1     # JPEG: frame headers (SOFn) before the scan; one image has one
+    scans: int = 0      # JPEG: start-of-scan markers through the end (progressive: several)
 
 
 def _buffer(data: Any) -> memoryview:
@@ -79,7 +86,7 @@ def parse_header(data: Any) -> Optional[ImageHeader]:
         return ImageHeader('png', w, h, mv[24], 0, 0, png_complete(mv), n)
     if bytes(mv[:2]) != b'\xff\xd8':
         return None
-    i, sof = 2, None
+    i, sof, frames = 2, None, 0
     while i + 3 < n:
         if mv[i] != 0xFF:
             return None
@@ -95,37 +102,40 @@ def parse_header(data: Any) -> Optional[ImageHeader]:
         seg = struct.unpack_from('>H', mv, i + 2)[0]
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and i + 9 < n:  # SOFn
             h, w = struct.unpack_from('>HH', mv, i + 5)
-            sof = (marker, w, h, mv[i + 4], mv[i + 9])
+            sof = sof or (marker, w, h, mv[i + 4], mv[i + 9])     # the first one counts
+            frames += 1
         i += 2 + seg
     if sof is None:
         return None
-    end = jpeg_end(mv, i) if i + 3 < n and mv[i + 1] == 0xDA else None
+    end, scans = jpeg_end(mv, i) if i + 3 < n and mv[i + 1] == 0xDA else (None, 0)
     marker, w, h, bits, comps = sof
     return ImageHeader('jpeg', w, h, bits, comps, marker, end is not None,
-                       n if end is None else end)
+                       n if end is None else end, frames, scans)
 
 
-def jpeg_end(mv: memoryview, scan: int) -> Optional[int]:
+def jpeg_end(mv: memoryview, scan: int) -> Tuple[Optional[int], int]:
     """Where the JPEG ``mv`` ends (the offset after its end-of-image marker), from its first
-    start of scan at ``scan``; None when the marker is missing (truncated). Walked, not
+    start of scan at ``scan``, and its scans (start-of-scan markers) on the way; None when the
+    marker is missing (truncated). Walked, not
     searched for in the last bytes: the entropy-coded data up to the next marker, other
     segments (a progressive file's later tables and scans) by their length, so that filler
     after the marker (drivers publishing their whole MJPEG buffer) is accepted and the bytes
     FF D9 inside a segment's payload are not taken for the marker."""
-    n, pos = len(mv), scan
+    n, pos, scans = len(mv), scan, 0
     while True:
         found = JPEG_MARKER.search(mv, pos)
         if found is None:
-            return None
+            return None, scans
         at = found.start()
         marker = mv[at + 1]
         if marker == 0xD9:
-            return at + 2
+            return at + 2, scans
         if marker == 0x01 or 0xD0 <= marker <= 0xD8:       # markers without a length
             pos = at + 2
             continue
         if at + 4 > n:
-            return None
+            return None, scans
+        scans += marker == 0xDA
         pos = at + 2 + struct.unpack_from('>H', mv, at + 2)[0]    # SOS: then its scan
 
 
@@ -178,9 +188,15 @@ def check_compressed(data: Any, fmt: Optional[str],
                          f'max_image_pixels {max_pixels}: not decoded')
     if w == 0 or h == 0:
         raise FrameError(f'{kind} declares a zero size ({w}x{h})')
-    if head.bits != 8:
+    # a PNG of 1, 2 or 4 bits (a palette, a mask) decodes to 8; 16 bits (depth) do not
+    if head.bits != 8 and not (kind == 'png' and head.bits in (1, 2, 4)):
         raise FrameError(f'{kind} has {head.bits} bits per sample; only 8-bit images are '
                          f'tracked (convert it, e.g. depth, to 8-bit colour first)')
+    if head.frames != 1:      # a decoder may size its output by either header
+        raise FrameError(f'jpeg has {head.frames} frame headers: not one image')
+    if head.scans > MAX_JPEG_SCANS:
+        raise FrameError(f'jpeg has {head.scans} scans, more than {MAX_JPEG_SCANS}: not '
+                         f'decoded (each scan is a pass over the whole image)')
     if not head.complete:
         what = 'no end-of-image marker after its scan' if kind == 'jpeg' else 'no IEND chunk'
         raise FrameError(f'{kind} of {n} bytes is truncated ({what}): not decoded')
@@ -197,8 +213,11 @@ def decode_cpu(data: Any, head: ImageHeader,
     buf = np.frombuffer(_buffer(data), np.uint8)
     with (capture() if capture is not None else contextlib.nullcontext([])) as said:
         img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
-    if img is None or img.size == 0:
-        why = f' ({"; ".join(said)[:300]})' if said else ''
+    # libjpeg fills what corrupt data lost with gray and only warns: not a frame to track
+    # (its 'extraneous bytes' warning is not among these: many webcams' good frames have it)
+    broken = [line for line in said if any(w in line.lower() for w in CORRUPT_WARNINGS)]
+    if img is None or img.size == 0 or broken:
+        why = f' ({"; ".join(broken or said)[:300]})' if said else ''
         raise FrameError(f'could not decode {head.kind} image ({buf.size} bytes){why}')
     if img.dtype != np.uint8:
         raise FrameError(f'decoded {head.kind} image is {img.dtype}, expected 8-bit')
@@ -302,6 +321,9 @@ class FrameDecoder:
                 and head.components in (1, 3):
             try:       # the JPEG alone: filler after its end is no part of it
                 frame = decode_jpeg_gpu(_buffer(data)[:head.end], self.device)
+                if tuple(frame.shape[:2]) != (head.height, head.width):
+                    raise RuntimeError(f'nvJPEG decoded {frame.shape[1]}x{frame.shape[0]}, '
+                                       f'the header declares {head.width}x{head.height}')
                 self.counts.gpu += 1
                 return frame
             except RuntimeError as exc:   # corrupt scan data: the host decoder says more

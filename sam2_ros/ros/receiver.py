@@ -96,7 +96,16 @@ class ImageReceiver:
 
     def _run(self) -> None:
         while not self.stopping.is_set():
-            frame_ring.serve(self.reader, self._frame, self._record)
+            try:
+                frame_ring.serve(self.reader, self._frame, self._record)
+            except Exception as exc:  # noqa: BLE001 - a lost ring, a callback's bug: the input
+                if self.stopping.is_set():        # must not end silently with this thread
+                    break
+                self.log('error', f'reading the frames of {self.topic} failed: {exc!r}; '
+                                  f'restarting its receiving process')
+                frame_ring.close(self.reader.sock)
+                if self.proc is not None:
+                    self.proc.kill()
             if self.stopping.is_set():
                 break
             code = self.proc.wait() if self.proc is not None else None

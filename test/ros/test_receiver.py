@@ -228,3 +228,27 @@ def test_the_receivers_limit_is_not_max_image_pixels(monkeypatch):
                            tune_malloc=False)
     receiver.image_input(node, '/cam', lambda m, t: None, None, opts)
     assert made[0]['max_bytes'] == receiver.MAX_MESSAGE_BYTES >= MAX_SIDE * MAX_SIDE * 4 + 65536
+
+
+def test_a_failing_image_callback_restarts_the_receiver_instead_of_ending_the_input():
+    """The reading thread's callback raises once (a bug, a lost ring): said in the log, the
+    receiving process restarted, and the images after it arrive (the thread used to end
+    silently, the input with it)."""
+    got, fail = [], [True]
+
+    def on_image(msg, t):
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError('injected')
+        got.append(msg.header.stamp.nanosec)
+    frame = np.zeros((24, 32, 3), np.uint8)
+    with camera_and_receiver('rx_fail', TOPIC, on_image, max_bytes=1 << 20,
+                             tune_malloc=False) as r:
+        rx, spin_until = r.rx, r.spin_until
+        rx.start()
+        spin_until(lambda: r.pub.get_subscription_count() > 0, 'the receiver to subscribe')
+        r.pub.publish(image_msg(frame, 1, 'rgb8'))
+        spin_until(lambda: rx.restarts == 1 and rx.ready.is_set(), 'a restart')
+        assert any(level == 'error' and 'injected' in text for level, text in r.logs)
+        spin_until(lambda: r.pub.publish(image_msg(frame, 2, 'rgb8')) or got, 'an image after')
+        assert got[0] == 2

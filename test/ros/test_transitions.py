@@ -43,7 +43,8 @@ def test_a_raising_transition_is_logged_undone_and_failed():
     ({'image_topic': ''}, 'image_topic must be a valid ROS topic name'),
     ({'cameras': ['left', 'right'], 'camera_image': '##'},
      'camera_image under each camera must be a valid ROS topic name'),
-    ({'timing_log': '/nonexistent/folder/t.jsonl'}, 'timing_log must be a file in an existing'),
+    ({'timing_log': '/nonexistent/folder/t.jsonl'}, 'timing_log must be a file we can write'),
+    ({'timing_log': '/'}, 'timing_log must be a file we can write'),         # a folder
 ])
 def test_bad_topic_names_and_timing_log_folders_are_refused(change, reason):
     current = {'random_weights': True, 'image_size': 64}
