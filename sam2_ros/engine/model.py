@@ -65,13 +65,21 @@ def hydra_overrides(cfg: TrackerConfig) -> List[str]:
 
 def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
     """The 'model' state dict of an official checkpoint file."""
+    if os.path.isdir(path):
+        raise CheckpointError(f'checkpoint {path!r} is a folder, not a .pt file')
     if not os.path.isfile(path):
         raise CheckpointError(f'checkpoint not found: {path!r}')
+    if not os.access(path, os.R_OK):
+        raise CheckpointError(f'checkpoint {path!r} cannot be read (no permission)')
     try:
         blob = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # truncated zip, pickle garbage, not a torch file
-        # torch's own text may be a bare number (a key of a corrupt pickle) or a page long
-        why = f'{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ""}'
+        # torch's own text may be a bare number (a key of a corrupt pickle) or a page long;
+        # a weights_only refusal starts with generic advice (to load it unsafely): its line
+        # naming what is unsupported is the reason (the file holds more than tensors)
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()] or ['']
+        line = next((ln for ln in lines[1:] if 'unsupported' in ln.lower()), lines[0])
+        why = f'{type(exc).__name__}: {line.strip()[:160]}'
         raise CheckpointError(f'{path!r} is not a valid checkpoint (truncated, corrupt or not a '
                               f'PyTorch file; torch.load raised {why})') from exc
     state = blob.get('model') if isinstance(blob, dict) else None

@@ -105,7 +105,7 @@ def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts
         eager_steps=int(stats.get('eager_steps', 0)), pipeline=bool(opts.pipeline),
         publish_waiting=worker.output.pending(), overlays_published=worker.output.overlays,
         overlays_dropped=worker.output.overlays_dropped, model=model_name(cfg),
-        random_weights=cfg.random_weights, gc_full_collections=gc_pauses.full_collections,
+        random_weights=not cfg.checkpoint, gc_full_collections=gc_pauses.full_collections,
         gc_max_pause_ms=gc_pauses.max_pause_ms,
         detections=totals.detections_since_start(worker) if vision_on else None,
         decode=decode_values(decoder), late_imports=late_imports)

@@ -144,7 +144,7 @@ class TrackerNode(LifecycleNode):
         self.get_logger().info(
             f'tracker ready in {time.monotonic() - t0:.1f} s: {c.model_size}@{c.image_size} '
             f'{c.device} {c.precision} graphs={graphs} '
-            f'weights={"RANDOM (masks meaningless)" if c.random_weights else c.checkpoint}')
+            f'weights={c.checkpoint or "RANDOM (masks meaningless)"}')  # a checkpoint wins
         try:
             vision = messages.vision_interfaces()
             self.vision_off = None

@@ -6,6 +6,7 @@ the "other size" one is the state dict of a random ``small`` model.
 """
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -74,9 +75,21 @@ def test_valid_checkpoint_loads_and_gives_identical_outputs(saved, spare_model):
 
 
 def test_missing_file(tmp_path):
-    for path in (tmp_path / 'nope.pt', tmp_path):          # no file; a directory
-        with pytest.raises(CheckpointError, match='not found'):
-            build_model(ckpt_cfg(path))
+    with pytest.raises(CheckpointError, match='not found'):
+        build_model(ckpt_cfg(tmp_path / 'nope.pt'))
+    with pytest.raises(CheckpointError, match='is a folder, not a .pt file'):
+        build_model(ckpt_cfg(tmp_path))
+
+
+def test_a_file_holding_code_names_the_reason_not_torchs_advice(tmp_path):
+    """torch.load(weights_only=True) refuses a file that imports a global with a page of
+    advice that starts generically (to load it unsafely); the reason kept is its line naming
+    what is unsupported."""
+    path = tmp_path / 'evil.pt'
+    torch.save({'model': {'w': os.system}}, path)
+    with pytest.raises(CheckpointError, match='(?i)unsupported GLOBAL posix.system') as err:
+        build_model(ckpt_cfg(path))
+    assert 'In PyTorch 2.6' not in str(err.value)
 
 
 @pytest.mark.parametrize('kind', ['truncated', 'empty', 'text', 'random_bytes'])

@@ -185,3 +185,36 @@ def test_heads_are_per_batch_once_and_only_where_they_fit(tmp_path, monkeypatch)
     assert s.heads(pix, feats) is not None and calls == ['heads_b2']     # cached per batch
     assert s.heads(pix.transpose(2, 3), feats) is None                   # another layout
     assert s.heads(torch.zeros(1, 4, 4, 4), feats) is not None and calls[-1] == 'heads_b1'
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_compiled_part(tmp_path, monkeypatch):
+    """A read-only or full disk (here: the cache folder under a plain file): the part just
+    compiled is used all the same, with a warning; it used to be thrown away, and the
+    compile paid again at every start for nothing."""
+    from types import SimpleNamespace
+
+    class Compiled:
+        guarded = True
+
+        def disable_guard_check(self):
+            self.guarded = False
+
+        def save_compiled_function(self, path):
+            raise AssertionError('not reached: the folder cannot be made')
+    compiled = Compiled()
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: SimpleNamespace(
+        aot_compile=lambda args: compiled))
+    (tmp_path / 'afile').write_text('a file, not a folder')
+    s = _store(tmp_path / 'afile' / 'sub')
+    out = s._compile(precompiled.heads_fn, (torch.zeros(1, 4),), (8, True),
+                     tmp_path / 'afile' / 'sub' / 'heads_b1-x.bin')
+    assert out is compiled and not compiled.guarded
+
+
+def test_file_key_names_the_python_version(tmp_path):
+    """torch refuses a file of another Python: two interpreters sharing the folder must not
+    overwrite each other's file at every start (the device index is in it on CUDA)."""
+    import platform
+
+    facts = _store(tmp_path).key_facts('heads_b1', (torch.zeros(1, 4),), (8, True))
+    assert facts['python'] == platform.python_version()

@@ -38,6 +38,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -199,19 +200,29 @@ class Store:
         with torch.inference_mode(False), torch.no_grad():
             compiled = torch.compile(fn, fullgraph=True, dynamic=False).aot_compile(
                 ((self.model, *example, *consts), {}))
+        try:
+            self._save(compiled, path)
+        except OSError as exc:   # a read-only or full disk: the compiled part is still used
+            log.warning('precompiled part not cached (it is compiled again at the next start):'
+                        ' %r', exc)
+        compiled.disable_guard_check()
+        return compiled
+
+    @staticmethod
+    def _save(compiled, path: Path) -> None:
+        """``compiled`` to ``path`` atomically (a concurrent start sees all or nothing), then
+        the folder's old files pruned."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=cache_files.TMP_PREFIX,
                                    suffix='.tmp')
         os.close(fd)
         try:
             compiled.save_compiled_function(tmp)
-            os.replace(tmp, path)          # atomic: a concurrent start sees all or nothing
+            os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         cache_files.prune(path.parent)
-        compiled.disable_guard_check()
-        return compiled
 
     def _key(self, name: str, args, consts) -> str:
         facts = self.key_facts(name, args, consts)
@@ -227,8 +238,12 @@ class Store:
             'sam2': version('sam2'), 'sam2_src': tree_digest(Path(sam2.__file__).parent,
                                                              SAM2_SUFFIXES),
             'src': tree_digest(ENGINE, ('.py',)),
+            # the device index too: inductor writes it into the generated code
             'gpu': [torch.cuda.get_device_name(dev), torch.cuda.get_device_capability(dev),
-                    torch.version.cuda] if dev.type == 'cuda' else dev.type,
+                    torch.version.cuda, dev.index] if dev.type == 'cuda' else dev.type,
+            # torch refuses a file of another Python: two interpreters sharing the folder
+            # would overwrite each other's file at every start
+            'python': platform.python_version(),
             'model': [self.cfg.model_size, MODEL_CONFIGS[self.cfg.model_size],
                       *hydra_overrides(self.cfg)],
             'image_size': self.model.image_size, 'modules': model_digest(self.model),
