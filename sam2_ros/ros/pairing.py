@@ -125,8 +125,9 @@ class StampPairer:
         self._last_stamp[camera] = int(stamp_ns)
         self._prev_recv[camera] = self._last_recv[camera]
         self._last_recv[camera] = int(now_ns)
-        self._run_start = [int(now_ns) if c == camera and r is None else (r if c == camera
-                           else None) for c, r in enumerate(self._run_start)]
+        run = self._run_start[camera]       # this camera's run goes on; the others' end
+        self._run_start = [None] * self.cameras
+        self._run_start[camera] = int(now_ns) if run is None else run
         if self._start_ns is None:
             self._start_ns = int(now_ns)
         return out + self._release(int(now_ns))

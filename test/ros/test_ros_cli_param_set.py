@@ -108,6 +108,10 @@ def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
         assert 'Setting parameter failed' in out, out
         assert 'image_size must be a multiple of 32 >= 64, got 100' in out, out
         assert 'Integer value is: 64' in cli(env, 'param', 'get', '/sam2_tracker', 'image_size')
+        # `ros2 param delete` is refused: configure reads every parameter
+        out = cli(env, 'param', 'delete', '/sam2_tracker', 'image_size')
+        assert 'Deleting parameter failed' in out and 'cannot be deleted (image_size)' in out, out
+        assert 'Integer value is: 64' in cli(env, 'param', 'get', '/sam2_tracker', 'image_size')
         # the executor is read when the node starts: refused when unknown, else said so
         out = cli(env, 'param', 'set', '/sam2_tracker', 'executor', 'multi')
         assert 'Setting parameter failed' in out and 'executor must be one of' in out, out

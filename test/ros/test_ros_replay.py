@@ -3,6 +3,8 @@ incl. our custom Prompt type, of the same recording; sam2_ros.ros.replay plays e
 fresh node (process_every_frame, use_sim_time); both replays give the same masks and states,
 equal to the in-process tracker, and /clock follows bag time."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,23 @@ pytestmark = pytest.mark.slow
 N = 6
 PROMPT_TOPIC = '/sam2_tracker/prompt'
 BOX1, PTS2 = (10, 20, 50, 60), [(120, 60)]
+
+
+@contextlib.contextmanager
+def player_node(name):
+    """An rclpy node of its own context and DDS domain, for a BagPlayer in the test."""
+    import rclpy
+
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    node = rclpy.create_node(name, context=ctx)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        ctx.try_shutdown()
+        lease.release()
 
 
 def write_bag(path, storage, camera_info=False):
@@ -154,26 +173,16 @@ def test_wait_topic_syntax_and_unreadable_bag(tmp_path):
 def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, monkeypatch, in_order):
     """--in-order: after each message the player waits for its topic's acknowledgements
     (one wait per message, in the recorded order); without it, none until the end."""
-    import rclpy
-
     from sam2_ros.ros.replay import BagPlayer
 
     bag = write_bag(tmp_path / 'bag', 'mcap')
-    lease = DomainLease()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=lease.domain_id)
-    node = rclpy.create_node('in_order_test', context=ctx)
     waits = []
-    try:
+    with player_node('in_order_test') as node:
         player = BagPlayer(node, str(bag), rate=50.0, clock=False, in_order=in_order)
         monkeypatch.setattr(BagPlayer, '_acked', staticmethod(
             lambda pub, timeout: waits.append(pub.topic_name) or True))
         player.play()
         player.close()
-    finally:
-        node.destroy_node()
-        ctx.try_shutdown()
-        lease.release()
     prompt = PROMPT_TOPIC
     want = [prompt, '/camera/image_raw', '/camera/image_raw', prompt] + \
         ['/camera/image_raw'] * (N - 2)
@@ -187,7 +196,6 @@ def test_a_vendor_type_and_a_recorded_clock_are_skipped_and_a_node_without_the_i
     are not replayed (a warning each), the rest is. A topic asked for that the bag lacks is
     named. A node that takes the prompts but none of the bag's images (image_topic or
     input_type not the bag's) is not ready: the reason says which topics the bag has."""
-    import rclpy
     from rclpy.serialization import serialize_message
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import get_types_from_msg
@@ -209,12 +217,8 @@ def test_a_vendor_type_and_a_recorded_clock_are_skipped_and_a_node_without_the_i
         w.write(clk, 3, bytes(ts.serialize_cdr(Clock(clock=ts.types[
             'builtin_interfaces/msg/Time'](sec=0, nanosec=3)), 'rosgraph_msgs/msg/Clock')))
         w.write(img, 4, serialize_message(image_msg(frames(1, seed=11)[0], stamp(0))))
-    lease = DomainLease()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=lease.domain_id)
-    node = rclpy.create_node('vendor_bag_test', context=ctx)
     warnings = []
-    try:
+    with player_node('vendor_bag_test') as node:
         node.get_logger().warning = warnings.append
         player = BagPlayer(node, str(bag), rate=50.0)
         assert sorted(player.pubs) == ['/camera/image_raw', PROMPT_TOPIC]
@@ -229,7 +233,3 @@ def test_a_vendor_type_and_a_recorded_clock_are_skipped_and_a_node_without_the_i
         player.close()
         with pytest.raises(ValueError, match=r"has no topic \['/camera/typo'\]"):
             BagPlayer(node, str(bag), topics=['/camera/image_raw', '/camera/typo'])
-    finally:
-        node.destroy_node()
-        ctx.try_shutdown()
-        lease.release()
