@@ -86,3 +86,20 @@ def test_gpu_short_names():
                                             'NVIDIA A100-SXM4-80GB', 'cpu')] == \
         ['H200', 'H100', 'A100', 'cpu']
     assert gpu_short({}) == '-'
+
+
+def test_two_device_calls_of_node_latency_rows_both_land(tmp_path):
+    """Each call starts from the committed file: the second call's file lacks the first's
+    rows, which must survive its merge."""
+    res, first, second = tmp_path / 'res', tmp_path / 'd1', tmp_path / 'd2'
+    for d in (res, first, second):
+        d.mkdir()
+    committed = [{'run': 'old', 'objects': 1}]
+    _write(res / 'h200_node_latency.json', committed)
+    _write(res / 'h200_equivalence.json', {})
+    _write(first / 'h200_node_latency.json', committed + [{'run': 'one', 'objects': 1}])
+    _write(second / 'h200_node_latency.json', committed + [{'run': 'two', 'objects': 1}])
+    merge.merge(str(first), str(res), commit='abc1234')
+    merge.merge(str(second), str(res), commit='abc1234')
+    rows = json.loads((res / 'h200_node_latency.json').read_text())
+    assert [r['run'] for r in rows] == ['old', 'one', 'two']

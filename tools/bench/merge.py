@@ -6,7 +6,8 @@ Each file the GPU scripts write ($OUT) goes to its family's results file by that
   h200.json              engine rows, by (model, res, objects, variant)
   h200_interaction.json  interaction rows, by the engine key and the corrections mode
   h200_extra.json        the engine run's invocation (appended) and its per-row details
-  h200_node_latency.json the scripts copy the committed file and add rows: taken whole
+  h200_node_latency.json the scripts copy the committed file and add rows: the rows the
+                         results lack are appended (two runs of one session both land)
   gpu_equivalence.json   GPU test comparisons: keys replace keys of h200_equivalence.json
   gpu_fused_kernels.json the fused kernels' GPU tests: one entry fused_kernels_gpu_<commit>
   PROBES (tools/probes, and the decode and image GPU tests' measurements)
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from typing import List, Optional
 
 from tools.bench import interaction, results
@@ -40,6 +40,16 @@ def _load(path: str):
 def _dump(path: str, data) -> None:
     with open(path, 'w') as f:
         json.dump(data, f, indent=1)
+
+
+def append_rows(src: str, dst: str) -> int:
+    """Append to ``dst`` the rows of ``src`` it lacks; returns how many. Each device call
+    starts from the committed file, so copying the second call's file over would drop the
+    first call's rows."""
+    new, old = _load(src), (_load(dst) if os.path.exists(dst) else [])
+    added = [r for r in new if r not in old]
+    _dump(dst, old + added)
+    return len(added)
 
 
 def merge_extra(src: str, dst: str) -> Optional[str]:
@@ -78,7 +88,7 @@ def merge(device_dir: str, res_dir: str, commit: Optional[str] = None,
         commit = merge_extra(src('h200_extra.json'), dst('h200_extra.json')) or commit
         done.append('h200_extra.json')
     if os.path.exists(src('h200_node_latency.json')):
-        shutil.copyfile(src('h200_node_latency.json'), dst('h200_node_latency.json'))
+        append_rows(src('h200_node_latency.json'), dst('h200_node_latency.json'))
         done.append('h200_node_latency.json')
     probes = [name for name in PROBES if os.path.exists(src(name))]
     if probes:
