@@ -16,7 +16,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
 from sam2_ros.ros import params
-from sam2_ros.ros.executor import make_executor
+from sam2_ros.ros.executor import EXECUTORS, make_executor
 from sam2_ros.ros.interruption import SIGINT
 
 USAGE = '''usage: sam2-ros-node [--ros-args -p NAME:=VALUE ... --params-file FILE ...]
@@ -82,10 +82,11 @@ def node_executor(node: Any) -> Any:
     try:
         executor = make_executor(kind)
     except ValueError as exc:
-        node.get_logger().error(f'{exc}; running the single-threaded executor')
+        # an rclpy before Kilted lacks the default 'events': a warning, not an error
+        log = node.get_logger().warning if kind in EXECUTORS else node.get_logger().error
+        log(f'{exc}; running the single-threaded executor')
         return make_executor('single')
-    if kind != 'single':
-        node.get_logger().info(f'callbacks run on the {kind} executor ({type(executor).__name__})')
+    node.get_logger().info(f'callbacks run on the {kind} executor ({type(executor).__name__})')
     return executor
 
 

@@ -192,12 +192,14 @@ class NodeOptions:
     # hand messages to the worker, so the executor's own time between a frame's receipt and
     # the worker's wake-up is part of every frame's latency: 'single' (rclpy's
     # SingleThreadedExecutor) rebuilds its wait set in Python, holding the GIL, after each
-    # callback; 'events' (rclpy.experimental.EventsExecutor, C++) dispatches without one.
-    executor: str = knob('single', kind='str', tuning=True, startup=True, doc=(
-        "the executor of the node's callbacks, read at start-up: 'single' (rclpy's "
-        "SingleThreadedExecutor) or 'events' (rclpy.experimental.EventsExecutor, less time "
-        "holding Python's GIL between a frame's receipt and the worker); an executor this "
-        "rclpy lacks: 'single', logged"))
+    # callback; 'events' (rclpy.experimental.EventsExecutor, C++) dispatches without one, so
+    # it is the default (docs/performance.md, "Host-side options"). Where rclpy has no
+    # EventsExecutor (before Kilted) the node runs 'single' and says so once.
+    executor: str = knob('events', kind='str', tuning=True, startup=True, doc=(
+        "the executor of the node's callbacks, read at start-up: 'events' "
+        "(rclpy.experimental.EventsExecutor: less time holding Python's GIL between a "
+        "frame's receipt and the worker) or 'single' (rclpy's SingleThreadedExecutor); "
+        "where this rclpy lacks the EventsExecutor: 'single', logged"))
     # One JSON line of time.monotonic() stamps per published frame (sam2_ros/ros/timing_log.py),
     # so a benchmark on the same host can split image -> mask into its stages.
     timing_log: str = knob('', kind='str', doc=(

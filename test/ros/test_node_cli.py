@@ -88,3 +88,42 @@ def test_the_executor_parameter_picks_the_spin_loops_executor(domain, monkeypatc
     monkeypatch.setattr(node_cli, 'node_executor', spy)
     assert node_cli._run([], _probe_node(tick, executor)) == 0
     assert seen and seen[-1].executor_kind == kind
+
+
+def test_the_tracker_node_runs_the_events_executor_unless_told_otherwise():
+    """The node's own default (NodeOptions, declared as its parameter) is the events executor:
+    the H200 run 20261205T182838Z-hostpath measured its hand-offs at 0.33 ms p50 against 0.83
+    for the single-threaded one."""
+    from sam2_ros.ros.options import NodeOptions
+    assert NodeOptions().executor == 'events'
+
+
+def test_an_rclpy_without_the_events_executor_warns_and_runs_the_single_one(domain,
+                                                                              monkeypatch):
+    """An rclpy before Kilted has no EventsExecutor: the default must not log an error at every
+    start there, but a warning, and the node runs the single-threaded executor."""
+    import rclpy.experimental
+    monkeypatch.delattr(rclpy.experimental, 'EventsExecutor')
+    logged = []
+    rclpy.init()
+    try:
+        node = _probe_node(lambda n: None, 'events')()
+
+        class Log:
+            def warning(self, msg):
+                logged.append(('warning', msg))
+
+            def error(self, msg):
+                logged.append(('error', msg))
+
+            def info(self, msg):
+                logged.append(('info', msg))
+        monkeypatch.setattr(node, 'get_logger', Log)
+        executor = node_cli.node_executor(node)
+        assert type(executor).__name__ == 'SingleThreadedExecutor'
+        assert [level for level, _ in logged] == ['warning']
+        assert 'EventsExecutor' in logged[0][1]
+        executor.shutdown()
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()
