@@ -43,6 +43,7 @@ from sam2_ros.engine.errors import PromptError, StepError
 from sam2_ros.engine.image_prompts import PromptBatch
 from sam2_ros.engine.image_types import ImageFeatures, Prediction, cat_predictions
 from sam2_ros.engine.model import autocast, build_model, precast
+from sam2_ros.engine.prompts import check_obj_id
 from sam2_ros.engine.types import OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
 
 log = logging.getLogger(__name__)
@@ -278,12 +279,17 @@ class ImageSegmenter:
 def frame_result(res: ImageResult, prompts: Sequence[Prompt]) -> FrameResult:
     """An ``ImageResult`` as the tracker's ``FrameResult``: frame_index 0, one ``ObjectResult``
     per prompt in order (ids may repeat: a result per prompt, not per object; score: the
-    object score logit; state TRACKING when > 0)."""
+    object score logit; state TRACKING when > 0). Ids are ints as the prompts give them;
+    PromptError for one out of 1..255, ValueError for prompts not of ``res``'s count."""
+    if len(prompts) != len(res.masks):     # a mask under another prompt's id: refused
+        raise ValueError(f'{len(prompts)} prompts for a result of {len(res.masks)} masks')
     out = FrameResult(0, res.height, res.width, mode=res.mode, engine_ms=res.engine_ms)
     for i, p in enumerate(prompts):
         area, box, cen = masks_out.unpack(res.stats[i])
         score = float(res.object_score[i])
-        out.objects.append(ObjectResult(p.obj_id, res.masks[i], score,
+        # the id as a plain int, as tracking keeps it: a numpy id (valid in a prompt) broke
+        # label_mask() (np.int64 into uint8 is no 'same_kind' cast); one out of 1..255 raises
+        out.objects.append(ObjectResult(check_obj_id(p.obj_id), res.masks[i], score,
                                         TRACKING if score > 0 else OCCLUDED, box, area, cen, 0,
                                         res.low_res_logits[i, 0]))
     return out

@@ -23,7 +23,7 @@ import torch
 from conftest import shared_model, small_cfg, smooth_image
 from sam2_ros.engine import encoder, image_prompts
 from sam2_ros.engine.errors import FrameError, PromptError
-from sam2_ros.engine.image import ImageSegmenter, preprocess
+from sam2_ros.engine.image import ImageSegmenter, frame_result, preprocess
 from sam2_ros.engine.model import autocast
 from sam2_ros.engine.prompts import prompt_mask
 from sam2_ros.engine.types import Prompt
@@ -320,3 +320,24 @@ def test_boxes_as_corner_pairs_are_the_predictors_boxes(pair):
     pairs = seg.predict(box=np.array([[[5, 5], [50, 60]], [[20, 10], [90, 80]]]))
     for name in ('low_res_logits', 'iou', 'object_score'):
         assert torch.equal(getattr(flat, name), getattr(pairs, name)), name
+
+
+def test_frame_result_ids_are_the_prompts_as_ints_and_the_label_mask_holds_them():
+    """Ids given as numpy integers (np.arange, a label image's values) are valid prompts: the
+    FrameResult carries them as ints, as tracking does, and label_mask() has each object's id
+    on its pixels, 0 elsewhere (a np.int64 id made it raise). A prompt list that is not the
+    result's, or an id no label mask can hold, is an error, not a mislabelled mask."""
+    seg = ImageSegmenter(small_cfg(image_size=S), model=shared_model(S))
+    prompts = [Prompt(np.int64(7), box=(5, 5, 50, 50)),
+               Prompt(np.uint8(3), points=[[80, 60]], labels=[1])]
+    res = seg.segment(smooth_image(H, W, seed=5), prompts)
+    fr = frame_result(res, prompts)
+    assert [(type(o.obj_id), o.obj_id) for o in fr.objects] == [(int, 7), (int, 3)]
+    want = np.zeros((H, W), np.uint8)
+    want[res.masks[1]] = 3
+    want[res.masks[0]] = 7           # the higher id wins where masks overlap
+    np.testing.assert_array_equal(fr.label_mask(), want)
+    with pytest.raises(PromptError, match='1..255'):
+        frame_result(res, [Prompt(-1, box=(5, 5, 50, 50)), prompts[1]])
+    with pytest.raises(ValueError, match='1 prompts for a result of 2 masks'):
+        frame_result(res, prompts[:1])

@@ -137,9 +137,11 @@ def test_replays_identical_across_storages_and_fresh_nodes(tmp_path, reference):
     (masks, object states, areas, scores), so a replay is deterministic whatever the storage."""
     runs = [replay_once(tmp_path, write_bag(tmp_path / 'bag_sqlite3', 'sqlite3'), 'sqlite3')]
     # MCAP with a topic the tracker does not take: the player waits for the tracker's own
-    # subscriptions (--wait-node, as replay.launch.py runs it), not for every topic
+    # subscriptions (--wait-node, as replay.launch.py runs it), not for every topic; and
+    # follows the node's ~/state with at most 2 frames ahead (flow control on a real node)
     runs.append(replay_once(tmp_path, write_bag(tmp_path / 'bag_mcap', 'mcap', True), 'mcap',
-                            wait=('--wait-node', '/sam2_tracker'), messages=8 + N))
+                            wait=('--wait-node', '/sam2_tracker', '--max-ahead', '2'),
+                            messages=8 + N))
     for masks, states, clocks in runs:
         assert sorted(states) == [stamp(i) for i in range(N)]
         assert all(s.errors == [] and s.dropped_frames == 0 for s in states.values())
