@@ -6,9 +6,12 @@ Groups follow the one-camera :class:`~sam2_ros.ros.mailbox.Mailbox`'s frame poli
 only the newest group waits (a replaced group's frames count as dropped for their cameras);
 ``every_frame=True`` keeps up to ``fifo_size`` groups and a camera's ``put_frame`` blocks
 while that many wait. A lone frame leaves by the pairer's rules (its partner moved past, or
-one ``period_ns`` passed: :meth:`take` wakes at the pairer's deadline). Each camera's side
-(:meth:`camera`) looks like a Mailbox to that camera's worker, diagnostics and totals.
-Nothing here imports ROS.
+one ``period_ns`` passed: :meth:`take` wakes at the pairer's deadline). The pairer's clock
+stands still while the FIFO is full: a partner's put is blocked then, so a frame waiting for
+it would time out although its partner came (a burst behind a busy worker left unpaired), and
+a group released then would only wait behind the full FIFO; its period counts the time the
+FIFO had room. Each camera's side (:meth:`camera`) looks like a Mailbox to that camera's
+worker, diagnostics and totals. Nothing here imports ROS.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ class PairedMailbox:
         self._closed = False
         # the worker waits in take() for work: groups released then are not yet "behind"
         self._idle = False
+        # the pairer's clock: the monotonic one less the time the FIFO stood full (see the
+        # module docstring); _full_since: when it filled, None while it has room
+        self._stood_full_ns = 0
+        self._full_since: Optional[int] = None
 
     def camera(self, c: int) -> CameraBox:
         return self.cameras[c]
@@ -94,7 +101,8 @@ class PairedMailbox:
                     self.cond.wait(0.1)
             if self._closed:
                 return
-            self._add(self.pairer.put(camera, item.stamp_ns, item, time.monotonic_ns()))
+            now = time.monotonic_ns()
+            self._add(self.pairer.put(camera, item.stamp_ns, item, self._pairer_ns(now)), now)
             self.cond.notify_all()
 
     def put_prompt(self, camera: int, item: PromptItem) -> bool:
@@ -121,18 +129,22 @@ class PairedMailbox:
         (the oldest group or None, each camera's waiting prompts)."""
         with self.cond:
             self._idle = True
-            self._add(self.pairer.flush(time.monotonic_ns()))
+            now = time.monotonic_ns()
+            self._add(self.pairer.flush(self._pairer_ns(now)), now)
             if not (self._groups or self._jobs or self._closed
                     or any(b.prompts for b in self.cameras)):
+                # no group waits, so the FIFO has room: the pairer's clock runs with this one
                 deadline = self.pairer.next_deadline()
                 wait = timeout if deadline is None else min(
-                    timeout, max(0.0, (deadline - time.monotonic_ns()) / 1e9))
+                    timeout, max(0.0, (deadline - self._pairer_ns(time.monotonic_ns())) / 1e9))
                 self.cond.wait(wait)
-                self._add(self.pairer.flush(time.monotonic_ns()))
+                now = time.monotonic_ns()
+                self._add(self.pairer.flush(self._pairer_ns(now)), now)
             prompts = [list(b.prompts) for b in self.cameras]
             for b in self.cameras:
                 b.prompts.clear()
             group = self._groups.popleft() if self._groups else None
+            self._fifo_changed(now)
             self._idle = group is None
             self.cond.notify_all()  # a blocked FIFO put may go on
             return group, prompts
@@ -162,14 +174,31 @@ class PairedMailbox:
         for job in jobs:
             job.abandon('the tracker stopped (deactivated) before the request ran')
 
-    def _add(self, groups: List[Group]) -> None:
-        """Released groups to the waiting ones; newest-only mode drops the older ones, as the
-        one-camera node drops a frame only when a newer one comes while the worker is busy:
-        a lone frame that leaves at its period's end (the next frame's arrival, typically)
-        beside the next group is not dropped while the worker waits for work."""
+    def _add(self, groups: List[Group], now_ns: int) -> None:
+        """Released groups (at monotonic ``now_ns``) to the waiting ones; newest-only mode drops
+        the older ones, as the one-camera node drops a frame only when a newer one comes while
+        the worker is busy: a lone frame that leaves at its period's end (the next frame's
+        arrival, typically) beside the next group is not dropped while the worker waits for
+        work."""
         self._groups.extend(groups)
         keep = 2 if self._idle else 1
         while not self.every_frame and len(self._groups) > keep:
             for a in self._groups.popleft().frames:
                 if a is not None:
                     self.cameras[a.camera].dropped += 1
+        self._fifo_changed(now_ns)
+
+    def _pairer_ns(self, now_ns: int) -> int:
+        """The pairer's time at monotonic ``now_ns``: standing still while the FIFO is full."""
+        at = now_ns if self._full_since is None else self._full_since
+        return at - self._stood_full_ns
+
+    def _fifo_changed(self, now_ns: int) -> None:
+        """Stop the pairer's clock when the FIFO fills, run it again when it has room. Only
+        a FIFO blocks puts: newest-only mode keeps the clock as it is."""
+        full = self.every_frame and len(self._groups) >= self.fifo_size
+        if full and self._full_since is None:
+            self._full_since = now_ns
+        elif not full and self._full_since is not None:
+            self._stood_full_ns += now_ns - self._full_since
+            self._full_since = None

@@ -9,15 +9,25 @@ waits more than one frame period, and nothing is dropped here):
   within ``tolerance_ns`` of the pivot's (``tolerance_ns=0``: equal stamps only). The head is
   the only candidate: every queued stamp is >= the pivot's, and a camera's frames leave in
   order;
+* the nearest stamp wins, as in ``message_filters``' policy: a head that is nearer a later
+  frame of the pivot's camera than the pivot (strictly: a tie keeps the pivot) is *passed
+  over*, left for that frame (cameras at different rates: a 30 Hz frame between two 60 Hz
+  ones pairs with the nearer; the pivot then leaves without it). While no later frame of the
+  pivot's camera has come, the group waits for one when it could still be nearer: when that
+  camera's least stamp gap of late, less their jitter, is below twice the head's distance
+  (cameras of one rate with regular stamps never wait once a few gaps were seen: the
+  tolerance is at most half a period; no gap seen yet: ``period_ns``). A *timeout* or
+  *overflow* ends that wait, the group leaving as it stands;
 * the group is released when it is complete, or when it cannot complete any more: every
-  camera it lacks has *moved past* it (delivered a stamp beyond the pivot's + tolerance; its
-  stamps only grow) or is *absent* (no frame for ``absent_periods`` periods, more than a
-  dropped frame's gap and its jitter, while the pivot's camera went on delivering alone from
-  within one and a half periods of its last frame: after a stall of every camera, a burst of
-  one camera's backlog waits for its partners; a camera not heard from yet counts from the
-  first frame of any camera), or a queued frame has *timed out* (waited ``period_ns``: the
-  pivot's group leaves so that it can follow), or a queue holds more than ``queue_size``
-  frames (*overflow*: a burst of one camera while another is late);
+  camera it lacks has *passed it over* (*nearer*) or *moved past* it (delivered a stamp beyond
+  the pivot's + tolerance; its stamps only grow) or is *absent* (no frame for
+  ``absent_periods`` periods, more than a dropped frame's gap and its jitter, while the
+  pivot's camera went on delivering alone from within one and a half periods of its last
+  frame: after a stall of every camera, a burst of one camera's backlog waits for its
+  partners; a camera not heard from yet counts from the first frame of any camera), or a
+  queued frame has *timed out* (waited ``period_ns``: the pivot's group leaves so that it can
+  follow), or a queue holds more than ``queue_size`` frames (*overflow*: a burst of one
+  camera while another is late);
 * a stamp below its camera's previous one (time jumped back: a bag restarted, a simulator
   reset) is a *reset*: everything queued is released as it stands, the stamps seen are
   forgotten, then the frame is queued. An equal stamp (a repeated frame) is queued as it is.
@@ -28,18 +38,24 @@ deterministic. The caller (the node's mailbox) calls ``flush(now)`` by ``next_de
 so that a lone frame leaves after one period even when no other frame arrives.
 
 Every frame put comes out in exactly one group. A tolerance of at most half a frame period
-keeps matches unambiguous (a wider one could pair a frame with its partner's neighbour), so
-it is refused. Not thread safe: the node calls it under its mailbox lock.
+keeps matches of cameras at one rate unambiguous (a wider one could pair a frame with its
+partner's neighbour), so a wider one is refused. Not thread safe: the node calls it under
+its mailbox lock.
 """
 
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
-COMPLETE, MOVED_PAST, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN = (
-    'complete', 'moved_past', 'absent', 'timeout', 'overflow', 'reset', 'drain')
+COMPLETE, MOVED_PAST, NEARER, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN = (
+    'complete', 'moved_past', 'nearer', 'absent', 'timeout', 'overflow', 'reset', 'drain')
+# stamp gaps kept per camera: their least bounds when its next frame can come (a window, so
+# that a camera that slows down is seen after this many frames)
+GAPS_KEPT = 8
+# the jitter assumed of a camera's stamp gaps while few were seen: this share of the gap
+JITTER_SHARE = 8
 
 
 @dataclass
@@ -57,7 +73,7 @@ class Group:
     """Frames of one step: ``frames[c]`` is camera c's, None where it has none.
 
     stamp_ns: the pivot's (earliest) stamp; reason: why it was released (COMPLETE, or why
-    not: MOVED_PAST, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN).
+    not: MOVED_PAST, NEARER, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN).
     """
 
     stamp_ns: int
@@ -107,6 +123,9 @@ class StampPairer:
         # run of this camera alone; None while the others deliver too)
         self._run_start: List[Optional[int]] = [None] * self.cameras
         self._start_ns: Optional[int] = None     # the first frame's receipt (absent cameras)
+        # per camera: its latest stamp gaps (> 0), to tell whether its next frame can be nearer
+        self._gaps: List[Deque[int]] = [collections.deque(maxlen=GAPS_KEPT)
+                                        for _ in range(self.cameras)]
         self.counts = PairingCounts()
 
     # ------------------------------------------------------------------ input
@@ -121,6 +140,8 @@ class StampPairer:
             self.counts.resets += 1
             out += self._drain(RESET)
             self._last_stamp = [None] * self.cameras
+        elif last is not None and stamp_ns > last:
+            self._gaps[camera].append(int(stamp_ns) - last)
         self._queues[camera].append(Arrival(camera, int(stamp_ns), int(now_ns), item))
         self._last_stamp[camera] = int(stamp_ns)
         self._prev_recv[camera] = self._last_recv[camera]
@@ -168,27 +189,65 @@ class StampPairer:
             pivot = self._pivot()
             if pivot is None:
                 return out
-            frames = self._candidates(pivot)
-            reason = self._reason(frames, pivot, now_ns)
+            frames, passed, undecided = self._candidates(pivot)
+            reason = self._reason(frames, passed, undecided, pivot, now_ns)
             if reason is None:
                 return out
             out.append(self._emit(frames, pivot.stamp_ns, reason))
 
-    def _candidates(self, pivot: Arrival) -> List[Optional[Arrival]]:
+    def _candidates(self, pivot: Arrival) -> Tuple[List[Optional[Arrival]], List[int], bool]:
         """The pivot's group as it stands: per camera the head of its queue when within the
-        tolerance of the pivot's stamp."""
+        tolerance of the pivot's stamp and not nearer a later frame of the pivot's camera;
+        the cameras whose head was passed over; whether a head taken may still be passed over
+        (the pivot's camera's next frame, not come yet, could be nearer it)."""
         limit = pivot.stamp_ns + self.tolerance_ns
-        return [pivot if c == pivot.camera else (q[0] if q and q[0].stamp_ns <= limit else None)
-                for c, q in enumerate(self._queues)]
+        own = self._queues[pivot.camera]
+        # a later frame of the pivot's camera decides; else its next stamp is at least this
+        later = next((a.stamp_ns for a in own if a.stamp_ns > pivot.stamp_ns), None)
+        earliest_next = pivot.stamp_ns + self._gap_bound(pivot.camera)
+        frames: List[Optional[Arrival]] = []
+        passed: List[int] = []
+        undecided = False
+        for c, q in enumerate(self._queues):
+            if c == pivot.camera:
+                frames.append(pivot)
+                continue
+            head = q[0] if q and q[0].stamp_ns <= limit else None
+            if head is not None:
+                # a later stamp of the pivot's camera below this one is nearer the head than
+                # the pivot is
+                beyond = 2 * head.stamp_ns - pivot.stamp_ns
+                if later is not None and later < beyond:
+                    passed.append(c)
+                    head = None
+                elif later is None and earliest_next < beyond:
+                    undecided = True
+            frames.append(head)
+        return frames, passed, undecided
 
-    def _reason(self, frames: List[Optional[Arrival]], pivot: Arrival,
-                now_ns: int) -> Optional[str]:
+    def _gap_bound(self, camera: int) -> int:
+        """How soon after its latest stamp camera ``camera``'s next one can come: its least
+        gap of late (``period_ns`` before a gap was seen) less a margin for the jitter of its
+        stamps, as the next gap may be shorter than any seen: the gaps' spread (a dropped
+        frame's longer gap is no jitter), at least an eighth of the gap until ``GAPS_KEPT``
+        gaps were seen (a camera's first few need not show their jitter yet)."""
+        gaps = self._gaps[camera] or [self.period_ns]
+        least = min(gaps)
+        spread = max(g for g in gaps if 2 * g < 3 * least) - least
+        if len(gaps) < GAPS_KEPT:
+            spread = max(spread, least // JITTER_SHARE)
+        return least - spread
+
+    def _reason(self, frames: List[Optional[Arrival]], passed: List[int], undecided: bool,
+                pivot: Arrival, now_ns: int) -> Optional[str]:
         """Why the pivot's group leaves now, None when it waits."""
         missing = [c for c, f in enumerate(frames) if f is None]
+        if undecided:           # a head may go to a nearer frame: wait, a period at most
+            return self._forced(missing, now_ns)
         if not missing:
             return COMPLETE
         limit = pivot.stamp_ns + self.tolerance_ns
-        past = [self._last_stamp[c] is not None and self._last_stamp[c] > limit
+        past = [c in passed or (self._last_stamp[c] is not None and self._last_stamp[c] > limit)
                 for c in missing]
         heard = [self._start_ns if self._last_recv[c] is None else self._last_recv[c]
                  for c in missing]
@@ -204,12 +263,21 @@ class StampPairer:
             run is not None and run - t <= 3 * self.period_ns // 2)
             for c, t in zip(missing, heard)]
         if all(p or a for p, a in zip(past, absent)):
+            if passed:
+                return NEARER
             return MOVED_PAST if all(past) else ABSENT
+        return self._forced(missing, now_ns)
+
+    def _forced(self, missing: List[int], now_ns: int) -> Optional[str]:
+        """TIMEOUT or OVERFLOW when the group must leave as it stands (COMPLETE if it is),
+        None when it may wait."""
         if now_ns - self._oldest_recv() >= self.period_ns:
-            return TIMEOUT
-        if any(len(q) > self.queue_size for q in self._queues):
-            return OVERFLOW
-        return None
+            reason = TIMEOUT
+        elif any(len(q) > self.queue_size for q in self._queues):
+            reason = OVERFLOW
+        else:
+            return None
+        return reason if missing else COMPLETE
 
     def _emit(self, frames: List[Optional[Arrival]], stamp_ns: int, reason: str) -> Group:
         for f in frames:
@@ -230,6 +298,6 @@ class StampPairer:
             pivot = self._pivot()
             if pivot is None:
                 return out
-            frames = self._candidates(pivot)
+            frames = self._candidates(pivot)[0]
             complete = all(f is not None for f in frames)
             out.append(self._emit(frames, pivot.stamp_ns, COMPLETE if complete else reason))
