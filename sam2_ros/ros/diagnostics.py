@@ -1,6 +1,6 @@
 """/diagnostics of the tracker node, in every lifecycle state: rate, latency percentiles,
 counters since start and what is wrong (no frames, CUDA graph fallbacks, errors, a stopped
-worker).
+worker, a receiving process that restarted).
 
 :func:`snapshot` reads what the node's parts show publicly (worker, mailbox, tracker, totals)
 into a :class:`Snapshot`; :func:`report` is a pure function of it (tested without a node).
@@ -9,8 +9,9 @@ into a :class:`Snapshot`; :func:`report` is a pure function of it (tested withou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
+from sam2_ros.ros.receiver import find_receiver
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker_detections import COUNT_KEYS
 
@@ -52,6 +53,8 @@ class Snapshot:
     detections: Optional[Dict[str, int]] = field(default=None)   # None: vision_msgs is off
     decode: Dict[str, Any] = field(default_factory=dict)          # decode_values()
     late_imports: int = 0          # modules imported since activation (late_imports.py)
+    receiver: Dict[str, Any] = field(default_factory=dict)        # receiver_values()
+    receiver_restarted: str = ''   # a recent restart of the receiving process, described
 
 
 @dataclass
@@ -83,13 +86,52 @@ def decode_values(decoder: Any) -> Dict[str, Any]:
     return values
 
 
+def receiver_values(inputs: Optional[Iterable[Any]], opts: Any, now: float,
+                    camera: int = 0) -> Tuple[Dict[str, Any], str]:
+    """Camera ``camera``'s receiving process (``image_receiver_process``): its counts since
+    activation as ``receiver_*`` values, and a description of its restart if one was not
+    reported yet or came within DIAG_WINDOW_S ('' if none). ``inputs``: the node's input
+    subscriptions (None: not known, no values). Takes the receiver's new restarts."""
+    if inputs is None:
+        return {}, ''
+    rx = find_receiver(inputs, camera)
+    if rx is None:
+        if not getattr(opts, 'image_receiver_process', False):
+            return {'receiver_process': 'off'}, ''
+        if getattr(opts, 'input_type', 'raw') != 'raw':
+            return {'receiver_process': f'off: {opts.input_type} input (raw images only)'}, ''
+        # it did not start (logged then): the images are received in the node's process
+        return {'receiver_process': "off: did not start (receiving in the node's process)"}, ''
+    st = rx.stats(take=True)
+    values: Dict[str, Any] = {
+        'receiver_process': f'on (pid {st.pid})' if st.pid is not None and st.ready
+        else 'restarting',
+        'receiver_frames': st.frames, 'receiver_refused_frames': st.refused,
+        'receiver_restarts': st.restarts, 'receiver_read_failures': st.read_failures,
+        # slots the node holds, and the receiving process's waits with none free (then DDS
+        # keeps the backlog, or drops it with a history depth)
+        'receiver_slots_held': st.slots_held, 'receiver_slot_waits': st.slot_waits,
+        'receiver_ring_bytes': st.ring_bytes}
+    if st.last_restart_t is None:
+        return values, ''
+    age = now - st.last_restart_t
+    values['receiver_last_restart'] = f'{st.last_restart}, {age:.1f} s ago'
+    if not st.new_restarts and age > DIAG_WINDOW_S:
+        return values, ''
+    return values, (f'image receiving process restarted {age:.1f} s ago ({st.last_restart}; '
+                    f'{st.restarts} restarts since activation)')
+
+
 def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts: Any,
              totals: Totals, fallbacks_seen: int, gc_pauses: Any,
-             vision_on: bool, decoder: Any = None, late_imports: int = 0) -> Snapshot:
-    """Read an active node's parts (takes the worker's error count: reported once);
-    ``decoder``: the compressed input's FrameDecoder (None: raw input); ``late_imports``:
-    modules imported since activation."""
+             vision_on: bool, decoder: Any = None, late_imports: int = 0,
+             inputs: Optional[Iterable[Any]] = None, camera: int = 0) -> Snapshot:
+    """Read an active node's parts (takes the worker's error count and the receiving
+    process's restarts: reported once); ``decoder``: the compressed input's FrameDecoder
+    (None: raw input); ``late_imports``: modules imported since activation; ``inputs``: the
+    node's input subscriptions, where camera ``camera``'s receiving process is found."""
     errors = worker.errors.take_count()
+    rx_values, rx_restarted = receiver_values(inputs, opts, now, camera)
     stats = tracker.stats
     return Snapshot(
         now=now, last_recv_t=mailbox.last_recv_t, stale_timeout_s=opts.stale_timeout_s,
@@ -108,7 +150,8 @@ def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts
         random_weights=not cfg.checkpoint, gc_full_collections=gc_pauses.full_collections,
         gc_max_pause_ms=gc_pauses.max_pause_ms,
         detections=totals.detections_since_start(worker) if vision_on else None,
-        decode=decode_values(decoder), late_imports=late_imports)
+        decode=decode_values(decoder), late_imports=late_imports, receiver=rx_values,
+        receiver_restarted=rx_restarted)
 
 
 def report(s: Snapshot) -> Report:
@@ -128,6 +171,9 @@ def report(s: Snapshot) -> Report:
     if s.errors:
         level = 'WARN'
         problems.append(f'{s.errors} errors, last: {s.last_error[:200]}')
+    if s.receiver_restarted:
+        level = 'WARN'
+        problems.append(s.receiver_restarted)
     if s.consecutive_failures >= ERROR_AFTER_FAILURES or not s.worker_alive:
         level = 'ERROR'
         problems.insert(0, 'worker stopped' if not s.worker_alive else
@@ -156,6 +202,7 @@ def _values(s: Snapshot) -> Dict[str, Any]:
         'late_imports': s.late_imports,
     })
     values.update(s.decode)
+    values.update(s.receiver)
     if s.detections is not None:
         for k in COUNT_KEYS:
             values[f'detections_{k}'] = s.detections.get(k, 0)

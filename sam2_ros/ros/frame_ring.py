@@ -11,15 +11,20 @@ Linux):
 
 * receiver -> node, one fixed record each (``RECORD``): ``READY`` (subscribed), ``RING`` (a new
   ring of ``slots`` x ``slot_bytes``, its memfd passed along with the record: the first frame,
-  or a frame larger than the slots), ``FRAME`` (ring ``gen``, ``slot``, ``nbytes`` written,
-  ``t`` = time.monotonic() at receipt), ``TOO_LARGE`` (a message over ``max_bytes``: not
-  handed over; its header's stamp in ``sec``, ``nanosec``, so the node reports that frame);
+  a frame larger than the slots, or slots at least twice what the last ``shrink_after``
+  frames needed), ``FRAME`` (ring ``gen``, ``slot``, ``nbytes`` written, ``t`` =
+  time.monotonic() at receipt, ``sec`` = the writes so far that waited for a free slot),
+  ``TOO_LARGE`` (a message over ``max_bytes``: not handed over; its header's stamp in
+  ``sec``, ``nanosec``, so the node reports that frame);
 * node -> receiver: ``RELEASE`` (``gen``, ``slot``): the node holds no view of that slot any
   more. A slot is released when the last numpy view of it dies (``weakref.finalize``), so a
   frame the worker, the FIFO or the overlay still reads is never overwritten; with every slot
   in use the receiver waits (as a full FIFO makes the subscription wait).
 
-Memory: memfds, no names in /dev/shm, so nothing leaks when either process dies. Nothing here
+Memory: memfds, no names in /dev/shm, so nothing leaks when either process dies. A ring is
+sized by the frames it holds: after a resolution drop (a 4K camera switched to 720p, one
+oversized frame) the next ring is smaller, and the larger one is unmapped by the receiver at
+once and by the node when its last view dies (its memory then goes back). Nothing here
 imports ROS; :mod:`~sam2_ros.ros.receiver` (the node's side) and the receiving process use it.
 """
 
@@ -40,9 +45,17 @@ from sam2_ros.ros.image_cdr import header_stamp
 
 READY, RING, FRAME, TOO_LARGE, RELEASE = 1, 2, 3, 4, 5
 # kind, gen, slot (or slots), nbytes (or slot_bytes), t, a TOO_LARGE message's stamp (sec,
-# nanosec)
+# nanosec) or a FRAME's count of the writer's waits for a slot (sec)
 RECORD = struct.Struct('<IIIQdiI')
 HEADROOM = 1.25                        # a ring's slots: the first frame's size plus 25%
+# A ring shrinks when a block of this many frames all fit in a slot 1/SHRINK_RATIO its size:
+# every slot of a ring once filled by a large frame keeps its pages (the shared memory of
+# slots x the largest frame) until the ring goes. The block is the hysteresis: sizes that
+# alternate keep the larger ring (one large frame per block is enough), and a smaller ring is
+# made at most once a block, so its cost (a memfd, page faults on its first writes) is
+# amortized over SHRINK_AFTER frames (2 s at 60 Hz).
+SHRINK_AFTER = 120
+SHRINK_RATIO = 2
 
 
 @dataclass
@@ -91,16 +104,23 @@ class RingWriter:
     """The receiving process's side: rings of slots in memfds, a free list fed by the node's
     RELEASE records (``serve_releases``, a thread), ``write`` per message."""
 
-    def __init__(self, sock: socket.socket, slots: int, max_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, slots: int, max_bytes: int,
+                 shrink_after: int = SHRINK_AFTER) -> None:
         if slots < 2:
             raise ValueError(f'a frame ring needs >= 2 slots, got {slots}')
+        if shrink_after < 1:
+            raise ValueError(f'shrink_after must be >= 1, got {shrink_after}')
         self.sock, self.slots, self.max_bytes = sock, int(slots), int(max_bytes)
+        self.shrink_after = int(shrink_after)
         self.gen = 0
         self.slot_bytes = 0
         self.mem: Optional[mmap.mmap] = None
         self.free: List[int] = []
         self.cond = threading.Condition()
         self.closed = False              # the node's end is gone: stop
+        self.waits = 0                   # writes that waited for a free slot (node behind)
+        self.block_frames = 0            # frames written in the current block (shrink_after)
+        self.block_max = 0               # ... and the largest of them
 
     def send(self, rec: Record, fds: Tuple[int, ...] = ()) -> None:
         if fds:
@@ -118,7 +138,11 @@ class RingWriter:
             return False
         if n > self.slot_bytes:
             self._new_ring(n)
+        else:
+            self._shrink_if_oversized(n)
         with self.cond:
+            if not self.free and not self.closed:
+                self.waits += 1
             while not self.free and not self.closed:
                 self.cond.wait()
             if self.closed:
@@ -126,19 +150,40 @@ class RingWriter:
             slot = self.free.pop()
         off = slot * self.slot_bytes
         self.mem[off:off + n] = data
-        self.send(Record(FRAME, self.gen, slot, n, t))
+        self.send(Record(FRAME, self.gen, slot, n, t, min(self.waits, 2 ** 31 - 1)))
         return True
 
+    def ring_size(self, n: int) -> int:
+        """The slot size of a ring made for a message of ``n`` bytes (>= n)."""
+        return min(page_round(int(n * HEADROOM)), page_round(self.max_bytes))
+
+    def _shrink_if_oversized(self, n: int) -> None:
+        """Count ``n`` (fits the slots) in the current block; at the block's end, a new ring
+        sized for its largest frame if the slots are SHRINK_RATIO times that or more. The
+        node's views of the old ring stay valid (it stays mapped there while they live); its
+        slots' releases name the old ``gen`` and are ignored here."""
+        self.block_frames += 1
+        self.block_max = max(self.block_max, n)
+        if self.block_frames < self.shrink_after:
+            return
+        largest = self.block_max
+        self.block_frames = self.block_max = 0
+        if self.ring_size(largest) * SHRINK_RATIO <= self.slot_bytes:
+            self._new_ring(largest)
+
     def _new_ring(self, n: int) -> None:
-        size = min(page_round(int(n * HEADROOM)), page_round(self.max_bytes))   # >= n
+        size = self.ring_size(n)
+        self.block_frames = self.block_max = 0
         fd = os.memfd_create(f'sam2_ros_frames_{self.gen + 1}', os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, size * self.slots)
             mem = mmap.mmap(fd, size * self.slots)
             with self.cond:
                 self.gen += 1
-                self.slot_bytes, self.mem = size, mem
+                old, self.slot_bytes, self.mem = self.mem, size, mem
                 self.free = list(range(self.slots))[::-1]
+            if old is not None:
+                old.close()  # unmapped here now; the node's mapping lives while its views do
             self.send(Record(RING, self.gen, self.slots, size), (fd,))
         finally:
             os.close(fd)     # the mapping and the node's copy of the fd keep the memory
@@ -179,6 +224,8 @@ class RingReader:
         self.rings: Dict[int, Tuple[mmap.mmap, int]] = {}      # gen -> (mapping, slot_bytes)
         self.lock = threading.Lock()
         self.held = 0                                          # slots not yet released
+        self.ring_bytes = 0             # the current ring's size (slots x slot_bytes)
+        self.writer_waits = 0           # the receiver's writes that waited for a free slot
 
     def receive(self) -> Tuple[Record, Optional[np.ndarray]]:
         """The next record (and a FRAME's bytes); a Record of kind 0 when the receiver is
@@ -197,6 +244,7 @@ class RingReader:
             os.close(fd)
         if rec.kind != FRAME:
             return rec, None
+        self.writer_waits = rec.sec
         return rec, self._view(rec)
 
     def _attach(self, rec: Record, fds: List[int]) -> None:
@@ -206,8 +254,10 @@ class RingReader:
             mem = mmap.mmap(fds[0], rec.slot * rec.nbytes, prot=mmap.PROT_READ)
         finally:
             os.close(fds[0])
-        # older rings stay mapped while views of them live (each view holds its mapping)
+        # older rings stay mapped while views of them live (each view holds its mapping),
+        # then are unmapped: a smaller ring gives the larger one's memory back
         self.rings = {rec.gen: (mem, rec.nbytes)}
+        self.ring_bytes = rec.slot * rec.nbytes
 
     def _view(self, rec: Record) -> np.ndarray:
         if rec.gen not in self.rings:

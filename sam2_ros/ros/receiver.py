@@ -6,7 +6,9 @@ same :class:`~sam2_ros.ros.image_cdr.CdrImage` a serialized subscription gives (
 view of shared memory), with the receiving process's receipt time. If the process exits while
 the node runs (it crashed, or was killed) it is restarted, at most once a second, and the
 error logged; if it does not become ready at start, ``start`` raises and the caller falls back
-to a subscription in the node's process.
+to a subscription in the node's process. What it counts (frames, refused messages, restarts,
+the reading thread's failures, slots held, the receiving process's waits for a slot, the ring's
+size) is in the node's diagnostics (:meth:`ImageReceiver.stats`, ``diagnostics.receiver_*``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +43,25 @@ SPARE_SLOTS = 8
 MAX_MESSAGE_BYTES = 2 * MAX_SIDE * MAX_SIDE * max(ENCODING_CHANNELS.values())
 
 
+@dataclass
+class ReceiverStats:
+    """An :class:`ImageReceiver`'s counts since it started (the node's activation)."""
+
+    pid: Optional[int]              # the receiving process, None: not running
+    ready: bool                     # subscribed (False while it restarts)
+    frames: int                     # handed to the node
+    refused: int                    # messages not handed over (too large, unreadable)
+    restarts: int                   # the receiving process restarted (exited or killed)
+    read_failures: int              # reading its frames failed (a lost ring, a callback's
+                                    # bug): each one also a restart
+    new_restarts: int               # restarts since the previous stats(take=True)
+    last_restart_t: Optional[float]     # time.monotonic() of the last restart
+    last_restart: str               # why: 'exited with code -9', 'reading failed: ...'
+    slots_held: int                 # slots the node holds (frames queued, tracked, published)
+    slot_waits: int                 # the receiving process waited for a free slot
+    ring_bytes: int                 # the current ring's shared memory
+
+
 class ImageReceiver:
     """Raw images of ``topic`` (absolute) received in a process of their own; ``on_image`` is
     called in this handle's thread, in arrival order. ``slots`` bounds the frames the node can
@@ -50,8 +72,9 @@ class ImageReceiver:
 
     def __init__(self, topic: str, on_image: OnImage, log: Log, *, name: str, slots: int,
                  max_bytes: int, reliability: str, depth: int, tune_malloc: bool,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, camera: int = 0) -> None:
         self.topic, self.on_image, self.log, self.name = topic, on_image, log, name
+        self.camera = int(camera)       # the node's camera index (its diagnostics status)
         self.max_bytes = int(max_bytes)
         self.env = child_env(os.environ if env is None else env)
         self.argv = ['--topic', topic, '--name', name, '--slots', str(int(slots)),
@@ -64,12 +87,33 @@ class ImageReceiver:
         self.ready = threading.Event()
         self.frames = 0                 # handed to on_image
         self.restarts = 0
+        self.read_failures = 0          # the reading thread failed (then a restart)
+        self.last_restart_t: Optional[float] = None
+        self.last_restart = ''
+        self.restarts_taken = 0         # restarts already reported (stats(take=True))
+        self.waits_before = 0           # slot waits of the processes before this one
         self.rejected = 0               # too large or unreadable
 
     @property
     def held(self) -> int:
         """Slots the node holds (frames queued, tracked or being published)."""
         return self.reader.held if self.reader is not None else 0
+
+    def stats(self, take: bool = False) -> ReceiverStats:
+        """The counts now; ``take``: the restarts counted in ``new_restarts`` are not counted
+        there again (diagnostics warn of each restart at least once, whatever its period)."""
+        restarts, reader, proc = self.restarts, self.reader, self.proc
+        new = restarts - self.restarts_taken
+        if take:
+            self.restarts_taken = restarts
+        running = proc is not None and proc.poll() is None
+        return ReceiverStats(
+            pid=proc.pid if running else None, ready=self.ready.is_set(), frames=self.frames,
+            refused=self.rejected, restarts=restarts, read_failures=self.read_failures,
+            new_restarts=new, last_restart_t=self.last_restart_t,
+            last_restart=self.last_restart, slots_held=self.held,
+            slot_waits=self.waits_before + (reader.writer_waits if reader is not None else 0),
+            ring_bytes=reader.ring_bytes if reader is not None else 0)
 
     def start(self) -> None:
         """The process and the reading thread; RuntimeError if the process is not subscribed
@@ -92,10 +136,17 @@ class ImageReceiver:
                 pass_fds=(theirs.fileno(),), env=self.env)
         finally:
             theirs.close()
-        self.reader = frame_ring.RingReader(mine)
+        self._attach_reader(mine)
+
+    def _attach_reader(self, sock: Any) -> None:
+        """Read the frames of a new receiving process (at the end of ``sock``)."""
+        if self.reader is not None:      # the new process counts its waits from 0
+            self.waits_before += self.reader.writer_waits
+        self.reader = frame_ring.RingReader(sock)
 
     def _run(self) -> None:
         while not self.stopping.is_set():
+            failure = ''
             try:
                 frame_ring.serve(self.reader, self._frame, self._record)
             except Exception as exc:  # noqa: BLE001 - a lost ring, a callback's bug: the input
@@ -103,6 +154,8 @@ class ImageReceiver:
                     break
                 self.log('error', f'reading the frames of {self.topic} failed: {exc!r}; '
                                   f'restarting its receiving process')
+                self.read_failures += 1
+                failure = f'reading failed: {exc!r}'[:200]
                 frame_ring.close(self.reader.sock)
                 if self.proc is not None:
                     self.proc.kill()
@@ -111,6 +164,8 @@ class ImageReceiver:
             code = self.proc.wait() if self.proc is not None else None
             self.log('error', f'the receiving process of {self.topic} exited (code {code}); '
                               'restarting it')
+            self.last_restart = failure or f'exited with code {code}'
+            self.last_restart_t = time.monotonic()
             self.restarts += 1
             time.sleep(1.0)          # a process failing at once is not restarted in a loop
             if not self.stopping.is_set():
@@ -189,7 +244,7 @@ def image_input(node: Any, topic: str, on_image: OnImage, qos: Any, opts: Any,
             max_bytes=MAX_MESSAGE_BYTES,
             reliability=opts.qos_reliability,
             depth=0 if opts.process_every_frame else int(opts.qos_depth),
-            tune_malloc=bool(opts.tune_malloc))
+            tune_malloc=bool(opts.tune_malloc), camera=index)
         try:
             receiver.start()
             logger.info(f'{receiver.topic}: received by a process of its own (pid '
@@ -200,6 +255,15 @@ def image_input(node: Any, topic: str, on_image: OnImage, qos: Any, opts: Any,
                          'process instead')
     return subscribe_images(node, topic, lambda m: on_image(m, time.monotonic()), qos,
                             opts.take_serialized_images)
+
+
+def find_receiver(inputs: Iterable[Any], camera: int = 0) -> Optional[ImageReceiver]:
+    """Camera ``camera``'s receiving process among a node's inputs (``image_input``'s and the
+    other subscriptions); None if its images are received in the node's process."""
+    for sub in inputs:
+        if isinstance(sub, ImageReceiver) and sub.camera == camera:
+            return sub
+    return None
 
 
 def close_input(node: Any, sub: Any) -> None:
