@@ -2,9 +2,17 @@
 """Bag replay: play a recorded rosbag2 bag (sqlite3 or MCAP) into the tracker node and save what
 it reports for every frame as CSV.
 
-Start the node (one terminal), then play the bag through it (another):
+Start the node (one terminal), then play the bag through it (another). The node must run with
+``process_every_frame: true`` (no frame dropped) and ``corrections_on_next_frame: false`` (a
+prompt played just after its frame applied to it), as ``replay.launch.py`` runs it;
+``tracker.launch.py`` takes both from its params file (defaults false and true) and has no
+launch argument for them, so give it a params file with both changed:
 
-    ros2 launch sam2_ros tracker.launch.py checkpoint:=/path/sam2.1_hiera_tiny.pt rviz:=false
+    sed -e 's/process_every_frame: false/process_every_frame: true/' \\
+        -e 's/corrections_on_next_frame: true/corrections_on_next_frame: false/' \\
+        config/tracker.yaml > replay.yaml
+    ros2 launch sam2_ros tracker.launch.py checkpoint:=/path/sam2.1_hiera_tiny.pt \\
+        params_file:=$PWD/replay.yaml rviz:=false
     python examples/bag_replay.py my_bag --out states.csv
 
 The bag's images (``sensor_msgs/Image`` on the node's image topic) and any prompts recorded
@@ -14,8 +22,11 @@ rosbag2 needed; ``ros2 launch sam2_ros replay.launch.py bag:=my_bag`` does the s
 the CSV). Each frame's last ``~/state`` becomes CSV rows: stamp, frame, object id, state,
 area, box. A prompt that arrives just after its frame is applied to it and the frame's state
 is published again with the object; only that last state per stamp is written, so the CSV of a
-replay is the same however the prompt and the frame interleave. Playing the bag again into the
-same node works too: the node sees the stamps jump back and resets (docs/ros.md).
+replay is the same however the prompt and the frame interleave. Unlike ``replay.launch.py``,
+this player runs without ``--in-order`` (a prompt the middleware delivers late is applied to a
+later frame) and without flow control (a node slower than the bag holds the rest of it in
+memory). Playing the bag again into the same node works too: the node sees the stamps jump
+back and resets (docs/ros.md).
 
 No bag, no checkpoint? ``--random-weights`` starts the node itself (CPU, random weights, every
 frame processed) and, without a bag, records one first: the synthetic camera

@@ -1,5 +1,7 @@
-"""The executors that run the node's callbacks (``node_cli``: single-threaded) and the DDS
-probe's (``dds_probe --executor``): rclpy's single-threaded one or its events one.
+"""The executors that run the node's callbacks (``node_cli``: the node's ``executor``
+parameter, 'events' by default, the single-threaded one where this rclpy has no
+EventsExecutor) and the DDS probe's (``dds_probe --executor``): rclpy's single-threaded one or
+its events one.
 
 Why: the node's callbacks only hand messages over (the worker does the GPU work), so the
 executor's own overhead is part of every frame's latency. rclpy's ``SingleThreadedExecutor``
