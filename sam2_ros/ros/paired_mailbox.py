@@ -6,7 +6,8 @@ Groups follow the one-camera :class:`~sam2_ros.ros.mailbox.Mailbox`'s frame poli
 only the newest group waits (a replaced group's frames count as dropped for their cameras);
 ``every_frame=True`` keeps up to ``fifo_size`` groups and a camera's ``put_frame`` blocks
 while that many wait. A lone frame leaves by the pairer's rules (its partner moved past, or
-one ``period_ns`` passed: :meth:`take` wakes at the pairer's deadline). The pairer's clock
+one ``period_ns`` passed, of receipt time stretched where the stamps run slower than it, a bag
+played at rate 0.5: :meth:`take` wakes at the pairer's deadline). The pairer's clock
 stands still while the FIFO is full: a partner's put is blocked then, so a frame waiting for
 it would time out although its partner came (a burst behind a busy worker left unpaired), and
 a group released then would only wait behind the full FIFO; its period counts the time the

@@ -37,6 +37,15 @@ clock, e.g. the receipt time of the frame put): the pairer never sleeps, so the 
 deterministic. The caller (the node's mailbox) calls ``flush(now)`` by ``next_deadline()``
 so that a lone frame leaves after one period even when no other frame arrives.
 
+``period_ns`` is a period of the stamps, the waits above (timeout, absent, a run's start) are
+receipt time: where the stamps advance slower than the receipt clock (a bag played at rate
+0.5, a simulator slower than real time), the skew between two cameras' frames of one stamp
+grows by as much, and a period of receipt time split pairs that a live camera's skew keeps.
+So those waits are scaled by :meth:`StampPairer.receipt_scale`, the receipt time per stamp
+time over each camera's latest gaps (the least of the cameras'; ``follow_rate=False``: 1).
+Below ``RATE_DEAD_BAND`` it is 1, so that a live camera's receipt jitter changes nothing, and
+a wait is never below one period of receipt time.
+
 Every frame put comes out in exactly one group. A tolerance of at most half a frame period
 keeps matches of cameras at one rate unambiguous (a wider one could pair a frame with its
 partner's neighbour), so a wider one is refused. Not thread safe: the node calls it under
@@ -56,6 +65,14 @@ COMPLETE, MOVED_PAST, NEARER, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN = (
 GAPS_KEPT = 8
 # the jitter assumed of a camera's stamp gaps while few were seen: this share of the gap
 JITTER_SHARE = 8
+# receipt_scale: measured over a camera's latest GAPS_KEPT gaps once it has RATE_GAPS_MIN (a
+# gap or two of a live camera's jitter can look like a slow replay); below RATE_DEAD_BAND it is
+# 1 (10 ms of receipt jitter over 4 gaps of a 60 Hz camera: at most 1.15; a replay faster
+# than rate 0.8 keeps live skews within the period too); capped (a player paused long would
+# otherwise have a lone frame wait for many periods)
+RATE_GAPS_MIN = 4
+RATE_DEAD_BAND = 1.25
+RATE_MAX_SCALE = 10.0
 
 
 @dataclass
@@ -97,7 +114,8 @@ class StampPairer:
     """Groups frames of ``cameras`` cameras by stamp (see the module docstring)."""
 
     def __init__(self, cameras: int, period_ns: int, tolerance_ns: int = 0,
-                 queue_size: int = 4, absent_periods: float = 3.0) -> None:
+                 queue_size: int = 4, absent_periods: float = 3.0,
+                 follow_rate: bool = True) -> None:
         if int(cameras) < 1:
             raise ValueError(f'cameras must be >= 1, got {cameras!r}')
         if int(period_ns) <= 0:
@@ -126,6 +144,11 @@ class StampPairer:
         # per camera: its latest stamp gaps (> 0), to tell whether its next frame can be nearer
         self._gaps: List[Deque[int]] = [collections.deque(maxlen=GAPS_KEPT)
                                         for _ in range(self.cameras)]
+        # per camera: (stamp, receipt) of its latest frames of increasing stamps (receipt_scale)
+        self.follow_rate = bool(follow_rate)
+        self._times: List[Deque[Tuple[int, int]]] = [collections.deque(maxlen=GAPS_KEPT + 1)
+                                                     for _ in range(self.cameras)]
+        self._scale = 1.0       # receipt_scale(): the latest measured
         self.counts = PairingCounts()
 
     # ------------------------------------------------------------------ input
@@ -140,8 +163,13 @@ class StampPairer:
             self.counts.resets += 1
             out += self._drain(RESET)
             self._last_stamp = [None] * self.cameras
+            for times in self._times:   # a new time line: measured anew, the last scale kept
+                times.clear()
         elif last is not None and stamp_ns > last:
             self._gaps[camera].append(int(stamp_ns) - last)
+        if last is None or stamp_ns > last:
+            self._times[camera].append((int(stamp_ns), int(now_ns)))
+            self._measure_rate()
         self._queues[camera].append(Arrival(camera, int(stamp_ns), int(now_ns), item))
         self._last_stamp[camera] = int(stamp_ns)
         self._prev_recv[camera] = self._last_recv[camera]
@@ -165,7 +193,7 @@ class StampPairer:
         """When the longest-waiting frame times out (``now_ns`` units), None when nothing
         waits: call ``flush`` then."""
         oldest = self._oldest_recv()
-        return None if oldest is None else oldest + self.period_ns
+        return None if oldest is None else oldest + self._receipt(self.period_ns)
 
     def pending(self, camera: Optional[int] = None) -> int:
         """Frames queued: all cameras', or camera ``camera``'s."""
@@ -173,7 +201,27 @@ class StampPairer:
             return len(self._queues[camera])
         return sum(len(q) for q in self._queues)
 
+    def receipt_scale(self) -> float:
+        """Receipt time per stamp time (1 live, 2 for a bag played at rate 0.5): the least
+        of the cameras' ratios of receipt span to stamp span over their latest frames (one
+        camera's frames arriving late is no slow replay); 1 below ``RATE_DEAD_BAND`` or with
+        ``follow_rate`` off, at most ``RATE_MAX_SCALE``. Until a camera has ``RATE_GAPS_MIN``
+        gaps: 1 at first, after a reset the scale measured before it (a bag looping)."""
+        return self._scale
+
+    def _measure_rate(self) -> None:
+        """receipt_scale from the cameras' latest frames (kept while none has enough)."""
+        ratios = [(t[-1][1] - t[0][1]) / (t[-1][0] - t[0][0])
+                  for t in self._times if len(t) > RATE_GAPS_MIN]
+        if ratios and self.follow_rate:
+            scale = min(ratios)
+            self._scale = 1.0 if scale < RATE_DEAD_BAND else min(scale, RATE_MAX_SCALE)
+
     # ------------------------------------------------------------------ policy
+    def _receipt(self, stamp_ns: int) -> int:
+        """The receipt time a wait of ``stamp_ns`` of stamp time lasts (module docstring)."""
+        return int(stamp_ns * self.receipt_scale())
+
     def _oldest_recv(self) -> Optional[int]:
         """The receipt time of the frame queued longest (a queue is in arrival order)."""
         heads = [q[0].recv_ns for q in self._queues if q]
@@ -258,9 +306,10 @@ class StampPairer:
         # camera delivered a frame before the pivot
         went_on = self._prev_recv[pivot.camera]
         run = self._run_start[pivot.camera]
-        absent = [now_ns - t >= self.absent_ns and (
+        absent_ns, within = self._receipt(self.absent_ns), self._receipt(3 * self.period_ns // 2)
+        absent = [now_ns - t >= absent_ns and (
             went_on is not None if self._last_recv[c] is None else
-            run is not None and run - t <= 3 * self.period_ns // 2)
+            run is not None and run - t <= within)
             for c, t in zip(missing, heard)]
         if all(p or a for p, a in zip(past, absent)):
             if passed:
@@ -271,7 +320,7 @@ class StampPairer:
     def _forced(self, missing: List[int], now_ns: int) -> Optional[str]:
         """TIMEOUT or OVERFLOW when the group must leave as it stands (COMPLETE if it is),
         None when it may wait."""
-        if now_ns - self._oldest_recv() >= self.period_ns:
+        if now_ns - self._oldest_recv() >= self._receipt(self.period_ns):
             reason = TIMEOUT
         elif any(len(q) > self.queue_size for q in self._queues):
             reason = OVERFLOW

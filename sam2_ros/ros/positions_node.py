@@ -47,7 +47,9 @@ class StatePairs:
     dropped (counted). Pure Python, so the policy is tested without ROS."""
 
     def __init__(self, wait_ns: int, tolerance_ns: int = 0, depth: int = 30) -> None:
-        self.pairer = StampPairer(2, wait_ns, tolerance_ns, queue_size=depth)
+        # wait_ns is a wait in receipt time as pair_wait_ms documents it (how far apart the
+        # two trackers' outputs come), not a period of the stamps: not scaled by their rate
+        self.pairer = StampPairer(2, wait_ns, tolerance_ns, queue_size=depth, follow_rate=False)
 
     def put(self, side: int, stamp_ns: int, item: Any, now_ns: int) -> List[Tuple[Any, Any]]:
         """Add one side's state received at ``now_ns``; the (left, right) pairs it completes
@@ -77,6 +79,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
     go to rclpy's Node (a context, parameter_overrides). ParameterError for a parameter value
     it cannot run with (the node is destroyed first)."""
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+    from rclpy.clock import Clock, ClockType
     from rclpy.node import Node
     from sensor_msgs.msg import CameraInfo
     from vision_msgs.msg import Detection3DArray
@@ -116,7 +119,10 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                     state_type, f'/{ns}/{o.tracker}/state', self.on_state(side), OUTPUT_QOS))
                 self.subs.append(self.create_subscription(
                     CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side), 100))
-            self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics)
+            # a steady clock, as the tracker node's: under use_sim_time the node's clock stands
+            # still while /clock does (a bag paused or ended), and a monitor would see silence
+            self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics,
+                                           clock=Clock(clock_type=ClockType.STEADY_TIME))
             self.diag_types = (DiagnosticArray, DiagnosticStatus, KeyValue)
             self.get_logger().info(f'3D positions of /{o.left} and /{o.right} '
                                    f'({o.tracker}) on {self.resolve_topic_name(OUTPUT_TOPIC)}')

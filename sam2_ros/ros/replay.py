@@ -146,7 +146,7 @@ class BagPlayer:
         # flow control (follow()): stamps of the frames out that no state answered yet
         self.pending: Deque[Tuple[int, int]] = collections.deque()
         self.max_ahead, self.progress_topics, self.progress_timeout = 0, [], PROGRESS_TIMEOUT_S
-        self.held, self.paused_s, self._executor = 0, 0.0, None   # held: frames at N
+        self.held, self.paused_s, self.clock_ns, self._executor = 0, 0.0, 0, None  # held: at N
         self.reader = Reader(bag)
         self.reader.open()
         conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
@@ -288,27 +288,27 @@ class BagPlayer:
         return paused
 
     def _publish_clock(self, t_ns: int) -> None:
+        """/clock at ``t_ns``, never below the last one: a node resets on a clock going back."""
+        self.clock_ns = max(self.clock_ns, int(t_ns))
         if self.clock_pub is not None:
             msg = message_class('rosgraph_msgs/msg/Clock')()
-            msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
+            msg.clock.sec, msg.clock.nanosec = divmod(self.clock_ns, 1_000_000_000)
             self.clock_pub.publish(msg)
 
     def play(self) -> float:
         """Publish everything; returns the wall seconds taken."""
         t_bag0: Optional[int] = None
         t_wall0 = start = time.monotonic()
+        self.clock_ns = 0       # a new time line: a second play may start before the last
         for conn, t_ns, raw in self.reader.messages(connections=self.connections):
             if t_bag0 is None:
                 t_bag0 = t_ns
             due = t_wall0 + (t_ns - t_bag0) * 1e-9 / self.rate
-            while True:  # sleep in /clock-sized steps, keeping /clock moving
-                now = time.monotonic()
-                if now >= due:
-                    break
+            # sleep in /clock-sized steps, /clock moving; one reading of the time a step: a
+            # second one could pass the message's time, and /clock then step back to it
+            while (now := time.monotonic()) < due:
+                self._publish_clock(min(t_ns, t_bag0 + int((now - t_wall0) * self.rate * 1e9)))
                 time.sleep(min(due - now, 1.0 / CLOCK_HZ))
-                if self.clock_pub is not None and due - time.monotonic() > 0:
-                    elapsed = (time.monotonic() - t_wall0) * self.rate
-                    self._publish_clock(t_bag0 + int(elapsed * 1e9))
             frame = self.max_ahead > 0 and conn.msgtype in IMAGE_TYPES
             if frame:  # the time line moves by the pause: the recorded spacing resumes
                 t_wall0 += self._hold(t_ns)

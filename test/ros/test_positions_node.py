@@ -205,3 +205,44 @@ def test_positions_node_publishes_nothing_for_images_of_another_size_than_camera
     rig.spin_until(lambda: rig.diags[-1].status[0].message == 'ok', 'diagnostics: ok again')
     assert diag_value(rig.diags, 'pairs_size_mismatch')[-1] == '2'
     assert rig.proc.log().count(']: positions off:') == 1      # once per change, not per pair
+
+
+def test_diagnostics_keep_coming_under_sim_time_while_clock_stands_still():
+    """/diagnostics on a steady clock, as the tracker node's: under use_sim_time with no
+    /clock (a bag paused or ended, a player holding) the node's ROS clock stands still, and a
+    timer on it never fired, so a monitor saw silence (docs: the period is wall clock)."""
+    require_messages()
+    pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.clock import ClockType
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from sam2_ros.ros.positions_node import make_node
+    lease = DomainLease()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=lease.domain_id)
+    ex = SingleThreadedExecutor(context=ctx)
+    try:
+        node = make_node(context=ctx, parameter_overrides=[
+            Parameter('use_sim_time', Parameter.Type.BOOL, True),
+            Parameter('diagnostics_period_s', Parameter.Type.DOUBLE, 0.05)])
+        assert node.get_clock().ros_time_is_active          # sim time, and nobody sends /clock
+        assert node.timer.clock.clock_type == ClockType.STEADY_TIME
+        client = rclpy.create_node('positions_sim_time_client', context=ctx)
+        diags = []
+        client.create_subscription(DiagnosticArray, '/diagnostics', diags.append, 10)
+        ex.add_node(node)
+        ex.add_node(client)
+
+        def step():
+            ex.spin_once(timeout_sec=0.05)
+            return len(diags) >= 3
+        # the bound only ends a broken run: a steady 50 ms timer publishes within it
+        wait_until(step, 60.0, 'three diagnostics under use_sim_time without /clock')
+        assert all(d.status[0].name == 'sam2_positions: positions' for d in diags)
+    finally:
+        ex.shutdown()
+        rclpy.try_shutdown(context=ctx)
+        lease.release()

@@ -122,11 +122,24 @@ class SlowTracker:
         return [t for t, topic, _ in self.sent if topic == IMAGE]
 
 
-def play(monkeypatch, bag, cost, max_ahead, timeout=60.0):
+class TickingTime(FakeTime):
+    """A clock that moves ``tick`` s at every reading too (a loaded machine: time passes
+    between two readings of one step)."""
+
+    def __init__(self, tick):
+        super().__init__()
+        self.tick = tick
+
+    def monotonic(self):
+        self.t += self.tick
+        return self.t
+
+
+def play(monkeypatch, bag, cost, max_ahead, timeout=60.0, clock=None):
     """(fake node, player) after the bag was played; max_ahead 0: no flow control."""
     from sam2_ros.ros import replay
 
-    clock = FakeTime()
+    clock = clock or FakeTime()
     monkeypatch.setattr(replay, 'time', clock)
     node = SlowTracker(clock, cost)
     player = replay.BagPlayer(node, bag, rate=1.0)
@@ -223,3 +236,19 @@ def test_the_progress_topics_are_the_nodes_tracking_states_and_the_options():
     for bad in (['--max-ahead', '-1'], ['--progress-timeout', '0']):
         with pytest.raises(SystemExit):
             parse_args(['bag', *bad])
+
+
+@pytest.mark.parametrize('tick_us', [1060, 1270, 2250, 2390, 2530, 2810])
+def test_clock_never_goes_back_when_time_passes_between_readings(tmp_path, monkeypatch,
+                                                                  tick_us):
+    """/clock between messages is the bag time now, never past the next message's time: the
+    player read the time twice a step (is the message due? how far along?), the second reading
+    put /clock past the message's time and /clock then stepped back to it when the message
+    went out, which a node under use_sim_time takes for a restarted bag (it resets). Ticks
+    of 1-2.8 ms a reading: each stepped /clock back 1 to 14 times in this bag."""
+    bag = write_bag(tmp_path / 'bag', 20, prompt_frames=(0, 7, 13))
+    node, player = play(monkeypatch, bag, lambda i: 0.01, 0, clock=TickingTime(tick_us * 1e-6))
+    ns = [n for _, n in node.clocks]
+    assert len(ns) > 40 and player.counts == {IMAGE: 20, PROMPT: 3}
+    assert all(b >= a for a, b in zip(ns, ns[1:])), 'steps back'
+    assert ns[-1] == T0 + 19 * SPACING_NS           # the last message's own time
