@@ -15,8 +15,9 @@ Nothing here imports ROS: items carry the raw messages, converted by the worker.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
@@ -30,6 +31,18 @@ from sam2_ros.engine.types import FrameResult
 # PromptItem.stamp_ns of a click without a stamp (rqt_image_view's Point): the user clicked
 # what is shown, the latest processed frame; before any frame it waits for the next one.
 LATEST = -1
+
+_ARRIVALS = itertools.count(1)
+_ARRIVALS_LOCK = threading.Lock()
+
+
+def arrival_seq() -> int:
+    """The next number of one process-wide count: the order in which frames, prompts and clock
+    jumps arrived, whichever callback thread took them. The worker takes frames and prompts from
+    separate queues (every waiting prompt before the next frame); this order tells which frames
+    came before a /clock jump (time_line.py), and which before a prompt applied as old."""
+    with _ARRIVALS_LOCK:
+        return next(_ARRIVALS)
 
 
 def describe(kind: str, stamp_ns: int) -> str:
@@ -47,6 +60,7 @@ class FrameItem:
     stamp_ns: int
     header: Any
     recv_t: float       # time.monotonic() at receipt
+    seq: int = field(default_factory=arrival_seq, compare=False)   # arrival order, when made
 
 
 @dataclass
@@ -74,6 +88,7 @@ class PromptItem:
     msg: Any            # raw ROS message (Prompt or PointStamped); converted by the worker
     kind: str           # 'prompt' | 'click' | 'detections' (vision_msgs Detection2DArray)
     stamp_ns: int       # 0 = next frame; LATEST = the latest processed frame
+    seq: int = field(default_factory=arrival_seq, compare=False)   # arrival order, when made
 
 
 @dataclass

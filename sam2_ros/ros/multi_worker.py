@@ -21,6 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
 from sam2_ros.engine.camera import CameraTracker
+from sam2_ros.ros.mailbox import arrival_seq
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.pairing import Group
 from sam2_ros.ros.pipeline import Outputs
@@ -98,6 +99,7 @@ class MultiCameraWorker:
     def _run(self) -> None:
         self.host.thread_init()
         while not self._stop.is_set():
+            mark = arrival_seq()    # a /clock jump noted before this round: applied if idle
             group, prompts = self.mailbox.take(0.1)
             if self._stop.is_set():
                 break
@@ -106,7 +108,10 @@ class MultiCameraWorker:
                     guarded(lane, lambda: lane.handle_prompt(item))
             for job in self.mailbox.take_jobs():   # ~/segment_image requests
                 job.run()
-            if group is not None:
+            if group is None:   # no frame waits: each camera applies its jumps now
+                for lane in self.lanes:
+                    guarded(lane, lambda: lane.apply_jumps(mark))
+            else:
                 try:
                     self._on_group(group)
                 except Exception as exc:  # never let the worker die silently

@@ -29,7 +29,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, messages, node_cli, params, process_tuning
-from sam2_ros.ros import runtime_params, segment_service, time_jump, transitions
+from sam2_ros.ros import hold, runtime_params, segment_service, time_jump, transitions
 from sam2_ros.ros.late_imports import LateImports
 from sam2_ros.ros.log_filter import FilteredLog
 from sam2_ros.ros.mailbox import LATEST, FrameItem, Mailbox, PromptItem, describe
@@ -40,6 +40,7 @@ from sam2_ros.ros.publishers import Publishers, overlay_device_of
 from sam2_ros.ros.receiver import close_input, image_input
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.stall_trace import StallTracer
+from sam2_ros.ros.time_line import TimeLine
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker import TrackingWorker
 
@@ -77,6 +78,7 @@ class TrackerNode(LifecycleNode):
         # ~/detections in, ~/objects out: None while vision_msgs is importable, else why not
         self.vision_off: Optional[str] = None
         self.association = det.Association()   # kept over deactivate, like the tracker
+        self.time_lines: List[TimeLine] = []    # per camera, as well: configure to cleanup
         self.fallbacks_seen = 0                # CUDA graph fallbacks already reported
         self.unknown = params.unknown(list(self._parameter_overrides), list(self._parameters))
         for name, close in self.unknown:
@@ -95,7 +97,7 @@ class TrackerNode(LifecycleNode):
         period = float(period) if isinstance(period, (int, float)) and period > 0 else 1.0
         self.diag_timer = self.create_timer(period, self.on_diagnostics,
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
-        # /clock jumping back (use_sim_time): a reset after the prompts received (time_jump.py)
+        # /clock jumping back (use_sim_time): noted in arrival order (time_line.py)
         self.clock_jumps = time_jump.watch_clock(self.get_clock(), self.on_clock_jump)
 
     # ------------------------------------------------------------------ lifecycle
@@ -153,10 +155,12 @@ class TrackerNode(LifecycleNode):
             self.get_logger().warning(f'~/detections and ~/objects are off: {exc}')
         self.association = det.Association()
         if self.opts.cameras:
-            self.rig = Rig(list(self.opts.cameras))
+            self.rig = Rig(list(self.opts.cameras), self.opts.time_jump_reset_s)
             self.rig.create_outputs(self, vision)
+            self.time_lines = self.rig.time_lines
         else:
             self.outputs = self._create_outputs(vision)
+            self.time_lines = [TimeLine(self.opts.time_jump_reset_s)]
         if self.decoder is not None:
             self.get_logger().info(self.decoder.describe())
         return TransitionCallbackReturn.SUCCESS
@@ -189,7 +193,8 @@ class TrackerNode(LifecycleNode):
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline,
                                      corrections_on_next_frame=o.corrections_on_next_frame,
-                                     stall=self.stall, masks_from_worker=o.masks_from_worker)
+                                     stall=self.stall, masks_from_worker=o.masks_from_worker,
+                                     time_line=self.time_lines[0])
         self.worker.start()
         self.input_subs = self._subscribe()
         self._log_active()
@@ -221,10 +226,10 @@ class TrackerNode(LifecycleNode):
         w, mb = self.worker, self.mailbox
         if self.rig is not None:
             self.worker = None
-            warn_dropped(self.get_logger(), self.rig.stop())
+            hold.warn_dropped(self.get_logger(), self.rig.stop())
         elif w is not None:
             w.stop()
-            warn_dropped(self.get_logger(), w.drop_pending())
+            hold.warn_dropped(self.get_logger(), w.drop_pending())
             self.worker = None
             self.totals.add_activation(w, mb)
 
@@ -241,6 +246,7 @@ class TrackerNode(LifecycleNode):
     def release(self) -> None:
         """Everything configure and activate made: the I/O, then the tracker."""
         self.release_io()
+        self.time_lines = []            # a new tracker starts a new time line
         dev = str(getattr(self.cfg, 'device', 'cpu'))
         if self.stall is not None:
             self.stall.close()
@@ -306,13 +312,11 @@ class TrackerNode(LifecycleNode):
         on screen, i.e. the latest processed frame (the next one before any frame)."""
         self._enqueue(PromptItem(msg, 'click', LATEST))
 
-    def on_clock_jump(self, now_ns: int) -> None:
-        """/clock jumped back to now_ns: queued after the prompts received before it (a prompt
-        of the new run that came first is held again for its frame, time_jumped)."""
-        if self.worker is not None and self.rig is not None:
-            self.rig.enqueue_all(lambda: PromptItem(None, time_jump.TIME_JUMP, now_ns))
-        elif self.worker is not None:
-            self._enqueue(PromptItem(None, time_jump.TIME_JUMP, now_ns))
+    def on_clock_jump(self, now_ns: int, back_ns: int) -> None:
+        """/clock jumped back by back_ns to now_ns: noted for every camera, never refused; the
+        worker applies it after the frames received before it, or the next activation's."""
+        for line in self.time_lines:
+            line.note_jump(now_ns, back_ns)
 
     def _queue(self, msg: Any, kind: str, payload: Any) -> None:
         self._enqueue(PromptItem(payload, kind, inputs.stamp_ns(msg.header.stamp)))
@@ -354,7 +358,7 @@ class TrackerNode(LifecycleNode):
         else:
             snap = diagnostics.snapshot(time.monotonic(), w, mb, tr, self.cfg, self.opts,
                                         self.totals, self.fallbacks_seen, self.gc_pauses,
-                                        vision_on=self.vision_off is None,
+                                        vision_on=self.vision_off is None, inputs=self.input_subs,
                                         decoder=self.decoder, late_imports=self.late_imports.count)
             self.fallbacks_seen = max(self.fallbacks_seen, snap.fallbacks)
             report = diagnostics.report(snap)
@@ -362,12 +366,6 @@ class TrackerNode(LifecycleNode):
             self.get_clock().now().to_msg(),
             diagnostics.status_name(self.get_fully_qualified_name()), report.level,
             report.message, report.values))
-
-
-def warn_dropped(log: Any, held: List[str]) -> None:
-    if held:
-        log.warning(f'{len(held)} prompt(s) held for frames that did not arrive were dropped: '
-                    f'{"; ".join(held)[:500]}')
 
 
 def image_qos(o: NodeOptions) -> QoSProfile:

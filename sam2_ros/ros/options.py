@@ -10,6 +10,7 @@ from typing import List
 
 from sam2_ros.engine.decode import MAX_IMAGE_PIXELS
 from sam2_ros.ros.executor import EXECUTORS
+from sam2_ros.ros.time_jump import RESET_AFTER_S
 from sam2_ros.knobs import knob
 from sam2_ros.stereo import LIMIT_DOCS, Limits
 
@@ -68,6 +69,13 @@ class NodeOptions:
         'frames held by the FIFO of process_every_frame before the callback blocks'))
     prompt_queue_size: int = knob(16, kind='int', doc=(
         'pending prompts; when full the newest is rejected with an error'))
+    # Time going back (sam2_ros/ros/time_jump.py): a bag restarted goes back by its length, or
+    # to its first stamp; a live camera's clock stepped by NTP/PTP, or two frames delivered out
+    # of order, by milliseconds, and must not cost the objects.
+    time_jump_reset_s: float = knob(RESET_AFTER_S, kind='float', doc=(
+        'image stamps (or /clock, use_sim_time) going back by more than this, or to the first '
+        'stamp of the run or before it, reset the objects (a replay restarted); a smaller step '
+        'back is reported and the objects kept; 0: any step back resets'))
     publish_overlay: bool = knob(True, kind='bool', doc=(
         'publish ~/overlay (rgb8; rendered only while subscribed)'))
     # True: mask and state are published by their own thread while the worker tracks the next
@@ -245,6 +253,9 @@ class NodeOptions:
             raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
         if int(self.max_image_pixels) < 1:
             raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
+        if not 0 <= self.time_jump_reset_s < float('inf'):     # NaN too
+            raise ValueError(f'time_jump_reset_s must be >= 0 (0: any step back resets), got '
+                             f'{self.time_jump_reset_s!r}')
         if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.stall_trace_ms >= 0:     # NaN too

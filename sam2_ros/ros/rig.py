@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from sam2_ros.ros import detections as det
-from sam2_ros.ros import diagnostics, inputs, messages
+from sam2_ros.ros import diagnostics, inputs, messages, time_jump
 from sam2_ros.ros.receiver import image_input
 from sam2_ros.ros.mailbox import FrameItem, PromptItem, describe
 from sam2_ros.ros.multi_worker import MultiCameraWorker
@@ -30,17 +30,20 @@ from sam2_ros.ros.node_host import NodeHost
 from sam2_ros.ros.paired_mailbox import PairedMailbox
 from sam2_ros.ros.positions import Positions
 from sam2_ros.ros.publishers import Publishers, overlay_device_of
+from sam2_ros.ros.time_line import TimeLine
 from sam2_ros.ros.totals import Totals
 
 
 class Rig:
     """The cameras of one node: built at configure (``create_outputs``), wired at activate
-    (``activate``, ``subscribe``), read by diagnostics, released at deactivate / cleanup."""
+    (``activate``, ``subscribe``), read by diagnostics, released at deactivate / cleanup.
+    ``reset_after_s``: time_jump_reset_s of the cameras' time lines (kept over activations)."""
 
-    def __init__(self, names: List[str]) -> None:
+    def __init__(self, names: List[str], reset_after_s: float = time_jump.RESET_AFTER_S) -> None:
         self.names = list(names)
         self.totals = [Totals() for _ in names]
         self.associations = [det.Association() for _ in names]
+        self.time_lines = [TimeLine(reset_after_s) for _ in names]
         self.outputs: List[Publishers] = []
         self.mailbox: Optional[PairedMailbox] = None
         self.worker: Optional[MultiCameraWorker] = None
@@ -89,8 +92,9 @@ class Rig:
             pipeline=o.pipeline, on_group=self.positions.on_group,
             corrections_on_next_frame=o.corrections_on_next_frame, stall=node.stall,
             shared_publisher=o.shared_publisher, masks_from_worker=o.masks_from_worker)
-        for host, lane in zip(hosts, self.worker.lanes):
+        for host, lane, line in zip(hosts, self.worker.lanes, self.time_lines):
             host.tracker = lane.tracker        # click_mode 'new' reads the camera's ids
+            lane.time.line = line              # the camera's stamps and /clock jumps
         self.worker.start()
         return self.mailbox, self.worker
 
@@ -162,11 +166,6 @@ class Rig:
                 describe(item.kind, item.stamp_ns), f'the prompt queue of camera '
                 f'{self.names[c]} is full ({self.mailbox.prompt_queue_size}, prompt_queue_size)')
 
-    def enqueue_all(self, item_of: Any) -> None:
-        """An item for every camera (``item_of()`` makes each its own: the clock jumped)."""
-        for c in range(len(self.names)):
-            self.enqueue(c, item_of())
-
     # ------------------------------------------------------------------ diagnostics, stop
     def statuses(self, node: Any, now: float, fallbacks_seen: int) -> List[Tuple]:
         """One (name, level, message, values) per camera of the active node."""
@@ -176,7 +175,7 @@ class Rig:
             snap = diagnostics.snapshot(now, lane, self.mailbox.camera(c), lane.tracker,
                                         node.cfg, node.opts, self.totals[c], fallbacks_seen,
                                         node.gc_pauses, vision_on=node.vision_off is None,
-                                        decoder=node.decoder,
+                                        decoder=node.decoder, inputs=node.input_subs, camera=c,
                                         late_imports=node.late_imports.count)
             report = diagnostics.report(snap)
             report.values.update(self.positions.values(c))

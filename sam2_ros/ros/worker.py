@@ -15,7 +15,8 @@ its frame: zero -> the next frame; equal to the last processed frame -> applied 
 now (``corrections_on_next_frame``: deferred to the next frame, computed with it); older ->
 applied to the latest frame with a warning; newer -> held until the first frame
 whose stamp is >= it, and applied before tracking it. Time going backwards
-(:mod:`~sam2_ros.ros.time_jump`) resets the objects, the held items and the stamp table.
+(:mod:`~sam2_ros.ros.time_jump`, :mod:`~sam2_ros.ros.worker_time`) resets the objects, the held
+items and the stamp table.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sam2_ros.engine.errors import FrameError, StepError, TrackerError
@@ -34,20 +34,15 @@ from sam2_ros.ros import hold, time_jump
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
-    LATEST, FrameItem, FrameTimes, LatencyWindow, Mailbox, PromptItem, Published, describe)
+    LATEST, FrameItem, FrameTimes, LatencyWindow, Mailbox, PromptItem, Published, arrival_seq,
+    describe)
 from sam2_ros.ros.pipeline import OutputStage, Outputs
 from sam2_ros.ros.stall_trace import StallTracer, traced
+from sam2_ros.ros.time_line import TimeLine
 from sam2_ros.ros.worker_detections import DetectionPrompts
-from sam2_ros.ros.worker_types import ErrorLog, WorkerCounters, WorkerHost
-
-
-@dataclass
-class StartedFrame:
-    """A frame decoded, its due prompts applied, waiting for its tracking result."""
-
-    item: FrameItem
-    rgb: Frame
-    times: FrameTimes
+from sam2_ros.ros.worker_time import TimeKeeper
+from sam2_ros.ros.worker_types import (  # noqa: F401 (StartedFrame: re-exported)
+    ErrorLog, StartedFrame, WorkerCounters, WorkerHost)
 
 
 class TrackingWorker:
@@ -62,7 +57,7 @@ class TrackingWorker:
     :class:`~sam2_ros.ros.shared_publisher.SharedPublisher` that publishes this camera's masks
     and states with other cameras' (pipelined; its owner commits the batches).
     ``masks_from_worker`` (pipelined): this thread publishes each frame's masks as it hands the
-    frame over; the publisher thread sends the rest.
+    frame over; the publisher thread sends the rest. ``time_line``: as ``association``.
     """
 
     def __init__(self, tracker: Any, mailbox: Mailbox, host: WorkerHost, outputs: Outputs, *,
@@ -71,7 +66,8 @@ class TrackingWorker:
                  driver_alive: Optional[Callable[[], bool]] = None,
                  corrections_on_next_frame: bool = False,
                  stall: Optional[StallTracer] = None,
-                 shared: Optional[Any] = None, masks_from_worker: bool = False) -> None:
+                 shared: Optional[Any] = None, masks_from_worker: bool = False,
+                 time_line: Optional[TimeLine] = None) -> None:
         self.tracker = tracker
         self.stall = stall     # samples the threads' stacks of a stalled track call (or None)
         self.defer_corrections = corrections_on_next_frame
@@ -94,13 +90,11 @@ class TrackingWorker:
                                   shared=shared, masks_inline=masks_from_worker)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.last_stamp_ns: Optional[int] = None
-        self.before_last_ns: Optional[int] = None     # the stamp of the frame before it
+        self.time = TimeKeeper(time_line or TimeLine(), self.hold, self.errors, self._refuse_item)
         self._last: Optional[Tuple[Frame, Any]] = None  # (rgb, header) of the last frame
-        # prompts older than the latest frame applied to it since that frame: if the next
-        # frame's stamp jumps back to theirs, they were the new time line's (a replay
-        # restarted, its first prompt ahead of its first frame) and are held for it instead
-        self._applied_old: List[Held] = []
+        # its stamp, 0 when unstamped (a Point click's frame; the time line keeps stamped
+        # frames only); None before the time line's first frame
+        self.latest_frame_ns: Optional[int] = None
 
     # ------------------------------------------------------------------ thread control
     def start(self) -> None:
@@ -123,13 +117,14 @@ class TrackingWorker:
     def drop_pending(self) -> List[str]:
         """Forget what is held for frames not seen yet (the worker is stopping); the
         descriptions, for the caller to report."""
-        return [h.what for h in self.hold.drain()]
+        return [h.what for h in self.hold.drain()] + [describe(i.kind, i.stamp_ns)
+                                                      for i in self.time.take_waiting()]
 
     @property
     def waiting_prompts(self) -> int:
-        """Prompts and detections held for a frame whose stamp has not arrived yet (read from
-        other threads: a length, no lock needed)."""
-        return len(self.hold)
+        """Prompts and detections held for a frame whose stamp has not arrived yet, or for a
+        /clock jump (read from other threads: lengths, no lock needed)."""
+        return len(self.hold) + self.time.waiting
 
     @property
     def detection_counts(self) -> Dict[str, int]:
@@ -170,28 +165,45 @@ class TrackingWorker:
         self.counters.add_prompt_errors()
         self.errors.report(f'rejected {what}: {why}')
 
+    def _refuse_item(self, item: PromptItem, why: str) -> None:
+        """A prompt refused, or a detection message (counted with the detections)."""
+        if item.kind == hold.DETECTIONS:
+            self.detections.reject(item, why)
+            self.detections.counts['messages'] += 1
+        else:
+            self.refuse(describe(item.kind, item.stamp_ns), why)
+
     # ------------------------------------------------------------------ main loop
     def _run(self) -> None:
         self.host.thread_init()
         while not self._stop.is_set():
-            frame, prompts = self.mailbox.take(0.1)
-            if self._stop.is_set():
-                break
-            try:
-                for item in prompts:
-                    self._on_prompt(item)
-                for job in self.mailbox.take_jobs():   # ~/segment_image requests
-                    job.run()
-                if frame is not None:
-                    self._on_frame(frame)
-            except Exception as exc:  # never let the worker die silently
-                self.counters.consecutive_failures += 1
-                self.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+            self.run_once(0.1)
+
+    def run_once(self, timeout: float) -> bool:
+        """One round of the thread: wait up to ``timeout`` s, then the prompts, the jobs and
+        the frame that waited. With no frame waiting, every frame received before a /clock jump
+        noted before the round is done: the jump is applied now. Whether anything came."""
+        mark = arrival_seq()
+        frame, prompts = self.mailbox.take(timeout)
+        if self._stop.is_set():
+            return False
+        try:
+            for item in prompts:
+                self._on_prompt(item)
+            for job in self.mailbox.take_jobs():   # ~/segment_image requests
+                job.run()
+            if frame is not None:
+                self._on_frame(frame)
+            else:
+                self.apply_jumps(mark)
+        except Exception as exc:  # never let the worker die silently
+            self.counters.consecutive_failures += 1
+            self.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+        return frame is not None or bool(prompts)
 
     def _on_prompt(self, item: PromptItem) -> None:
         """A prompt, click or detections message: applied now, or held for its frame."""
-        if item.kind == time_jump.TIME_JUMP:     # its stamp: the clock's time after the jump
-            self.time_jumped(time_jump.CLOCK_JUMP_REASON, to_ns=item.stamp_ns)
+        if self.time.wait_for_jump(item):    # the new time line's: after the jump
             return
         what = describe(item.kind, item.stamp_ns)
         held = Held(item, what)
@@ -203,71 +215,66 @@ class TrackingWorker:
         except TrackerError as exc:
             self.refuse(what, f'{type(exc).__name__}: {exc}')
             return
-        last = self.last_stamp_ns
         if item.stamp_ns == LATEST:
-            item.stamp_ns = 0 if last is None else last
-        if item.stamp_ns == 0 or last is None or item.stamp_ns > last:
-            if last and item.stamp_ns > last + hold.MAX_LEAD_NS:
-                self.refuse(what, hold.far_ahead(item.stamp_ns, last))
+            if self.latest_frame_ns is not None:   # the frame on screen, stamped or not
+                self._apply(held, now=True)
                 return
-            if self.hold.full(detections=False):
-                size = self.hold.capacity
-                self.refuse(what, f'{self.hold.count(False)} prompts already wait for the next '
-                                    f'frame or later ones (prompt_queue_size {size}); send them '
-                                    f'once that frame is processed, or raise prompt_queue_size')
-                return
+            item.stamp_ns = 0
+        last = self.time.line.last_ns
+        where, why = self.hold.place(held, last, self.latest_frame_ns == 0)
+        if where == hold.REFUSE:
+            self.refuse(what, why)
+        elif where == hold.HOLD:
             self.hold.hold(held)
-            return
-        if item.stamp_ns < last:
-            self.host.log('warn', f'{what} is older than the latest frame ({last} ns): '
-                                  f'applied to the latest frame')
-            self._applied_old.append(held)
-        self._apply(held, now=True)
+        else:
+            if where == hold.OLD:
+                self.host.log('warn', f'{what} is older than the latest frame ({last} ns): '
+                                      f'applied to the latest frame')
+                self.time.note_old(held)
+            self._apply(held, now=True)
+
+    def apply_jumps(self, before_seq: Optional[int] = None) -> None:
+        """The /clock jumps noted before the item numbered ``before_seq`` (None: all): a reset
+        when they start a new time line, then the items that waited for them."""
+        jump = self.time.clock_jump(before_seq)
+        if jump is not None:
+            self.time_jumped(time_jump.CLOCK_JUMP_REASON, to_ns=jump.to_ns)
+        for item in self.time.take_waiting():
+            self._on_prompt(item)
 
     def time_jumped(self, why: str, to_ns: Optional[int] = None) -> None:
         """Time went backwards (time_jump.py): as ROS nodes handle a clock reset, forget what
-        was kept by time (objects, items held for frames, the stamp table). With ``to_ns``
-        (the frame that jumped back, or the clock's time after its jump), prompts applied as
-        old since the last frame whose stamps are >= it are held for their frames of the new
-        time line: a new run's prompt that came before the jump was seen is not lost."""
+        was kept by time (objects, items held for frames, named in a warning, the stamp table);
+        a new run's prompts applied as old, stamped from ``to_ns`` on, are held for their frames
+        (worker_time.py)."""
         self.tracker.reset()
         self.detections.forget_objects()
-        self.hold.drain()
-        for held in self._applied_old:
-            if to_ns is not None and held.item.stamp_ns >= to_ns:
-                self.hold.hold(held)
-        self._applied_old = []
+        dropped = self.time.restart(to_ns)
+        if dropped:
+            self.host.log('warn', hold.dropped_line(dropped, 'frames before the jump'))
         self.detections.forget_frames()
-        self.last_stamp_ns = self.before_last_ns = self._last = None
+        self._last = self.latest_frame_ns = None
         self.host.log('warn', f'{why}: objects, held prompts and the stamp table were reset')
 
     def _on_detections(self, held: Held) -> None:
         """A Detection2DArray: associated now when its frame was processed, held until its
-        frame when it is newer than the latest one (the detector was faster than us) but not
-        more than hold.MAX_LEAD_S newer. Counted in 'messages' once handled (held, associated
-        or rejected)."""
-        item, last = held.item, self.last_stamp_ns
+        frame when newer (the detector was faster than us; StampHold.place says how much).
+        Counted in 'messages' once handled (held, associated or rejected)."""
+        where, why = self.hold.place(held, self.time.line.last_ns, self.latest_frame_ns == 0)
         try:
-            if item.stamp_ns <= 0:
-                self.detections.reject(item, 'no stamp: stamp detections like the image they '
-                                             'were computed on')
-            elif last is not None and item.stamp_ns > last + hold.MAX_LEAD_NS:
-                self.detections.reject(item, hold.far_ahead(item.stamp_ns, last, True))
-            elif last is None or item.stamp_ns > last:
-                if self.hold.full(detections=True):
-                    self.detections.reject(item, f'{self.hold.count(True)} detection messages '
-                                                 f'already wait for their frames')
-                else:
-                    self.hold.hold(held)
+            if where == hold.REFUSE:
+                self.detections.reject(held.item, why)
+            elif where == hold.HOLD:
+                self.hold.hold(held)
             else:
-                self._associate(item)
+                self._associate(held.item)
         finally:
             self.detections.counts['messages'] += 1
 
     def _associate(self, item: PromptItem) -> None:
         res = self.detections.associate(item)
         if res is not None and self._last is not None:
-            self.detections.remember(self.last_stamp_ns, res)
+            self.detections.remember(self.latest_frame_ns, res)
             self._emit_again(res)
 
     def _apply(self, held: Held, now: bool) -> None:
@@ -292,7 +299,7 @@ class TrackingWorker:
                 # must see it before the next frame
                 res = self.tracker.add_prompt(prompt)
                 self.detections.note_prompt(prompt.obj_id)
-                self.detections.remember(self.last_stamp_ns, res)
+                self.detections.remember(self.latest_frame_ns, res)
                 self._emit_again(res)
             else:
                 self.tracker.queue_prompt(prompt)
@@ -313,6 +320,7 @@ class TrackingWorker:
     def begin_frame(self, item: FrameItem) -> Optional['StartedFrame']:
         """Decode a frame and apply what is due for it; None when it cannot be decoded
         (reported). The caller tracks ``rgb`` and hands the result to :meth:`finish_frame`."""
+        self.apply_jumps(item.seq)      # a /clock jump received before this frame comes first
         times = FrameTimes(recv=item.recv_t, decode0=time.monotonic())
         try:
             rgb = self.host.decode(item.msg)
@@ -320,14 +328,11 @@ class TrackingWorker:
             self._frame_failed(f'frame skipped: {exc}')
             return None
         times.decode1 = time.monotonic()
-        last = self.last_stamp_ns
-        if time_jump.went_back(last, item.stamp_ns):
-            if time_jump.glitch(self.before_last_ns, item.stamp_ns):
-                self.errors.report(time_jump.glitch_reason(last, item.stamp_ns))
-            else:
-                self.time_jumped(time_jump.image_jump_reason(last, item.stamp_ns), item.stamp_ns)
-        for held in self.hold.take_far(item.stamp_ns):
-            why = hold.far_ahead(held.item.stamp_ns, item.stamp_ns, held.detections)
+        stamp = item.stamp_ns
+        why = self.time.frame_restarts(stamp)
+        if why is not None:
+            self.time_jumped(why, stamp)
+        for held, why in self.hold.never_due(stamp, self.time.line.last_ns is None):
             if held.detections:
                 self.detections.reject(held.item, why)
             else:
@@ -348,10 +353,10 @@ class TrackingWorker:
         decode_ms = (times.decode1 - times.decode0) * 1e3
         times.engine1 = time.monotonic() if ended is None else ended
         self.counters.processed += 1
-        self._applied_old = []
         self.counters.consecutive_failures = 0
         self.counters.objects = len(res.objects)
-        self.before_last_ns, self.last_stamp_ns = self.last_stamp_ns, item.stamp_ns
+        self.time.frame_done(item.seq, item.stamp_ns)
+        self.latest_frame_ns = item.stamp_ns
         self._last = (rgb, item.header)
         self.detections.remember(item.stamp_ns, res)
         self._emit(res, rgb, item.header, decode_ms, item.recv_t, times)
@@ -391,4 +396,3 @@ class TrackingWorker:
         self.counters.consecutive_failures += 1
         if text:
             self.errors.report(text)
-

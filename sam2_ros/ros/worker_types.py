@@ -1,6 +1,6 @@
 """What the tracking worker is given and what it keeps, shared by its parts (``worker``,
-``worker_detections``): the host protocol the node implements, the worker's counters and its
-error log. Nothing here imports ROS.
+``worker_detections``, ``worker_time``): the host protocol the node implements, a frame begun,
+the worker's counters and its error log. Nothing here imports ROS.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable, Deque, List, Optional, Protocol, Tuple
 from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import Prompt
 from sam2_ros.ros import detections as det
-from sam2_ros.ros.mailbox import PromptItem
+from sam2_ros.ros.mailbox import FrameItem, FrameTimes, PromptItem
 
 # Errors kept for the next TrackingState when no frame succeeds for a while (all are logged).
 MAX_HELD_ERRORS = 100
@@ -38,6 +38,15 @@ class WorkerHost(Protocol):
     def log(self, level: str, text: str) -> None: ...
 
     def thread_init(self) -> None: ...
+
+
+@dataclass
+class StartedFrame:
+    """A frame decoded, its due prompts applied, waiting for its tracking result."""
+
+    item: FrameItem
+    rgb: Frame
+    times: FrameTimes
 
 
 @dataclass

@@ -125,3 +125,22 @@ def test_a_failing_3d_positions_hook_is_reported_on_camera_0_only(monkeypatch):
     assert [lane.counters.consecutive_failures for lane in w.lanes] == [0, 0]
     w._on_group(group(200))
     assert [e[1] for e in published(events)] == [0, 1, 0, 1]
+
+
+def test_an_idle_rig_applies_a_clock_jump_on_every_camera_without_a_frame():
+    """A /clock jump noted while no frame waits is applied in the worker's next idle round on
+    each camera (as the one-camera worker does), not only when that camera's next frame comes:
+    a replay restarted into an idle rig resets before the new run's prompts."""
+    core, events, seen = FakeCore(), [], []
+    w = worker(core, events)
+    for c, lane in enumerate(w.lanes):
+        lane.time_jumped = lambda why, to_ns=None, c=c: seen.append(c)
+        lane.time.line.note_jump(0, 10_000_000_000)          # 10 s back: a new time line
+    w.start()
+    try:
+        end = time.monotonic() + 60.0                        # only ends a broken run
+        while sorted(seen) != [0, 1] and time.monotonic() < end:
+            time.sleep(0.01)
+    finally:
+        w.stop()
+    assert sorted(seen) == [0, 1] and core.calls == []

@@ -15,7 +15,6 @@ from test_ros_replay import N, summary, write_bag
 from test_ros_worker import ADD, frame, make_worker, prompt
 
 from sam2_ros.ros import time_jump
-from sam2_ros.ros.mailbox import PromptItem
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +32,7 @@ def test_worker_resets_when_image_stamps_jump_back():
     for s in (stamp(0), stamp(1), stamp(0)):
         w._on_frame(frame(1, s))
     assert tr.calls == [('track', 1), ('track', 1), ('reset',), ('track', 1)]
-    assert w.last_stamp_ns == stamp(0)
+    assert w.time.line.last_ns == stamp(0)
     jumps = [t for _, t in logs if 'jumped back' in t]
     assert len(jumps) == 1 and f'from {stamp(1)} ns to {stamp(0)} ns' in jumps[0], logs
 
@@ -55,14 +54,18 @@ def test_a_prompt_taken_as_old_before_the_jump_is_held_for_its_frame():
 
 def test_clock_jump_resets_and_drops_what_was_held():
     """/clock jumping back (use_sim_time) comes before the new run's messages: what waits for
-    a frame of the old time line is dropped with the objects."""
+    a frame of the old time line is dropped with the objects, and named in a warning."""
     w, tr, pub, logs = make_worker()
     w._on_frame(frame(1, stamp(3)))
     w._on_prompt(prompt(ADD, 1, stamp(5)))                 # held for a future frame
     assert w.waiting_prompts == 1
-    w._on_prompt(PromptItem(None, time_jump.TIME_JUMP, 0))
-    assert tr.calls[-1] == ('reset',) and w.waiting_prompts == 0 and w.last_stamp_ns is None
+    w.time.line.note_jump(0, stamp(3))
+    assert not w.run_once(0)           # no frame waits: the jump is applied at once
+    assert tr.calls[-1] == ('reset',) and w.waiting_prompts == 0
+    assert w.time.line.last_ns is None
     assert [t for _, t in logs if time_jump.CLOCK_JUMP_REASON in t]
+    assert [t for _, t in logs if '1 prompt(s) held for frames before the jump were dropped: '
+            f'prompt (stamp {stamp(5)} ns)' in t], logs
     w._on_frame(frame(1, stamp(0)))                        # the new run: no second reset
     assert tr.calls[-1] == ('track', 1) and tr.calls.count(('reset',)) == 1
 
@@ -76,7 +79,8 @@ def test_a_new_runs_prompt_seen_before_the_clock_jump_is_held_for_its_frame():
     w._on_frame(frame(1, stamp(4)))
     w._on_prompt(prompt(ADD, 1, stamp(0)))                 # the new run's: taken as old
     assert tr.calls[-1] == ('add', 1)
-    w._on_prompt(PromptItem(None, time_jump.TIME_JUMP, stamp(0) - 30_000_000))
+    w.time.line.note_jump(stamp(0) - 30_000_000, stamp(4) - stamp(0) + 30_000_000)
+    w.run_once(0)
     assert tr.calls[-1] == ('reset',) and w.waiting_prompts == 1
     w._on_frame(frame(1, stamp(0)))
     assert tr.calls[-2:] == [('queue', 1), ('track', 1)] and tr.calls.count(('reset',)) == 1
@@ -139,7 +143,8 @@ def test_bag_replayed_twice_into_one_node_gives_the_same_states(tmp_path, sim_ti
 def test_one_frame_stamped_ahead_is_reported_and_resets_nothing():
     """A driver's glitch: one frame stamped far in the future between good ones. The next good
     frame goes back, but not before the frame before the glitch: an error in the next state,
-    no reset, objects kept. Going back to or before that frame is a restart: a reset."""
+    no reset, objects kept. Going back before that frame by less than time_jump_reset_s is a
+    step reported; back to the first stamp is a restart: a reset."""
     w, tr, pub, logs = make_worker()
     for s in (stamp(0), stamp(1), 2 ** 62, stamp(2), stamp(3)):
         w._on_frame(frame(1, s))
@@ -147,7 +152,10 @@ def test_one_frame_stamped_ahead_is_reported_and_resets_nothing():
     errors = [e for p in pub for e in p.errors]
     assert any(f'stamped {2 ** 62} ns, ahead of the frames before and after' in e
                for e in errors), errors
-    w._on_frame(frame(1, stamp(2)))                        # back to the frame before: restart
+    w._on_frame(frame(1, stamp(2)))                        # back to the frame before: 100 ms
+    assert ('reset',) not in tr.calls
+    assert any('stepped back by 100.0 ms' in e for e in pub[-1].errors), pub[-1].errors
+    w._on_frame(frame(1, stamp(0)))                        # back to the first stamp: restart
     assert tr.calls[-2:] == [('reset',), ('track', 1)]
 
 

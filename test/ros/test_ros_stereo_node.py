@@ -113,6 +113,13 @@ def test_two_cameras_pairing_failure_and_positions(tmp_path, receivers):
         c = StereoClient(lease)
         try:
             run(c, proc)
+            # each camera's status says how its frames are received (and counts them)
+            want = 'on (pid' if receivers else 'off'
+            for cam in NAMES:
+                wait_until(lambda cam=cam: str(c.values(cam).get('receiver_process', ''))
+                           .startswith(want), 30, f'diagnostics: {cam} receiving process')
+            if receivers:
+                assert all(int(c.values(cam)['receiver_frames']) > 0 for cam in NAMES)
         finally:
             c.close()
     finally:
