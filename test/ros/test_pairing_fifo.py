@@ -17,6 +17,7 @@ from sam2_ros.ros import paired_mailbox as pm
 from sam2_ros.ros import pairing as pr
 from sam2_ros.ros.mailbox import FrameItem
 from sam2_ros.ros.paired_mailbox import PairedMailbox
+from test_paired_mailbox import SpyCondition
 
 P = 1_000_000_000          # the camera period (fake ns)
 GUARD = 60.0               # s: only bounds a test that would otherwise hang
@@ -30,18 +31,6 @@ class FakeClock:
 
     def monotonic_ns(self) -> int:
         return self.now
-
-
-class SpyCondition(threading.Condition):
-    """A condition that sets ``waiting`` each time a thread waits on it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = threading.Event()
-
-    def wait(self, timeout=None):
-        self.waiting.set()
-        return super().wait(timeout)
 
 
 @pytest.fixture
