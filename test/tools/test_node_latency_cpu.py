@@ -132,7 +132,8 @@ def test_node_latency_jpeg_input(tmp_path):
         assert 0 < f['image_bytes'] < 160 * 120 * 3            # compressed
         check_split(f)
     (row,) = rows
-    assert row['input'] == 'jpeg' and row['variant'].endswith('_jpeg_camser_prep3')
+    # 'events': the node's default executor, named in the variant as it was when opt-in
+    assert row['input'] == 'jpeg' and row['variant'].endswith('_jpeg_events_camser_prep3')
     assert row['camera_publish'] == r['config']['camera_publish'] == 'serialized'
     assert row['camera_prepare_ms'] == r['config']['camera_prepare_ms'] == 3.0
     assert row['dds_in_p50'] is not None and row['image_bytes_p50'] < 160 * 120 * 3
