@@ -19,7 +19,9 @@ Two methods:
     triangulation (the homogeneous least-squares solution of the four projection
     equations); validity: positive depth in both cameras, reprojection error <=
     ``max_reprojection_px``.
-``'auto'`` takes the closed form when the pair is rectified, else the DLT.
+``'auto'`` takes the closed form when the pair is rectified, else the DLT. Points come out in
+P's units: metres for ROS (Tx = -fx * baseline in metres); ``Calibration.warnings`` says
+when the baseline is above ``MAX_BASELINE`` (1, a calibration in millimetres?).
 
 What a mask centroid measures: the centroid of an object's silhouette, not the image of any
 particular 3D point. For a convex object the two centroid rays pass near its centre, so the
@@ -32,7 +34,10 @@ Pixel coordinates are OpenCV's and ROS' (the centre of the top-left pixel is (0,
 ``ObjectResult.centroid``. Centroids of raw (distorted, unrectified) images are mapped into
 the rectified images first (``rectified=False``): the centroid of the distorted silhouette,
 undistorted, is not exactly the centroid of the undistorted silhouette, so tracking the
-rectified images (``image_rect``) is the more exact choice.
+rectified images (``image_rect``) is the more exact choice. Undistortion takes Newton steps
+on the lens model; a centroid that the ray found does not map back onto within
+``UNDISTORT_TOL_PX``, or one at a fold of the lens model (``sam2_ros.lens``), is invalid
+(``NOT_UNDISTORTED``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
+
+from sam2_ros.lens import distort, undistort
 
 # Reasons an estimate is invalid (Triangulation.reason); '' when valid.
 NOT_VISIBLE_LEFT = 'not visible in the left image'
@@ -54,11 +61,12 @@ ROW_ERROR = 'row (epipolar) error above max_row_error_px'
 BEHIND = 'behind a camera'
 REPROJECTION = 'reprojection error above max_reprojection_px'
 AT_INFINITY = 'rays parallel (point at infinity)'
+NOT_UNDISTORTED = ('undistortion did not converge: no single ray of the lens model (K, D) '
+                   'images onto the raw centroid (at or past the fold of its periphery?)')
 METHODS = ('auto', 'rectified', 'dlt')
 DISTORTION_MODELS = ('plumb_bob', 'rational_polynomial')
-# Fixed-point iterations of the undistortion (OpenCV's undistortPoints iterates the same way);
-# converged far below a pixel for the distortions of real lenses.
-UNDISTORT_ITERS = 20
+UNDISTORT_TOL_PX = 0.01     # the ray found, distorted again: farther from the raw pixel, invalid
+MAX_BASELINE = 1.0          # P's units: above, Calibration.warnings (millimetres for metres?)
 
 
 @dataclass(frozen=True)
@@ -112,54 +120,40 @@ class Camera:
             if d.size > (5 if self.distortion_model == 'plumb_bob' else 8):
                 raise ValueError(f'{d.size} coefficients for {self.distortion_model}')
 
+    @functools.cached_property
+    def intrinsic(self) -> np.ndarray:
+        """K' [3, 3], the upper-triangular factor of P[:, :3] = K' Q, which projects rays of
+        the camera's rectified frame: P[:, :3] itself for CameraInfo's P = K' [I | t]; K for
+        P = K [R | t] (``projection``), where P[:, :3] = K R would turn a ray that R (the
+        camera's rectification rotation) already turned a second time."""
+        m = self.P[:, :3]
+        if m[1, 0] == 0 and m[2, 0] == 0 and m[2, 1] == 0:
+            return m                  # already triangular: exactly as given, no rounding
+        return _rq(m)[0]
+
     def rectify(self, uv: Sequence[float]) -> np.ndarray:
         """A pixel of the raw image -> the same ray's pixel in the rectified image [2]
-        (undistort with K, D; rotate with R; project with P's 3x3 part, as ROS'
-        image_geometry ``rectifyPoint``)."""
+        (undistort with K, D; rotate with R; project with ``intrinsic``, as ROS'
+        image_geometry ``rectifyPoint``); NaN where ``undistort`` is. Not checked:
+        ``unrectify`` of the result is ``uv`` only where the undistortion converged."""
         x = np.linalg.solve(self.K, np.array([uv[0], uv[1], 1.0]))
         xy = undistort(x[:2] / x[2], self.D)
-        ray = self.R @ np.array([xy[0], xy[1], 1.0])
-        p = self.P[:, :3] @ ray
+        p = self.intrinsic @ (self.R @ np.array([xy[0], xy[1], 1.0]))
         return p[:2] / p[2]
 
-
-def undistort(xy_d: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Normalized distorted coordinates [..., 2] -> undistorted [..., 2] (plumb_bob or
-    rational_polynomial coefficients ``d``), by the fixed-point iteration OpenCV uses."""
-    xy_d = np.asarray(xy_d, np.float64)
-    if d.size == 0 or not np.any(d):
-        return xy_d
-    xy = xy_d
-    for _ in range(UNDISTORT_ITERS):
-        radial, tangential = _distortion_terms(xy, d)
-        xy = (xy_d - tangential) / radial[..., None]
-    return xy
-
-
-def distort(xy: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Normalized undistorted coordinates [..., 2] -> distorted [..., 2]: the lens model that
-    ``undistort`` inverts (it renders the raw test images)."""
-    xy = np.asarray(xy, np.float64)
-    radial, tangential = _distortion_terms(xy, np.asarray(d, np.float64))
-    return xy * radial[..., None] + tangential
-
-
-def _distortion_terms(xy: np.ndarray, d: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """The radial factor [...] and tangential offset [..., 2] of the lens model at ``xy``."""
-    k = np.zeros(8)
-    k[:d.size] = d
-    x, y = xy[..., 0], xy[..., 1]
-    r2 = x * x + y * y
-    radial = (1 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))) / \
-        (1 + r2 * (k[5] + r2 * (k[6] + r2 * k[7])))
-    tangential = np.stack([2 * k[2] * x * y + k[3] * (r2 + 2 * x * x),
-                           k[2] * (r2 + 2 * y * y) + 2 * k[3] * x * y], axis=-1)
-    return radial, tangential
+    def unrectify(self, uv: Sequence[float]) -> np.ndarray:
+        """A pixel of the rectified image -> the raw image's pixel of the same ray [2] (the
+        lens model forward: what ``rectify`` inverts)."""
+        ray = self.R.T @ np.linalg.solve(self.intrinsic, np.array([uv[0], uv[1], 1.0]))
+        xy = distort(ray[:2] / ray[2], self.D)
+        p = self.K @ np.array([xy[0], xy[1], 1.0])
+        return p[:2] / p[2]
 
 
 def projection(K: np.ndarray, R: np.ndarray, t: np.ndarray) -> np.ndarray:
     """P = K [R | t] [3, 4] of a camera whose frame is x_cam = R x + t in the reference frame
-    (for two cameras calibrated apart, with their extrinsics from tf)."""
+    (for two cameras calibrated apart, with their extrinsics from tf; the camera's own R
+    stays the identity: ``Camera.intrinsic`` takes K out of such a P for raw centroids)."""
     return np.asarray(K, np.float64) @ np.hstack([np.asarray(R, np.float64),
                                                   np.asarray(t, np.float64).reshape(3, 1)])
 
@@ -202,6 +196,17 @@ class Calibration:
     def baseline(self) -> float:
         """Distance between the two optical centres (m, P's units)."""
         return float(np.linalg.norm(centre(self.left.P) - centre(self.right.P)))
+
+    @property
+    def warnings(self) -> Tuple[str, ...]:
+        """What looks wrong in a usable calibration, for the nodes to log (empty: none): a baseline
+        above ``MAX_BASELINE`` (P's units) is a calibration in millimetres, most likely, and
+        its 3D positions would be in millimetres too."""
+        if self.baseline <= MAX_BASELINE:
+            return ()
+        return (f'stereo baseline {self.baseline:g} (from the right P\'s Tx = -fx * baseline) '
+                f'is above {MAX_BASELINE:g}: over 1 m if in metres, as ROS expects; calibrated '
+                f'in millimetres? 3D positions come out in the calibration\'s units',)
 
 
 def centre(P: np.ndarray) -> np.ndarray:
@@ -247,8 +252,8 @@ class Triangulation:
     """One object's 3D centroid from a pair of mask centroids.
 
     point: [3] in the left camera's frame (``frame_id``; metres when P is), None when there
-    is no estimate (not visible, not finite, parallel rays); point_rect: the same in the
-    left *rectified* frame (P's frame; equal when R_left is the identity). An invalid
+    is no estimate (not visible, not finite, not undistorted, parallel rays); point_rect: the
+    same in the left *rectified* frame (P's frame; equal when R_left is the identity). An invalid
     estimate keeps the point it computed, for inspection. disparity (rectified, px, after
     the cx difference), row_error (rectified, px) and reprojection (px, the larger of the
     two cameras) are NaN where not computed.
@@ -294,7 +299,13 @@ def triangulate(calib: Calibration, left: Optional[Sequence[float]],
         return Triangulation(False, NOT_FINITE, method, fid)
     ul, ur = np.asarray(left, np.float64)[:2], np.asarray(right, np.float64)[:2]
     if not rectified:
+        raw = ((calib.left, ul), (calib.right, ur))
         ul, ur = calib.left.rectify(ul), calib.right.rectify(ur)
+        for (cam, uv), rect in zip(raw, (ul, ur)):
+            # the ray found must image onto the centroid: a stalled solver (past a fold of the
+            # lens model, an absurd D) gives a wrong ray, which would give a wrong position
+            if not np.linalg.norm(cam.unrectify(rect) - uv) <= UNDISTORT_TOL_PX:   # NaN too
+                return Triangulation(False, NOT_UNDISTORTED, method, fid)
     if method == 'rectified':
         return _from_disparity(calib, ul, ur, limits)
     return _from_dlt(calib, ul, ur, limits)

@@ -14,6 +14,12 @@ from sam2_ros.ros.time_jump import RESET_AFTER_S
 from sam2_ros.knobs import knob
 from sam2_ros.stereo import LIMIT_DOCS, Limits
 
+# positions_allow_clipped here, allow_clipped in positions_node (positions_options.py)
+ALLOW_CLIPPED_DOC = (
+    'a mask touching an image border (an instrument entering from the edge) gives a valid 3D '
+    'position (false: invalid, as the border cuts the object differently in the two views and '
+    'the centroids are not of one point, depth off by up to 2x)')
+
 INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')
 # What a click (~/click PointStamped, or a Point from rqt_image_view) does; see NodeOptions.
@@ -50,6 +56,8 @@ class NodeOptions:
         'with cameras: ' + LIMIT_DOCS['max_row_error_px']))
     positions_max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float', doc=(
         'with cameras: ' + LIMIT_DOCS['max_reprojection_px']))
+    positions_allow_clipped: bool = knob(False, kind='bool', doc=(
+        'with cameras: ' + ALLOW_CLIPPED_DOC))
     input_type: str = knob('raw', kind='str', doc=(
         "'raw' (sensor_msgs/Image) or 'compressed' (sensor_msgs/CompressedImage on "
         '<image_topic>/compressed)'))

@@ -9,11 +9,13 @@ better on one GPU (docs/performance.md, two cameras). This node gives that confi
 same output: it pairs the two trackers' ``TrackingState`` messages by stamp (both carry their
 image's stamp; a stereo driver stamps a pair alike), triangulates every object id visible in
 both from its two mask centroids with the pair's ``camera_info`` (``positions.py``, the same
-code as the one-node path) and publishes ``vision_msgs/Detection3DArray`` on ``~/positions``
-(only valid positions, in the left camera's frame) and its counts on ``/diagnostics``. As in
-the one-node path, a camera_info of another size than the images (each state carries its
-image's size) turns positions off, the reason in the diagnostics and the log (a size of 0, a
-tracker that does not fill it, is not checked).
+code as the one-node path, the same rules: ids pair by number, a mask touching the image
+border is invalid unless ``allow_clipped``, camera_info is subscribed best effort) and
+publishes ``vision_msgs/Detection3DArray`` on ``~/positions`` (only valid positions, in the
+left camera's frame) and its counts on ``/diagnostics``. As in the one-node path, a
+camera_info of another size than the images (each state carries its image's size) turns
+positions off, the reason in the diagnostics and the log (a size of 0, a tracker that does
+not fill it, is not checked).
 
 States are paired as the one-node tracker pairs frames (``pairing.StampPairer``); a state
 without a partner waits at most ``pair_wait_ms`` (the two trackers' outputs may be that far
@@ -32,8 +34,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.pairing import StampPairer
-from sam2_ros.ros.positions import (PairCalibration, detections, size_mismatch,
-                                    triangulate_objects)
+from sam2_ros.ros.positions import (PairCalibration, View, camera_info_qos, detections,
+                                    size_mismatch, touches_border, triangulate_objects)
 
 OUTPUT_TOPIC = '~/positions'
 NODE_NAME = 'sam2_positions'
@@ -67,11 +69,23 @@ class StatePairs:
         return self.pairer.counts.partial
 
 
-def centroids(state: Any) -> Dict[int, Optional[Tuple[float, float]]]:
-    """A TrackingState's objects -> {id: mask centroid (x, y) px, None where not visible
-    (object score <= 0 or an empty mask)}."""
-    return {int(o.object_id): (float(o.centroid.x), float(o.centroid.y))
-            if o.score > 0 and o.area > 0 else None for o in state.objects}
+def views(state: Any, size: Tuple[int, int] = (0, 0)) -> Dict[int, View]:
+    """A TrackingState's objects -> {id: View}: the mask centroid (x, y) px, None where not
+    visible (object score <= 0 or an empty mask); the box (ObjectState's x_offset, y_offset,
+    width, height -> inclusive corners, None when empty) and whether it touches the border
+    of the image, whose size is the state's or, where the tracker left it 0, ``size`` (the
+    camera_info's)."""
+    width, height = int(state.width) or size[0], int(state.height) or size[1]
+    out = {}
+    for o in state.objects:
+        b = o.box
+        box = ((int(b.x_offset), int(b.y_offset), int(b.x_offset) + int(b.width) - 1,
+                int(b.y_offset) + int(b.height) - 1)
+               if o.area > 0 and b.width > 0 and b.height > 0 else None)
+        out[int(o.object_id)] = View(
+            (float(o.centroid.x), float(o.centroid.y)) if o.score > 0 and o.area > 0 else None,
+            float(o.score), box, box is not None and touches_border(box, width, height))
+    return out
 
 
 def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
@@ -106,7 +120,7 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
             self.rectified = o.rectified
             self.limits = o.limits          # validated by read()
             self.pairs = StatePairs(o.wait_ns, o.tolerance_ns, o.pair_depth)
-            self.pair = PairCalibration(o.rectified)
+            self.pair = PairCalibration(o.rectified, warn=self.get_logger().warning)
             self.valid = self.invalid = self.waiting = self.refused = self.failed = 0
             self.mismatch = ''      # camera_info of another size than the images ('' if not)
             self.last: Dict[int, Any] = {}
@@ -118,7 +132,8 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.subs.append(self.create_subscription(
                     state_type, f'/{ns}/{o.tracker}/state', self.on_state(side), OUTPUT_QOS))
                 self.subs.append(self.create_subscription(
-                    CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side), 100))
+                    CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side),
+                    camera_info_qos()))
             # a steady clock, as the tracker node's: under use_sim_time the node's clock stands
             # still while /clock does (a bag paused or ended), and a monitor would see silence
             self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics,
@@ -154,12 +169,14 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
             if mismatch:            # calibrated for other images: positions would be wrong
                 self.refused += 1
                 return
-            found = triangulate_objects(calib, centroids(left), centroids(right),
-                                        self.rectified, self.limits)
+            lv = views(left, (calib.left.width, calib.left.height))
+            rv = views(right, (calib.right.width, calib.right.height))
+            found = triangulate_objects(calib, lv, rv, self.rectified, self.limits,
+                                        self.options.allow_clipped)
             self.last = found
             self.valid += sum(t.valid for t in found.values())
             self.invalid += sum(not t.valid for t in found.values())
-            self.pub.publish(detections(left.header, calib.left.frame_id, found))
+            self.pub.publish(detections(left.header, calib, found, lv, rv))
 
         def on_diagnostics(self) -> None:
             array_t, status_t, kv_t = self.diag_types

@@ -17,7 +17,7 @@ from typing import Any, Dict, Tuple
 
 from sam2_ros.knobs import knobs, knob
 from sam2_ros.ros import params
-from sam2_ros.ros.options import check_topic
+from sam2_ros.ros.options import ALLOW_CLIPPED_DOC, check_topic
 from sam2_ros.stereo import LIMIT_DOCS, Limits
 
 TARGET = 'positions'         # ParamSpec.target of these parameters
@@ -61,6 +61,7 @@ class PositionsOptions:
                                    doc=LIMIT_DOCS['max_row_error_px'])
     max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float',
                                       doc=LIMIT_DOCS['max_reprojection_px'])
+    allow_clipped: bool = knob(False, kind='bool', doc=ALLOW_CLIPPED_DOC)
 
     @property
     def limits(self) -> Limits:

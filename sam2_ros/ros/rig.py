@@ -6,7 +6,7 @@ camera namespace ``<ns>`` what a one-camera node has once:
   (``PointStamped``) on ``~/<ns>/click`` and rqt_image_view's ``Point`` on the camera image's,
   our mask's and overlay's ``_mouse_left``, ``Prompt`` on ``~/<ns>/prompt``, detections on
   ``~/<ns>/detections``; ``<ns>/camera_info`` for the 3D positions
-  (:mod:`~sam2_ros.ros.positions`);
+  (:mod:`~sam2_ros.ros.positions`; best effort, so a driver's sensor-data QoS connects);
 * out: ``~/<ns>/mask``, ``~/<ns>/mask/compressed``, ``~/<ns>/overlay``, ``~/<ns>/state``,
   ``~/<ns>/objects``, and one /diagnostics status per camera (``<node>/<ns>: tracker``).
 
@@ -28,7 +28,7 @@ from sam2_ros.ros.multi_worker import MultiCameraWorker
 from sam2_ros.ros.node_cli import input_topic
 from sam2_ros.ros.node_host import NodeHost
 from sam2_ros.ros.paired_mailbox import PairedMailbox
-from sam2_ros.ros.positions import Positions
+from sam2_ros.ros.positions import Positions, camera_info_qos
 from sam2_ros.ros.publishers import Publishers, overlay_device_of
 from sam2_ros.ros.time_line import TimeLine
 from sam2_ros.ros.totals import Totals
@@ -121,7 +121,7 @@ class Rig:
                 node.create_subscription(PointStamped, f'{p}/click',
                                          self._on_stamped(node, c, 'click', True), PROMPT_QOS),
                 node.create_subscription(CameraInfo, f'{name}/camera_info',
-                                         self.positions.on_camera_info(c), PROMPT_QOS)]
+                                         self.positions.on_camera_info(c), camera_info_qos())]
             subs += [node.create_subscription(Point, t, self._on_point(node, c), PROMPT_QOS)
                      for t in self.point_click_topics(node, c)]
             if node.vision_off is None:

@@ -131,6 +131,43 @@ def test_dlt_converging_cameras():
         stereo.triangulate(cal, (1, 2), (3, 4), method='rectified')
 
 
+def test_dlt_converging_cameras_from_raw_centroids():
+    """P = K [R | t] as ``projection`` gives (cameras calibrated apart), R = I, D = 0: the raw
+    centroids are the rectified ones, so the same point (P[:, :3] = K R turned each ray by
+    the extrinsic R a second time: up to 113 mm off at 5 degrees of toe-in, yet valid)."""
+    k = sc.intrinsics()
+    pl = stereo.projection(k, sc.rotation(ry=0.1), [0, 0, 0])
+    rr = sc.rotation(ry=-0.15)
+    pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
+    cal = stereo.Calibration(stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
+                             stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
+    for x in ([0.1, 0.03, 1.0], [-0.2, 0.1, 0.7], [0.3, -0.2, 1.5]):
+        ul, ur = stereo.project(pl, np.array(x)), stereo.project(pr, np.array(x))
+        rect = stereo.triangulate(cal, ul, ur)
+        raw = stereo.triangulate(cal, ul, ur, rectified=False)
+        assert np.allclose(raw.point, rect.point, atol=1e-9, rtol=0), raw.point - rect.point
+        assert rect.valid and raw.valid and raw.method == 'dlt', raw
+    assert np.allclose(cal.left.intrinsic, k, atol=1e-9) and \
+        np.allclose(cal.right.intrinsic, k, atol=1e-9)
+
+
+def test_rectified_p_is_its_own_intrinsic_factor():
+    """CameraInfo's P[:, :3] is already upper triangular: the raw path projects with it as
+    given (bitwise), with or without a rectification rotation R and lens distortion."""
+    rect = sc.rectified_pair()
+    k = sc.intrinsics(480.0, 322.0, 236.0)
+    p = rect.right.P.copy()
+    p[0, 1] = 0.3                                           # skew: still triangular
+    cam = stereo.Camera(k, p, sc.rotation(0.01, -0.02, 0.005), sc.W, sc.H, 'r',
+                        np.array([-0.25, 0.08, 0.001, -0.0005, 0.0]))
+    assert cam.intrinsic is cam.P[:, :3] or np.array_equal(cam.intrinsic, cam.P[:, :3])
+    for uv in ([10.0, 20.0], [320.0, 240.0], [600.5, 470.25]):
+        x = np.linalg.solve(k, np.array([uv[0], uv[1], 1.0]))
+        xy = stereo.undistort(x[:2] / x[2], cam.D)
+        q = cam.P[:, :3] @ (cam.R @ np.array([xy[0], xy[1], 1.0]))
+        assert np.array_equal(cam.rectify(uv), q[:2] / q[2])
+
+
 def test_raw_distorted_images_with_rectification_rotation():
     """Centroids of raw images (lens distortion, rectification rotations R): mapped into the
     rectified images first; the point is reported in the left camera's (unrectified) frame."""
@@ -160,6 +197,63 @@ def test_rectify_inverts_the_lens_model():
     for x, y in [(0.0, 0.0), (0.3, -0.2), (-0.5, 0.35)]:
         raw = k @ np.append(stereo.distort(np.array([x, y]), d), 1.0)
         assert np.allclose(cam.rectify(raw[:2]), (k @ [x, y, 1.0])[:2], atol=1e-6)
+
+
+def test_rectify_inverts_an_endoscope_lens_at_the_image_corner():
+    """A strong barrel lens (k1 = -0.4) at the corner of a 1920x1080 image: 20 fixed-point
+    steps stopped 6.5 px short there ((2055.1, 1154.2)); the ray found must distort back onto
+    the pixel within 1e-6 px."""
+    k = np.array([[1000.0, 0, 959.5], [0, 1000.0, 539.5], [0, 0, 1]])
+    d = np.array([-0.4, 0.2, 0, 0, 0])
+    cam = stereo.Camera(k, np.hstack([k, np.zeros((3, 1))]), D=d)
+    corner = np.array([1918.5, 1077.5])
+    rect = cam.rectify(corner)
+    back = k @ np.append(stereo.distort(np.linalg.solve(k, np.append(rect, 1.0))[:2], d), 1.0)
+    assert np.linalg.norm(back[:2] - corner) < 1e-6, back[:2] - corner
+    assert np.allclose(rect, [2060.8, 1157.4], atol=0.05), rect
+    assert np.linalg.norm(cam.unrectify(rect) - corner) < 1e-6
+    # and the other way: a ray past the corner, distorted, comes back
+    for x, y in [(1.2, 0.7), (-1.25, -0.6), (0.9, -0.8)]:
+        raw = k @ np.append(stereo.distort(np.array([x, y]), d), 1.0)
+        assert np.linalg.norm(cam.rectify(raw[:2]) - (k @ [x, y, 1.0])[:2]) < 1e-6
+
+
+def _raw_pair(d: np.ndarray) -> stereo.Calibration:
+    """A rectified pair's P with raw images of lens ``d`` (R = I), 1920x1080, f = 1000."""
+    k = np.array([[1000.0, 0, 959.5], [0, 1000.0, 539.5], [0, 0, 1]])
+    cams = [stereo.Camera(k, np.hstack([k, [[tx], [0], [0]]]), width=1920, height=1080,
+                          frame_id=name, D=d) for tx, name in ((0, 'l'), (-4.5, 'r'))]
+    return stereo.Calibration(*cams)
+
+
+def test_raw_centroid_that_no_ray_images_onto_is_refused():
+    """An absurd lens (k1 = -5: radii fold back beyond 0.26 f): a centroid 500 px from the
+    principal point is imaged by no ray; 20 fixed-point steps gave some ray, silently."""
+    cal = _raw_pair(np.array([-5.0, 0, 0, 0, 0]))
+    tr = stereo.triangulate(cal, (1459.5, 539.5), (1449.5, 539.5), rectified=False)
+    assert tr.point is None, tr
+    assert not tr.valid and tr.reason == stereo.NOT_UNDISTORTED, tr
+    near = stereo.triangulate(cal, (1009.5, 539.5), (999.5, 539.5), rectified=False)
+    assert near.valid, near                          # near the centre the lens is invertible
+
+
+def test_raw_centroid_at_the_fold_of_the_lens_model_is_refused():
+    """k3 < 0 (endoscopes): r (1 + k1 r^2 + k2 r^4 + k3 r^6) peaks at r = 1.538; around it
+    two rays image onto one pixel (a ray past the peak came back 34 mm off, valid): refused;
+    the converged rays inside are exact."""
+    d = np.array([-0.38, 0.16, 0, 0, -0.03])
+    r = np.linspace(1.3, 1.7, 400001)
+    r_fold = r[np.argmax(r * (1 + r ** 2 * (d[0] + r ** 2 * (d[1] + r ** 2 * d[4]))))]
+    assert 1.53 < r_fold < 1.545
+    for radius in (r_fold - 0.002, r_fold, r_fold + 0.002):
+        xy = np.array([0.6, 0.8]) * radius
+        assert np.all(np.isnan(stereo.undistort(stereo.distort(xy, d), d))), radius
+    xy = np.array([0.6, 0.8]) * 1.45
+    assert np.abs(stereo.undistort(stereo.distort(xy, d), d) - xy).max() < 1e-9
+    cal = _raw_pair(d)
+    raw = cal.left.K @ np.append(stereo.distort(np.array([0.6, 0.8]) * r_fold, d), 1.0)
+    tr = stereo.triangulate(cal, raw[:2], raw[:2] - [10, 0], rectified=False)
+    assert not tr.valid and tr.reason == stereo.NOT_UNDISTORTED, tr
 
 
 @pytest.mark.parametrize('left, right, reason', [
@@ -257,6 +351,19 @@ def test_cameras_given_right_first_report_in_the_first_cameras_frame():
     tr = stereo.triangulate(cal, stereo.project(right_p, x), stereo.project(left_p, x))
     assert tr.valid
     assert np.allclose(tr.point, x - [b, 0, 0], atol=1e-9, rtol=0)   # the first camera's
+
+
+def test_a_baseline_above_one_unit_warns_of_millimetres():
+    """P's units are the positions' units (metres for ROS): a 4.5 mm endoscope calibrated in
+    millimetres (Tx = -fx * 4.5) is kept, in millimetres, with a warning."""
+    assert sc.rectified_pair().warnings == () and sc.rectified_pair(0.0045).warnings == ()
+    assert sc.rectified_pair(1.0).warnings == ()
+    mm = sc.rectified_pair(4.5)
+    assert abs(mm.baseline - 4.5) < 1e-12 and len(mm.warnings) == 1
+    assert 'baseline 4.5 ' in mm.warnings[0] and 'millimetres?' in mm.warnings[0]
+    x = np.array([5.0, -2.0, 60.0])                                 # mm
+    tr = stereo.triangulate(mm, stereo.project(mm.left.P, x), stereo.project(mm.right.P, x))
+    assert tr.valid and np.allclose(tr.point, x, atol=1e-9, rtol=0)
 
 
 def test_a_pair_without_a_baseline_or_a_singular_camera_is_refused():

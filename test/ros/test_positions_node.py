@@ -12,7 +12,8 @@ import pytest
 from ros_helpers import DomainLease, Proc, header, info_msg, require_messages, wait_until
 
 import stereo_scenes as sc
-from sam2_ros.ros.positions_node import StatePairs, centroids
+from sam2_ros import stereo
+from sam2_ros.ros.positions_node import StatePairs, views
 
 
 WAIT = 1_000       # ns of receipt time a state waits for its partner
@@ -56,24 +57,35 @@ def test_a_stamp_going_back_resets_the_pairing():
     assert p.dropped == 1
 
 
-def test_centroids_hide_objects_not_visible():
-    obj = lambda i, x, score, area: types.SimpleNamespace(  # noqa: E731
-        object_id=i, score=score, area=area, centroid=types.SimpleNamespace(x=x, y=2.0))
-    state = types.SimpleNamespace(objects=[obj(1, 5.0, 3.0, 10), obj(2, 6.0, -1.0, 10),
-                                           obj(3, 7.0, 2.0, 0)])
-    assert centroids(state) == {1: (5.0, 2.0), 2: None, 3: None}
+def test_views_hide_objects_not_visible_and_mark_those_at_the_border():
+    ns = types.SimpleNamespace
+
+    def obj(i, x, score, area, box=(3, 1, 5, 3)):
+        return ns(object_id=i, score=score, area=area, centroid=ns(x=x, y=2.0), box=ns(
+            x_offset=box[0], y_offset=box[1], width=box[2], height=box[3]))
+    state = ns(width=20, height=10, objects=[
+        obj(1, 5.0, 3.0, 10), obj(2, 6.0, -1.0, 10), obj(3, 7.0, 2.0, 0, (0, 0, 0, 0)),
+        obj(4, 2.0, 2.0, 10, (0, 1, 5, 3)), obj(5, 17.0, 2.0, 10, (15, 1, 5, 3))])
+    got = {i: (v.centroid, v.score, v.box, v.clipped) for i, v in views(state).items()}
+    assert got == {1: ((5.0, 2.0), 3.0, (3, 1, 7, 3), False), 2: (None, -1.0, (3, 1, 7, 3), False),
+                   3: (None, 2.0, None, False), 4: ((2.0, 2.0), 2.0, (0, 1, 4, 3), True),
+                   5: ((17.0, 2.0), 2.0, (15, 1, 19, 3), True)}
 
 
 def state_msg(stamp_ns, objects, size=(sc.W, sc.H)):
     """A TrackingState stamped ``stamp_ns`` of a ``size`` (width, height) image with (id,
-    centroid x, y, score) objects."""
+    centroid x, y, score[, box x_offset]) objects: a 10x10 box around the centroid, or from
+    x_offset (0: at the left border) to it."""
     from sam2_ros.ros import messages
 
     m = messages.interfaces()
     msg = m.TrackingState(header=header(stamp_ns), width=size[0], height=size[1])
-    for i, x, y, score in objects:
+    for i, x, y, score, *x0 in objects:
         o = m.ObjectState(object_id=i, score=score, area=100)
         o.centroid.x, o.centroid.y = float(x), float(y)
+        left = x0[0] if x0 else int(x) - 5
+        o.box.x_offset, o.box.y_offset = left, int(y) - 5
+        o.box.width, o.box.height = int(x) + 5 - left, 10
         msg.objects.append(o)
     return msg
 
@@ -129,7 +141,7 @@ def rig(tmp_path):
         spin_until(lambda: all(p.get_subscription_count() for p in pubs + infos),
                    'the positions node to subscribe')
         yield types.SimpleNamespace(
-            calib=calib, proc=proc, pubs=pubs, infos=infos, got=got, diags=diags,
+            node=node, calib=calib, proc=proc, pubs=pubs, infos=infos, got=got, diags=diags,
             spin_until=spin_until, left=tuple(ul[:2] / ul[2]), right=tuple(ur[:2] / ur[2]))
     finally:
         ex.shutdown()
@@ -145,11 +157,13 @@ def diag_value(diags, key):
 
 
 def calibrate(rig):
-    """Send both camera_info and wait until the node is calibrated (its diagnostics: 'ok')."""
-    for pub, cam in zip(rig.infos, (rig.calib.left, rig.calib.right)):
-        pub.publish(info_msg(cam))
-    rig.spin_until(lambda: any(s.message == 'ok' for d in rig.diags for s in d.status),
-                   'diagnostics: the pair calibrated')
+    """Send both camera_info until the node is calibrated (its diagnostics: 'ok'): again and
+    again as a driver does, as the node takes them best effort."""
+    def sent():
+        for pub, cam in zip(rig.infos, (rig.calib.left, rig.calib.right)):
+            pub.publish(info_msg(cam))
+        return any(s.message == 'ok' for d in rig.diags for s in d.status)
+    rig.spin_until(sent, 'diagnostics: the pair calibrated')
 
 
 def test_positions_node_triangulates_objects_seen_by_both_trackers(rig):
@@ -162,16 +176,46 @@ def test_positions_node_triangulates_objects_seen_by_both_trackers(rig):
                    'diagnostics: the pair before camera_info')
     # and the next states only once it is calibrated
     calibrate(rig)
-    # frame 2000: object 1 in both, 2 only on the left, 3 hidden on the right
-    rig.pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (3, xr, yr, -4.0)]))
+    # frame 2000: object 1 in both, 2 only on the left, 3 hidden on the right, 4 as 1 but its
+    # left mask reaching the left border (cut off)
+    rig.pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (3, xr, yr, -4.0),
+                                          (4, xr, yr, 2.0)]))
     rig.pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0), (2, 30.0, 40.0, 1.0),
-                                          (3, xl, yl, 1.0)]))
+                                          (3, xl, yl, 1.0), (4, xl, yl, 2.0, 0)]))
     rig.spin_until(lambda: rig.got, 'a positions message')
     msg = rig.got[0]
     assert msg.header.stamp.nanosec == 2_000 and msg.header.frame_id == 'left_optical'
     assert [d.id for d in msg.detections] == ['1']
-    p = msg.detections[0].bbox.center.position
+    d = msg.detections[0]
+    p = d.bbox.center.position
     np.testing.assert_allclose([p.x, p.y, p.z], POINT, atol=1e-6)
+    # what RViz's plugin reads: results[0], and a box of the mask's 10 px at the point's depth
+    assert [r.hypothesis.class_id for r in d.results] == ['1']
+    np.testing.assert_allclose([d.bbox.size.x, d.bbox.size.y], 10 * POINT[2] / sc.F)
+    from sam2_ros.ros.positions import CLIPPED_LEFT, NOT_TRACKED_RIGHT
+    want = {'position_1': 'valid', 'position_2': f'invalid: {NOT_TRACKED_RIGHT}',
+            'position_3': f'invalid: {stereo.NOT_VISIBLE_RIGHT}',
+            'position_4': f'invalid: {CLIPPED_LEFT}'}
+    rig.spin_until(lambda: all(v in diag_value(rig.diags, k) for k, v in want.items()),
+                   'diagnostics: the reasons of the invalid positions')
+
+
+def test_camera_info_published_best_effort_calibrates_the_node(rig):
+    """A driver publishing camera_info with the sensor-data QoS (best effort, common): the
+    node subscribed it reliable, never connected to it, and published no position at all."""
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+
+    rig.infos = [rig.node.create_publisher(CameraInfo, f'/{n}/camera_info',
+                                           qos_profile_sensor_data) for n in ('left', 'right')]
+    rig.spin_until(lambda: all(p.get_subscription_count() for p in rig.infos),
+                   'the node to subscribe the best-effort camera_info')
+    calibrate(rig)
+    (xl, yl), (xr, yr) = rig.left, rig.right
+    rig.pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0)]))
+    rig.pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0)]))
+    rig.spin_until(lambda: rig.got, 'a positions message')
+    assert [d.id for d in rig.got[0].detections] == ['1']
 
 
 def test_positions_node_publishes_nothing_for_images_of_another_size_than_camera_info(rig):

@@ -20,7 +20,8 @@ def test_defaults_are_valid_and_every_option_is_a_parameter():
     assert [s.name for s in SPECS] == ['left', 'right', 'tracker', 'rectified',
                                        'pair_tolerance_ms', 'pair_wait_ms', 'pair_depth',
                                        'diagnostics_period_s', 'min_disparity_px',
-                                       'max_row_error_px', 'max_reprojection_px']
+                                       'max_row_error_px', 'max_reprojection_px',
+                                       'allow_clipped']
     assert all(s.description for s in SPECS)
 
 
@@ -30,6 +31,11 @@ def test_validity_bounds_are_the_limits_of_the_positions():
     assert build({}).limits == stereo.Limits()
     assert build({'min_disparity_px': 0, 'max_row_error_px': 1.5,
                   'max_reprojection_px': 2}).limits == stereo.Limits(0.0, 1.5, 2.0)
+
+
+def test_clipped_masks_are_refused_unless_allowed():
+    """allow_clipped (as the tracker's positions_allow_clipped): false by default."""
+    assert not build({}).allow_clipped and build({'allow_clipped': True}).allow_clipped
 
 
 def test_integers_are_taken_for_float_parameters():
@@ -48,6 +54,7 @@ BAD = [
     ({'pair_wait_ms': 'abc'}, 'parameter pair_wait_ms must be a finite number'),
     ({'pair_wait_ms': math.nan}, 'parameter pair_wait_ms must be a finite number'),
     ({'rectified': 'yes'}, 'parameter rectified must be a bool'),
+    ({'allow_clipped': 1}, 'parameter allow_clipped must be a bool'),
     ({'pair_depth': 0}, 'pair_depth must be >= 1, got 0'),
     ({'pair_depth': 2.5}, 'parameter pair_depth must be an integer'),
     ({'pair_tolerance_ms': 500.0}, r'pair_tolerance_ms must be in 0..pair_wait_ms/2 \(100\)'),

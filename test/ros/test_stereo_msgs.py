@@ -123,33 +123,159 @@ def test_an_image_of_unknown_size_is_taken_as_the_camera_info_says():
 
 
 def test_an_object_tracked_in_one_camera_gets_an_invalid_position_with_the_reason():
-    """Diagnostics list every object's last validity: one the other camera does not track
-    is 'not visible' there, not left out."""
-    from sam2_ros.ros.positions import triangulate_objects
+    """Diagnostics list every object's last validity: an id the other camera does not track
+    at all says so ('not tracked', prompt it there with the same id), apart from one it
+    tracks but does not see ('not visible'); neither is left out."""
+    from sam2_ros.ros.positions import (NOT_TRACKED_LEFT, NOT_TRACKED_RIGHT, View,
+                                        triangulate_objects)
 
-    found = triangulate_objects(sc.rectified_pair(), {1: (80.0, 60.0), 2: (30.0, 40.0)},
-                                {1: (77.0, 60.0)}, rectified=True)
-    assert sorted(found) == [1, 2] and found[1].valid
-    assert not found[2].valid and found[2].reason == stereo.NOT_VISIBLE_RIGHT
+    found = triangulate_objects(
+        sc.rectified_pair(), {1: View((80.0, 60.0)), 2: View((30.0, 40.0)), 3: View((9.0, 9.0))},
+        {1: View((77.0, 60.0)), 3: View(None), 4: View((5.0, 5.0))}, rectified=True)
+    assert sorted(found) == [1, 2, 3, 4] and found[1].valid
+    assert [(found[i].valid, found[i].reason) for i in (2, 3, 4)] == [
+        (False, NOT_TRACKED_RIGHT), (False, stereo.NOT_VISIBLE_RIGHT), (False, NOT_TRACKED_LEFT)]
+    assert 'not tracked in the right camera' in NOT_TRACKED_RIGHT
 
 
 def test_validity_bounds_are_the_limits_given():
     """A far object (disparity 0.5 px) is refused under the default 1 px and valid under a
     0.25 px bound; rows 3 px apart pass the default 4 px and fail a 2 px bound."""
-    from sam2_ros.ros.positions import triangulate_objects
+    from sam2_ros.ros.positions import View, triangulate_objects
 
     calib = sc.rectified_pair()
-    far = ({1: (80.0, 60.0)}, {1: (79.5, 60.0)})
+    far = ({1: View((80.0, 60.0))}, {1: View((79.5, 60.0))})
     assert not triangulate_objects(calib, *far, rectified=True)[1].valid
     assert triangulate_objects(calib, *far, True, stereo.Limits(min_disparity_px=0.25))[1].valid
-    rows = ({1: (80.0, 60.0)}, {1: (70.0, 63.0)})
+    rows = ({1: View((80.0, 60.0))}, {1: View((70.0, 63.0))})
     assert triangulate_objects(calib, *rows, rectified=True)[1].valid
     found = triangulate_objects(calib, *rows, True, stereo.Limits(max_row_error_px=2.0))[1]
     assert not found.valid and found.reason == stereo.ROW_ERROR
 
 
+def object_result(obj_id, mask, score=5.0):
+    """An ObjectResult of a rendered mask, as the tracker builds it (box inclusive)."""
+    from sam2_ros.engine.types import ObjectResult
+
+    ys, xs = np.nonzero(mask)
+    return ObjectResult(obj_id, mask, score, 'tracking',
+                        (int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())),
+                        int(mask.sum()), stereo.mask_centroid(mask), 0)
+
+
+def shaft_scene():
+    """An endoscope-like pair (B 4.5 mm, f 500 px, 640x480) and the frames of two shafts
+    5 mm thick at Z 60 mm: 1 enters from the left border (30 cm long, cut off by it in both
+    images, differently by the disparity), 2 is short and whole (12 mm)."""
+    from sam2_ros.engine.types import FrameResult
+
+    calib = sc.rectified_pair(baseline=0.0045)
+    views = sc.pinhole_view(calib.left.P), sc.pinhole_view(calib.right.P)
+
+    def shaft(tip_x, length, y):
+        half = np.array([length / 2, 0.0025, 0.0025])
+        return sc.Box(np.array([tip_x - length / 2, y, 0.06]), half)
+    shafts = {1: shaft(-0.005, 0.3, -0.01), 2: shaft(0.02, 0.012, 0.012)}
+    frames = [FrameResult(0, sc.H, sc.W, [object_result(i, sc.render(s, v))
+                                          for i, s in shafts.items()]) for v in views]
+    return calib, frames
+
+
+def test_a_mask_cut_off_by_the_image_border_gives_no_position():
+    """A shaft entering from the left border: its two masks are cut at other points of it (by
+    the disparity), the centroids are not of one 3D point and its depth came out twice the
+    true 60 mm, valid. Invalid now, with the reason (the point kept for inspection); a whole
+    object beside it stays valid; positions_allow_clipped takes the clipped one."""
+    pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.positions import CLIPPED_LEFT, Positions
+
+    calib, frames = shaft_scene()
+    assert frames[0].objects[0].box[0] == 0 and frames[1].objects[0].box[0] == 0
+    assert stereo.triangulate(calib, frames[0].objects[0].centroid,
+                              frames[1].objects[0].centroid).point[2] > 0.1   # the defect
+    group = SimpleNamespace(frames=[SimpleNamespace(item=SimpleNamespace(
+        header=SimpleNamespace(stamp=SimpleNamespace(sec=1, nanosec=0))))])
+    for allow, want in ((False, ['2']), (True, ['1', '2'])):
+        sent = []
+        pos = Positions(None, SimpleNamespace(publish=sent.append), None, rectified=True,
+                        allow_clipped=allow)
+        pos.calibration = lambda: calib
+        pos.on_group(group, frames)
+        assert [d.id for d in sent[0].detections] == want
+        whole = sent[0].detections[-1].bbox.center.position
+        assert abs(whole.z - 0.06) < 0.005                    # the whole one: about right
+        values = pos.values(0)
+        assert values['position_2'] == 'valid'
+        assert values['position_1'] == ('valid' if allow else f'invalid: {CLIPPED_LEFT}')
+        assert pos.last[1].point is not None                  # kept for inspection
+
+
+def test_a_box_touches_the_border_at_either_edge_of_the_inclusive_box():
+    from sam2_ros.ros.positions import touches_border
+
+    w, h = sc.W, sc.H
+    assert not touches_border((1, 1, w - 2, h - 2), w, h)
+    for box in ((0, 5, 9, 9), (5, 0, 9, 9), (5, 5, w - 1, 9), (5, 5, 9, h - 1)):
+        assert touches_border(box, w, h), box
+    assert not touches_border((5, 5, w - 1, h - 1), 0, 0)     # size unknown: not judged
+    # the positions_node path: ObjectState's (x_offset, y_offset, width, height) box
+    from types import SimpleNamespace as NS
+
+    from sam2_ros.ros.positions_node import views
+
+    def state(x, y, bw, bh, size=(w, h)):
+        o = NS(object_id=1, score=2.0, area=bw * bh, centroid=NS(x=x + bw / 2, y=y + bh / 2),
+               box=NS(x_offset=x, y_offset=y, width=bw, height=bh))
+        return NS(objects=[o], width=size[0], height=size[1])
+    assert not views(state(1, 1, w - 2, h - 2))[1].clipped
+    assert views(state(1, 1, w - 1, 5))[1].clipped                  # x1 = w - 1
+    assert views(state(1, 1, 5, h - 1))[1].clipped                  # y1 = h - 1
+    assert views(state(1, 1, w - 1, 5), (0, 0))[1].box == (1, 1, w - 1, 5)
+    assert views(state(1, 1, w - 1, 5, (0, 0)), (w, h))[1].clipped  # camera_info's size
+    assert not views(state(1, 1, w - 1, 5, (0, 0)))[1].clipped      # no size at all
+
+
+def test_every_detection3d_has_a_result_and_a_size_for_rviz():
+    """RViz's vision_msgs plugin reads results[0] unchecked (an empty list crashed it) and a
+    zero bbox draws nothing: each Detection3D has results[0] (class_id the object id, score
+    the sigmoid of the less sure camera's logit, pose the point) and the left mask box's
+    extent at the point's depth (a nominal size where no box is known)."""
+    pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
+    from types import SimpleNamespace
+
+    from sam2_ros.ros.messages import sigmoid
+    from sam2_ros.ros.positions import (NOMINAL_SIZE, View, detections, result_views,
+                                        triangulate_objects)
+
+    calib, frames = shaft_scene()
+    left, right = result_views(frames[0]), result_views(frames[1])
+    left[3], right[3] = View((100.0, 60.0), 1.0), View((80.0, 60.0), 3.0)     # no box known
+    found = triangulate_objects(calib, left, right, True, allow_clipped=True)
+    header = SimpleNamespace(stamp=SimpleNamespace(sec=1, nanosec=0))
+    msg = detections(header, calib, found, left, right)
+    assert [d.id for d in msg.detections] == ['1', '2', '3']
+    for d in msg.detections:
+        assert len(d.results) >= 1 and d.results[0].hypothesis.class_id == d.id
+        assert 0 < d.results[0].hypothesis.score < 1
+        assert d.bbox.size.x > 0 and d.bbox.size.y > 0 and d.bbox.size.z > 0
+        c, p = d.bbox.center.position, d.results[0].pose.pose.position
+        assert (p.x, p.y, p.z) == (c.x, c.y, c.z)
+        assert d.results[0].pose.pose.orientation.w == 1
+    assert msg.detections[2].results[0].hypothesis.score == sigmoid(1.0)
+    size = msg.detections[2].bbox.size
+    assert (size.x, size.y, size.z) == (NOMINAL_SIZE,) * 3
+    x0, y0, x1, y1 = left[2].box          # the whole shaft: 12 x 5 mm, seen a little from below
+    d = msg.detections[1]
+    assert d.bbox.size.x == pytest.approx((x1 - x0 + 1) * d.bbox.center.position.z / sc.F)
+    assert d.bbox.size.x == pytest.approx(0.012, rel=0.1)
+    assert d.bbox.size.y == pytest.approx(0.005, rel=0.25)
+
+
 def test_the_tracker_nodes_positions_use_its_limits_parameters():
-    """Positions takes the node's positions_* bounds (NodeOptions.positions_limits)."""
+    """Positions takes the node's positions_* bounds (NodeOptions.positions_limits) and
+    positions_allow_clipped."""
     import dataclasses
     from types import SimpleNamespace
 
@@ -159,3 +285,25 @@ def test_the_tracker_nodes_positions_use_its_limits_parameters():
     opts = dataclasses.replace(NodeOptions(), positions_min_disparity_px=0.25)
     pos = Positions.create(SimpleNamespace(opts=opts), ['left'])
     assert pos.off == 'one camera' and pos.limits == stereo.Limits(min_disparity_px=0.25)
+    assert not pos.allow_clipped            # positions_allow_clipped, false by default
+    opts = dataclasses.replace(NodeOptions(), positions_allow_clipped=True)
+    assert Positions.create(SimpleNamespace(opts=opts), ['left']).allow_clipped
+
+
+def test_a_calibration_in_millimetres_is_logged_once_per_pair_built():
+    """A right P with Tx = -fx * 4.5 (a 4.5 mm endoscope baseline written in millimetres)
+    gives positions in millimetres: the node's log says so when the pair is built, once."""
+    from sam2_ros.ros.positions import PairCalibration
+
+    cal = sc.rectified_pair()
+    right = info(cal.right)
+    fx = right.p[0]
+    right.p[3] = -fx * 4.5
+    warned = []
+    pair = PairCalibration(rectified=True, warn=warned.append)
+    pair.on_camera_info(0)(info(cal.left))
+    pair.on_camera_info(1)(right)
+    assert pair.calibration() is not None and pair.calibration() is not None
+    assert len(warned) == 1 and 'millimetres' in warned[0]
+    pair.on_camera_info(1)(info(cal.right))          # metres again: nothing to say
+    assert pair.calibration() is not None and len(warned) == 1
