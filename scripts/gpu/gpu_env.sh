@@ -18,12 +18,29 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pycache}
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 # Triton's compiled kernels in the checkout (.cache/, ignored by git): a fresh machine compiles
-# the fused kernels once (a minute or more of a device command); the GPU scripts put them in
-# $OUT/triton_cache.tgz. Copied here to .cache/triton_cache.tgz and carried (7 MB, where the
-# unpacked 45 MB would not fit beside .whl), it is unpacked into an empty cache (Triton keys
-# each entry by source, options, GPU and version: a stale one is never used).
+# the fused kernels once (a minute or more of a device command; 300 s of GPU tests on
+# 2026-12-05). The GPU scripts hand the cache back (pack_triton_cache below): the whole of it
+# as $OUT/triton_cache.tar.xz where it fits a file that comes back (16 MiB), else only the
+# kernels this machine built, as $OUT/triton_cache_new.tar.xz. Copied here into .cache/ and
+# carried, every .cache/triton_cache*.t?z is unpacked into an empty cache (Triton keys each
+# entry by source, options, GPU and version: a stale one is never used).
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
 mkdir -p "$TRITON_CACHE_DIR"
-if [ -f .cache/triton_cache.tgz ] && [ -z "$(ls -A "$TRITON_CACHE_DIR")" ]; then
-  tar xzf .cache/triton_cache.tgz -C "$TRITON_CACHE_DIR" || echo "triton_cache.tgz unreadable"
+if [ -z "$(ls -A "$TRITON_CACHE_DIR")" ]; then
+  for a in .cache/triton_cache*.t?z .cache/triton_cache*.tar.xz; do
+    [ -f "$a" ] && { tar xf "$a" -C "$TRITON_CACHE_DIR" || echo "$a unreadable"; }
+  done
+  touch "$TRITON_CACHE_DIR.unpacked"      # what is newer was built on this machine
 fi
+pack_triton_cache() {   # Triton's cache for the next machine (see above)
+  [ -d "$TRITON_CACHE_DIR" ] || return 0
+  local whole="$OUT/triton_cache.tar.xz" new="$OUT/triton_cache_new.tar.xz" max=15000000
+  XZ_OPT=-6 tar cJf "$whole" -C "$TRITON_CACHE_DIR" . 2> /dev/null
+  (( $(stat -c %s "$whole" 2> /dev/null || echo $max) < max )) && return 0
+  rm -f "$whole"
+  [ -e "$TRITON_CACHE_DIR.unpacked" ] || return 0
+  ( cd "$TRITON_CACHE_DIR" && find . -type f -newer "$TRITON_CACHE_DIR.unpacked" -print0 |
+      XZ_OPT=-6 tar cJf "$new" --null -T - ) 2> /dev/null
+  (( $(stat -c %s "$new" 2> /dev/null || echo $max) < max )) || rm -f "$new"
+}
+export -f pack_triton_cache    # for the scripts run after sourcing this (bash children)

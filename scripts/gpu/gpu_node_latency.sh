@@ -291,9 +291,8 @@ else   # most wanted first: the runs that judge the targets, then the comparison
   run cams2_1gpu_3obj --objects 3 --transport shm --overlay --devices "$D0,$D0"
 fi
 tar czf "$OUT/node_latency.tgz" -C "$W" . && echo "wrote $OUT/node_latency.tgz"
-# Triton's cache, for the next machine (gpu_env.sh; a file comes back under 16 MiB)
-[ -d "${TRITON_CACHE_DIR:-}" ] && tar czf "$OUT/triton_cache.tgz" -C "$TRITON_CACHE_DIR" . &&
-  (( $(stat -c %s "$OUT/triton_cache.tgz") < 15000000 )) || rm -f "$OUT/triton_cache.tgz"
+# Triton's cache, for the next machine (gpu_env.sh's pack_triton_cache)
+type pack_triton_cache > /dev/null 2>&1 && pack_triton_cache
 # the table, last: one line per row of this run
 python3 - "$RESULTS" "$RUN" <<'EOF'
 import json, sys

@@ -14,9 +14,9 @@
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
-# `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache.tgz: copied to
-# .cache/triton_cache.tgz here and carried (carry [".whl", ".cache/triton_cache.tgz"]), the next
-# machine skips the kernels' compilation (gpu_env.sh unpacks it).
+# `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache*.tar.xz:
+# copied to .cache/ here and carried, the next machine skips the kernels' compilation
+# (gpu_env.sh unpacks every .cache/triton_cache*).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; export OUT
 T0=$(date +%s)
@@ -120,9 +120,8 @@ left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))
   test/gpu/test_multistream_gpu.py
 [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 [ -e out/gpu_fused_kernels.json ] && cp out/gpu_fused_kernels.json "$OUT/"
-# Triton's cache, for the next machine (gpu_env.sh; a file comes back under 16 MiB)
-[ -d "${TRITON_CACHE_DIR:-}" ] && tar czf "$OUT/triton_cache.tgz" -C "$TRITON_CACHE_DIR" . &&
-  (( $(stat -c %s "$OUT/triton_cache.tgz") < 15000000 )) || rm -f "$OUT/triton_cache.tgz"
+# Triton's cache, for the next machine (gpu_env.sh's pack_triton_cache)
+type pack_triton_cache > /dev/null 2>&1 && pack_triton_cache
 # the logs in one archive: a device command returns only a few files from $OUT
 ( cd "$OUT" && ls ./*.log > /dev/null 2>&1 && tar czf quick_logs.tgz ./*.log && rm -f ./*.log )
 echo "[gpu_quick] $(( $(date +%s) - T0 )) s (logs: \$OUT/quick_logs.tgz)"
