@@ -329,6 +329,7 @@ class TrackingWorker:
             return None
         times.decode1 = time.monotonic()
         stamp = item.stamp_ns
+        self.time.frame_source(str(getattr(item.header, 'frame_id', '')))
         why = self.time.frame_restarts(stamp)
         if why is not None:
             self.time_jumped(why, stamp)

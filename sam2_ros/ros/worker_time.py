@@ -14,13 +14,16 @@ this. Nothing here imports ROS.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Deque, List, Optional
+from typing import Callable, Deque, List, Optional, Set, Tuple
 
 from sam2_ros.ros import time_jump
 from sam2_ros.ros.hold import DETECTIONS, Held, StampHold
 from sam2_ros.ros.mailbox import PromptItem
 from sam2_ros.ros.time_line import ClockJump, TimeLine
 from sam2_ros.ros.worker_types import ErrorLog
+
+
+MAX_SOURCES_SAID = 8     # frame_id changes reported per worker (a driver renaming at random)
 
 
 class TimeKeeper:
@@ -39,6 +42,8 @@ class TimeKeeper:
         self._applied_old: Deque[Held] = collections.deque(maxlen=hold.capacity)
         # received after a /clock jump not applied yet: handled once it is, in arrival order
         self._after_jump: List[PromptItem] = []
+        self._frame_id: Optional[str] = None        # of the latest frame (frame_source)
+        self._sources_said: Set[Tuple[str, str]] = set()
 
     @property
     def waiting(self) -> int:
@@ -104,6 +109,20 @@ class TimeKeeper:
             self.errors.report(time_jump.image_step_reason(last, stamp_ns, line.reset_after_ns),
                                level='warn')
         return None
+
+    def frame_source(self, frame_id: str) -> None:
+        """Frames of one camera keep one ``frame_id``; two cameras publishing on one topic
+        (stamps alike or going back by design) are tracked as one video, wrongly: said once
+        per change seen (at most MAX_SOURCES_SAID), in the log and the next state's errors."""
+        last, self._frame_id = self._frame_id, frame_id
+        if last is None or frame_id == last or len(self._sources_said) >= MAX_SOURCES_SAID:
+            return
+        if (last, frame_id) not in self._sources_said:
+            self._sources_said.add((last, frame_id))
+            self.errors.report(f'the frames on this image topic changed frame_id from {last!r} '
+                               f'to {frame_id!r}: two cameras on one topic are tracked as one '
+                               f'video (give each camera its own topic: the cameras parameter)',
+                               level='warn')
 
     def note_old(self, held: Held) -> None:
         """A prompt older than the latest frame was applied to it."""

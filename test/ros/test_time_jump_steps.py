@@ -176,3 +176,27 @@ def test_a_reset_names_what_it_drops():
     dropped = [t for lvl, t in logs if lvl == 'warn' and 'were dropped' in t]
     assert dropped == [f'2 prompt(s) held for frames before the jump were dropped: prompt '
                        f'(stamp {stamp(5)} ns); detections (stamp {stamp(4)} ns)'], logs
+
+
+# ---------------------------------------------------------------------- one topic, two cameras
+def test_two_cameras_on_one_topic_are_named_once_per_change():
+    """Frames whose frame_id alternates (a stereo driver publishing both eyes on one topic,
+    stamps alike) are tracked as one video: the worker says so, once per change, in the log
+    and the next state's errors; one camera's frames say nothing."""
+    from sam2_ros.ros.mailbox import FrameItem
+    import time
+
+    w, tr, pub, logs = make_worker(every_frame=False)
+    for i in range(6):
+        fid = ('left', 'right')[i % 2]
+        w._on_frame(FrameItem(1, stamp(i // 2), SimpleNamespace(stamp=stamp(i // 2),
+                                                                frame_id=fid),
+                              time.monotonic()))
+    said = [e for e in errors_of(pub) if 'changed frame_id' in e]
+    assert len(said) == 2 and "'left' to 'right'" in said[0] and "'right' to 'left'" in said[1]
+    assert sum('changed frame_id' in t for _, t in logs) == 2
+    w, tr, pub, logs = make_worker(every_frame=False)
+    for i in range(4):
+        w._on_frame(FrameItem(1, stamp(i), SimpleNamespace(stamp=stamp(i), frame_id='left'),
+                              time.monotonic()))
+    assert not [e for e in errors_of(pub) if 'frame_id' in e]
