@@ -71,28 +71,30 @@ def distort(xy: np.ndarray, d: np.ndarray) -> np.ndarray:
     return xy * radial[..., None] + tangential
 
 
-def _distortion_terms(xy: np.ndarray, d: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """The radial factor [...] and tangential offset [..., 2] of the lens model at ``xy``."""
+def _radial(xy: np.ndarray, d: np.ndarray
+            ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The coefficients padded to the rational model's 8 [8], x, y, r2 and the radial
+    factor's numerator and denominator at ``xy`` (the parts the model and its Jacobian share)."""
     k = np.zeros(8)
     k[:d.size] = d
     x, y = xy[..., 0], xy[..., 1]
     r2 = x * x + y * y
-    radial = (1 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))) / \
-        (1 + r2 * (k[5] + r2 * (k[6] + r2 * k[7])))
+    return (k, x, y, r2, 1 + r2 * (k[0] + r2 * (k[1] + r2 * k[4])),
+            1 + r2 * (k[5] + r2 * (k[6] + r2 * k[7])))
+
+
+def _distortion_terms(xy: np.ndarray, d: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The radial factor [...] and tangential offset [..., 2] of the lens model at ``xy``."""
+    k, x, y, r2, num, den = _radial(xy, d)
     tangential = np.stack([2 * k[2] * x * y + k[3] * (r2 + 2 * x * x),
                            k[2] * (r2 + 2 * y * y) + 2 * k[3] * x * y], axis=-1)
-    return radial, tangential
+    return num / den, tangential
 
 
 def _distortion_jacobian(xy: np.ndarray, d: np.ndarray
                          ) -> Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]:
     """((dxd/dx, dxd/dy), (dyd/dx, dyd/dy)) of ``distort`` at ``xy`` [..., 2]."""
-    k = np.zeros(8)
-    k[:d.size] = d
-    x, y = xy[..., 0], xy[..., 1]
-    r2 = x * x + y * y
-    num = 1 + r2 * (k[0] + r2 * (k[1] + r2 * k[4]))
-    den = 1 + r2 * (k[5] + r2 * (k[6] + r2 * k[7]))
+    k, x, y, r2, num, den = _radial(xy, d)
     dnum, dden = k[0] + r2 * (2 * k[1] + 3 * r2 * k[4]), k[5] + r2 * (2 * k[6] + 3 * r2 * k[7])
     radial, dradial = num / den, (dnum * den - num * dden) / (den * den)    # d radial / d r2
     cross = 2 * x * y * dradial + 2 * k[2] * x + 2 * k[3] * y

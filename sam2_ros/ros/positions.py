@@ -120,14 +120,13 @@ class Positions:
     """The ``~/positions`` publisher and the pair's calibration (see the module docstring)."""
 
     def __init__(self, node: Any, pub: Any, off: Optional[str], rectified: bool,
-                 limits: Limits = Limits(), allow_clipped: bool = False) -> None:
+                 limits: Limits = Limits(), allow_clipped: bool = False,
+                 warn: Optional[Callable[[str], None]] = None) -> None:
         self.node, self.pub, self.off = node, pub, off
         self.rectified = rectified
         self.limits = limits
         self.allow_clipped = allow_clipped
-        logger = getattr(node, 'get_logger', None)     # None: a test's stand-in node
-        self.pair = PairCalibration(rectified,
-                                    warn=None if logger is None else logger().warning)
+        self.pair = PairCalibration(rectified, warn)
         self.last: Dict[int, Triangulation] = {}
         self.mismatch = ''          # camera_info of another size than the images ('' if not)
         self.valid = 0
@@ -135,23 +134,22 @@ class Positions:
 
     @classmethod
     def create(cls, node: Any, names: List[str]) -> 'Positions':
-        rectified = bool(node.opts.positions_rectified)
-        limits = node.opts.positions_limits
-        clipped = bool(node.opts.positions_allow_clipped)
+        # what every Positions of this node takes besides its publisher and why it is off
+        args = (bool(node.opts.positions_rectified), node.opts.positions_limits,
+                bool(node.opts.positions_allow_clipped), node.get_logger().warning)
         if len(names) < 2:
-            return cls(node, None, 'one camera', rectified, limits, clipped)
+            return cls(node, None, 'one camera', *args)
         try:
             from vision_msgs.msg import Detection3DArray
         except ImportError as exc:
-            return cls(node, None, f'no vision_msgs ({exc})', rectified, limits, clipped)
+            return cls(node, None, f'no vision_msgs ({exc})', *args)
         from sam2_ros.ros.publishers import OUTPUT_QOS
 
-        warning = rectified_mismatch(str(node.opts.camera_image), rectified)
+        warning = rectified_mismatch(str(node.opts.camera_image), args[0])
         if warning:
             node.get_logger().warning(warning)
         return cls(node, node.create_lifecycle_publisher(Detection3DArray, OUTPUT_TOPIC,
-                                                         OUTPUT_QOS), None, rectified, limits,
-                   clipped)
+                                                         OUTPUT_QOS), None, *args)
 
     def on_camera_info(self, camera: int) -> Callable[[Any], None]:
         return self.pair.on_camera_info(camera)

@@ -108,14 +108,21 @@ def test_boxes():
     assert tr.valid and 0.02 < err[2] < 0.05 and abs(err[0]) < 0.005
 
 
-def test_dlt_converging_cameras():
-    """Two cameras toed in towards each other (not a rectified pair): linear triangulation."""
+def converging_pair():
+    """Two cameras toed in towards each other, P = K [R | t] (``projection``): (P left,
+    P right, their Calibration)."""
     k = sc.intrinsics()
     pl = stereo.projection(k, sc.rotation(ry=0.1), [0, 0, 0])
     rr = sc.rotation(ry=-0.15)
     pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
-    cal = stereo.Calibration(stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
-                             stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
+    return pl, pr, stereo.Calibration(
+        stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
+        stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
+
+
+def test_dlt_converging_cameras():
+    """Two cameras toed in towards each other (not a rectified pair): linear triangulation."""
+    pl, pr, cal = converging_pair()
     assert not cal.is_rectified() and abs(cal.baseline - 0.2) < 1e-12
     sphere = sc.Sphere(np.array([0.1, 0.03, 1.0]), 0.05)
     tr = stereo.triangulate(cal, *centroids(sphere, sc.pinhole_view(pl), sc.pinhole_view(pr)))
@@ -135,18 +142,14 @@ def test_dlt_converging_cameras_from_raw_centroids():
     """P = K [R | t] as ``projection`` gives (cameras calibrated apart), R = I, D = 0: the raw
     centroids are the rectified ones, so the same point (P[:, :3] = K R turned each ray by
     the extrinsic R a second time: up to 113 mm off at 5 degrees of toe-in, yet valid)."""
-    k = sc.intrinsics()
-    pl = stereo.projection(k, sc.rotation(ry=0.1), [0, 0, 0])
-    rr = sc.rotation(ry=-0.15)
-    pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
-    cal = stereo.Calibration(stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
-                             stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
+    pl, pr, cal = converging_pair()
     for x in ([0.1, 0.03, 1.0], [-0.2, 0.1, 0.7], [0.3, -0.2, 1.5]):
         ul, ur = stereo.project(pl, np.array(x)), stereo.project(pr, np.array(x))
         rect = stereo.triangulate(cal, ul, ur)
         raw = stereo.triangulate(cal, ul, ur, rectified=False)
         assert np.allclose(raw.point, rect.point, atol=1e-9, rtol=0), raw.point - rect.point
         assert rect.valid and raw.valid and raw.method == 'dlt', raw
+    k = sc.intrinsics()
     assert np.allclose(cal.left.intrinsic, k, atol=1e-9) and \
         np.allclose(cal.right.intrinsic, k, atol=1e-9)
 

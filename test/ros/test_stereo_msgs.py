@@ -282,12 +282,18 @@ def test_the_tracker_nodes_positions_use_its_limits_parameters():
     from sam2_ros.ros.options import NodeOptions
     from sam2_ros.ros.positions import Positions
 
+    warned = []
+    log = SimpleNamespace(warning=warned.append)
+
+    def node(opts):
+        return SimpleNamespace(opts=opts, get_logger=lambda: log)
     opts = dataclasses.replace(NodeOptions(), positions_min_disparity_px=0.25)
-    pos = Positions.create(SimpleNamespace(opts=opts), ['left'])
+    pos = Positions.create(node(opts), ['left'])
     assert pos.off == 'one camera' and pos.limits == stereo.Limits(min_disparity_px=0.25)
     assert not pos.allow_clipped            # positions_allow_clipped, false by default
+    assert pos.pair.warn == warned.append   # the calibration's warnings go to the node's log
     opts = dataclasses.replace(NodeOptions(), positions_allow_clipped=True)
-    assert Positions.create(SimpleNamespace(opts=opts), ['left']).allow_clipped
+    assert Positions.create(node(opts), ['left']).allow_clipped
 
 
 def test_a_calibration_in_millimetres_is_logged_once_per_pair_built():

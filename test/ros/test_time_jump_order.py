@@ -172,21 +172,9 @@ def reactivated(w, tr, pub, logs, line):
     return TrackingWorker(tr, Mailbox(True, 4, 3), w.host, outputs(pub.append), time_line=line)
 
 
-def test_a_restart_while_inactive_is_seen_by_the_next_activation():
-    w, tr, pub, logs = make_worker()
-    line = TimeLine()
-    w.time.line = line
-    w._on_prompt(prompt(ADD, 1, 0))
-    for i in range(5):
-        w._on_frame(frame(1, stamp(i)))
-    w.stop(1.0)                                                 # deactivate: objects kept
-    w2 = reactivated(w, tr, pub, logs, line)
-    w2._on_frame(frame(2, stamp(0)))                            # the bag played again
-    assert tr.calls[-2:] == [('reset',), ('track', 2)] and tr.ids == set()
-    assert len(jump_logs(logs)) == 1
-
-
-def test_a_clock_jump_while_inactive_is_applied_at_activation():
+def tracked_then_deactivated():
+    """A worker that tracked object 1 on five frames, then stopped (deactivate: the objects
+    and the time line kept): (worker, tracker, published, logs, its time line)."""
     w, tr, pub, logs = make_worker()
     line = TimeLine()
     w.time.line = line
@@ -194,6 +182,19 @@ def test_a_clock_jump_while_inactive_is_applied_at_activation():
     for i in range(5):
         w._on_frame(frame(1, stamp(i)))
     w.stop(1.0)
+    return w, tr, pub, logs, line
+
+
+def test_a_restart_while_inactive_is_seen_by_the_next_activation():
+    w, tr, pub, logs, line = tracked_then_deactivated()
+    w2 = reactivated(w, tr, pub, logs, line)
+    w2._on_frame(frame(2, stamp(0)))                            # the bag played again
+    assert tr.calls[-2:] == [('reset',), ('track', 2)] and tr.ids == set()
+    assert len(jump_logs(logs)) == 1
+
+
+def test_a_clock_jump_while_inactive_is_applied_at_activation():
+    w, tr, pub, logs, line = tracked_then_deactivated()
     line.note_jump(stamp(0) - PROMPT_LEAD_NS, stamp(4) - stamp(0) + PROMPT_LEAD_NS)
     w2 = reactivated(w, tr, pub, logs, line)
     w2.mailbox.put_prompt(prompt(ADD, 1, stamp(0)))             # the new run's prompt
