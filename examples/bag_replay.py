@@ -24,8 +24,11 @@ area, box. A prompt that arrives just after its frame is applied to it and the f
 is published again with the object; only that last state per stamp is written, so the CSV of a
 replay is the same however the prompt and the frame interleave. Unlike ``replay.launch.py``,
 this player runs without ``--in-order`` (a prompt the middleware delivers late is applied to a
-later frame) and without flow control (a node slower than the bag holds the rest of it in
-memory). Playing the bag again into the same node works too: the node sees the stamps jump
+later frame). It runs with flow control: at most ``--max-ahead`` frames (default 32) go out
+that the node's ``~/state`` has not answered, so a node slower than the bag never holds the rest
+of it in memory; the player waits there, and stops (exit 3) if no state answers within
+``--progress-timeout`` s. ``--max-ahead 0`` plays at the recorded pace whatever the node does.
+Playing the bag again into the same node works too: the node sees the stamps jump
 back and resets (docs/ros.md).
 
 No bag, no checkpoint? ``--random-weights`` starts the node itself (CPU, random weights, every
@@ -63,9 +66,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help='start the node here (CPU, random weights)')
     ap.add_argument('--image-size', type=int, default=256, help='model size of that node')
     ap.add_argument('--frames', type=int, default=10, help='frames of the synthetic bag')
+    ap.add_argument('--max-ahead', type=int, default=32, metavar='N',
+                    help='frames out that no ~/state answered yet; 0: no flow control')
+    ap.add_argument('--progress-timeout', type=float, default=60.0,
+                    help='seconds without an answer before the replay stops (exit 3)')
     a = ap.parse_args(argv)
     if a.bag is None and not a.random_weights:
         ap.error('give a bag, or --random-weights to record and play a synthetic one')
+    if a.max_ahead < 0 or a.progress_timeout <= 0:
+        ap.error('--max-ahead must be >= 0 and --progress-timeout > 0')
     return a
 
 
@@ -153,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     from sam2_ros.msg import TrackingState
-    from sam2_ros.ros.replay import BagPlayer
+    from sam2_ros.ros.replay import BagPlayer, ReplayStalled
 
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     tmp = tempfile.TemporaryDirectory(prefix='sam2_bag_example_')
@@ -169,12 +178,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
-    player = BagPlayer(node, bag, rate=a.rate, clock=False)
+    # the player has a node of its own: flow control spins it while the player waits, and
+    # `node` is already spun by the thread above (a node belongs to one executor)
+    player_node = rclpy.create_node('bag_replay_example_player')
+    player = BagPlayer(player_node, bag, rate=a.rate, clock=False)
     try:
         why = player.wait_for_node(a.node, a.timeout)     # active on its topics of the bag
         if why:
             raise SystemExit(f'the node did not subscribe within {a.timeout:.0f} s: {why}')
-        seconds = player.play()
+        if a.max_ahead:
+            player.follow(player.state_topics(a.node) or [f'{a.node}/state'], a.max_ahead,
+                          a.progress_timeout)
+        try:
+            seconds = player.play()
+        except ReplayStalled as exc:
+            print(f'replay stopped: {exc}', file=sys.stderr, flush=True)
+            return 3
         end = time.monotonic() + a.timeout
         while not any(s.header.stamp.sec * 10**9 + s.header.stamp.nanosec == last
                       for s in list(states)):
@@ -186,12 +205,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             out.writerow(['stamp_ns', 'frame', 'object_id', 'state', 'area', 'x', 'y', 'w', 'h'])
             for s in last_per_stamp(states):
                 out.writerows(rows(s))
+        flow = (f'; flow control: at most {a.max_ahead} frames ahead, {player.held} waited '
+                f'for the node ({player.paused_s:.1f} s)') if a.max_ahead else ''
         print(f'played {sum(player.counts.values())} messages in {seconds:.1f} s; '
-              f'{len(states)} states -> {a.out}', flush=True)
+              f'{len(states)} states -> {a.out}{flow}', flush=True)
         return 0
     finally:
         player.close()
         executor.shutdown()
+        player_node.destroy_node()
         node.destroy_node()
         rclpy.shutdown()
         tmp.cleanup()

@@ -80,9 +80,11 @@ def test_live_camera_example_clicks_and_reads_state():
 @pytest.mark.slow
 def test_bag_replay_example_writes_a_row_per_frame(tmp_path):
     states = tmp_path / 'states.csv'
+    # --max-ahead 1: each frame waits for the state of the one before (flow control)
     out = run_example('bag_replay', '--random-weights', '--frames', '3', '--image-size', '64',
-                      '--out', str(states))
+                      '--out', str(states), '--max-ahead', '1')
     assert 'played 4 messages' in out, out               # 3 images + 1 prompt
+    assert 'flow control: at most 1 frames ahead' in out, out
     rows = list(csv.DictReader(states.open()))
     assert [(r['frame'], r['object_id']) for r in rows] == [('0', '1'), ('1', '1'), ('2', '1')]
 
