@@ -27,6 +27,12 @@ from launch.substitutions import LaunchConfiguration
 PACKAGE = 'sam2_ros'
 NODE_NAME = 'sam2_tracker'
 RVIZ_IMAGE = '/camera/image_raw'    # the camera topic config/sam2_ros.rviz shows
+RVIZ_CONFIG = 'sam2_ros.rviz'       # one camera's layout (share/sam2_ros/config)
+# stereo.launch.py's layout: the node /stereo/sam2_tracker (that launch file's default
+# namespace) with cameras left, right; remapped onto the launch's (stereo_rviz_remappings)
+STEREO_RVIZ_CONFIG = 'stereo.rviz'
+STEREO_RVIZ_NAMESPACE = 'stereo'
+STEREO_RVIZ_CAMERAS = ('left', 'right')
 # `ros2 launch` refuses empty values on the command line (`name:=`), so "Fast DDS defaults"
 # needs a word of its own; '' still works where launch files include each other.
 NO_PROFILE = ('', 'none', 'default')
@@ -171,9 +177,15 @@ def package_installed(name: str) -> bool:
         return False
 
 
-def rviz_actions(context: LaunchContext, use_sim_time: bool = False) -> List[Any]:
+def rviz_actions(context: LaunchContext, use_sim_time: bool = False,
+                 config: str = RVIZ_CONFIG,
+                 remappings: Optional[Sequence[Tuple[str, str]]] = None,
+                 arguments: Sequence[str] = ()) -> List[Any]:
     """RViz per the rviz argument. Call it before creating any other process: with rviz:=true
-    and no rviz2 it raises, so the launch stops before anything started.
+    and no rviz2 it raises, so the launch stops before anything started. ``config``: the
+    layout (a file of share/sam2_ros/config); ``remappings``: its topics onto this launch's
+    (None: :func:`rviz_remappings`, config/sam2_ros.rviz's); ``arguments``: more of rviz2's
+    (``-f FRAME``: the fixed frame).
 
     Why: a missing rviz2 used to fail the whole launch after the tracker had started, leaving
     it orphaned; 'auto' (the default) starts without RViz and says so.
@@ -189,10 +201,12 @@ def rviz_actions(context: LaunchContext, use_sim_time: bool = False) -> List[Any
                                'nothing was started. Use rviz:=auto or rviz:=false')
         return [LogInfo(msg='rviz2 is not installed: starting without RViz '
                             '(rviz:=false silences this)')]
+    if remappings is None:
+        remappings = rviz_remappings(context)
     return [Node(package='rviz2', executable='rviz2', name='rviz2', output='log',
-                 arguments=['-d', os.path.join(share_dir(), 'config', 'sam2_ros.rviz')],
+                 arguments=['-d', os.path.join(share_dir(), 'config', config)] + list(arguments),
                  parameters=[{'use_sim_time': use_sim_time}],
-                 remappings=rviz_remappings(context))]
+                 remappings=list(remappings))]
 
 
 def rviz_remappings(context: LaunchContext) -> List[Tuple[str, str]]:
@@ -207,6 +221,19 @@ def rviz_remappings(context: LaunchContext) -> List[Tuple[str, str]]:
     node = f'/{ns}/{NODE_NAME}' if ns else f'/{NODE_NAME}'
     pairs = [(RVIZ_IMAGE, image)] + [(f'/{NODE_NAME}/{t}', f'{node}/{t}')
                                       for t in ('mask', 'overlay')]
+    return [(a, b) for a, b in pairs if a != b]
+
+
+def stereo_rviz_remappings(namespace: str, cameras: Sequence[str]) -> List[Tuple[str, str]]:
+    """The topics of config/stereo.rviz (node /stereo/sam2_tracker, cameras left, right)
+    remapped to those of the node in ``namespace`` ('' for none) serving ``cameras``: the
+    first two cameras' overlays (the pair ~/positions triangulates) and ~/positions."""
+    ns = namespace.strip('/')
+    node = f'/{ns}/{NODE_NAME}' if ns else f'/{NODE_NAME}'
+    shown = f'/{STEREO_RVIZ_NAMESPACE}/{NODE_NAME}'
+    pairs = [(f'{shown}/{a}/overlay', f'{node}/{b}/overlay')
+             for a, b in zip(STEREO_RVIZ_CAMERAS, cameras)]
+    pairs.append((f'{shown}/positions', f'{node}/positions'))
     return [(a, b) for a, b in pairs if a != b]
 
 

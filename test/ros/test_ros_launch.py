@@ -22,7 +22,8 @@ LAUNCH = {
     'multi_camera.launch.py': COMMON | {'cameras', 'image_topics', 'devices', 'positions',
                                         'rectified'},
     'stereo.launch.py': COMMON | {'namespace', 'cameras', 'camera_image', 'pair_tolerance_ms',
-                                  'camera_period_ms', 'positions_rectified'},
+                                  'camera_period_ms', 'positions_rectified', 'rviz',
+                                  'rviz_frame'},
     'detector.launch.py': COMMON | {'image_topic', 'rviz', 'namespace', 'detections_topic',
                                     'objects_topic'},
 }
@@ -117,10 +118,10 @@ def _launch_setup(name, **args):
     """The command line of each process launch file ``name`` would start with ``args`` over
     its defaults (substitutions that need a running launch shown as '?')."""
     return [[''.join(getattr(s, 'text', '?') for s in part) for part in a.cmd]
-            for a in _launch_actions(name, **args) if hasattr(a, 'cmd')]
+            for a in launch_actions(name, **args) if hasattr(a, 'cmd')]
 
 
-def _launch_actions(name, **args):
+def launch_actions(name, **args):
     """The actions launch file ``name``'s OpaqueFunction returns for ``args`` over its
     defaults."""
     from launch import LaunchContext
@@ -189,7 +190,7 @@ def test_replay_launch_stops_when_the_player_fails(tmp_path, monkeypatch, player
 
     monkeypatch.setattr(launch_common, 'package_installed', lambda name: True)   # rosbag2
     (tmp_path / 'metadata.yaml').write_text('not read here\n')
-    actions = _launch_actions('replay.launch.py', bag=str(tmp_path), player=player)
+    actions = launch_actions('replay.launch.py', bag=str(tmp_path), player=player)
     handlers = [a for a in actions if isinstance(a, RegisterEventHandler)]
     assert len(handlers) == 1, actions
     handler = handlers[0].event_handler
@@ -250,7 +251,7 @@ def stereo_parameters(monkeypatch, **args):
     def node(context, namespace='', remappings=(), more=(), **fixed):
         given.append(launch_common.overrides(context, more, **fixed))
     monkeypatch.setattr(launch_common, 'tracker_node', node)
-    _launch_actions('stereo.launch.py', **args)
+    launch_actions('stereo.launch.py', **args)
     return given[0]
 
 
@@ -296,7 +297,7 @@ def test_multi_camera_positions_starts_the_positions_node_for_two_cameras():
     cameras are refused."""
     require_launch()
     def positions_nodes(**args):
-        return [a for a in _launch_actions('multi_camera.launch.py', **args)
+        return [a for a in launch_actions('multi_camera.launch.py', **args)
                 if getattr(a, 'node_executable', None) == 'positions_node']
     assert len(positions_nodes(cameras='left,right', positions='true')) == 1
     assert not positions_nodes(cameras='left,right')
@@ -361,5 +362,5 @@ def test_stereo_launch_takes_none_for_no_namespace(monkeypatch):
     monkeypatch.setattr(launch_common, 'tracker_node',
                         lambda context, namespace='', **kw: given.append(namespace))
     for value in ('none', '/', 'rig'):
-        _launch_actions('stereo.launch.py', namespace=value)
+        launch_actions('stereo.launch.py', namespace=value)
     assert given == ['', '', 'rig']
