@@ -2,9 +2,9 @@
 with torch ops, on the device of the frame: the ROS node renders its overlays on the GPU.
 
 Why: a 720p overlay is a dozen whole-image OpenCV passes on the host (color lookup, weighted
-sum, masked copies, erosion, dilation), about 4 ms of CPU per frame and per camera, beside
-the tracking worker, the receivers and the publishers of the same process; with two 60 Hz
-cameras it was 3.5 ms of the one-node p99 (docs/performance.md). On the GPU it is a few
+sum, masked copies, erosion, dilation), milliseconds of CPU per frame and per camera, beside
+the tracking worker, the receivers and the publishers of the same process, which with two
+60 Hz cameras showed in the one-node p99 (docs/performance.md). On the GPU it is a few
 small kernels and two copies. The pixels equal OpenCV's at the overlay's alpha (0.5: the
 weighted sum is exact in float32 and both round it half to even; at other alphas OpenCV's fused
 multiply-add rounds a few sums one level the other way); erosion and dilation are max pools

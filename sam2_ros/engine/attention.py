@@ -184,8 +184,8 @@ def kv_splits(batch: int, heads: int, lq: int, lk: int, max_splits: int = 16,
     query tiles together to fill the GPU's multiprocessors (one 1,024-query head fills 16 of
     132 on the H200), each chunk at least ``min_chunk`` keys; a power of two, dividing lk
     unless ``dividing`` is False (chunks of variable-length rows need not be equal). The cap
-    of 16 rather than 8 fills 128 programs for one object (``tools/probes/split_probe.py``:
-    the frame's FlashAttention kernels 0.40 against 0.44 ms, benchmarks/results)."""
+    of 16 rather than 8 fills 128 programs for one object (``tools/probes/split_probe.py``
+    compares the two; its rows are in benchmarks/results)."""
     tiles = batch * heads * -(-lq // 128)
     s = 1
     while s * 2 <= max_splits and tiles * s < 128 and (lk % (s * 2) == 0 or not dividing) \

@@ -5,9 +5,9 @@ objects that the cyclic garbage collector tracks. A full (generation-2) collecti
 them, on whichever thread happens to allocate when it is due, the tracking worker included:
 a frame late by a full walk of the heap.
 ``gc.freeze()`` moves every object alive at the end of configure into a permanent generation
-that collections skip: the same full collection then takes 0.01 ms. Objects made later (messages,
-results) are collected as before; cleanup unfreezes first, so a released tracker's reference
-cycles are still collected. Process-wide, so it lives in the node's process with an off switch
+that collections skip: the same full collection then walks almost nothing. Objects made
+later (messages, results) are collected as before; cleanup unfreezes first, so a released
+tracker's reference cycles are still collected. Process-wide, so it lives in the node's process with an off switch
 (the node parameter ``gc_freeze``), as ``malloc.py`` does for the allocator.
 
 ``PauseMonitor`` counts full collections and their longest pause for the node's diagnostics, and

@@ -2,9 +2,9 @@
 
 Why: an import on a live node (a library's lazy import on a first call, a first diagnostics
 tick, a first click) runs its module's code, and compiles it when no bytecode cache exists,
-holding the GIL for tens of milliseconds: every thread waits, frames in flight are late. A
-benchmark traced a one-off 40-80 ms wait of both cameras' frames to numpy importing
-``numpy.ma`` on the node's first diagnostics tick. The node imports what it needs at
+holding the GIL meanwhile: every thread waits, frames in flight are late. A benchmark traced
+a one-off wait of both cameras' frames to numpy importing ``numpy.ma`` on the node's first
+diagnostics tick (docs/performance.md, the stall tracer). The node imports what it needs at
 configure; this watch names what still slips through: :meth:`LateImports.arm` at activation,
 :meth:`LateImports.take` on each diagnostics tick (logged by name, and counted in the
 diagnostics' ``late_imports``).
