@@ -16,21 +16,10 @@ import torch
 import torch.nn.functional as F
 
 
-def masks_and_stats(logits: torch.Tensor, h: int, w: int,
-                    extra: torch.Tensor = None) -> Tuple[np.ndarray, np.ndarray]:
-    """logits [B, 1, s, s] -> masks [B, H, W] bool (host), stats [B, 7] float64 (host):
-    area, x0, y0, x1, y1, cx, cy (box and centroid are -1 where the mask is empty).
-    ``extra`` [B] is appended as an 8th column (fetched in the same device-to-host copy)."""
-    if logits.shape[0] == 0:
-        return np.zeros((0, h, w), bool), np.zeros((0, 7 if extra is None else 8))
-    m, stats = on_device(logits, h, w, extra)
-    return m.cpu().numpy(), stats.cpu().numpy()
-
-
 def host_results(logits: torch.Tensor, h: int, w: int, scores: torch.Tensor,
                  ids: List[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """logits [B, 1, s, s], scores [B], object ids [B] -> masks [B, H, W] bool, stats [B, 8]
-    float64 (``masks_and_stats`` with the scores as 8th column) and label [H, W] uint8, all on
+    float64 (area, x0, y0, x1, y1, cx, cy, score) and label [H, W] uint8, all on
     the host. The eager reference of the CUDA-graph runner's results."""
     if logits.shape[0] == 0:
         return np.zeros((0, h, w), bool), np.zeros((0, 8)), np.zeros((h, w), np.uint8)
@@ -47,7 +36,7 @@ def label_on_device(masks: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def on_device(logits: torch.Tensor, h: int, w: int,
               extra: torch.Tensor = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The device part of ``masks_and_stats`` (no host sync, so it can be captured):
+    """The device part of ``host_results`` (no host sync, so it can be captured):
     masks [B, H, W] bool and stats [B, 7 or 8] float64, both on the logits' device."""
     up = F.interpolate(logits.float(), size=(h, w), mode='bilinear', align_corners=False)
     m = up[:, 0] > 0                                                 # [B, H, W]
