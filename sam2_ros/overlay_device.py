@@ -14,7 +14,7 @@ The id labels are text, drawn on the host after the copy back (``overlay.put_lab
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Union
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ class DeviceOverlay:
         # on a GPU)
         self.pinned: Dict[str, torch.Tensor] = {}
 
-    def render(self, rgb, res: FrameResult) -> np.ndarray:
+    def render(self, rgb: Union[np.ndarray, torch.Tensor], res: FrameResult) -> np.ndarray:
         """rgb [H, W, 3] uint8 (numpy on the host, or a tensor on any device), the frame's
         results -> the overlay [H, W, 3] uint8 on the host (``overlay.render_overlay``'s)."""
         if not res.objects and not isinstance(rgb, torch.Tensor):

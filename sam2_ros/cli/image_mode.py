@@ -12,10 +12,15 @@ twice on one image would get two masks under one id: both are rejected before th
 from __future__ import annotations
 
 import sys
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from sam2_ros.cli import CliError, interrupts_deferred
 from sam2_ros.cli import prompts_file as pf
+
+if TYPE_CHECKING:
+    from sam2_ros.cli.outputs import Outputs
+    from sam2_ros.cli.sources import FrameSource
+    from sam2_ros.engine.image import ImageSegmenter
 
 
 def check_events(events: List[pf.PromptEvent], prompts: str) -> None:
@@ -32,8 +37,9 @@ def check_events(events: List[pf.PromptEvent], prompts: str) -> None:
         seen.add((ev.frame, ev.object_id))
 
 
-def process(segmenter, source, by_frame: Dict[int, List[pf.PromptEvent]], outputs,
-            stats: dict, max_frames: Optional[int], progress: bool) -> None:
+def process(segmenter: ImageSegmenter, source: FrameSource,
+            by_frame: Dict[int, List[pf.PromptEvent]], outputs: Outputs, stats: dict,
+            max_frames: Optional[int], progress: bool) -> None:
     """Segment every image with its events and write its outputs; fills ``stats`` as
     ``track_offline.process`` does."""
     from tqdm import tqdm

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import List, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
 import cv2
 import numpy as np
 
 from sam2_ros.cli import CliError
+
+if TYPE_CHECKING:
+    from sam2_ros.engine.types import FrameResult
 
 MASK_NAME = re.compile(r'^\d{6,}\.png$')   # 000000.png ..., 7 digits past frame 999999
 OUTPUT_FILES = ('overlay.mp4', 'states.jsonl', 'summary.json')
@@ -69,7 +72,7 @@ class Outputs:
                                f'overlay video')
         self.states = open(os.path.join(out, 'states.jsonl'), 'w', encoding='utf-8')
 
-    def write(self, k: int, rgb: np.ndarray, res, record: dict) -> None:
+    def write(self, k: int, rgb: np.ndarray, res: FrameResult, record: dict) -> None:
         """One frame's mask, overlay frame and states line, all or (on an I/O error) a
         CliError; a Ctrl-C in between is raised after them (``interrupts_deferred``)."""
         path = os.path.join(self.out, 'masks', f'{k:06d}.png')

@@ -3,10 +3,13 @@ tracking and image modes."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
+
+if TYPE_CHECKING:
+    from sam2_ros.engine.types import ObjectResult
 
 
-def object_record(o) -> dict:
+def object_record(o: ObjectResult) -> dict:
     """One ObjectResult as JSON-ready plain types (states.jsonl)."""
     return {'object_id': int(o.obj_id), 'state': o.state, 'score': round(float(o.score), 4),
             'box': None if o.box is None else [int(v) for v in o.box], 'area': int(o.area),

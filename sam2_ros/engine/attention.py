@@ -22,12 +22,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from sam2.modeling.position_encoding import apply_rotary_enc
 from sam2.modeling.sam.transformer import RoPEAttention
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+# (out [B, S, Lq, H, D], lse [B, S, Lq, H], full [B, S], dtype) -> [B, Lq, H, D]
+VarlenMerge = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
+# (out [B, H*S, Lq, D], lse [B, H*S, >= Lq], H, S, dtype) -> [B, H, Lq, D]
+SplitMerge = Callable[[torch.Tensor, torch.Tensor, int, int, torch.dtype], torch.Tensor]
+
 
 def token_mask(feat_valid: torch.Tensor, ptr_valid: torch.Tensor, hw: int,
                ptr_tokens: int) -> torch.Tensor:
@@ -49,7 +58,7 @@ class KeyPacking:
         self._packed = None
         self._chunks = {}                           # splits -> chunk_bounds of the keys
 
-    def packed(self, lq: int):
+    def packed(self, lq: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(order [B*Lk], cu_q [B+1], cu_k [B+1]): packed key i is key order[i]; row r's
         queries are [cu_q[r], cu_q[r+1]), its keys [cu_k[r], cu_k[r+1])."""
         if self._packed is None:
@@ -63,7 +72,7 @@ class KeyPacking:
             self._packed = order, cu_q, cu_k
         return self._packed
 
-    def chunks(self, lq: int, splits: int):
+    def chunks(self, lq: int, splits: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(cu [B*S+1], lengths [B, S], full [B, S]: lengths > 0) of the packed keys in
         ``splits`` chunks (``chunk_bounds``), once for all layers."""
         if splits not in self._chunks:
@@ -101,7 +110,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           keys: KeyPacking, splits: int, merge=None) -> torch.Tensor:
+                           keys: KeyPacking, splits: int,
+                           merge: Optional[VarlenMerge] = None) -> torch.Tensor:
     """``varlen_attention`` with each row's valid keys cut into ``splits`` chunks that are
     attended in parallel, as sequences of their own, and merged by their log-sum-exp: the same
     softmax over the same keys (only the summation order differs). Why: a correction, and the
@@ -143,7 +153,7 @@ def varlen_split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return merged.to(q.dtype).transpose(1, 2)
 
 
-def chunk_bounds(cu_k: torch.Tensor, splits: int):
+def chunk_bounds(cu_k: torch.Tensor, splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """cu_k [B+1] int32 (row r's keys [cu_k[r], cu_k[r+1])) -> (cu [B*S+1] int32: sequence
     r*S + j is chunk j of row r, of ceil(n_r / S) keys or fewer, lengths [B, S])."""
     start = cu_k[:-1].long()
@@ -195,7 +205,7 @@ def kv_splits(batch: int, heads: int, lq: int, lk: int, max_splits: int = 16,
 
 
 def split_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    splits: int, merge=None) -> torch.Tensor:
+                    splits: int, merge: Optional[SplitMerge] = None) -> torch.Tensor:
     """Split-KV attention: ``splits`` chunks of the keys attended in parallel, as extra heads
     of one kernel call, merged by their log-sum-exp. The same softmax over the same keys as
     one call (only the summation order differs), for calls whose few heads and queries leave
@@ -272,7 +282,7 @@ def _swapped(layers, name: str, attend) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def masked_memory(model, valid: torch.Tensor, split: bool = False) -> Iterator[None]:
+def masked_memory(model: SAM2Base, valid: torch.Tensor, split: bool = False) -> Iterator[None]:
     """Within the block, every memory-attention layer of ``model`` attends only to the memory
     tokens where valid [B, Lk] is True; split: in key chunks (``varlen_split_attention``)
     where ``kv_splits`` finds the call too small for the GPU (CUDA half precision)."""
@@ -298,7 +308,7 @@ def _split_attend(q, k, v, merge=None):
 
 
 @contextlib.contextmanager
-def split_kv(model) -> Iterator[None]:
+def split_kv(model: SAM2Base) -> Iterator[None]:
     """Within the block, the memory attention's self- and cross-attention calls run split-KV
     (``split_attention``) wherever ``kv_splits`` finds the call too small for the GPU."""
     layers = model.memory_attention.layers

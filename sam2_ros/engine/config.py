@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from sam2_ros.knobs import knob
 
@@ -336,7 +336,7 @@ class TrackerConfig:
         """use_cuda_graphs as it takes effect: graphs exist on CUDA devices only."""
         return bool(self.use_cuda_graphs) and str(self.device).startswith('cuda')
 
-    def replace(self, **changes) -> 'TrackerConfig':
+    def replace(self, **changes: Any) -> 'TrackerConfig':
         return dataclasses.replace(self, **changes)
 
 

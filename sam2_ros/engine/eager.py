@@ -17,7 +17,7 @@ The eager runner is the reference path and the off switch of the graph path
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -26,11 +26,14 @@ from sam2_ros.engine import encoder, frame_in, masks_out, step, streams
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank, Selection
 
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
 
 class EagerRunner:
     """Runs ``step`` functions directly, one object at a time (as sam2 does)."""
 
-    def __init__(self, model, cfg: TrackerConfig):
+    def __init__(self, model: SAM2Base, cfg: TrackerConfig):
         self.model = model
         self.cfg = cfg
         self.last_merge: Optional[str] = None     # one object at a time: no buckets merged

@@ -8,9 +8,12 @@ of level l.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
 import torch
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 
 @dataclass
@@ -22,7 +25,7 @@ class Features:
     feat_sizes: List[Tuple[int, int]]  # (h_l, w_l) per level
 
 
-def encode_image(model, image: torch.Tensor) -> Features:
+def encode_image(model: SAM2Base, image: torch.Tensor) -> Features:
     """image: [1, 3, S, S] normalized float. Runs Hiera + FPN (+ the SAM decoder's high-res
     projections, as ``forward_image`` does)."""
     backbone_out = model.forward_image(image)

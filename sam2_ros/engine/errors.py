@@ -1,6 +1,10 @@
 """Exceptions the tracker core raises for bad input. All are ValueError subclasses so a
 caller (the ROS node) can report them and keep running; nothing else is corrupted."""
 
+from __future__ import annotations
+
+from typing import Any, Callable
+
 
 class TrackerError(ValueError):
     """Base of every input error raised by the tracker core."""
@@ -47,14 +51,15 @@ def failure_site(exc: BaseException) -> str:
 
 
 # What a camera whose step failed is told (``MultiStreamTracker``): its frame number in the text
-def step_failed(exc: BaseException):
+# (the argument is the camera's ``stream.Stream``, not named here: stream.py imports this module)
+def step_failed(exc: BaseException) -> Callable[[Any], str]:
     """A failed track call: no memory was written for the frame."""
     return lambda stream: (f'frame {stream.frame} failed: {exc!r}; no memory was written for it '
                            f'(steps read memories by frame number, so the gap is skipped), '
                            f'tracking continues with the next frame')
 
 
-def read_failed(exc: BaseException):
+def read_failed(exc: BaseException) -> Callable[[Any], str]:
     """A frame tracked (its memory written) whose results could not be read back."""
     return lambda stream: (f'frame {stream.frame} was tracked (its memory written) but its '
                            f'results could not be read back: {exc!r}; tracking continues with '

@@ -20,7 +20,7 @@ sam2's rule, read from that kernel and ``fill_holes_in_mask_scores``:
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,8 @@ def filler(model: torch.nn.Module) -> Callable[[torch.Tensor, int], torch.Tensor
     return getattr(model, FILLER, fill_holes)
 
 
-def hole_tables(batch: int, h: int, w: int, device) -> Tuple[torch.Tensor, ...]:
+def hole_tables(batch: int, h: int, w: int,
+                device: Union[str, torch.device]) -> Tuple[torch.Tensor, ...]:
     """The constants of ``fill_holes`` for [B, 1, H, W] logits: (negated flat pixel indices
     [1, 1, H, W] float32,) (``batch``: the key the graphs' constants store them under)."""
     return (torch.arange(0, -h * w, -1, device=device, dtype=torch.float32).view(1, 1, h, w),)

@@ -31,7 +31,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -40,11 +40,16 @@ import torch.nn.functional as F
 from sam2_ros.engine import encoder, frame_in, image_prompts, masks_out
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.errors import PromptError, StepError
-from sam2_ros.engine.image_prompts import PromptBatch
+from sam2_ros.engine.image_prompts import PromptArray, PromptBatch
 from sam2_ros.engine.image_types import ImageFeatures, Prediction, cat_predictions
 from sam2_ros.engine.model import autocast, build_model, precast
 from sam2_ros.engine.prompts import check_obj_id
 from sam2_ros.engine.types import OCCLUDED, TRACKING, FrameResult, ObjectResult, Prompt
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+    from sam2_ros.engine.cuda.image_graphs import ImageGraphs
 
 log = logging.getLogger(__name__)
 # output pixels upsampled at once (masks and their stats, about 5 bytes each on the device)
@@ -96,7 +101,7 @@ def _constants(device: torch.device):
     return _CONSTANTS[device]
 
 
-def encode(model, image: torch.Tensor) -> ImageFeatures:
+def encode(model: SAM2Base, image: torch.Tensor) -> ImageFeatures:
     """image [1, 3, S, S] normalized -> the features ``set_image`` keeps."""
     f = encoder.encode_image(model, image)
     feats = list(f.vision_feats)                                        # [HW_l, 1, C_l]
@@ -106,7 +111,8 @@ def encode(model, image: torch.Tensor) -> ImageFeatures:
     return ImageFeatures(maps[-1], maps[:-1])
 
 
-def decode(model, feats: ImageFeatures, batch: PromptBatch, multimask: bool) -> Prediction:
+def decode(model: SAM2Base, feats: ImageFeatures, batch: PromptBatch,
+           multimask: bool) -> Prediction:
     """Prompt encoder + mask decoder for the N prompts of ``batch``, as ``_predict``.
     ``_predict`` fails on several mask inputs without points (it repeats the image only for
     points, and the decoder wants one image per prompt): those run one by one here, so each
@@ -131,7 +137,7 @@ class ImageSegmenter:
 
     Not thread safe; one image at a time (``set_image`` replaces the features)."""
 
-    def __init__(self, cfg: TrackerConfig, model=None,
+    def __init__(self, cfg: TrackerConfig, model: Optional[SAM2Base] = None,
                  on_fallback: Optional[Callable[[str], None]] = None):
         """Args:
             cfg: the tracker's configuration (model, device, precision, graphs).
@@ -161,7 +167,9 @@ class ImageSegmenter:
         self._encode(frame, frame_in.frame_size(frame))
 
     @torch.inference_mode()
-    def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
+    def predict(self, point_coords: Optional[PromptArray] = None,
+                point_labels: Optional[PromptArray] = None, box: Optional[PromptArray] = None,
+                mask_input: Optional[PromptArray] = None,
                 multimask_output: bool = True) -> Prediction:
         """The decoder on the set image, with ``SAM2ImagePredictor.predict``'s arguments in
         source pixels (point_coords [N, P, 2], point_labels [N, P], box [N, 4], mask_input
@@ -295,7 +303,8 @@ def frame_result(res: ImageResult, prompts: Sequence[Prompt]) -> FrameResult:
     return out
 
 
-def make_graphs(model, cfg: TrackerConfig, on_fallback: Callable[[str], None]):
+def make_graphs(model: SAM2Base, cfg: TrackerConfig,
+                on_fallback: Callable[[str], None]) -> Optional[ImageGraphs]:
     """The image graphs when enabled and on CUDA, else None (eager; the graph module is
     imported only then)."""
     if not (cfg.use_cuda_graphs and cfg.image_graphs and torch.device(cfg.device).type == 'cuda'):

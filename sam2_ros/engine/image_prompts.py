@@ -14,11 +14,12 @@ Every prompt is validated (``prompts.py``) before anything runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import ArrayLike
 
 from sam2_ros.engine.errors import PromptError
 from sam2_ros.engine.prompts import prompt_mask, prompt_points
@@ -29,6 +30,8 @@ MASK_SCALE, MASK_BIAS = 20.0, -10.0
 # Prompts of one image: each is a mask at source resolution on the host, so more would be
 # memory, not segmentation (sam2's predictor sets no bound; an unbounded request is a DoS).
 MAX_PROMPTS = 256
+# A prompt argument of ``from_arrays``: a tensor (any device) or anything ``np.asarray`` takes
+PromptArray = Union[torch.Tensor, ArrayLike]
 
 
 @dataclass
@@ -106,8 +109,9 @@ def group(prompts: Sequence[Prompt], h: int, w: int, size: int,
     return out
 
 
-def from_arrays(point_coords, point_labels, box, mask_input, h: int, w: int, size: int,
-                device: torch.device) -> PromptBatch:
+def from_arrays(point_coords: Optional[PromptArray], point_labels: Optional[PromptArray],
+                box: Optional[PromptArray], mask_input: Optional[PromptArray], h: int, w: int,
+                size: int, device: torch.device) -> PromptBatch:
     """``SAM2ImagePredictor.predict``'s arguments (source pixels) -> one batch.
 
     point_coords [N, P, 2] or [P, 2], point_labels [N, P] or [P], box [N, 4], [4] or

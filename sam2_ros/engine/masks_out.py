@@ -9,7 +9,7 @@ there too, since on the host it costs one full-image pass per object.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -75,7 +75,8 @@ def stats_of(m: torch.Tensor, extra: torch.Tensor = None) -> torch.Tensor:
     return stats
 
 
-def unpack(stats_row: np.ndarray):
+def unpack(stats_row: np.ndarray) -> Tuple[int, Optional[Tuple[int, int, int, int]],
+                                           Optional[Tuple[float, float]]]:
     """(area, box or None, centroid or None) from one stats row."""
     area = int(stats_row[0])
     if area == 0:

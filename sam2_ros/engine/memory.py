@@ -55,7 +55,8 @@ def index_sizes(n_s: int, n_p: int, batch: int) -> List[int]:
             batch, batch]
 
 
-def static_index(n_s: int, n_p: int, batch: int, device) -> Tuple[torch.Tensor, dict]:
+def static_index(n_s: int, n_p: int, batch: int,
+                 device: torch.device) -> Tuple[torch.Tensor, dict]:
     """A graph's index block ([sum(index_sizes)] int64, set as during capture: distances 1,
     every slot valid) and its views as ``Memory`` fields (tpos_idx, ptr_dist, feat_valid,
     ptr_valid: [n, B]; stream_of, slot_of: [B])."""

@@ -11,12 +11,18 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Dict, List
+from typing import TYPE_CHECKING, ContextManager, Dict, List, Optional, TypeVar
 
 import torch
 
 from sam2_ros.engine.config import MODEL_CONFIGS, TrackerConfig
 from sam2_ros.engine.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+# ``precast`` returns the kind of module it is given (a whole model or one of its modules)
+ModuleT = TypeVar('ModuleT', bound=torch.nn.Module)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +41,7 @@ _RANDOM_BANNER = """
 ################################################################################"""
 
 
-def build_model(cfg: TrackerConfig):
+def build_model(cfg: TrackerConfig) -> SAM2Base:
     """Return the SAM 2 model (eval mode, on cfg.device) for cfg; raise CheckpointError for a
     missing, unreadable or mismatched checkpoint."""
     cfg.validate()
@@ -95,7 +101,7 @@ def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
     return state
 
 
-def load_state(model, state: Dict[str, torch.Tensor], cfg: TrackerConfig) -> None:
+def load_state(model: SAM2Base, state: Dict[str, torch.Tensor], cfg: TrackerConfig) -> None:
     """Load ``state`` strictly, or raise CheckpointError naming what does not match."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
@@ -143,7 +149,7 @@ COMPILED_MODULES = ('image_encoder', 'memory_attention', 'memory_encoder', 'sam_
                     'sam_prompt_encoder')
 
 
-def compiled_copy(model, mode):
+def compiled_copy(model: SAM2Base, mode: Optional[str]) -> SAM2Base:
     """A shallow copy of ``model`` whose heavy modules are ``torch.compile``d with ``mode``
     (shapes static: one compile per captured shape), sharing every weight; ``model`` itself
     when mode is None. The graph runner captures the copy, its eager fallback keeps the
@@ -167,7 +173,7 @@ def compiled_copy(model, mode):
 _MATMUL_MODULES = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
 
 
-def precast(model, copy: bool = True, dtype: torch.dtype = torch.bfloat16):
+def precast(model: ModuleT, copy: bool = True, dtype: torch.dtype = torch.bfloat16) -> ModuleT:
     """``model`` with its Linear and Conv weights and biases stored in ``dtype``: a copy that
     shares every other tensor with ``model`` (left unchanged), or with copy=False ``model``
     itself, cast in place (no transient second set of weights).
@@ -218,7 +224,7 @@ def module_copy(model: torch.nn.Module) -> torch.nn.Module:
     return visit(model)
 
 
-def autocast(cfg: TrackerConfig):
+def autocast(cfg: TrackerConfig) -> ContextManager[None]:
     """bf16 autocast as the official predictor is run; a no-op for fp32."""
     if cfg.precision != 'bf16':
         return contextlib.nullcontext()

@@ -19,7 +19,7 @@ import collections
 import dataclasses
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -37,6 +37,9 @@ from sam2_ros.engine.stream_handle import StreamHandle
 from sam2_ros.engine.types import FrameResult, Prompt, StreamsResult
 from sam2_ros.engine.warm_up import warm_up
 
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
 log = logging.getLogger(__name__)
 
 
@@ -48,7 +51,7 @@ class MultiStreamTracker:
     camera. Not thread safe: call it from one thread.
     """
 
-    def __init__(self, cfg: TrackerConfig, cameras: int = 1, model=None):
+    def __init__(self, cfg: TrackerConfig, cameras: int = 1, model: Optional[SAM2Base] = None):
         """Build (or take) the model, preallocate the bank for every camera, warm up.
 
         Args:

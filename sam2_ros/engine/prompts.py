@@ -18,7 +18,7 @@ from sam2_ros.engine.types import Prompt
 MAX_POINTS = 64
 
 
-def check_obj_id(obj_id) -> int:
+def check_obj_id(obj_id: object) -> int:
     if isinstance(obj_id, bool) or not isinstance(obj_id, (int, np.integer)):
         raise PromptError(f'object id must be an integer 1..255, got {obj_id!r}')
     if not 1 <= int(obj_id) <= 255:

@@ -8,16 +8,24 @@ nothing of the trackers.
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import TYPE_CHECKING, Callable, List, Union
 
 import torch
 
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.eager import EagerRunner
 
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
-def make_runner(model, cfg: TrackerConfig, on_fallback: Callable[[str], None],
-                cameras: int = 1):
+    from sam2_ros.engine.cuda.runner import GraphRunner
+
+# What ``make_runner`` returns (the graph runner named as a string: imported only when picked)
+Runner = Union[EagerRunner, 'GraphRunner']
+
+
+def make_runner(model: SAM2Base, cfg: TrackerConfig, on_fallback: Callable[[str], None],
+                cameras: int = 1) -> Runner:
     """The graph runner (for ``cameras`` streams) when enabled and on CUDA, else the eager
     runner (the graph module is imported only then, so a CPU tracker never loads it)."""
     if cfg.use_cuda_graphs and torch.device(cfg.device).type == 'cuda':

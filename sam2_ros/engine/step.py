@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Tuple
 
 import torch
 from sam2.modeling.sam2_utils import get_1d_sine_pe
@@ -28,6 +28,11 @@ from sam2.modeling.sam2_utils import get_1d_sine_pe
 from sam2_ros.engine import attention, glue, streams
 from sam2_ros.engine.encoder import Features, high_res_features
 from sam2_ros.engine.holes import fill_holes, filler
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+    from sam2_ros.engine.cuda.kernels.constants import StepConstants
 
 
 @dataclass
@@ -78,7 +83,7 @@ class StepOut:
     pix_feat: Optional[torch.Tensor] = None
 
 
-def constants_of(model):
+def constants_of(model: SAM2Base) -> Optional[StepConstants]:
     """The frame-independent values ``model`` holds precomputed (``StepConstants`` of the
     graphs' model copy with the fused 'constants' group, ``cuda/kernels/constants.py``), or
     None: computed here on every call, as sam2 does."""
@@ -92,12 +97,25 @@ def constants_of(model):
 POINTER_POS = 'sam2_ros_pointer_pos'
 
 
-def pointer_pos_of(model):
+class PointerPosEncoder(Protocol):
+    """What a model copy carries as ``POINTER_POS`` (``cuda/kernels/pointer_pos.PointerPos``,
+    which imports this module, so it is described here rather than imported)."""
+
+    def dtype(self, model: SAM2Base, dist: torch.Tensor) -> Optional[torch.dtype]:
+        ...
+
+    def __call__(self, model: SAM2Base, dist: torch.Tensor, t_diff_max: float,
+                 out: torch.Tensor, dtype: torch.dtype) -> None:
+        ...
+
+
+def pointer_pos_of(model: SAM2Base) -> Optional[PointerPosEncoder]:
     """``model``'s ``POINTER_POS``, or None: sam2's ops (sine encoding, projection, copy)."""
     return getattr(model, POINTER_POS, None)
 
 
-def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bool = False):
+def memory_tokens(model: SAM2Base, mem: Memory, maskmem_pos: torch.Tensor,
+                  batch_major: bool = False) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """Assemble the memory sequence the memory attention reads, in sam2's order.
 
     maskmem_pos: [1, Cm, h, w] spatial positional encoding of memories (a constant).
@@ -162,7 +180,7 @@ def memory_tokens(model, mem: Memory, maskmem_pos: torch.Tensor, batch_major: bo
     return memory, memory_pos, n_ptr
 
 
-def condition_on_memory(model, features: Features, mem: Optional[Memory],
+def condition_on_memory(model: SAM2Base, features: Features, mem: Optional[Memory],
                         maskmem_pos: Optional[torch.Tensor],
                         batch_major: bool = False, split_padded: bool = False) -> torch.Tensor:
     """Fuse the current frame with memory; mem=None marks an initial conditioning frame.
@@ -200,7 +218,7 @@ def condition_on_memory(model, features: Features, mem: Optional[Memory],
     return fused.permute(1, 2, 0).reshape(batch, hidden, h, w)
 
 
-def track_step(model, features: Features, mem: Optional[Memory],
+def track_step(model: SAM2Base, features: Features, mem: Optional[Memory],
                maskmem_pos: Optional[torch.Tensor],
                points: Optional[dict] = None,
                prev_logits: Optional[torch.Tensor] = None,
@@ -239,7 +257,7 @@ def track_step(model, features: Features, mem: Optional[Memory],
                           init=mem is None)
 
 
-def prompted_heads(model, features: Features, pix_feat: torch.Tensor,
+def prompted_heads(model: SAM2Base, features: Features, pix_feat: torch.Tensor,
                    points: Optional[dict], prev_logits: Optional[torch.Tensor],
                    fill_hole_area: int = 0, init: bool = False) -> StepOut:
     """A prompted step after memory attention: SAM heads on pix_feat [B, C, h, w] with the
@@ -259,7 +277,7 @@ def prompted_heads(model, features: Features, pix_feat: torch.Tensor,
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
 
-def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
+def tracking_heads(model: SAM2Base, pix_feat: torch.Tensor, features: Features,
                    fill_hole_area: int = 0) -> StepOut:
     """A tracking frame after memory attention: SAM heads on pix_feat [B, C, h, w] (no
     prompt), hole filling, memory encoder (from the decoder's unfilled high-res mask, as
@@ -284,7 +302,7 @@ def tracking_heads(model, pix_feat: torch.Tensor, features: Features,
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
 
-def mask_step(model, features: Features, mask: torch.Tensor,
+def mask_step(model: SAM2Base, features: Features, mask: torch.Tensor,
               fill_hole_area: int = 0) -> StepOut:
     """A mask prompt [B, 1, S, S] in {0, 1}: sam2 uses it as the output directly
     (use_mask_input_as_output_without_sam) and derives the object pointer from it; holes of
@@ -299,7 +317,7 @@ def mask_step(model, features: Features, mask: torch.Tensor,
     return StepOut(low_res, obj_ptr, score, mem_feats)
 
 
-def encode_memory(model, features: Features, low_res: Optional[torch.Tensor],
+def encode_memory(model: SAM2Base, features: Features, low_res: Optional[torch.Tensor],
                   high_res: torch.Tensor, score: torch.Tensor,
                   from_points: bool) -> torch.Tensor:
     """New spatial memory [B, Cm, h, w] bf16.
@@ -319,7 +337,7 @@ def encode_memory(model, features: Features, low_res: Optional[torch.Tensor],
     return feats.to(torch.bfloat16)
 
 
-def maskmem_pos_enc(model, features: Features) -> torch.Tensor:
+def maskmem_pos_enc(model: SAM2Base, features: Features) -> torch.Tensor:
     """The spatial positional encoding of memories [1, Cm, h, w]: constant per resolution,
     computed once by running the memory encoder's position encoding."""
     h, w = features.feat_sizes[-1]

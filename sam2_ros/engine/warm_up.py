@@ -7,7 +7,7 @@ captured over the bank. Imports no ROS.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
 
 import torch
 
@@ -16,8 +16,14 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.model import autocast
 
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
-def warm_up(model, cfg: TrackerConfig, runner, slots: int) -> Tuple[torch.Tensor, MemoryBank]:
+    from sam2_ros.engine.runners import Runner
+
+
+def warm_up(model: SAM2Base, cfg: TrackerConfig, runner: Runner,
+            slots: int) -> Tuple[torch.Tensor, MemoryBank]:
     """Run one frame and a prompt through the model, allocate the bank of ``slots`` object
     slots, let the runner prepare (capture) over it. Returns the memories' positional encoding
     [1, Cm, h, w] and the bank."""

@@ -293,7 +293,8 @@ def shutdown_on_failure(process: Any, what: str) -> Any:
     return RegisterEventHandler(OnProcessExit(target_action=process, on_exit=on_exit))
 
 
-def tracker_node(context: LaunchContext, namespace: str = '', remappings=(),
+def tracker_node(context: LaunchContext, namespace: str = '',
+                 remappings: Sequence[Tuple[str, str]] = (),
                  more: Sequence[Override] = (), **fixed: Any) -> Any:
     """The sam2_tracker node: params_file, then the given override arguments (OVERRIDES and
     ``more``), then ``fixed``."""

@@ -16,9 +16,12 @@ import socket
 import sys
 import threading
 import time
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from sam2_ros.ros.frame_ring import READY, Record, RingWriter
+
+if TYPE_CHECKING:
+    from rclpy.qos import QoSProfile
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -36,7 +39,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def qos(args: argparse.Namespace):
+def qos(args: argparse.Namespace) -> QoSProfile:
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     rel = (ReliabilityPolicy.RELIABLE if args.reliability == 'reliable'

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import ContextManager, Deque, Dict, Iterator, List, Optional, Tuple
@@ -48,7 +49,7 @@ class Stall:
         return '\n'.join(lines)
 
 
-def stack_key(frame, depth: int = DEPTH) -> str:
+def stack_key(frame: types.FrameType, depth: int = DEPTH) -> str:
     """A frame's innermost ``depth`` entries as one line, innermost first."""
     entries = traceback.extract_stack(frame, limit=depth)
     return ' < '.join(f'{e.filename.rsplit("/", 1)[-1]}:{e.lineno} {e.name}'

@@ -18,9 +18,12 @@ from the configuration and the bank's capacity alone (nothing here touches a ten
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from sam2_ros.engine.config import TrackerConfig
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 
 @dataclass(frozen=True, order=True)
@@ -111,7 +114,7 @@ class MemoryCounts:
     max_ptrs: int           # sam2's max_obj_ptrs_in_encoder
 
     @classmethod
-    def of(cls, model) -> MemoryCounts:
+    def of(cls, model: SAM2Base) -> MemoryCounts:
         return cls(model.num_maskmem, model.max_obj_ptrs_in_encoder)
 
     def steady(self, n_cond: int) -> Tuple[int, int]:

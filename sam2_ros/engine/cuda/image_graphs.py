@@ -23,7 +23,7 @@ what a caller holds.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -117,7 +117,8 @@ class ImageGraphs:
         return Prediction(o.low_res_logits[:n].clone(), o.iou[:n].clone(),
                           o.object_score[:n].clone())
 
-    def capture(self, fn, inputs, warm_up: bool = True) -> CapturedGraph:
+    def capture(self, fn: Callable[[Any], Any], inputs: Any,
+                warm_up: bool = True) -> CapturedGraph:
         """Warm up (unless told not to) and capture ``fn(inputs)`` into a graph of the shared
         pool (the caller's autocast and inference mode apply to both)."""
         return self.capturer.capture(fn, inputs, warm_up)

@@ -27,7 +27,7 @@ graph), so one graph per kind serves every camera.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional
 
 import torch
 
@@ -39,6 +39,9 @@ from sam2_ros.engine.cuda.buckets import (CorrectionKey, InitPromptKey, MaskProm
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.step_graphs import static_memory
 from sam2_ros.engine.memory import MemoryBank, Selection
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 
 @dataclass
@@ -56,8 +59,8 @@ class PromptGraphs:
     """Prompt graphs over one bank, on the encoder graph's features ``feats``, keyed by
     ``buckets.PromptKey``; ``on_fallback(reason)`` hears of prompts no graph fits."""
 
-    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model, bank: MemoryBank,
-                 maskmem_pos: torch.Tensor, feats: encoder.Features,
+    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model: SAM2Base,
+                 bank: MemoryBank, maskmem_pos: torch.Tensor, feats: encoder.Features,
                  on_fallback: Callable[[str], None]):
         self.capturer, self.cfg, self.model, self.bank = capturer, cfg, model, bank
         self.maskmem_pos, self.feats, self.on_fallback = maskmem_pos, feats, on_fallback

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -34,6 +34,9 @@ from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import MemoryCounts, StepBucket, StepKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.memory import MemoryBank, Selection, static_index
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 log = logging.getLogger(__name__)
 AUTO_MARGIN = 0.05      # steady_attention='auto' leaves sam2's call only this much slower
@@ -66,8 +69,8 @@ class StepGraphs:
     not sam2's call ('flash': the padded graph, 'split': split-KV). ``feats`` hold one frame
     per camera, [HW_l, cameras, C_l]."""
 
-    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model, bank: MemoryBank,
-                 maskmem_pos: torch.Tensor, feats: encoder.Features,
+    def __init__(self, capturer: Capturer, cfg: TrackerConfig, model: SAM2Base,
+                 bank: MemoryBank, maskmem_pos: torch.Tensor, feats: encoder.Features,
                  store: Optional[precompiled.Store]):
         self.capturer, self.cfg, self.model, self.bank = capturer, cfg, model, bank
         self.maskmem_pos, self.feats, self.store = maskmem_pos, feats, store

@@ -27,12 +27,17 @@ The shared tensors are read-only: nothing sam2 or the engine runs writes into th
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple, TypeVar
 
 import torch
 
 from sam2_ros.engine import holes
 from sam2_ros.engine.cuda.kernels.swap import with_children
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+T = TypeVar('T')
 
 
 def call_state(device: torch.device) -> tuple:
@@ -53,7 +58,7 @@ class Store:
     def __init__(self):
         self.values: Dict[tuple, object] = {}
 
-    def get(self, key: tuple, make: Callable[[], object]):
+    def get(self, key: tuple, make: Callable[[], T]) -> T:
         if key in self.values:
             return self.values[key]
         with torch.no_grad():
@@ -160,13 +165,13 @@ class StepConstants(torch.nn.Module):
         # id(maskmem_pos) -> (maskmem_pos, [num_maskmem, HW, Cm] table)
         self.spatial: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def no_points(self, model, batch: int, device: torch.device) -> Optional[dict]:
+    def no_points(self, model: SAM2Base, batch: int, device: torch.device) -> Optional[dict]:
         """The point input of a frame without prompts that the model's prompt encoder embeds
         from its store; None (sam2 builds it) when that is sam2's prompt encoder."""
         fn = getattr(model.sam_prompt_encoder, 'no_points', None)
         return None if fn is None else fn(batch, device)
 
-    def spatial_table(self, model, maskmem_pos: torch.Tensor) -> torch.Tensor:
+    def spatial_table(self, model: SAM2Base, maskmem_pos: torch.Tensor) -> torch.Tensor:
         """[num_maskmem, HW, Cm]: maskmem_pos [1, Cm, h, w] + each row of maskmem_tpos_enc."""
         held = self.spatial.get(id(maskmem_pos))
         if held is None or held[0] is not maskmem_pos:
@@ -178,7 +183,7 @@ class StepConstants(torch.nn.Module):
             held = self.spatial[id(maskmem_pos)] = (maskmem_pos, table)
         return held[1]
 
-    def spatial_pos(self, model, maskmem_pos: torch.Tensor,
+    def spatial_pos(self, model: SAM2Base, maskmem_pos: torch.Tensor,
                     tpos_idx: torch.Tensor) -> torch.Tensor:
         """maskmem_pos [1, Cm, h, w] (+) maskmem_tpos_enc[tpos_idx] -> [n_s, HW, B, Cm] (a
         view): one gather from the table of the num_maskmem sums, not a gather and an add."""

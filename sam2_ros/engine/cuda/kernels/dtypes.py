@@ -7,7 +7,7 @@ anything else in the dtype autocast gives it, otherwise in the dtype of plain ty
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,8 @@ def norm_output(x: torch.Tensor, natural: torch.dtype) -> torch.dtype:
     return natural
 
 
-def weight_and_bias(linear: torch.nn.Linear, dtype: torch.dtype):
+def weight_and_bias(linear: torch.nn.Linear,
+                    dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     """(weight, bias) of ``linear`` in ``dtype``: the parameters themselves when they have it
     (precast weights), else a cast copy, as autocast would make."""
     w, b = linear.weight, linear.bias

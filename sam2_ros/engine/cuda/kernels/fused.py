@@ -60,7 +60,7 @@ Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
 from __future__ import annotations
 
 import logging
-from typing import Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -73,7 +73,8 @@ log = logging.getLogger(__name__)
 _SAID = set()          # reasons already logged (once per process)
 
 
-def enabled_groups(cfg: TrackerConfig, device=None) -> Tuple[str, ...]:
+def enabled_groups(cfg: TrackerConfig,
+                   device: Optional[Union[str, torch.device]] = None) -> Tuple[str, ...]:
     """The groups ``cfg.fused_kernels`` turns on that can run on ``device`` (default
     cfg.device): none on the CPU (no graphs there) or with compile_mode (inductor fuses those
     modules and folds their constants itself); without triton only TRITON_FREE_GROUPS."""

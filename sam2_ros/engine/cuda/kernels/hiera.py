@@ -22,7 +22,7 @@ the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from sam2.modeling.backbones.hieradet import do_pool
@@ -32,7 +32,7 @@ from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
 
 
-def partition_rows(h: int, w: int, ws: int, device) -> torch.Tensor:
+def partition_rows(h: int, w: int, ws: int, device: Union[str, torch.device]) -> torch.Tensor:
     """[nWh*nWw*ws*ws] int32: the source row (h*W + w) of each row of sam2's window partition
     of an [H, W] grid, -1 for padding."""
     hp, wp = -(-h // ws) * ws, -(-w // ws) * ws
@@ -43,7 +43,8 @@ def partition_rows(h: int, w: int, ws: int, device) -> torch.Tensor:
     return src.reshape(-1).to(torch.int32)
 
 
-def unpartition_rows(h: int, w: int, ws: int, device) -> torch.Tensor:
+def unpartition_rows(h: int, w: int, ws: int,
+                     device: Union[str, torch.device]) -> torch.Tensor:
     """[H*W] int32: the row of sam2's window partition that holds grid row (h, w)."""
     nww = -(-w // ws)
     hh = torch.arange(h, device=device).view(h, 1)

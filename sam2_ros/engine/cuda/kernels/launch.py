@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 import torch
+
+if TYPE_CHECKING:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ class Kernel:
         self.interpreted = None
         functools.update_wrapper(self, fn)
 
-    def variant(self, on_cpu: bool):
+    def variant(self, on_cpu: bool) -> Union[InterpretedFunction, JITFunction]:
         if on_cpu:
             if self.interpreted is None:
                 from triton.runtime.interpreter import InterpretedFunction
@@ -64,7 +68,7 @@ _INTERPRETED = {}
 
 
 @contextlib.contextmanager
-def library_interpreted():
+def library_interpreted() -> Iterator[None]:
     """Within the block, Triton's own jit'd library functions (``tl.sum``, ``tl.max``, ...),
     built as compiled functions when ``triton`` was imported without ``TRITON_INTERPRET``,
     run through the interpreter when an interpreted kernel calls them."""

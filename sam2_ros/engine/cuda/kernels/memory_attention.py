@@ -49,7 +49,8 @@ class FusedMemoryAttentionLayer(torch.nn.Module):
     def forward(self, a: torch.Tensor, b: Optional[torch.Tensor], b_scale: Optional[float],
                 kin: torch.Tensor, vin: torch.Tensor, query_pos: torch.Tensor,
                 num_k_exclude_rope: int,
-                kv: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
+                kv: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Input residual a + b_scale * b ([B, L, C]); returns (residual, MLP output).
         kv: this layer's cross-attention keys and values, already projected."""
         ly = self.inner

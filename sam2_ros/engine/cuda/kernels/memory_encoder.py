@@ -100,7 +100,7 @@ class FusedMemoryEncoder(torch.nn.Module):
         enc = inner.mask_downsampler.encoder
         self.stages = [(enc[i], enc[i + 1]) for i in range(0, len(enc) - 1, 3)]
 
-    def compute_dtype(self, masks: torch.Tensor):
+    def compute_dtype(self, masks: torch.Tensor) -> Optional[torch.dtype]:
         """The dtype sam2's convolutions compute in for this call, or None (sam2's module)."""
         first = self.stages[0][0].weight
         dtype = autocast_dtype(masks.device) or torch.promote_types(masks.dtype, first.dtype)

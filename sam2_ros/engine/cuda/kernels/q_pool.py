@@ -11,7 +11,7 @@ and output projection are sam2's modules and call as in its ``forward``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +47,7 @@ def _q_pool_kernel(x_ptr, x_sb, x_sr, y_ptr, W, H2, W2, C,
              cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
 
 
-def max_pool_rows(q: torch.Tensor, h: int, w: int, stride) -> torch.Tensor:
+def max_pool_rows(q: torch.Tensor, h: int, w: int, stride: Tuple[int, int]) -> torch.Tensor:
     """q [B, H*W, C] (channels contiguous, any row stride) -> [B, H'*W', C] contiguous: the
     max over each stride[0] x stride[1] block (H' = H // stride[0], W' = W // stride[1], as
     ``nn.MaxPool2d(stride, stride, ceil_mode=False)``)."""

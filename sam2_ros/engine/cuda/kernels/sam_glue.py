@@ -63,7 +63,7 @@ def heads_fit(model: torch.nn.Module, backbone_features: torch.Tensor) -> bool:
             and backbone_features.dtype in _FLOATS)
 
 
-def token_rows(tokens: torch.Tensor):
+def token_rows(tokens: torch.Tensor) -> Tuple[torch.Tensor, int]:
     """tokens [B, T, C] (the decoder's, a view of its [B, T_all, C] output) -> (rows [R, C]
     holding token (b, t) at row b * rs + t, rs): a view of every token from the first to the
     last where the layout allows (a copy otherwise)."""
