@@ -23,6 +23,12 @@ Two methods:
 P's units: metres for ROS (Tx = -fx * baseline in metres); ``Calibration.warnings`` says
 when the baseline is above ``MAX_BASELINE`` (1, a calibration in millimetres?).
 
+Both checks are epipolar: a centroid off the other's epipolar line by e px is e rows off in a
+row-aligned pair, and reprojects about e / 2 px from both centroids in the DLT. They refuse
+two centroids that are not of one point, such as one id given to two objects; two objects on
+one epipolar line pass them, and only the depth range (``min_depth``, ``max_depth``: the
+point's z in the left camera's frame, P's units) can refuse those.
+
 What a mask centroid measures: the centroid of an object's silhouette, not the image of any
 particular 3D point. For a convex object the two centroid rays pass near its centre, so the
 triangulated point lies near the centre of the object (for a sphere, at its centre up to a
@@ -42,13 +48,16 @@ on the lens model; a centroid that the ray found does not map back onto within
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from sam2_ros.lens import distort, undistort
+# Camera, projection and the lens model are read here too (stereo.Camera, stereo.undistort)
+from sam2_ros.lens import distort, undistort  # noqa: F401
+from sam2_ros.stereo_camera import DISTORTION_MODELS, Camera, projection, rq  # noqa: F401
 
 # Reasons an estimate is invalid (Triangulation.reason); '' when valid.
 NOT_VISIBLE_LEFT = 'not visible in the left image'
@@ -56,106 +65,20 @@ NOT_VISIBLE_RIGHT = 'not visible in the right image'
 NOT_FINITE = 'centroid not finite'
 SMALL_DISPARITY = 'disparity below min_disparity_px'
 NEGATIVE_DISPARITY = ('negative disparity: the right centroid is on the wrong side (left and '
-                      'right images swapped, or a Tx of the wrong sign?)')
-ROW_ERROR = 'row (epipolar) error above max_row_error_px'
+                      'right images swapped, a Tx of the wrong sign, or one id on two objects?)')
+# the same object in both images gives two centroids of one point: these say it was not
+PAIRING = 'the centroids are not of one point (one id on two objects?)'
+ROW_ERROR = f'row (epipolar) error above max_row_error_px: {PAIRING}'
 BEHIND = 'behind a camera'
-REPROJECTION = 'reprojection error above max_reprojection_px'
+REPROJECTION = f'reprojection error above max_reprojection_px: {PAIRING}'
+TOO_NEAR = 'depth below min_depth (one id on two objects?)'
+TOO_FAR = 'depth above max_depth (one id on two objects?)'
 AT_INFINITY = 'rays parallel (point at infinity)'
 NOT_UNDISTORTED = ('undistortion did not converge: no single ray of the lens model (K, D) '
                    'images onto the raw centroid (at or past the fold of its periphery?)')
 METHODS = ('auto', 'rectified', 'dlt')
-DISTORTION_MODELS = ('plumb_bob', 'rational_polynomial')
 UNDISTORT_TOL_PX = 0.01     # the ray found, distorted again: farther from the raw pixel, invalid
 MAX_BASELINE = 1.0          # P's units: above, Calibration.warnings (millimetres for metres?)
-
-
-@dataclass(frozen=True)
-class Camera:
-    """One camera as ``sensor_msgs/CameraInfo`` describes it (arrays, not the message).
-
-    K [3, 3] intrinsics of the raw image; D distortion coefficients (``distortion_model``
-    plumb_bob: k1 k2 p1 p2 k3; rational_polynomial: k1 k2 p1 p2 k3 k4 k5 k6; empty or
-    all zero: none); R [3, 3] rotation from the camera frame into the rectified frame;
-    P [3, 4] projection of the rectified image; width, height in pixels; frame_id of the
-    camera's optical frame.
-    """
-
-    K: np.ndarray
-    P: np.ndarray
-    R: np.ndarray = field(default_factory=lambda: np.eye(3))
-    width: int = 0
-    height: int = 0
-    frame_id: str = ''
-    D: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    distortion_model: str = 'plumb_bob'
-
-    def __post_init__(self) -> None:
-        for name, shape in (('K', (3, 3)), ('P', (3, 4)), ('R', (3, 3))):
-            value = np.asarray(getattr(self, name), np.float64)
-            if value.size != shape[0] * shape[1]:
-                raise ValueError(f'{name} must have {shape[0]}x{shape[1]} values, '
-                                 f'got {value.size}')
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f'{name} has NaN or inf values')
-            object.__setattr__(self, name, value.reshape(shape))
-        d = np.asarray(self.D, np.float64).ravel()
-        if not np.all(np.isfinite(d)):
-            raise ValueError('D has NaN or inf values')
-        object.__setattr__(self, 'D', d)
-        if self.K[2, 2] == 0 or self.P[2, 2] == 0 or self.P[0, 0] == 0 or self.P[1, 1] == 0:
-            raise ValueError('K or P is zero: the camera is not calibrated')
-        for name, m in (('K', self.K), ('P[:, :3]', self.P[:, :3])):
-            if abs(np.linalg.det(m)) <= 1e-12 * np.abs(m).max() ** 3:
-                raise ValueError(f'{name} is singular: the camera is not calibrated')
-        if not np.allclose(self.R @ self.R.T, np.eye(3), atol=1e-6) or \
-                np.linalg.det(self.R) < 0:
-            raise ValueError('R is not a rotation matrix')
-        if int(self.width) < 0 or int(self.height) < 0:
-            raise ValueError(f'width and height must be >= 0, got {self.width}x{self.height}')
-        if np.any(d != 0):
-            if self.distortion_model not in DISTORTION_MODELS:
-                raise ValueError(f'distortion_model {self.distortion_model!r} is not supported '
-                                 f'(supported: {DISTORTION_MODELS}); track the rectified '
-                                 f'images instead')
-            if d.size > (5 if self.distortion_model == 'plumb_bob' else 8):
-                raise ValueError(f'{d.size} coefficients for {self.distortion_model}')
-
-    @functools.cached_property
-    def intrinsic(self) -> np.ndarray:
-        """K' [3, 3], the upper-triangular factor of P[:, :3] = K' Q, which projects rays of
-        the camera's rectified frame: P[:, :3] itself for CameraInfo's P = K' [I | t]; K for
-        P = K [R | t] (``projection``), where P[:, :3] = K R would turn a ray that R (the
-        camera's rectification rotation) already turned a second time."""
-        m = self.P[:, :3]
-        if m[1, 0] == 0 and m[2, 0] == 0 and m[2, 1] == 0:
-            return m                  # already triangular: exactly as given, no rounding
-        return _rq(m)[0]
-
-    def rectify(self, uv: Sequence[float]) -> np.ndarray:
-        """A pixel of the raw image -> the same ray's pixel in the rectified image [2]
-        (undistort with K, D; rotate with R; project with ``intrinsic``, as ROS'
-        image_geometry ``rectifyPoint``); NaN where ``undistort`` is. Not checked:
-        ``unrectify`` of the result is ``uv`` only where the undistortion converged."""
-        x = np.linalg.solve(self.K, np.array([uv[0], uv[1], 1.0]))
-        xy = undistort(x[:2] / x[2], self.D)
-        p = self.intrinsic @ (self.R @ np.array([xy[0], xy[1], 1.0]))
-        return p[:2] / p[2]
-
-    def unrectify(self, uv: Sequence[float]) -> np.ndarray:
-        """A pixel of the rectified image -> the raw image's pixel of the same ray [2] (the
-        lens model forward: what ``rectify`` inverts)."""
-        ray = self.R.T @ np.linalg.solve(self.intrinsic, np.array([uv[0], uv[1], 1.0]))
-        xy = distort(ray[:2] / ray[2], self.D)
-        p = self.K @ np.array([xy[0], xy[1], 1.0])
-        return p[:2] / p[2]
-
-
-def projection(K: np.ndarray, R: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """P = K [R | t] [3, 4] of a camera whose frame is x_cam = R x + t in the reference frame
-    (for two cameras calibrated apart, with their extrinsics from tf; the camera's own R
-    stays the identity: ``Camera.intrinsic`` takes K out of such a P for raw centroids)."""
-    return np.asarray(K, np.float64) @ np.hstack([np.asarray(R, np.float64),
-                                                  np.asarray(t, np.float64).reshape(3, 1)])
 
 
 @dataclass(frozen=True)
@@ -189,7 +112,7 @@ class Calibration:
         the left centre for a rectified pair's P (o = 0 unless its Tx is not, e.g. cameras
         given right first). Once per calibration, not per point."""
         p = self.left.P
-        k, q = _rq(p[:, :3])
+        k, q = rq(p[:, :3])
         return q, np.linalg.solve(k, p[:, 3])
 
     @property
@@ -223,17 +146,28 @@ LIMIT_DOCS = {
                         "a valid 3D position only when the object's two centroids lie at most "
                         'this many rectified rows apart',
     'max_reprojection_px': 'a pair that is not row-aligned (DLT) gives a valid 3D position only '
-                           'when it reprojects within this many pixels of both centroids',
+                           'when it reprojects within this many pixels of both centroids (a '
+                           'centroid e px off the epipolar line reprojects about e/2 px off)',
+    'min_depth': "a 3D position nearer than this (its z in the left camera's frame, in "
+                 "camera_info P's units: metres) is invalid, as one id on two objects can "
+                 'give; 0: only a point behind a camera (negative disparity) is refused',
+    'max_depth': 'a 3D position farther than this (z, metres) is invalid, as one id on two '
+                 'objects can give; 0: no bound (min_disparity_px bounds a row-aligned pair '
+                 'at fx * baseline / min_disparity_px)',
 }
 
 
 @dataclass(frozen=True)
 class Limits:
-    """When an estimate counts as valid (pixels of the rectified images; ``LIMIT_DOCS``)."""
+    """When an estimate counts as valid (pixels of the rectified images, depths in P's units;
+    ``LIMIT_DOCS``)."""
 
     min_disparity_px: float = 1.0      # smaller: too far to tell (and zero: infinity)
     max_row_error_px: float = 4.0      # rectified rows of one object's two centroids
     max_reprojection_px: float = 4.0   # DLT: the point reprojected against the centroids
+    # the scene's depth range: a property of the scene, not of the camera, so off by default
+    min_depth: float = 0.0             # z in the left camera's frame; 0: in front is enough
+    max_depth: float = 0.0             # 0: no bound
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.min_disparity_px) or self.min_disparity_px < 0:
@@ -245,6 +179,13 @@ class Limits:
             value = getattr(self, name)
             if not np.isfinite(value) or value <= 0:
                 raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+        for name in ('min_depth', 'max_depth'):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
+        if 0 < self.max_depth <= self.min_depth:    # every position would be refused
+            raise ValueError(f'max_depth must be 0 (no bound) or above min_depth '
+                             f'({self.min_depth!r}), got {self.max_depth!r}')
 
 
 @dataclass(frozen=True)
@@ -307,8 +248,21 @@ def triangulate(calib: Calibration, left: Optional[Sequence[float]],
             if not np.linalg.norm(cam.unrectify(rect) - uv) <= UNDISTORT_TOL_PX:   # NaN too
                 return Triangulation(False, NOT_UNDISTORTED, method, fid)
     if method == 'rectified':
-        return _from_disparity(calib, ul, ur, limits)
-    return _from_dlt(calib, ul, ur, limits)
+        return in_depth_range(_from_disparity(calib, ul, ur, limits), limits)
+    return in_depth_range(_from_dlt(calib, ul, ur, limits), limits)
+
+
+def in_depth_range(t: Triangulation, limits: Limits) -> Triangulation:
+    """``t``, invalid (``TOO_NEAR``, ``TOO_FAR``) where its point's z in the left camera's frame
+    is outside ``limits``' depth range; an invalid one as it is (its first reason stays)."""
+    if not t.valid:
+        return t
+    z = float(t.point[2])
+    if z < limits.min_depth:
+        return dataclasses.replace(t, valid=False, reason=TOO_NEAR)
+    if limits.max_depth > 0 and z > limits.max_depth:
+        return dataclasses.replace(t, valid=False, reason=TOO_FAR)
+    return t
 
 
 def _from_disparity(calib: Calibration, ul: np.ndarray, ur: np.ndarray,
@@ -361,15 +315,6 @@ def in_left(calib: Calibration, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     q, o = calib.left_rect
     rect = q @ x + o
     return calib.left.R.T @ rect, rect
-
-
-def _rq(m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """m [3, 3] = K Q: K upper triangular with a positive diagonal, Q orthonormal."""
-    flip = np.eye(3)[::-1]
-    q, r = np.linalg.qr((flip @ m).T)
-    k, q = flip @ r.T @ flip, flip @ q.T
-    s = np.diag(np.sign(np.diag(k)))
-    return k @ s, s @ q
 
 
 def depth(P: np.ndarray, point: np.ndarray) -> float:

@@ -138,6 +138,49 @@ def render(shape, view: View) -> np.ndarray:
     return shape.hit(view.origin, view.directions())
 
 
+def centroids(shape, left: View, right: View):
+    """The mask centroids (x, y) of ``shape`` rendered in both views (None: not seen)."""
+    return (stereo.mask_centroid(render(shape, left)),
+            stereo.mask_centroid(render(shape, right)))
+
+
+QUANT_PX = 0.1      # disparity (px) a mask centroid's quantisation by the pixel grid may cost
+
+
+def quantisation(cal: stereo.Calibration, depth: float) -> float:
+    """The depth error (m) of QUANT_PX of disparity at ``depth``."""
+    fb = cal.left.P[0, 0] * cal.baseline
+    return depth ** 2 / fb * QUANT_PX
+
+
+def model_point(cal: stereo.Calibration, sphere: Sphere, method: str = 'auto') -> np.ndarray:
+    """The point triangulated from the exact silhouette centroids of ``sphere``."""
+    return stereo.triangulate(cal, sphere_silhouette_centroid(cal.left.P, sphere),
+                              sphere_silhouette_centroid(cal.right.P, sphere),
+                              method=method).point
+
+
+def converging_pair():
+    """Two cameras toed in towards each other, P = K [R | t] (``projection``): (P left,
+    P right, their Calibration)."""
+    k = intrinsics()
+    pl = stereo.projection(k, rotation(ry=0.1), [0, 0, 0])
+    rr = rotation(ry=-0.15)
+    pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
+    return pl, pr, stereo.Calibration(
+        stereo.Camera(k, pl, width=W, height=H, frame_id='a'),
+        stereo.Camera(k, pr, width=W, height=H, frame_id='b'))
+
+
+def raw_pair(d: np.ndarray) -> stereo.Calibration:
+    """A rectified pair's P with raw images of lens ``d`` (R = I), 1920x1080, f = 1000, 4.5 mm
+    apart (an endoscope, in metres)."""
+    k = np.array([[1000.0, 0, 959.5], [0, 1000.0, 539.5], [0, 0, 1]])
+    cams = [stereo.Camera(k, np.hstack([k, [[tx], [0], [0]]]), width=1920, height=1080,
+                          frame_id=name, D=d) for tx, name in ((0, 'l'), (-4.5, 'r'))]
+    return stereo.Calibration(*cams)
+
+
 def sphere_silhouette_centroid(P: np.ndarray, sphere: Sphere) -> np.ndarray:
     """The exact centroid [2] of a sphere's silhouette in camera P = K [R | t] (square pixels,
     no skew): an ellipse whose major axis points away from the principal point, spanning the
@@ -166,3 +209,9 @@ def _rq(m: np.ndarray):
     signs = np.diag(np.sign(np.diag(k)))
     k, rot = k @ signs, signs @ rot
     return k / k[2, 2], rot
+
+
+def jittered(uv, rng: np.random.Generator, px: float = 1.0) -> np.ndarray:
+    """A centroid [2] moved by up to ``px`` in x and in y (uniform): two masks of one object
+    from two trackers do not agree to the pixel."""
+    return np.asarray(uv, np.float64) + rng.uniform(-px, px, 2)

@@ -39,6 +39,12 @@ class NodeOptions:
         'prompts on ~/<ns>/prompt, outputs on ~/<ns>/...; empty = one camera on image_topic'))
     camera_image: str = knob('image_raw', kind='str', doc=(
         'with cameras: the image topic under each camera namespace'))
+    # positions_node's left_camera_info / right_camera_info, for the node serving the cameras
+    camera_info_topics: List[str] = knob(default_factory=list, kind='str_array', doc=(
+        "with cameras: each camera's sensor_msgs/CameraInfo topic (for ~/positions), in the "
+        'order of cameras, where its driver publishes it elsewhere (e.g. '
+        "['/stereo/left/camera_info', '/stereo/right/camera_info']); empty, or an empty "
+        'entry: <ns>/camera_info'))
     pair_tolerance_ms: float = knob(0.0, kind='float', doc=(
         "with cameras: stamps this close are one group (0 = equal stamps; at most half of "
         'camera_period_ms)'))
@@ -56,6 +62,10 @@ class NodeOptions:
         'with cameras: ' + LIMIT_DOCS['max_row_error_px']))
     positions_max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float', doc=(
         'with cameras: ' + LIMIT_DOCS['max_reprojection_px']))
+    positions_min_depth: float = knob(Limits.min_depth, kind='float', doc=(
+        'with cameras: ' + LIMIT_DOCS['min_depth']))
+    positions_max_depth: float = knob(Limits.max_depth, kind='float', doc=(
+        'with cameras: ' + LIMIT_DOCS['max_depth']))
     positions_allow_clipped: bool = knob(False, kind='bool', doc=(
         'with cameras: ' + ALLOW_CLIPPED_DOC))
     input_type: str = knob('raw', kind='str', doc=(
@@ -241,7 +251,14 @@ class NodeOptions:
     def positions_limits(self) -> Limits:
         """When a position of ~/positions is valid (ValueError naming a bad bound)."""
         return Limits(self.positions_min_disparity_px, self.positions_max_row_error_px,
-                      self.positions_max_reprojection_px)
+                      self.positions_max_reprojection_px, self.positions_min_depth,
+                      self.positions_max_depth)
+
+    def camera_info_topic(self, c: int) -> str:
+        """Camera ``c``'s CameraInfo topic: its entry of camera_info_topics, or beside its
+        images."""
+        given = self.camera_info_topics[c] if c < len(self.camera_info_topics) else ''
+        return given or f'{self.cameras[c]}/camera_info'
 
     def validate(self) -> 'NodeOptions':
         """Raise ValueError naming the first bad option; return self for chaining."""
@@ -276,6 +293,7 @@ class NodeOptions:
                       self.pair_tolerance_ms)
         for c in self.cameras:
             check_topic(f'{c}/{self.camera_image}', 'camera_image under each camera')
+        check_camera_infos(self)
         try:
             self.positions_limits
         except ValueError as exc:       # Limits names the field; the parameter has a prefix
@@ -315,6 +333,21 @@ def check_topic(name: str, what: str) -> None:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0].split(', at /')[0]
         raise ValueError(f'{what} must be a valid ROS topic name, got {name!r} ({reason})') \
             from exc
+
+
+def check_camera_infos(o: NodeOptions) -> None:
+    """ValueError unless camera_info_topics is empty or one valid topic per camera, and every
+    camera's CameraInfo topic is its own (one message would calibrate two cameras)."""
+    if o.camera_info_topics and len(o.camera_info_topics) != len(o.cameras):
+        raise ValueError(f'camera_info_topics must name one topic per camera of cameras '
+                         f'({len(o.cameras)}; an empty entry: <ns>/camera_info), got '
+                         f'{list(o.camera_info_topics)!r}')
+    topics = [o.camera_info_topic(c) for c in range(len(o.cameras))]
+    for topic in topics:
+        check_topic(topic, 'camera_info_topics')
+    if len(set(topics)) != len(topics):
+        raise ValueError(f'camera_info_topics must be a different topic for each camera (one '
+                         f'CameraInfo per camera), got {topics!r}')
 
 
 def check_cameras(cameras: List[str], image: str, period_ms: float, tolerance_ms: float) -> None:

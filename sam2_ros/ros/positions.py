@@ -1,17 +1,21 @@
 """3D positions of the objects tracked in both cameras of a calibrated pair (a multi-camera
 node's cameras 0 and 1, e.g. ``left`` and ``right``): ``~/positions``.
 
-From the pair's ``<ns>/camera_info`` (:mod:`~sam2_ros.ros.stereo_msgs`), every group of frames
-in which an object id is tracked in both cameras gives that object's 3D centroid, triangulated
-from its two mask centroids (:func:`sam2_ros.stereo.triangulate`: disparity for a rectified
-pair, DLT otherwise), in the left camera's frame (its camera_info's ``frame_id``).
+From the pair's ``<ns>/camera_info`` (or the topics of ``camera_info_topics``;
+:mod:`~sam2_ros.ros.stereo_msgs`), every group of frames in which an object id is tracked in
+both cameras gives that object's 3D centroid, triangulated from its two mask centroids
+(:func:`sam2_ros.stereo.triangulate`: disparity for a rectified pair, DLT otherwise), in the
+left camera's frame (its camera_info's ``frame_id``).
 
 An object is the same id in both cameras (prompt it with the same id in each): an id tracked
 in one camera only is invalid, "not tracked in the other camera", apart from one tracked there
-but hidden ("not visible"). A mask touching an image border (an instrument entering from the
-edge) is invalid too unless ``allow_clipped``: the border cuts the object at other points in
-the two views (they differ by the disparity), so the two centroids are not of one 3D point
-(a horizontal shaft came out twice as far, valid).
+but hidden ("not visible"). One id given to two objects gives two centroids that are not of
+one point: invalid when they lie off each other's epipolar line (rows apart, reprojection) or
+give a point outside the scene's depth range (``positions_min_depth``, ``positions_max_depth``;
+off by default). A mask touching an image border (an instrument entering from the edge) is
+invalid too unless ``allow_clipped``: the border cuts the object at other points in the two
+views (they differ by the disparity), so the two centroids are not of one 3D point (a
+horizontal shaft came out twice as far, valid).
 
 The message is ``vision_msgs/Detection3DArray`` (the stamp of the left frame; one
 ``Detection3D`` per valid position: ``id`` the object id, ``bbox.center.position`` the point,
@@ -20,10 +24,10 @@ object id, score the smaller sigmoid of the two object score logits, pose the po
 vision_msgs plugin reads ``results[0]``) rather than a message of our own, so RViz and other
 nodes read it as it is and no new interface is needed. Only VALID positions are published (a
 consumer must not act on an invalid one); each object's last validity and reason (not tracked
-or not visible in one camera, clipped, disparity too small, rows apart, behind a camera...)
-are in the left camera's /diagnostics values (``position_<id>``) with counts of valid and
-invalid estimates. Off (the reason in diagnostics) without vision_msgs, with fewer than two
-cameras, or until both camera_info messages are valid (subscribed best effort:
+or not visible in one camera, clipped, disparity too small, rows apart, behind a camera, depth
+out of range...) are in the left camera's /diagnostics values (``position_<id>``) with counts
+of valid and invalid estimates. Off (the reason in diagnostics) without vision_msgs, with
+fewer than two cameras, or until both camera_info messages are valid (subscribed best effort:
 :func:`camera_info_qos`).
 """
 

@@ -8,9 +8,10 @@ publishes ``~/positions`` itself, but at 60 Hz with several objects two tracker 
 better on one GPU (docs/performance.md, two cameras). This node gives that configuration the
 same output: it pairs the two trackers' ``TrackingState`` messages by stamp (both carry their
 image's stamp; a stereo driver stamps a pair alike), triangulates every object id visible in
-both from its two mask centroids with the pair's ``camera_info`` (``positions.py``, the same
-code as the one-node path, the same rules: ids pair by number, a mask touching the image
-border is invalid unless ``allow_clipped``, camera_info is subscribed best effort) and
+both from its two mask centroids with the pair's ``camera_info`` (``/<left>/camera_info`` and
+``/<right>/camera_info``, or ``left_camera_info`` and ``right_camera_info``; ``positions.py``,
+the same code as the one-node path, the same rules: ids pair by number, a mask touching the
+image border is invalid unless ``allow_clipped``, camera_info is subscribed best effort) and
 publishes ``vision_msgs/Detection3DArray`` on ``~/positions`` (only valid positions, in the
 left camera's frame) and its counts on ``/diagnostics``. As in the one-node path, a
 camera_info of another size than the images (each state carries its image's size) turns
@@ -132,15 +133,18 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.subs.append(self.create_subscription(
                     state_type, f'/{ns}/{o.tracker}/state', self.on_state(side), OUTPUT_QOS))
                 self.subs.append(self.create_subscription(
-                    CameraInfo, f'/{ns}/camera_info', self.pair.on_camera_info(side),
+                    CameraInfo, o.camera_info_topic(side), self.pair.on_camera_info(side),
                     camera_info_qos()))
             # a steady clock, as the tracker node's: under use_sim_time the node's clock stands
             # still while /clock does (a bag paused or ended), and a monitor would see silence
             self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics,
                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
             self.diag_types = (DiagnosticArray, DiagnosticStatus, KeyValue)
+            infos = ' and '.join(self.resolve_topic_name(o.camera_info_topic(side))
+                                 for side in (0, 1))
             self.get_logger().info(f'3D positions of /{o.left} and /{o.right} '
-                                   f'({o.tracker}) on {self.resolve_topic_name(OUTPUT_TOPIC)}')
+                                   f'({o.tracker}) on {self.resolve_topic_name(OUTPUT_TOPIC)}, '
+                                   f'calibrated by {infos}')
 
         def on_state(self, side: int):
             def take(msg: Any) -> None:

@@ -36,11 +36,18 @@ class PositionsOptions:
 
     left: str = knob('left', kind='str', doc=(
         "the left camera's namespace: its tracker's states on /<left>/<tracker>/state, its "
-        'calibration on /<left>/camera_info; positions are in its frame'))
+        'calibration on /<left>/camera_info (unless left_camera_info); positions are in its '
+        'frame'))
     right: str = knob('right', kind='str', doc=(
         "the right camera's namespace (as left)"))
     tracker: str = knob('sam2_tracker', kind='str', doc=(
         'the name of the tracker node in each camera namespace'))
+    left_camera_info: str = knob('', kind='str', doc=(
+        "the left camera's sensor_msgs/CameraInfo topic where its driver publishes it elsewhere "
+        '(e.g. /stereo/left/camera_info); empty: /<left>/camera_info'))
+    right_camera_info: str = knob('', kind='str', doc=(
+        "the right camera's CameraInfo topic (as left_camera_info); empty: "
+        '/<right>/camera_info'))
     rectified: bool = knob(False, kind='bool', doc=(
         'the images are rectified (image_rect): mask centroids are triangulated as they are; '
         'false: raw images, centroids undistorted and rectified with camera_info first'))
@@ -61,12 +68,21 @@ class PositionsOptions:
                                    doc=LIMIT_DOCS['max_row_error_px'])
     max_reprojection_px: float = knob(Limits.max_reprojection_px, kind='float',
                                       doc=LIMIT_DOCS['max_reprojection_px'])
+    min_depth: float = knob(Limits.min_depth, kind='float', doc=LIMIT_DOCS['min_depth'])
+    max_depth: float = knob(Limits.max_depth, kind='float', doc=LIMIT_DOCS['max_depth'])
     allow_clipped: bool = knob(False, kind='bool', doc=ALLOW_CLIPPED_DOC)
 
     @property
     def limits(self) -> Limits:
         """The validity bounds of a position (ValueError naming a bad one)."""
-        return Limits(self.min_disparity_px, self.max_row_error_px, self.max_reprojection_px)
+        return Limits(self.min_disparity_px, self.max_row_error_px, self.max_reprojection_px,
+                      self.min_depth, self.max_depth)
+
+    def camera_info_topic(self, side: int) -> str:
+        """The CameraInfo topic of the left (0) or right (1) camera."""
+        name, given = ((self.left, self.left_camera_info) if side == 0
+                       else (self.right, self.right_camera_info))
+        return given or f'/{name}/camera_info'
 
     @property
     def wait_ns(self) -> int:
@@ -91,6 +107,16 @@ class PositionsOptions:
         if self.left == self.right:     # every state would pair with itself
             raise ParameterError(f'left and right must be different cameras, both are '
                                  f'{self.left!r}')
+        topics = [self.camera_info_topic(side) for side in (0, 1)]
+        for name, topic in zip(('left_camera_info', 'right_camera_info'), topics):
+            try:
+                check_topic(topic, name)
+            except ValueError as exc:
+                raise ParameterError(str(exc)) from None
+        if topics[0] == topics[1]:      # each message would be taken for both cameras
+            raise ParameterError(f'left_camera_info and right_camera_info must be different '
+                                 f'topics (one CameraInfo per camera), both are '
+                                 f'{topics[0]!r}')
         if self.wait_ns < 1:
             raise ParameterError(f'pair_wait_ms must be > 0, got {self.pair_wait_ms!r}')
         if not 0 <= self.tolerance_ns <= self.wait_ns // 2:

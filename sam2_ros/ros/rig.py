@@ -5,8 +5,9 @@ camera namespace ``<ns>`` what a one-camera node has once:
 * in: images on ``<ns>/<camera_image>`` (``.../compressed`` for compressed input), clicks
   (``PointStamped``) on ``~/<ns>/click`` and rqt_image_view's ``Point`` on the camera image's,
   our mask's and overlay's ``_mouse_left``, ``Prompt`` on ``~/<ns>/prompt``, detections on
-  ``~/<ns>/detections``; ``<ns>/camera_info`` for the 3D positions
-  (:mod:`~sam2_ros.ros.positions`; best effort, so a driver's sensor-data QoS connects);
+  ``~/<ns>/detections``; ``<ns>/camera_info`` (or its entry of ``camera_info_topics``) for the
+  3D positions (:mod:`~sam2_ros.ros.positions`; best effort, so a driver's sensor-data QoS
+  connects);
 * out: ``~/<ns>/mask``, ``~/<ns>/mask/compressed``, ``~/<ns>/overlay``, ``~/<ns>/state``,
   ``~/<ns>/objects``, and one /diagnostics status per camera (``<node>/<ns>: tracker``).
 
@@ -109,7 +110,7 @@ class Rig:
         PROMPT_QOS = prompt_qos
         image_type = Image if o.input_type == 'raw' else CompressedImage
         subs = []
-        for c, name in enumerate(self.names):
+        for c in range(len(self.names)):
             box, p = self.mailbox.camera(c), self.prefix(c)
             topic = self.image_topic(c, o)
             subs += [
@@ -120,7 +121,7 @@ class Rig:
                                          self._on_stamped(node, c, 'prompt', False), PROMPT_QOS),
                 node.create_subscription(PointStamped, f'{p}/click',
                                          self._on_stamped(node, c, 'click', True), PROMPT_QOS),
-                node.create_subscription(CameraInfo, f'{name}/camera_info',
+                node.create_subscription(CameraInfo, o.camera_info_topic(c),
                                          self.positions.on_camera_info(c), camera_info_qos())]
             subs += [node.create_subscription(Point, t, self._on_point(node, c), PROMPT_QOS)
                      for t in self.point_click_topics(node, c)]

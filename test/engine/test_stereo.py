@@ -26,26 +26,6 @@ import stereo_scenes as sc
 
 SPHERES = [((0.05, -0.02, 1.0), 0.05), ((0.0, 0.0, 0.5), 0.05), ((-0.2, 0.1, 0.8), 0.08),
            ((0.1, 0.05, 2.0), 0.1), ((0.3, -0.2, 1.2), 0.04)]
-QUANT_PX = 0.1
-
-
-def centroids(shape, left: sc.View, right: sc.View):
-    return (stereo.mask_centroid(sc.render(shape, left)),
-            stereo.mask_centroid(sc.render(shape, right)))
-
-
-def quantisation(cal: stereo.Calibration, depth: float) -> float:
-    """The depth error (m) of QUANT_PX of disparity at ``depth``."""
-    fb = cal.left.P[0, 0] * cal.baseline
-    return depth ** 2 / fb * QUANT_PX
-
-
-def model_point(cal: stereo.Calibration, sphere: sc.Sphere,
-                method: str = 'auto') -> np.ndarray:
-    """The point triangulated from the exact silhouette centroids of ``sphere``."""
-    return stereo.triangulate(cal, sc.sphere_silhouette_centroid(cal.left.P, sphere),
-                              sc.sphere_silhouette_centroid(cal.right.P, sphere),
-                              method=method).point
 
 
 @pytest.mark.parametrize('c, r', SPHERES)
@@ -53,12 +33,12 @@ def test_rectified_sphere_centre_and_visible_surface(c, r):
     cal = sc.rectified_pair()
     c = np.array(c)
     sphere = sc.Sphere(c, r)
-    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    ul, ur = sc.centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
     tr = stereo.triangulate(cal, ul, ur)
     assert tr.valid and tr.reason == '' and tr.method == 'rectified', tr
     assert tr.frame_id == 'left_optical'
-    dist, quant = np.linalg.norm(c), quantisation(cal, c[2])
-    model = model_point(cal, sphere)
+    dist, quant = np.linalg.norm(c), sc.quantisation(cal, c[2])
+    model = sc.model_point(cal, sphere)
     assert np.linalg.norm(tr.point - model) <= quant, tr.point - model
     assert np.linalg.norm(model - c) <= 1.3 * dist * (r / dist) ** 2
     assert (model - c) @ c < 0                                # towards the cameras
@@ -80,10 +60,10 @@ def test_cx_differs_between_the_images():
     disparity is measured after the cx difference."""
     cal = sc.rectified_pair(cx_right=300.0)
     sphere = sc.Sphere(np.array([0.02, 0.01, 0.9]), 0.05)
-    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    ul, ur = sc.centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
     tr = stereo.triangulate(cal, ul, ur)
     assert tr.valid and tr.method == 'rectified'
-    assert np.linalg.norm(tr.point - model_point(cal, sphere)) <= quantisation(cal, 0.9)
+    assert np.linalg.norm(tr.point - sc.model_point(cal, sphere)) <= sc.quantisation(cal, 0.9)
     assert np.linalg.norm(tr.point - sphere.centre) < 0.005
 
 
@@ -95,7 +75,7 @@ def test_boxes():
                ((-0.15, 0.05, 1.3), (0.03, 0.05, 0.04), sc.rotation(0.2, -0.4, 0.6))]
     for c, half, rot in compact:
         box = sc.Box(np.array(c), np.array(half), rot)
-        tr = stereo.triangulate(cal, *centroids(box, lv, rv))
+        tr = stereo.triangulate(cal, *sc.centroids(box, lv, rv))
         assert tr.valid, tr
         # within 10% of the half diagonal of the box centre: a compact box is nearly a sphere
         assert np.linalg.norm(tr.point - c) <= 0.1 * np.linalg.norm(half), (c, tr.point - c)
@@ -103,33 +83,21 @@ def test_boxes():
     # image's centroid is the image of another point of the bar, so depth is off by a quarter
     # of the bar's depth extent (its ends are 14 cm apart in depth)
     bar = sc.Box(np.array([-0.1, 0.0, 1.5]), np.array([0.1, 0.05, 0.02]), sc.rotation(0, 0.8, 0))
-    tr = stereo.triangulate(cal, *centroids(bar, lv, rv))
+    tr = stereo.triangulate(cal, *sc.centroids(bar, lv, rv))
     err = tr.point - bar.centre
     assert tr.valid and 0.02 < err[2] < 0.05 and abs(err[0]) < 0.005
 
 
-def converging_pair():
-    """Two cameras toed in towards each other, P = K [R | t] (``projection``): (P left,
-    P right, their Calibration)."""
-    k = sc.intrinsics()
-    pl = stereo.projection(k, sc.rotation(ry=0.1), [0, 0, 0])
-    rr = sc.rotation(ry=-0.15)
-    pr = stereo.projection(k, rr, -rr @ np.array([0.2, 0.0, 0.0]))
-    return pl, pr, stereo.Calibration(
-        stereo.Camera(k, pl, width=sc.W, height=sc.H, frame_id='a'),
-        stereo.Camera(k, pr, width=sc.W, height=sc.H, frame_id='b'))
-
-
 def test_dlt_converging_cameras():
     """Two cameras toed in towards each other (not a rectified pair): linear triangulation."""
-    pl, pr, cal = converging_pair()
+    pl, pr, cal = sc.converging_pair()
     assert not cal.is_rectified() and abs(cal.baseline - 0.2) < 1e-12
     sphere = sc.Sphere(np.array([0.1, 0.03, 1.0]), 0.05)
-    tr = stereo.triangulate(cal, *centroids(sphere, sc.pinhole_view(pl), sc.pinhole_view(pr)))
+    tr = stereo.triangulate(cal, *sc.centroids(sphere, sc.pinhole_view(pl), sc.pinhole_view(pr)))
     assert tr.valid and tr.method == 'dlt' and tr.reprojection < 0.1, tr
     # P_left = K [R_left | 0]: the left camera's frame is the reference frame turned by R_left
-    model = model_point(cal, sphere)
-    assert np.linalg.norm(tr.point - model) <= quantisation(cal, 1.0)
+    model = sc.model_point(cal, sphere)
+    assert np.linalg.norm(tr.point - model) <= sc.quantisation(cal, 1.0)
     # the object lies on opposite sides of the two optical axes: both centroids shift
     # outward, 0.6 px more disparity in all, 6 mm nearer than the centre
     centre = sc.rotation(ry=0.1) @ sphere.centre
@@ -142,7 +110,7 @@ def test_dlt_converging_cameras_from_raw_centroids():
     """P = K [R | t] as ``projection`` gives (cameras calibrated apart), R = I, D = 0: the raw
     centroids are the rectified ones, so the same point (P[:, :3] = K R turned each ray by
     the extrinsic R a second time: up to 113 mm off at 5 degrees of toe-in, yet valid)."""
-    pl, pr, cal = converging_pair()
+    pl, pr, cal = sc.converging_pair()
     for x in ([0.1, 0.03, 1.0], [-0.2, 0.1, 0.7], [0.3, -0.2, 1.5]):
         ul, ur = stereo.project(pl, np.array(x)), stereo.project(pr, np.array(x))
         rect = stereo.triangulate(cal, ul, ur)
@@ -183,7 +151,7 @@ def test_raw_distorted_images_with_rectification_rotation():
     cal = stereo.Calibration(left, right)
     c, r = np.array([0.08, -0.05, 0.9]), 0.05      # in the left rectified frame
     lv, rv = sc.raw_view(left, np.zeros(3)), sc.raw_view(right, np.array([0.06, 0, 0]))
-    ul, ur = centroids(sc.Sphere(c, r), lv, rv)
+    ul, ur = sc.centroids(sc.Sphere(c, r), lv, rv)
     raw_rows = abs(ul[1] - ur[1])
     tr = stereo.triangulate(cal, ul, ur, rectified=False)
     assert tr.valid and tr.row_error < raw_rows and tr.row_error < 0.2, (tr, raw_rows)
@@ -221,18 +189,10 @@ def test_rectify_inverts_an_endoscope_lens_at_the_image_corner():
         assert np.linalg.norm(cam.rectify(raw[:2]) - (k @ [x, y, 1.0])[:2]) < 1e-6
 
 
-def _raw_pair(d: np.ndarray) -> stereo.Calibration:
-    """A rectified pair's P with raw images of lens ``d`` (R = I), 1920x1080, f = 1000."""
-    k = np.array([[1000.0, 0, 959.5], [0, 1000.0, 539.5], [0, 0, 1]])
-    cams = [stereo.Camera(k, np.hstack([k, [[tx], [0], [0]]]), width=1920, height=1080,
-                          frame_id=name, D=d) for tx, name in ((0, 'l'), (-4.5, 'r'))]
-    return stereo.Calibration(*cams)
-
-
 def test_raw_centroid_that_no_ray_images_onto_is_refused():
     """An absurd lens (k1 = -5: radii fold back beyond 0.26 f): a centroid 500 px from the
     principal point is imaged by no ray; 20 fixed-point steps gave some ray, silently."""
-    cal = _raw_pair(np.array([-5.0, 0, 0, 0, 0]))
+    cal = sc.raw_pair(np.array([-5.0, 0, 0, 0, 0]))
     tr = stereo.triangulate(cal, (1459.5, 539.5), (1449.5, 539.5), rectified=False)
     assert tr.point is None, tr
     assert not tr.valid and tr.reason == stereo.NOT_UNDISTORTED, tr
@@ -253,7 +213,7 @@ def test_raw_centroid_at_the_fold_of_the_lens_model_is_refused():
         assert np.all(np.isnan(stereo.undistort(stereo.distort(xy, d), d))), radius
     xy = np.array([0.6, 0.8]) * 1.45
     assert np.abs(stereo.undistort(stereo.distort(xy, d), d) - xy).max() < 1e-9
-    cal = _raw_pair(d)
+    cal = sc.raw_pair(d)
     raw = cal.left.K @ np.append(stereo.distort(np.array([0.6, 0.8]) * r_fold, d), 1.0)
     tr = stereo.triangulate(cal, raw[:2], raw[:2] - [10, 0], rectified=False)
     assert not tr.valid and tr.reason == stereo.NOT_UNDISTORTED, tr
@@ -280,7 +240,7 @@ def test_object_seen_by_one_camera_only():
     """A sphere outside the right camera's field of view: empty mask, no estimate."""
     cal = sc.rectified_pair()
     sphere = sc.Sphere(np.array([-0.31, 0.0, 0.5]), 0.01)
-    ul, ur = centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
+    ul, ur = sc.centroids(sphere, sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P))
     assert ul is not None and ur is None
     tr = stereo.triangulate(cal, ul, ur)
     assert not tr.valid and tr.reason == stereo.NOT_VISIBLE_RIGHT and tr.point is None

@@ -3,6 +3,7 @@ the two trackers' states by stamp (pure Python), and the node over DDS as a user
 trackers' TrackingState messages and a rectified pair's camera_info in, the triangulated
 centroid of every object visible in both out on ~/positions, counts on /diagnostics."""
 
+import contextlib
 import sys
 import types
 
@@ -91,14 +92,21 @@ def state_msg(stamp_ns, objects, size=(sc.W, sc.H)):
 
 
 POINT = np.array([0.02, -0.01, 0.5])                # metres, the left camera's frame
+CAMERA_INFO = ('/left/camera_info', '/right/camera_info')   # the node's defaults
 
 
 @pytest.fixture
 def rig(tmp_path):
-    """positions_node (rectified) and a client with the two trackers' state publishers
-    (``pubs``), the two camera_info publishers (``infos``), what arrives on ~/positions
-    (``got``) and /diagnostics (``diags``), ``spin_until`` and the calibration's pixels of
-    POINT (``left``, ``right``)."""
+    with positions_rig(tmp_path) as r:
+        yield r
+
+
+@contextlib.contextmanager
+def positions_rig(tmp_path, params=(), camera_info=CAMERA_INFO):
+    """positions_node (rectified, and ``params``: 'name:=value') and a client with the two
+    trackers' state publishers (``pubs``), camera_info publishers on ``camera_info``
+    (``infos``), what arrives on ~/positions (``got``) and /diagnostics (``diags``),
+    ``spin_until`` and the calibration's pixels of POINT (``left``, ``right``)."""
     require_messages()
     pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
     import rclpy
@@ -114,9 +122,10 @@ def rig(tmp_path):
     ur = calib.right.P @ np.append(POINT, 1.0)
     lease = DomainLease()
     # pair_wait_ms as the docs write it, an integer for a float parameter (it crashed the node)
-    proc = Proc([sys.executable, '-m', 'sam2_ros.ros.positions_node', '--ros-args', '-p',
-                 'rectified:=true', '-p', 'diagnostics_period_s:=0.2', '-p',
-                 'pair_wait_ms:=300'], lease.env(), tmp_path / 'positions.log')
+    given = [a for p in ('rectified:=true', 'diagnostics_period_s:=0.2', 'pair_wait_ms:=300',
+                         *params) for a in ('-p', p)]
+    proc = Proc([sys.executable, '-m', 'sam2_ros.ros.positions_node', '--ros-args', *given],
+                lease.env(), tmp_path / 'positions.log')
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=lease.domain_id)
     node = rclpy.create_node('positions_test_client', context=ctx)
@@ -127,8 +136,7 @@ def rig(tmp_path):
         state_t = messages.interfaces().TrackingState
         pubs = [node.create_publisher(state_t, f'/{n}/sam2_tracker/state', OUTPUT_QOS)
                 for n in ('left', 'right')]
-        infos = [node.create_publisher(CameraInfo, f'/{n}/camera_info', 100)
-                 for n in ('left', 'right')]
+        infos = [node.create_publisher(CameraInfo, t, 100) for t in camera_info]
         node.create_subscription(Detection3DArray, '/sam2_positions/positions', got.append,
                                  OUTPUT_QOS)
         node.create_subscription(DiagnosticArray, '/diagnostics', diags.append, 10)
@@ -249,6 +257,34 @@ def test_positions_node_publishes_nothing_for_images_of_another_size_than_camera
     rig.spin_until(lambda: rig.diags[-1].status[0].message == 'ok', 'diagnostics: ok again')
     assert diag_value(rig.diags, 'pairs_size_mismatch')[-1] == '2'
     assert rig.proc.log().count(']: positions off:') == 1      # once per change, not per pair
+
+
+def test_camera_info_of_configured_topics_and_one_id_on_two_objects_out_of_depth(tmp_path):
+    """A driver publishing camera_info elsewhere than /<ns>/camera_info (its stereo namespace,
+    or a calibration topic of its own): left_camera_info and right_camera_info (the node waited
+    on /left/camera_info forever). With the scene's depth range, one id on two objects at one
+    height (same row: the row check passes) is invalid, saying why; the right pairing stays."""
+    topics = ('/stereo/left/camera_info', '/calib/right_info')
+    params = (f'left_camera_info:={topics[0]}', f'right_camera_info:={topics[1]}',
+              'min_depth:=0.3', 'max_depth:=2.0')
+    with positions_rig(tmp_path, params, topics) as rig:
+        rig.proc.wait_log(r'calibrated by /stereo/left/camera_info and /calib/right_info', 30)
+        calibrate(rig)
+        (xl, yl), (xr, yr) = rig.left, rig.right
+        # another object on POINT's row, whose right centroid gives POINT's left one a
+        # disparity of 150 px: 0.2 m away, nearer than min_depth
+        other = rig.calib.right.P @ np.array([-0.096, -0.012, 0.6, 1.0])
+        xo, yo = other[:2] / other[2]
+        assert abs(yo - yr) < 1e-9 and abs((xl - xo) - 150) < 1e-6
+        rig.pubs[0].publish(state_msg(2_000, [(1, xl, yl, 2.0), (2, xl, yl, 2.0)]))
+        rig.pubs[1].publish(state_msg(2_000, [(1, xr, yr, 2.0), (2, xo, yo, 2.0)]))
+        rig.spin_until(lambda: rig.got, 'a positions message')
+        assert [d.id for d in rig.got[0].detections] == ['1']
+        p = rig.got[0].detections[0].bbox.center.position
+        np.testing.assert_allclose([p.x, p.y, p.z], POINT, atol=1e-6)
+        want = {'position_1': 'valid', 'position_2': f'invalid: {stereo.TOO_NEAR}'}
+        rig.spin_until(lambda: all(v in diag_value(rig.diags, k) for k, v in want.items()),
+                       'diagnostics: object 2 too near')
 
 
 def test_diagnostics_keep_coming_under_sim_time_while_clock_stands_still():

@@ -17,11 +17,12 @@ from sam2_ros.ros.positions_options import (PositionsOptions, ParameterError, SP
 
 def test_defaults_are_valid_and_every_option_is_a_parameter():
     assert build({}) == PositionsOptions()
-    assert [s.name for s in SPECS] == ['left', 'right', 'tracker', 'rectified',
+    assert [s.name for s in SPECS] == ['left', 'right', 'tracker', 'left_camera_info',
+                                       'right_camera_info', 'rectified',
                                        'pair_tolerance_ms', 'pair_wait_ms', 'pair_depth',
                                        'diagnostics_period_s', 'min_disparity_px',
-                                       'max_row_error_px', 'max_reprojection_px',
-                                       'allow_clipped']
+                                       'max_row_error_px', 'max_reprojection_px', 'min_depth',
+                                       'max_depth', 'allow_clipped']
     assert all(s.description for s in SPECS)
 
 
@@ -31,6 +32,24 @@ def test_validity_bounds_are_the_limits_of_the_positions():
     assert build({}).limits == stereo.Limits()
     assert build({'min_disparity_px': 0, 'max_row_error_px': 1.5,
                   'max_reprojection_px': 2}).limits == stereo.Limits(0.0, 1.5, 2.0)
+
+
+def test_the_scene_depth_range_is_part_of_the_limits():
+    """min_depth, max_depth (off by default): one id on two objects at one height passes the
+    row check and only the depth range refuses it."""
+    from sam2_ros import stereo
+
+    o = build({'min_depth': 0.02, 'max_depth': 1})
+    assert o.limits == stereo.Limits(min_depth=0.02, max_depth=1.0)
+
+
+def test_camera_info_topics_default_beside_the_namespaces_or_as_given():
+    o = build({'left': 'stereo/l', 'right': 'r'})
+    assert [o.camera_info_topic(side) for side in (0, 1)] == ['/stereo/l/camera_info',
+                                                              '/r/camera_info']
+    o = build({'left_camera_info': '/stereo/left/camera_info', 'right_camera_info': 'calib_r'})
+    assert [o.camera_info_topic(side) for side in (0, 1)] == ['/stereo/left/camera_info',
+                                                              'calib_r']
 
 
 def test_clipped_masks_are_refused_unless_allowed():
@@ -72,6 +91,13 @@ BAD = [
     ({'min_disparity_px': -0.5}, 'min_disparity_px must be finite and >= 0, got -0.5'),
     ({'max_reprojection_px': math.inf}, 'parameter max_reprojection_px must be a finite number'),
     ({'max_row_error_px': 0}, 'max_row_error_px must be finite and > 0, got 0.0'),
+    ({'min_depth': -0.1}, 'min_depth must be finite and >= 0, got -0.1'),
+    ({'min_depth': 0.5, 'max_depth': 0.3}, r'max_depth must be 0 \(no bound\) or above min_depth'),
+    ({'left_camera_info': 'a b'}, r"left_camera_info must be a valid ROS topic name, got 'a b'"),
+    ({'right_camera_info': '/left/camera_info'},
+     r"left_camera_info and right_camera_info must be different topics \(one CameraInfo per "
+     r"camera\), both are '/left/camera_info'"),
+    ({'left_camera_info': 3}, 'parameter left_camera_info must be a string'),
 ]
 
 

@@ -75,6 +75,28 @@ def test_build_maps_and_converts():
     _, opts = params.build({'checkpoint': '/x.pt', 'positions_min_disparity_px': 0,
                             'positions_max_row_error_px': 2, 'positions_max_reprojection_px': 8})
     assert opts.positions_limits == stereo.Limits(0.0, 2.0, 8.0)
+    _, opts = params.build({'checkpoint': '/x.pt', 'positions_min_depth': 0.02,
+                            'positions_max_depth': 1})
+    assert opts.positions_limits == stereo.Limits(min_depth=0.02, max_depth=1.0)
+
+
+def test_camera_info_topics_beside_the_cameras_or_as_given():
+    """A driver publishing camera_info elsewhere than <ns>/camera_info: camera_info_topics, one
+    per camera (an empty entry keeps <ns>/camera_info), as positions_node's
+    left_camera_info / right_camera_info."""
+    stereo_cams = {'checkpoint': '/x.pt', 'cameras': ['left', 'right']}
+    _, opts = params.build(stereo_cams)
+    assert [opts.camera_info_topic(c) for c in (0, 1)] == ['left/camera_info',
+                                                          'right/camera_info']
+    _, opts = params.build({**stereo_cams,
+                            'camera_info_topics': ['/stereo/left/camera_info', '']})
+    assert [opts.camera_info_topic(c) for c in (0, 1)] == ['/stereo/left/camera_info',
+                                                          'right/camera_info']
+    for topics, text in ((['/a'], r'one topic per camera of cameras \(2; '),
+                         (['/a', 'b c'], "camera_info_topics must be a valid ROS topic name"),
+                         (['right/camera_info', ''], 'a different topic for each camera')):
+        with pytest.raises(ValueError, match=text):
+            params.build({**stereo_cams, 'camera_info_topics': topics})
 
 
 @pytest.mark.parametrize('values, text', [
@@ -94,6 +116,8 @@ def test_build_maps_and_converts():
      'positions_min_disparity_px must be finite and >= 0'),
     ({'random_weights': True, 'positions_max_row_error_px': float('inf')},
      'positions_max_row_error_px must be a finite number'),
+    ({'random_weights': True, 'positions_min_depth': 1.0, 'positions_max_depth': 0.5},
+     'positions_max_depth must be 0'),
     ({}, 'checkpoint'),
 ])
 def test_bad_values(values, text):

@@ -37,10 +37,12 @@ def pair() -> stereo.Calibration:
 
 
 class StereoClient(NodeClient):
-    """Both cameras' links, camera_info publishers, ~/positions and /diagnostics."""
+    """Both cameras' links, camera_info publishers (on ``info_topics``), ~/positions and
+    /diagnostics."""
 
-    def __init__(self, lease):
+    def __init__(self, lease, info_topics):
         self.positions, self.diags, self.lock = [], [], threading.Lock()
+        self.info_topics = info_topics
         super().__init__('sam2_stereo_client', [(f'/sam2_tracker/{n}', f'/{n}/image_raw')
                                                 for n in NAMES],
                          domain_id=lease.domain_id, subscribe=('mask', 'state'), depth=50,
@@ -58,8 +60,8 @@ class StereoClient(NodeClient):
                                       self.qos)
         # best effort, as many drivers publish it (sensor-data QoS): the node subscribed it
         # reliable, never connected, and published no position
-        self.pub_info = [self.node.create_publisher(CameraInfo, f'/{n}/camera_info',
-                                                    qos_profile_sensor_data) for n in NAMES]
+        self.pub_info = [self.node.create_publisher(CameraInfo, t, qos_profile_sensor_data)
+                         for t in self.info_topics]
 
     def _keep(self, store):
         def cb(msg):
@@ -104,17 +106,22 @@ def assert_state(state, ref):
 
 @pytest.mark.parametrize('receivers', [False, True], ids=['in_node', 'receiver_processes'])
 def test_two_cameras_pairing_failure_and_positions(tmp_path, receivers):
-    """Also with a receiving process per camera (image_receiver_process): the same results."""
+    """Also with a receiving process per camera (image_receiver_process): the same results;
+    there camera_info comes on topics of camera_info_topics, as where a driver publishes it
+    elsewhere than <ns>/camera_info (the node waited on <ns>/camera_info: no position)."""
     require_messages()
     # ~/positions is a vision_msgs type, not on PyPI: installed from ../shared/ros_cli
     pytest.importorskip('vision_msgs.msg', reason='vision_msgs is not installed')
     lease = DomainLease()
+    infos = (['/stereo/left/camera_info', '/calib/right_info'] if receivers else
+             [f'/{n}/camera_info' for n in NAMES])
+    given = {'camera_info_topics': infos} if receivers else {}
     # random weights' masks reach the image border: allowed, or no position would be valid
     proc = start_node(lease, tmp_path, 'stereo', cameras=list(NAMES), camera_period_ms=60000.0,
-                      image_receiver_process=receivers, positions_allow_clipped=True)
+                      image_receiver_process=receivers, positions_allow_clipped=True, **given)
     try:
         proc.wait_log(r'\]: active: 2 cameras', 90)
-        c = StereoClient(lease)
+        c = StereoClient(lease, infos)
         try:
             run(c, proc)
             # each camera's status says how its frames are received (and counts them)
