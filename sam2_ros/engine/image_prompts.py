@@ -160,7 +160,10 @@ def from_arrays(point_coords: Optional[PromptArray], point_labels: Optional[Prom
 def _boxes(box):
     """Boxes given as [N, 2, 2] corner pairs -> [N, 4]; anything else as it is."""
     shape = tuple(box.shape) if hasattr(box, 'shape') else np.shape(box)
-    return box.reshape(-1, 4) if len(shape) == 3 and shape[1:] == (2, 2) else box
+    if len(shape) != 3 or shape[1:] != (2, 2):
+        return box
+    # nested lists have no reshape; a tensor stays one (on its device)
+    return box.reshape(-1, 4) if hasattr(box, 'reshape') else np.reshape(box, (-1, 4))
 
 
 def _array(a, name: str, ndim: int, last: Optional[int]) -> np.ndarray:

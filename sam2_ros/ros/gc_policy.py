@@ -7,8 +7,9 @@ a frame late by a full walk of the heap.
 ``gc.freeze()`` moves every object alive at the end of configure into a permanent generation
 that collections skip: the same full collection then walks almost nothing. Objects made
 later (messages, results) are collected as before; cleanup unfreezes first, so a released
-tracker's reference cycles are still collected. Process-wide, so it lives in the node's process with an off switch
-(the node parameter ``gc_freeze``), as ``malloc.py`` does for the allocator.
+tracker's reference cycles are still collected. Process-wide, so it lives in the node's
+process with an off switch (the node parameter ``gc_freeze``), as ``malloc.py`` does for the
+allocator.
 
 ``PauseMonitor`` counts full collections and their longest pause for the node's diagnostics, and
 keeps those of at least ``LONG_PAUSE_MS`` with their time for the node's log, so a stall of this

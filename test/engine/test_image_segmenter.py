@@ -318,8 +318,10 @@ def test_boxes_as_corner_pairs_are_the_predictors_boxes(pair):
     seg.set_image(smooth_image(H, W, seed=5))
     flat = seg.predict(box=np.array([[5, 5, 50, 60], [20, 10, 90, 80]]))
     pairs = seg.predict(box=np.array([[[5, 5], [50, 60]], [[20, 10], [90, 80]]]))
+    listed = seg.predict(box=[[[5, 5], [50, 60]], [[20, 10], [90, 80]]])   # nested lists too
     for name in ('low_res_logits', 'iou', 'object_score'):
         assert torch.equal(getattr(flat, name), getattr(pairs, name)), name
+        assert torch.equal(getattr(flat, name), getattr(listed, name)), name
 
 
 def test_frame_result_ids_are_the_prompts_as_ints_and_the_label_mask_holds_them():
