@@ -131,8 +131,8 @@ class NodeOptions:
         'gc_full_collections, gc_max_pause_ms; a full collection of 5 ms or more is logged as '
         'a warning, on or off)'))
     # Raw images taken as serialized messages and read in place (sam2_ros/ros/image_cdr.py):
-    # rclpy's conversion copies a 720p frame twice under the GIL. tools/dds_probe.py, 720p60 on
-    # a 2-core VM: p50 receipt 2.7-3.0 ms serialized against 3.0-3.3 ms converted.
+    # rclpy's conversion copies a 720p frame twice under the GIL (tools/dds_probe.py compares
+    # the two receipts).
     take_serialized_images: bool = knob(True, kind='bool', tuning=True, doc=(
         'raw images taken as serialized messages and read in place (one copy, less time holding '
         "Python's GIL); false: rclpy's message conversion"))
@@ -143,9 +143,9 @@ class NodeOptions:
         'the raw mask and overlay images are published as serialized messages written in one '
         "copy (less time holding Python's GIL); false: rclpy's message conversion"))
     # The overlay rendered on the tracker's GPU (sam2_ros/overlay_device.py: the same pixels as
-    # the host's OpenCV rendering): two 720p overlays at 60 Hz on the host cost one node
-    # serving two cameras 3.5 ms of its p99 (docs/performance.md). A CPU tracker renders on the
-    # host either way; a failure on the GPU falls back to the host, logged once.
+    # the host's OpenCV rendering): two 720p overlays at 60 Hz rendered on the host showed in
+    # the p99 of one node serving two cameras (docs/performance.md). A CPU tracker renders on
+    # the host either way; a failure on the GPU falls back to the host, logged once.
     overlay_on_gpu: bool = knob(True, kind='bool', tuning=True, doc=(
         "the overlay is rendered on the tracker's GPU (the same pixels; false, or a CPU "
         'tracker: on the host with OpenCV)'))
