@@ -143,24 +143,28 @@ def perturb_norms(module, generator) -> None:
                 mod.bias.normal_(0.0, 0.2, generator=generator)
 
 
-class TritonRange:
-    """A Triton kernel whose launches run in a profiler range named 'triton_kernel', so
-    ``top_level_ops`` counts a launch as one op (not the aten ops Triton's interpreter runs to
-    emulate it)."""
+@pytest.fixture
+def triton_ranges(monkeypatch):
+    """From here on in the test, each launch of our Triton kernels (``launch.jit``) runs in a
+    profiler range named 'triton_kernel', so ``top_level_ops`` counts a launch as one op (not
+    the aten ops Triton's interpreter runs to emulate it)."""
+    from torch.profiler import record_function
 
-    def __init__(self, kernel):
-        self.kernel = kernel
+    from sam2_ros.engine.cuda.kernels import launch
+    original = launch.Kernel.__getitem__
 
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            from torch.profiler import record_function
+    def ranged(self, grid):
+        run = original(self, grid)
+
+        def in_range(*args, **kwargs):
             with record_function('triton_kernel'):
-                return self.kernel[grid](*args, **kwargs)
-        return launch
+                return run(*args, **kwargs)
+        return in_range
+    monkeypatch.setattr(launch.Kernel, '__getitem__', ranged)
 
 
 def top_level_ops(fn) -> list:
-    """The profiler events of the aten ops and Triton launches (``TritonRange``) that ``fn``
+    """The profiler events of the aten ops and Triton launches (``triton_ranges``) that ``fn``
     runs and no other of them called, in order."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -248,15 +252,15 @@ def snapshot(tracker):
     b = tracker.bank
     tensors = {k: v for k, v in vars(b).items() if isinstance(v, torch.Tensor)}
     objs = {i: (o.slot, o.created_frame, o.last_prompt_frame, o.score, o.hidden_run)
-            for i, o in tracker._objects.items()}
+            for i, o in tracker.objects.items()}
     return {
         'tensors': {k: v.clone() for k, v in tensors.items()},
         'arrays': {k: v.copy() for k, v in vars(b).items() if isinstance(v, np.ndarray)},
         'ptrs_data': {k: v.data_ptr() for k, v in tensors.items()},
         'objects': objs,
-        'queued': sorted(tracker._queued),
+        'queued': tracker.queued_ids,
         'frame': tracker.frame_index,
-        'hw': tracker._hw,
+        'hw': tracker.frame_hw,
     }
 
 

@@ -150,7 +150,7 @@ FILL = torch.tensor(0.1, dtype=torch.float32)   # sam2's fill value, as a float3
 def ours(tracker, obj_id: int, frame: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """(obj_ptr [C], maskmem_features [Cm, h, w]) our bank holds for ``frame``."""
     bank = tracker.bank
-    slot = tracker._objects[obj_id].slot
+    slot = tracker.objects[obj_id].slot
     k = bank.max_cond
     for row in range(k):
         if bank.cond_frame[slot, row] == frame:

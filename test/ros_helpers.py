@@ -137,10 +137,11 @@ class Client(NodeClient):
 
         self.pub_compressed = self.node.create_publisher(CompressedImage, COMPRESSED_TOPIC,
                                                          self.qos)
-        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._store(self.diags),
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self.appender(self.diags),
                                       self.qos)
 
-    def _store(self, store: List[Any]) -> Callable[[Any], None]:
+    def appender(self, store: List[Any]) -> Callable[[Any], None]:
+        """A subscription callback that appends each message to ``store`` (under the lock)."""
         def cb(msg: Any) -> None:
             with self.link.lock:
                 store.append(msg)

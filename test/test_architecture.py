@@ -97,12 +97,12 @@ def test_ros_check_sees_function_relative_and_indirect_imports(tmp_path):
 
 
 def test_no_module_uses_another_modules_private_name():
-    """In sam2_ros/ and tools/ (test/ is not held to it yet): no ``from m import _x`` from a
-    project module, no ``obj._x`` where only other project modules define ``_x``. torch's and
-    sam2's own private names (read from their installed source) are allowed."""
+    """In every folder, the tests included: no ``from m import _x`` from a project module, no
+    ``obj._x`` where only other project modules define ``_x``. torch's and sam2's own private
+    names (read from their installed source) are allowed."""
     upstream = rules.upstream_private_names()
     assert {'_modules', '_forward_sam_heads'} <= upstream, 'torch or sam2 source not found'
-    found = rules.private_uses(ROOT, SIZE_FOLDERS, upstream)
+    found = rules.private_uses(ROOT, TEXT_FOLDERS, upstream)
     assert not found, report(found)
 
 

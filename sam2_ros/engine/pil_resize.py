@@ -6,7 +6,7 @@ sum of integer pixel values times integer coefficients (the bicubic weights, com
 double, normalised to sum 1 and scaled by 2**PRECISION_BITS), plus half a unit, shifted back
 and clipped to 0..255. It runs a horizontal and a vertical pass with that rounding between
 them (a pass is skipped when its side does not change). Pillow 13 runs the vertical pass
-first when the height shrinks clearly more than the width (``_vertical_first``), older
+first when the height shrinks clearly more than the width (``vertical_first_rule``), older
 versions always start horizontally; the order in use is read off the installed Pillow once.
 
 Here the same sums run on the device as integer gathers and multiply-adds: coefficients and
@@ -33,7 +33,7 @@ BICUBIC_SUPPORT = 2.0
 # stream of ever new resolutions must not grow device memory. A captured graph keeps its own
 # references (``tables_of``), so evicting a key never frees tables a graph reads.
 MAX_TABLES = 16
-_TABLES: 'collections.OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]' = \
+TABLES: 'collections.OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]' = \
     collections.OrderedDict()
 
 
@@ -80,16 +80,16 @@ def tables(n_in: int, n_out: int, device: torch.device) -> Tuple[torch.Tensor, t
     captured). The first call for a size must not be inside a graph capture: the graph
     runner's warm-up iterations make it."""
     key = (n_in, n_out, device)
-    if key in _TABLES:
-        _TABLES.move_to_end(key)
-        return _TABLES[key]
+    if key in TABLES:
+        TABLES.move_to_end(key)
+        return TABLES[key]
     idx, w = coefficients(n_in, n_out)
     # [K, n_out], tap-major: each tap's indices and weights are one contiguous row
-    _TABLES[key] = (torch.from_numpy(idx.T.copy()).to(device),
-                    torch.from_numpy(w.T.copy()).to(device))
-    while len(_TABLES) > MAX_TABLES:
-        _TABLES.popitem(last=False)
-    return _TABLES[key]
+    TABLES[key] = (torch.from_numpy(idx.T.copy()).to(device),
+                   torch.from_numpy(w.T.copy()).to(device))
+    while len(TABLES) > MAX_TABLES:
+        TABLES.popitem(last=False)
+    return TABLES[key]
 
 
 def tables_of(h: int, w: int, size: int, device: torch.device) -> List[tuple]:
@@ -110,7 +110,7 @@ def _pass(x: torch.Tensor, n_out: int) -> torch.Tensor:
     return (acc >> PRECISION_BITS).clamp_(0, 255)
 
 
-def _vertical_first(h: int, w: int, size: int) -> bool:
+def vertical_first_rule(h: int, w: int, size: int) -> bool:
     """Pillow 13's order for an [h, w] -> [size, size] resize: the vertical pass first when the
     height shrinks by more than twice as many pixels as the width (established on Pillow
     13.0 by comparing both orders against it on 600+ random shapes; see
@@ -120,14 +120,14 @@ def _vertical_first(h: int, w: int, size: int) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def pillow_reorders() -> bool:
-    """Whether the installed Pillow runs the vertical pass first where ``_vertical_first``
+    """Whether the installed Pillow runs the vertical pass first where ``vertical_first_rule``
     says (Pillow 13) or always horizontally first (older). Read off one small resize whose
     result differs between the orders; sam2 depends on Pillow, so it is installed."""
     from PIL import Image
     img = np.random.default_rng(0).integers(0, 256, (48, 20, 3), dtype=np.uint8)
     ref = torch.from_numpy(np.array(Image.fromarray(img).resize((32, 32)))).permute(2, 0, 1)
     x = torch.from_numpy(img).permute(2, 0, 1).int()
-    return torch.equal(_resize(x, 32, vertical_first=True), ref.int())
+    return torch.equal(resize_passes(x, 32, vertical_first=True), ref.int())
 
 
 def resize_u8(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -135,16 +135,16 @@ def resize_u8(x: torch.Tensor, size: int) -> torch.Tensor:
     ``Image.resize((S, S))`` of the same image (bicubic, 8-bit). No host sync once the
     tables of this source size exist, so it can be captured in a CUDA graph."""
     h, w = x.shape[-2:]
-    return _resize(x.int(), size, first_pass_vertical(h, w, size))
+    return resize_passes(x.int(), size, first_pass_vertical(h, w, size))
 
 
 def first_pass_vertical(h: int, w: int, size: int) -> bool:
     """Whether the installed Pillow resizes [h, w] -> [size, size] vertically first (the fused
     frame-in kernels, ``cuda/kernels/io_frame.py``, follow the same order)."""
-    return pillow_reorders() and _vertical_first(h, w, size)
+    return pillow_reorders() and vertical_first_rule(h, w, size)
 
 
-def _resize(x: torch.Tensor, size: int, vertical_first: bool) -> torch.Tensor:
+def resize_passes(x: torch.Tensor, size: int, vertical_first: bool) -> torch.Tensor:
     """x [C, H, W] int32 -> [C, S, S] int32: the two passes in the given order, each skipped
     when its side already has ``size`` pixels. A pass runs along rows, so a horizontal one
     works on the transposed image (one copy before, one after)."""

@@ -19,7 +19,8 @@ frames of several cameras in one batch. Imports no ROS.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from types import MappingProxyType
+from typing import Mapping, Optional, Tuple
 
 import torch
 
@@ -28,7 +29,6 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.multistream import MultiStreamTracker
 from sam2_ros.engine.stream import ObjectInfo
-from sam2_ros.engine.types import Prompt
 
 __all__ = ['StreamingTracker', 'ObjectInfo']
 
@@ -90,18 +90,13 @@ class StreamingTracker(CameraTracker):
     def maskmem_pos(self) -> torch.Tensor:
         return self.core.maskmem_pos
 
-    # ---- the one stream's state (tests and benchmarks look at it) -----------------------
+    # ---- the one stream's state, read-only (tests and benchmarks look at it) -------------
     @property
-    def _objects(self) -> Dict[int, ObjectInfo]:
-        return self.handle.stream.objects
+    def objects(self) -> Mapping[int, ObjectInfo]:
+        """The tracked objects by id (bank slot, frames, score): a read-only view."""
+        return MappingProxyType(self.handle.stream.objects)
 
     @property
-    def _queued(self) -> Dict[int, Prompt]:
-        return self.handle.stream.queued
-
-    @property
-    def _hw(self) -> Optional[Tuple[int, int]]:
+    def frame_hw(self) -> Optional[Tuple[int, int]]:
+        """(H, W) of the stream's frames; None before the first."""
         return self.handle.stream.hw
-
-    def _count_fallback(self, reason: str) -> None:
-        self.core.count_fallback(reason)

@@ -25,7 +25,8 @@ MMAP_THRESHOLD = 32 << 20   # glibc's maximum: buffers up to 32 MiB (4K rgb8) co
 TRIM_THRESHOLD = 256 << 20  # keep up to this much freed memory at the heap top for reuse
 
 
-def _libc() -> Optional[ctypes.CDLL]:
+def glibc() -> Optional[ctypes.CDLL]:
+    """The C library when it is glibc (it has mallopt), else None."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
         return libc if hasattr(libc, 'mallopt') and hasattr(libc, 'gnu_get_libc_version') \
@@ -37,7 +38,7 @@ def _libc() -> Optional[ctypes.CDLL]:
 def keep_large_buffers(mmap_threshold: int = MMAP_THRESHOLD,
                        trim_threshold: int = TRIM_THRESHOLD) -> bool:
     """Raise glibc's mmap and trim thresholds for this process; True when both were set."""
-    libc = _libc()
+    libc = glibc()
     if libc is None:
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold))) and \

@@ -113,7 +113,7 @@ class MultiCameraWorker:
                     guarded(lane, lambda: lane.apply_jumps(mark))
             else:
                 try:
-                    self._on_group(group)
+                    self.handle_group(group)
                 except Exception as exc:  # never let the worker die silently
                     for lane in self.lanes:
                         lane.counters.consecutive_failures += 1
@@ -121,7 +121,7 @@ class MultiCameraWorker:
             if self.publisher is not None:    # this round's results and re-publishes: a batch
                 self.publisher.commit()
 
-    def _on_group(self, group: Group) -> None:
+    def handle_group(self, group: Group) -> None:
         """Begin every camera's frame, track the begun ones in one call, finish each in camera
         order (each guarded: one camera's failure never stops the others' results).
 

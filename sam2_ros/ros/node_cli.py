@@ -68,8 +68,8 @@ def main(argv: Optional[List[str]], node_cls: Callable[[], Any]) -> int:
         print_usage()
         return 0
     try:
-        return _run(args, node_cls)
-    except KeyboardInterrupt:   # a late Ctrl-C (see _run): the node is already released
+        return run_node(args, node_cls)
+    except KeyboardInterrupt:   # a late Ctrl-C (see run_node): the node is already released
         return 0
 
 
@@ -93,7 +93,9 @@ def node_executor(node: Any) -> Any:
 AUTOSTART = next(s for s in params.PARAMS if s.name == 'autostart')
 
 
-def _run(args: List[str], node_cls: Callable[[], Any]) -> int:
+def run_node(args: List[str], node_cls: Callable[[], Any]) -> int:
+    """Run ``node_cls()`` on ROS ``args`` until it finishes, Ctrl-C or shutdown, then release
+    it; the exit status. ``main`` without its help and its late-Ctrl-C guard."""
     # Ctrl-C is ours, SIGTERM rclpy's (it shuts the context down). Our handler only notes
     # Ctrl-C, and the spin loop below ends on it with the context still up, so what is
     # released after it (the configure it interrupted included) can still publish and log. A

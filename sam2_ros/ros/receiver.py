@@ -120,7 +120,8 @@ class ImageReceiver:
         within READY_TIMEOUT_S."""
         self.stopping.clear()
         self._spawn()
-        self.thread = threading.Thread(target=self._run, name=f'{self.name}_ring', daemon=True)
+        self.thread = threading.Thread(target=self.read_frames, name=f'{self.name}_ring',
+                                       daemon=True)
         self.thread.start()
         if not self.ready.wait(READY_TIMEOUT_S):
             self.stop()
@@ -136,15 +137,17 @@ class ImageReceiver:
                 pass_fds=(theirs.fileno(),), env=self.env)
         finally:
             theirs.close()
-        self._attach_reader(mine)
+        self.attach_reader(mine)
 
-    def _attach_reader(self, sock: Any) -> None:
+    def attach_reader(self, sock: Any) -> None:
         """Read the frames of a new receiving process (at the end of ``sock``)."""
         if self.reader is not None:      # the new process counts its waits from 0
             self.waits_before += self.reader.writer_waits
         self.reader = frame_ring.RingReader(sock)
 
-    def _run(self) -> None:
+    def read_frames(self) -> None:
+        """The reading thread: frames handed to ``on_image`` until ``stop``; a process that
+        exits or a read that fails is counted and the process started again."""
         while not self.stopping.is_set():
             failure = ''
             try:

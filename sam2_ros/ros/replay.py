@@ -204,7 +204,7 @@ class BagPlayer:
         node does not take (camera_info, tf, another camera) are not waited for."""
         end, ready = time.monotonic() + timeout, None
         while True:
-            subs = {t for t, _ in self._graph('subscriber', name)}
+            subs = {t for t, _ in self.node_graph('subscriber', name)}
             taken = sorted(t for t in self.pubs if t in subs)
             # a node that takes none of the bag's images (image_topic or input_type not the
             # bag's) would see no frame: not ready, whatever else it takes
@@ -227,7 +227,7 @@ class BagPlayer:
                         if not taken else f'{name} subscribes to {taken}, not all matched')
             time.sleep(0.05)
 
-    def _graph(self, kind: str, name: str) -> List[Tuple[str, List[str]]]:
+    def node_graph(self, kind: str, name: str) -> List[Tuple[str, List[str]]]:
         """(topic, types) of node ``name``'s ``kind`` ('subscriber'/'publisher'), [] unseen."""
         ns, _, base = name.rpartition('/')
         try:
@@ -237,7 +237,7 @@ class BagPlayer:
 
     def state_topics(self, name: str) -> List[str]:
         """The TrackingState topics node ``name`` publishes (a rig's: one per camera)."""
-        return sorted(t for t, types in self._graph('publisher', name) if STATE_TYPE in types)
+        return sorted(t for t, types in self.node_graph('publisher', name) if STATE_TYPE in types)
 
     def follow(self, topics: List[str], max_ahead: int,
                timeout: float = PROGRESS_TIMEOUT_S) -> None:
@@ -246,11 +246,11 @@ class BagPlayer:
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # as the node's
         for t in topics:  # raw: only the header stamp is read, not the objects
-            self.node.create_subscription(message_class(STATE_TYPE), t, self._on_state, qos,
+            self.node.create_subscription(message_class(STATE_TYPE), t, self.on_state, qos,
                                           raw=True)
         self.max_ahead, self.progress_topics, self.progress_timeout = max_ahead, topics, timeout
 
-    def _on_state(self, raw: bytes) -> None:
+    def on_state(self, raw: bytes) -> None:
         """A state answers the first pending frame of its stamp and all before it (the node
         takes frames in the order published: those were dropped in live mode, or their state
         lost); another stamp (a state published again after a prompt) releases nothing."""

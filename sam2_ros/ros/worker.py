@@ -189,11 +189,11 @@ class TrackingWorker:
             return False
         try:
             for item in prompts:
-                self._on_prompt(item)
+                self.handle_prompt(item)
             for job in self.mailbox.take_jobs():   # ~/segment_image requests
                 job.run()
             if frame is not None:
-                self._on_frame(frame)
+                self.handle_frame(frame)
             else:
                 self.apply_jumps(mark)
         except Exception as exc:  # never let the worker die silently
@@ -201,8 +201,10 @@ class TrackingWorker:
             self.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
         return frame is not None or bool(prompts)
 
-    def _on_prompt(self, item: PromptItem) -> None:
-        """A prompt, click or detections message: applied now, or held for its frame."""
+    def handle_prompt(self, item: PromptItem) -> None:
+        """A prompt, click or detections message for this worker's camera: applied now, or
+        held for its frame (the multi-camera worker drives its cameras' workers through this,
+        begin_frame and finish_frame)."""
         if self.time.wait_for_jump(item):    # the new time line's: after the jump
             return
         what = describe(item.kind, item.stamp_ns)
@@ -240,7 +242,7 @@ class TrackingWorker:
         if jump is not None:
             self.time_jumped(time_jump.CLOCK_JUMP_REASON, to_ns=jump.to_ns)
         for item in self.time.take_waiting():
-            self._on_prompt(item)
+            self.handle_prompt(item)
 
     def time_jumped(self, why: str, to_ns: Optional[int] = None) -> None:
         """Time went backwards (time_jump.py): as ROS nodes handle a clock reset, forget what
@@ -307,15 +309,11 @@ class TrackingWorker:
         except TrackerError as exc:
             self.refuse(held.what, f'{type(exc).__name__}: {exc}')
 
-    def _on_frame(self, item: FrameItem) -> None:
+    def handle_frame(self, item: FrameItem) -> None:
+        """A frame: decoded, tracked and published (one round of this worker's thread)."""
         started = self.begin_frame(item)
         if started is not None:
             self.finish_frame(started, self._track(started.rgb))
-
-    def handle_prompt(self, item: PromptItem) -> None:
-        """A prompt, click or detections message for this worker's camera (the multi-camera
-        worker drives its cameras' workers through this, begin_frame and finish_frame)."""
-        self._on_prompt(item)
 
     def begin_frame(self, item: FrameItem) -> Optional['StartedFrame']:
         """Decode a frame and apply what is due for it; None when it cannot be decoded

@@ -51,12 +51,14 @@ def test_sixteen_bit_images_are_refused_not_cut_to_eight(tmp_path, capsys):
 
 def test_events_past_the_folder_are_said_before_the_model_is_built(tmp_path, capsys,
                                                                    monkeypatch):
+    from sam2_ros.engine import tracker
+
     (tmp_path / 'p.yaml').write_text('- {frame: 0, object_id: 1, box: [1, 2, 30, 40]}\n'
                                      '- {frame: 7, object_id: 1, action: remove}\n')
 
     def no_model(*a, **k):
         raise track_offline.CliError('stop before the model')
-    monkeypatch.setattr(track_offline, '_track', no_model)
+    monkeypatch.setattr(tracker, 'StreamingTracker', no_model)
     rc = run(folder(tmp_path), '--prompts', tmp_path / 'p.yaml', '--out', tmp_path / 'o', *FAST)
     err = capsys.readouterr().err
     assert rc == 2 and 'events [1] are for frames past the last image (2)' in err, err

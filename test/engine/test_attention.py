@@ -79,7 +79,7 @@ def test_padded_step_equals_eager_step(frames_after_prompt):
         tr.track(fr)
     f = tr.frame_index + 1
     feats = tr.runner.encode_frame(frames[-1])
-    sel = tr.bank.select(tr._objects[1].slot, f)
+    sel = tr.bank.select(tr.objects[1].slot, f)
     ref = step.track_step(tr.model, feats, tr.bank.gather([sel]), tr.maskmem_pos)
     n_s, n_p = 2 + 6, 2 + 15                       # the largest bucket of max_cond_frames=2
     mem = tr.bank.gather([sel], out=padded_buffers(tr.bank, n_s, n_p))

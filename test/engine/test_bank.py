@@ -254,11 +254,11 @@ def test_long_stream_memory_is_flat():
                 tr.add_prompt(Prompt(1, points=np.array([[20.0, 20.0]]), labels=np.array([1])))
             elif f % CORRECT_EVERY == 0:
                 oid = 1 + (f // CORRECT_EVERY) % 2
-                before = b.cond_frames(tr._objects[oid].slot)
+                before = b.cond_frames(tr.objects[oid].slot)
                 tr.add_prompt(Prompt(oid, points=np.array([[f % w, 25.0]]),
                                      labels=np.array([1])))
                 evicted += len(before) == max_cond
-            for oid, o in tr._objects.items():
+            for oid, o in tr.objects.items():
                 conds = b.cond_frames(o.slot)
                 first.setdefault(oid, conds[0])
                 assert conds[0] == first[oid] == o.created_frame

@@ -32,7 +32,7 @@ def _three_objects(frames_after_prompt: int):
         tr.track(fr)
     feats = tr.runner.encode_frame(frames[-1])
     f = tr.frame_index + 1
-    sels = [tr.bank.select(tr._objects[i].slot, f) for i in (1, 2, 3)]
+    sels = [tr.bank.select(tr.objects[i].slot, f) for i in (1, 2, 3)]
     assert len({s.key for s in sels}) == 1
     return tr, feats, sels
 

@@ -51,7 +51,7 @@ def run_once(model):
     tr.track(frame)
     a = tr.add_prompt(Prompt(1, points=np.array([[20.0, 20.0]]), labels=np.array([1])))
     b = tr.track(textured_frame(48, 64, seed=1))
-    slot = tr._objects[1].slot
+    slot = tr.objects[1].slot
     return [a.objects[0].low_res_logits.clone(), torch.tensor(a.objects[0].score),
             b.objects[0].low_res_logits.clone(), torch.tensor(b.objects[0].score),
             tr.bank.ptrs[slot].clone(), tr.bank.feats[slot].float().clone()]

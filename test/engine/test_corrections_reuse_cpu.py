@@ -122,7 +122,7 @@ def test_the_kept_features_are_the_frames_memory_attention(monkeypatch):
     run(tr, {})
     bank, f = tr.bank, tr.frame_index
     with torch.inference_mode():
-        for obj in tr._objects.values():
+        for obj in tr.objects.values():
             sel = bank.select(obj.slot, f)
             assert bank.conditioned_frame[obj.slot] == f and not bank.holds_conditioned(
                 bank.select(obj.slot, f + 1))
@@ -141,7 +141,7 @@ def test_an_eager_step_or_a_reset_keeps_no_features(monkeypatch):
     tr.add_prompt(click(1, W * 0.15, H * 0.4))
     for fr in frames[1:4]:
         tr.track(fr)
-    slot = tr._objects[1].slot
+    slot = tr.objects[1].slot
     assert tr.bank.conditioned_frame[slot] == 3
     steps = tr.runner.graphs.steps
     with monkeypatch.context() as m:     # no bucket for this frame's step: it runs eagerly

@@ -102,8 +102,8 @@ def test_deferred_equals_add_prompt_then_track():
     assert d.stats['prompt_steps'] == r.stats['prompt_steps']
     # and not trivially: the corrected frame 1 became a conditioning frame of object 1, the
     # new object 3 started on frame 2, object 4 on frame 7, and object 2 is gone
-    assert 1 in d.bank.cond_frames(d._objects[1].slot)
-    assert d._objects[3].created_frame == 2 and d._objects[4].created_frame == 7
+    assert 1 in d.bank.cond_frames(d.objects[1].slot)
+    assert d.objects[3].created_frame == 2 and d.objects[4].created_frame == 7
     assert d.object_ids == [1, 3, 4] and d.deferred_ids == []
 
 

@@ -38,7 +38,7 @@ def test_exception_in_a_step_fails_that_frame_only(where, monkeypatch):
     else:
         # frame 10 was consumed without memory: later steps skip it, like a dropped frame
         assert res.frame_index == 11
-        slot = tr._objects[1].slot
+        slot = tr.objects[1].slot
         assert 10 not in tr.bank.ring_frame[slot] and 10 not in tr.bank.ptr_frame[slot]
     for f in range(12, 30):
         res = tr.track(frames[f])
@@ -93,7 +93,7 @@ def test_a_failed_queued_prompt_queues_the_later_ones_again(monkeypatch):
     with pytest.raises(StepError, match=r'object 2 failed.*1 after it queued again'):
         tr.track(frames[2])
     assert tr.object_ids == [1] and tr.queued_ids == [3]
-    slot = tr._objects[1].slot
+    slot = tr.objects[1].slot
     assert 2 not in tr.bank.ring_frame[slot]        # the tracked object wrote nothing there
     res = tr.track(frames[3])
     assert [o.obj_id for o in res.objects] == [1, 3]
@@ -102,7 +102,7 @@ def test_a_failed_queued_prompt_queues_the_later_ones_again(monkeypatch):
 def test_a_failed_add_prompt_is_a_step_error_and_changes_nothing(monkeypatch):
     frames = synthetic_frames(6, h=48, w=64)
     tr, corr, two, _ = _started(frames)
-    slot = tr._objects[1].slot
+    slot = tr.objects[1].slot
     before = (tr.bank.cond_frames(slot), tr.object_ids)
     calls = []
     _boom_once(monkeypatch, tr.runner, 'prompt', calls)

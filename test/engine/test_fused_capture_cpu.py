@@ -109,7 +109,7 @@ def test_step_outputs_of_several_replays_keep_float32_scores():
     bank = SimpleNamespace(capacity=4, logits=torch.zeros(4, 1, 16, 16),
                            ptrs=torch.zeros(4, 7, 8, dtype=torch.bfloat16),
                            scores=torch.zeros(4), feats=torch.zeros(4, 7, 2, 4, 4))
-    out = runner.GraphRunner._out_rows(SimpleNamespace(out=None), 3, bank)
+    out = runner.GraphRunner.out_rows(SimpleNamespace(out=None), 3, bank)
     assert out.score.dtype == torch.float32 and out.obj_ptr.dtype == torch.bfloat16
     assert tuple(out.score.shape) == (3, 1) and tuple(out.mem_feats.shape) == (3, 2, 4, 4)
 

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip('triton')
 
-from conftest import TritonRange, shared_model, top_level_ops  # noqa: E402
+from conftest import shared_model, top_level_ops  # noqa: E402
 from sam2_ros.engine.config import FUSED_GROUPS  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fpn, fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.swap import with_children  # noqa: E402
@@ -126,10 +126,9 @@ def _top_level_ops(fn):
 
 
 @pytest.mark.parametrize('autocast', [False, True])
-def test_fused_neck_runs_fewer_ops(neck, autocast, monkeypatch):
+def test_fused_neck_runs_fewer_ops(neck, autocast, triton_ranges):
     """sam2's top-down step is a cast (bf16 only), an upsampling and an add; the fused neck's
     one kernel: 2 ops fewer under bf16 autocast, 1 in float32; the rest is the same ops."""
-    monkeypatch.setattr(fpn, '_top_down_kernel', TritonRange(fpn._top_down_kernel))
     twin = fpn.fused_fpn_neck(neck)
     xs = _trunk_outputs(neck, 64, 1)
     _run(lambda: neck(xs), autocast)                 # sam2's sine grids cached

@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip('triton')
 
-from conftest import TritonRange, shared_model, top_level_ops  # noqa: E402
+from conftest import shared_model, top_level_ops  # noqa: E402
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mask_decoder import FusedMaskDecoder  # noqa: E402
 from sam2_ros.engine.cuda.kernels.mlp_heads import FusedMLP, stackable  # noqa: E402
@@ -178,12 +178,10 @@ def _op_counts(fn):
 
 
 @pytest.mark.parametrize('autocast', [False, True])
-def test_fused_predict_masks_runs_fewer_ops(autocast, monkeypatch, record_property):
+def test_fused_predict_masks_runs_fewer_ops(autocast, triton_ranges, record_property):
     """Top-level aten ops of predict_masks outside the two-way transformer (counted alone and
     subtracted), batch 1: sam2's against the fused path's (its Triton kernel counted as one);
     bf16 with bf16 weights, as the tracker runs."""
-    from sam2_ros.engine.cuda.kernels import mlp_heads
-    monkeypatch.setattr(mlp_heads, '_mlp3_kernel', TritonRange(mlp_heads._mlp3_kernel))
     dec = _decoder(True, bf16_weights=autocast)
     twin = FusedMaskDecoder(dec)
     kw = dict(_inputs(1, False), high_res_features=_hires(1))

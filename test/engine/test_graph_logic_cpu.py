@@ -188,7 +188,7 @@ def test_more_cond_frames_than_captured_runs_eager(monkeypatch):
         res = tr.track(frames[f])
         if f in (10, 20, 30):         # three corrections -> capped at max_cond_frames=2
             tr.add_prompt(ev[3][0][1])
-    assert tr.bank.cond_frames(tr._objects[1].slot) == [0, 30]   # first kept, oldest evicted
+    assert tr.bank.cond_frames(tr.objects[1].slot) == [0, 30]   # first kept, oldest evicted
     assert res.mode == 'graph'
 
 

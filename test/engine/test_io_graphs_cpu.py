@@ -118,7 +118,7 @@ def test_io_graph_capture_failure_runs_io_eagerly(monkeypatch):
     def broken(*a):
         raise RuntimeError('no I/O graph today')
     monkeypatch.setattr(io_graphs.GraphIO, 'capture_masks_out', broken)
-    tr.runner.on_fallback = tr._count_fallback
+    tr.runner.on_fallback = tr.core.count_fallback
     frames = synthetic_frames(20, h=48, w=64)
     p = schedule(48, 64, 1, 2, 3, 4)[0][0][1]
     for t in (tr, ref):

@@ -108,7 +108,7 @@ def compare(p: Pair, exact: bool):
         s = m.streams[cam]
         assert s.frame == ref.frame_index and sorted(s.objects) == ref.object_ids
         for obj_id, o in s.objects.items():
-            r = ref._objects[obj_id]
+            r = ref.objects[obj_id]
             assert o.slot == cam * cap + r.slot          # camera c owns slots [c*M, (c+1)*M)
             for name in ('cond_frame', 'ring_frame', 'ptr_frame'):
                 assert np.array_equal(getattr(m.bank, name)[o.slot],

@@ -27,13 +27,13 @@ def _store(tmp_path, **kw):
 def test_file_key_follows_shapes_strides_and_constants(tmp_path):
     s = _store(tmp_path)
     x = torch.zeros(2, 3)
-    k = s._key('heads_b2', (x,), (8, True))
-    assert k == s._key('heads_b2', (torch.ones(2, 3),), (8, True))     # values do not count
-    assert k != s._key('heads_b2', (torch.zeros(3, 3),), (8, True))
-    assert k != s._key('heads_b2', (torch.zeros(3, 2).t(),), (8, True))  # another stride
-    assert k != s._key('heads_b2', (x,), (0, True))                   # fill_hole_area
-    assert k != s._key('heads_b2', (x.double(),), (8, True))
-    assert k != s._key('encoder', (x,), (8, True))
+    k = s.key('heads_b2', (x,), (8, True))
+    assert k == s.key('heads_b2', (torch.ones(2, 3),), (8, True))     # values do not count
+    assert k != s.key('heads_b2', (torch.zeros(3, 3),), (8, True))
+    assert k != s.key('heads_b2', (torch.zeros(3, 2).t(),), (8, True))  # another stride
+    assert k != s.key('heads_b2', (x,), (0, True))                   # fill_hole_area
+    assert k != s.key('heads_b2', (x.double(),), (8, True))
+    assert k != s.key('encoder', (x,), (8, True))
 
 
 def test_file_key_follows_the_models_resolved_config_not_its_weights(tmp_path):
@@ -45,7 +45,7 @@ def test_file_key_follows_the_models_resolved_config_not_its_weights(tmp_path):
     x = torch.zeros(2, 3)
 
     def key():
-        return s._key('heads_b2', (x,), (8, True))
+        return s.key('heads_b2', (x,), (8, True))
     k = key()
     with torch.no_grad():
         s.model.lin.weight.add_(1.0)
@@ -67,15 +67,15 @@ def test_file_key_follows_the_hydra_overrides_sam2_and_the_whole_engine(tmp_path
     import sam2
 
     x = torch.zeros(1, 4)
-    k = _store(tmp_path)._key('heads_b1', (x,), (8, True))
+    k = _store(tmp_path).key('heads_b1', (x,), (8, True))
     over = _store(tmp_path, extra_hydra_overrides=('++model.sigmoid_scale_for_mem_enc=5.0',))
-    assert over._key('heads_b1', (x,), (8, True)) != k
+    assert over.key('heads_b1', (x,), (8, True)) != k
     facts = _store(tmp_path).key_facts('heads_b1', (x,), (8, True))
     assert facts['sam2'] == importlib.metadata.version('sam2') != ''
     assert facts['sam2_src'] == precompiled.tree_digest(Path(sam2.__file__).parent,
                                                         ('.py', '.yaml'))
     monkeypatch.setattr(precompiled, 'version', lambda dist: f'{dist}-other')
-    assert _store(tmp_path)._key('heads_b1', (x,), (8, True)) != k
+    assert _store(tmp_path).key('heads_b1', (x,), (8, True)) != k
     monkeypatch.undo()
     # the engine's source: every module, also those reached only through others
     engine = tmp_path / 'engine'
@@ -83,13 +83,13 @@ def test_file_key_follows_the_hydra_overrides_sam2_and_the_whole_engine(tmp_path
     for name in ('glue.py', 'attention.py', 'cuda/runner.py'):
         (engine / name).write_text('x = 1\n')
     monkeypatch.setattr(precompiled, 'ENGINE', engine)
-    keys = {_store(tmp_path)._key('heads_b1', (x,), (8, True))}
+    keys = {_store(tmp_path).key('heads_b1', (x,), (8, True))}
     for name in ('glue.py', 'attention.py', 'cuda/runner.py'):
         (engine / name).write_text('x = 2\n')
-        keys.add(_store(tmp_path)._key('heads_b1', (x,), (8, True)))
+        keys.add(_store(tmp_path).key('heads_b1', (x,), (8, True)))
     assert len(keys) == 4
     (engine / 'notes.txt').write_text('not code')
-    assert _store(tmp_path)._key('heads_b1', (x,), (8, True)) in keys
+    assert _store(tmp_path).key('heads_b1', (x,), (8, True)) in keys
 
 
 def test_compile_failure_means_sam2_kernels(tmp_path, monkeypatch):
@@ -97,8 +97,9 @@ def test_compile_failure_means_sam2_kernels(tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise RuntimeError('no aot_compile in this torch')
-    monkeypatch.setattr(s, '_compile', boom)
-    assert s._get('heads_b1', precompiled.heads_fn, (torch.zeros(1, 4),), (8, True)) is None
+    monkeypatch.setattr(s, 'compile', boom)
+    x = torch.zeros(1, 4)
+    assert s.load_or_compile('heads_b1', precompiled.heads_fn, (x,), (8, True)) is None
     assert s.events == [{'part': 'heads_b1', 'how': 'failed',
                          'error': "RuntimeError('no aot_compile in this torch')"}]
 
@@ -106,19 +107,19 @@ def test_compile_failure_means_sam2_kernels(tmp_path, monkeypatch):
 def test_corrupt_file_is_not_loaded(tmp_path):
     path = tmp_path / 'x.bin'
     path.write_bytes(b'not a compiled function')
-    assert _store(tmp_path)._load(path) is None
+    assert _store(tmp_path).load(path) is None
 
 
 def test_model_built_in_inference_mode_is_refused_clearly(tmp_path):
     with torch.inference_mode():
         s = precompiled.Store(_Model(), TrackerConfig(random_weights=True, device='cpu'))
     with pytest.raises(RuntimeError, match='inference mode'):
-        s._compile(precompiled.heads_fn, (torch.zeros(1),), (), tmp_path / 'y.bin')
+        s.compile(precompiled.heads_fn, (torch.zeros(1),), (), tmp_path / 'y.bin')
 
 
 def test_bound_function_checks_its_inputs():
     calls = []
-    b = precompiled._Bound(lambda *a: calls.append(a) or 'out', 'model',
+    b = precompiled.Bound(lambda *a: calls.append(a) or 'out', 'model',
                            (torch.zeros(2, 3),), (8,))
     assert b.fits(torch.ones(2, 3)) and not b.fits(torch.ones(2, 3).double())
     assert b(torch.ones(2, 3)) == 'out' and calls[0][0] == 'model' and calls[0][2] == 8
@@ -137,18 +138,18 @@ def test_config_rejects_bad_precompile(kw):
 def test_loaded_file_that_fails_its_first_call_is_compiled_again(tmp_path, monkeypatch):
     s = _store(tmp_path)
     x = torch.zeros(1, 4)
-    (tmp_path / f"heads_b1-{s._key('heads_b1', (x,), (8, True))}.bin").write_bytes(b'old')
+    (tmp_path / f"heads_b1-{s.key('heads_b1', (x,), (8, True))}.bin").write_bytes(b'old')
 
     def stale(model, *a):
         raise RuntimeError('built for another torch')
-    monkeypatch.setattr(s, '_load', lambda path: stale)
-    monkeypatch.setattr(s, '_compile', lambda *a: (lambda model, t, *c: t + 1))
-    bound = s._get('heads_b1', precompiled.heads_fn, (x,), (8, True))
+    monkeypatch.setattr(s, 'load', lambda path: stale)
+    monkeypatch.setattr(s, 'compile', lambda *a: (lambda model, t, *c: t + 1))
+    bound = s.load_or_compile('heads_b1', precompiled.heads_fn, (x,), (8, True))
     assert bound is not None and float(bound(x).sum()) == 4.0
     assert [e['how'] for e in s.events] == ['compiled']
     # a compiled function that fails its first call too: sam2's kernels, said why
-    monkeypatch.setattr(s, '_compile', lambda *a: stale)
-    assert s._get('heads_b1', precompiled.heads_fn, (x,), (8, True)) is None
+    monkeypatch.setattr(s, 'compile', lambda *a: stale)
+    assert s.load_or_compile('heads_b1', precompiled.heads_fn, (x,), (8, True)) is None
     assert s.events[-1]['how'] == 'failed' and 'another torch' in s.events[-1]['error']
 
 
@@ -176,9 +177,9 @@ def test_heads_are_per_batch_once_and_only_where_they_fit(tmp_path, monkeypatch)
 
     def fake_get(name, fn, args, consts):
         calls.append(name)
-        return precompiled._Bound(lambda model, p, *rest: (p + 1, p, p, p), s.model, args,
+        return precompiled.Bound(lambda model, p, *rest: (p + 1, p, p, p), s.model, args,
                                   consts)
-    monkeypatch.setattr(s, '_get', fake_get)
+    monkeypatch.setattr(s, 'load_or_compile', fake_get)
     heads = s.heads(pix, feats)
     out = heads(pix, feats)
     assert float(out.low_res_logits.sum()) == pix.numel() and out.mem_feats is pix
@@ -206,7 +207,7 @@ def test_a_cache_that_cannot_be_written_keeps_the_compiled_part(tmp_path, monkey
         aot_compile=lambda args: compiled))
     (tmp_path / 'afile').write_text('a file, not a folder')
     s = _store(tmp_path / 'afile' / 'sub')
-    out = s._compile(precompiled.heads_fn, (torch.zeros(1, 4),), (8, True),
+    out = s.compile(precompiled.heads_fn, (torch.zeros(1, 4),), (8, True),
                      tmp_path / 'afile' / 'sub' / 'heads_b1-x.bin')
     assert out is compiled and not compiled.guarded
 

@@ -67,7 +67,7 @@ def test_resize_bitwise_equals_pil_random_shapes():
         h, w = (int(v) for v in rng.integers(16, max(3 * size, 64), 2))
         img = random_image(h, w, i) if i % 2 else smooth_image(h, w, seed=i)
         assert np.array_equal(ours_resized(img, size), pil_resized(img, size)), (h, w, size)
-        orders.add(pil_resize._vertical_first(h, w, size))
+        orders.add(pil_resize.vertical_first_rule(h, w, size))
     assert orders == {True, False}
 
 
@@ -78,11 +78,11 @@ def test_pass_order_boundary(h, w, size):
     orders give different images there, and ours picks the installed Pillow's."""
     img = random_image(h, w, h + w)
     x = torch.from_numpy(img).permute(2, 0, 1).int()
-    hv = pil_resize._resize(x, size, vertical_first=False).permute(1, 2, 0).numpy()
-    vh = pil_resize._resize(x, size, vertical_first=True).permute(1, 2, 0).numpy()
+    hv = pil_resize.resize_passes(x, size, vertical_first=False).permute(1, 2, 0).numpy()
+    vh = pil_resize.resize_passes(x, size, vertical_first=True).permute(1, 2, 0).numpy()
     ref = pil_resized(img, size)
     assert not np.array_equal(hv, vh)
-    vertical = pil_resize.pillow_reorders() and pil_resize._vertical_first(h, w, size)
+    vertical = pil_resize.pillow_reorders() and pil_resize.vertical_first_rule(h, w, size)
     assert np.array_equal(vh if vertical else hv, ref)
 
 
@@ -116,13 +116,13 @@ def official_frame(img: np.ndarray, size: int, tmp_path) -> torch.Tensor:
 def test_resize_tables_stay_bounded_over_many_resolutions():
     """A stream of ever new frame sizes keeps at most MAX_TABLES uploaded tables; an evicted
     key is built again, equal, and what a graph kept (``tables_of``) stays alive and intact."""
-    pil_resize._TABLES.clear()
+    pil_resize.TABLES.clear()
     kept = pil_resize.tables_of(37, 91, 64, CPU)
     first = [t.clone() for pair in kept for t in pair]
     for n in range(100, 100 + 3 * pil_resize.MAX_TABLES):
         pil_resize.tables(n, 64, CPU)
-    assert len(pil_resize._TABLES) == pil_resize.MAX_TABLES
-    assert (37, 64, CPU) not in pil_resize._TABLES                 # evicted, least recent
+    assert len(pil_resize.TABLES) == pil_resize.MAX_TABLES
+    assert (37, 64, CPU) not in pil_resize.TABLES                  # evicted, least recent
     assert all(torch.equal(a, b) for a, b in zip(first, (t for p in kept for t in p)))
     again = pil_resize.tables(37, 64, CPU)
     assert torch.equal(again[0], kept[0][0]) and torch.equal(again[1], kept[0][1])

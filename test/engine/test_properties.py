@@ -262,7 +262,7 @@ def test_tracker_prompt_boundary(p):
     (never prompted here) bit-identical. Added objects and queued prompts are undone after
     each example."""
     tr = stream()
-    slot1 = tr._objects[1].slot
+    slot1 = tr.objects[1].slot
     snap = snapshot(tr)
     results = []
     for call in (tr.queue_prompt, tr.add_prompt):
@@ -281,7 +281,7 @@ def test_tracker_prompt_boundary(p):
     assert valid_id(p.obj_id) and (p.mask is None or not (has_points(p) or p.box is not None))
     assert int(p.obj_id) in tr.object_ids
     assert_unchanged(tr, snap, slots=[slot1])
-    tr._queued.clear()                             # undo the queued copy
+    tr.handle.stream.queued.clear()                # undo the queued copy
     if int(p.obj_id) != 2:
         tr.remove_object(int(p.obj_id))
     assert tr.object_ids == [1, 2]

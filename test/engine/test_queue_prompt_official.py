@@ -71,8 +71,8 @@ def test_queue_prompt_equals_official_predictor(monkeypatch):
             for i, oid in enumerate(ids):
                 check_against_official(tr, state, res, oid, i, f, worst, tol)
     print('worst abs diffs:', worst)
-    assert tr.bank.cond_frames(tr._objects[1].slot) == [0, 8]
-    assert tr.bank.cond_frames(tr._objects[2].slot) == [5]
+    assert tr.bank.cond_frames(tr.objects[1].slot) == [0, 8]
+    assert tr.bank.cond_frames(tr.objects[2].slot) == [5]
     assert any(0 < o.area < h * w for o in res.objects)       # not a degenerate comparison
 
 
@@ -117,4 +117,4 @@ def test_correction_on_the_frame_a_queued_prompt_started_equals_official(monkeyp
                 continue
             for i, oid in enumerate([1, 2] if f > 3 else [1]):
                 check_against_official(tr, state, res, oid, i, f, worst, tol)
-    assert (3 in tr.bank.cond_frames(tr._objects[2].slot)) is True
+    assert (3 in tr.bank.cond_frames(tr.objects[2].slot)) is True

@@ -142,7 +142,7 @@ def test_graph_index_block_holds_what_the_eager_gather_returns():
     tr.add_prompt(Prompt(2, box=(30, 10, 60, 40)))          # fewer memories: padded only
     tr.track(frames[17])
     f = tr.frame_index + 1
-    sel1, sel2 = (tr.bank.select(tr._objects[i].slot, f) for i in (1, 2))
+    sel1, sel2 = (tr.bank.select(tr.objects[i].slot, f) for i in (1, 2))
     counts = MemoryCounts.of(tr.model)
     assert sel1.key == counts.steady(1) and sel2.key != sel1.key
     feats = encoder.expand(tr.runner.encode_frame(frames[18]), 2)

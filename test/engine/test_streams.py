@@ -59,7 +59,7 @@ def test_one_step_for_the_objects_of_two_cameras():
     with torch.inference_mode():
         feats = [ta.runner.encode_frame(textured_frame(48, 64, seed=5)),
                  tb.runner.encode_frame(textured_frame(48, 64, seed=15))]
-        sels = [[t.bank.select(o.slot, f) for o in t._objects.values()] for t in (ta, tb)]
+        sels = [[t.bank.select(o.slot, f) for o in t.objects.values()] for t in (ta, tb)]
         assert len({s.key for group in sels for s in group}) == 1   # one bucket
         ref = [step.track_step(ta.model, feats[c], t.bank.gather([s]), t.maskmem_pos)
                for c, t in enumerate((ta, tb)) for s in sels[c]]

@@ -171,7 +171,7 @@ def test_unknown_object_removal(busy):
         with pytest.raises(UnknownObjectError):
             busy.remove_object(oid)
         assert_unchanged(busy, snap)
-    slot = busy._objects[2].slot
+    slot = busy.objects[2].slot
     busy.remove_object(2)
     assert busy.object_ids == [1] and busy.bank.cond_frames(slot) == []
     with pytest.raises(UnknownObjectError):
@@ -209,12 +209,12 @@ def test_queue_before_first_frame_applies_on_frame_0():
     a = make_tracker(image_size=64)
     a.queue_prompt(click(1))
     assert a.add_prompt(click(2, x=45.0)).frame_index == -1    # before any frame: queued too
-    assert a.object_ids == [] and sorted(a._queued) == [1, 2] == a.queued_ids
+    assert a.object_ids == [] and a.queued_ids == [1, 2]
     ra = a.track(frame(0))
     assert a.queued_ids == []
     assert ra.frame_index == 0 and [o.obj_id for o in ra.objects] == [1, 2]
     for oid in (1, 2):
-        o = a._objects[oid]
+        o = a.objects[oid]
         assert o.created_frame == 0 and a.bank.cond_frames(o.slot) == [0]
         assert ra.by_id(oid).frames_since_prompt == 0
     # the same as prompting frame 0 after tracking it (an initial conditioning frame)
@@ -230,7 +230,7 @@ def test_queue_prompt_next_frame_and_newest_wins(busy):
     busy.queue_prompt(click(3, x=30.0))
     busy.queue_prompt(click(3, x=40.0))            # newest per id wins
     res = busy.track(frame(3))
-    o = busy._objects[3]
+    o = busy.objects[3]
     assert o.created_frame == 3 and busy.bank.cond_frames(o.slot) == [3]
     ref = make_tracker(image_size=64)
     ref.track(frame(3))
@@ -240,7 +240,7 @@ def test_queue_prompt_next_frame_and_newest_wins(busy):
 
 def test_correction_becomes_conditioning_frame(busy):
     res = busy.add_prompt(click(1, x=25.0))
-    slot = busy._objects[1].slot
+    slot = busy.objects[1].slot
     assert busy.bank.cond_frames(slot) == [0, 2]
     assert res.by_id(1).frames_since_prompt == 0 and res.frame_index == 2
     assert busy.track(frame(3)).by_id(1).frames_since_prompt == 1
@@ -306,7 +306,7 @@ def test_lost_after_frames_state_machine(monkeypatch):
     assert states == [OCCLUDED, OCCLUDED, LOST, LOST, LOST]
     sign['s'] = 1.0
     o = tr.track(frame(6)).by_id(1)
-    assert o.state == TRACKING and o.visible and tr._objects[1].hidden_run == 0
+    assert o.state == TRACKING and o.visible and tr.objects[1].hidden_run == 0
     sign['s'] = -1.0
     assert tr.track(frame(7)).by_id(1).state == OCCLUDED
 
@@ -378,7 +378,7 @@ def test_bug_bad_queued_prompt_breaks_first_frame():
     try:
         res = tr.track(frame(0))
     except PromptError:
-        assert tr.frame_index == -1 and tr.object_ids == [] and sorted(tr._queued) == [2]
+        assert tr.frame_index == -1 and tr.object_ids == [] and tr.queued_ids == [2]
         res = tr.track(frame(0))
     assert res.frame_index == 0 and tr.object_ids == [2]
 

@@ -199,11 +199,11 @@ def make_worker():
 
 
 def frame(w, stamp):
-    w._on_frame(FrameItem(None, stamp, f'header {stamp}', 0.0))
+    w.handle_frame(FrameItem(None, stamp, f'header {stamp}', 0.0))
 
 
 def detections(w, stamp, *boxes):
-    w._on_prompt(PromptItem(list(boxes), 'detections', stamp))
+    w.handle_prompt(PromptItem(list(boxes), 'detections', stamp))
 
 
 def test_worker_detection_stamps():

@@ -118,7 +118,7 @@ def stamp(i):
 
 
 def frame(w, i):
-    w._on_frame(FrameItem(None, stamp(i), f'header {i}', 0.0))
+    w.handle_frame(FrameItem(None, stamp(i), f'header {i}', 0.0))
 
 
 def raw(box, cls='a', score=0.9):
@@ -127,11 +127,11 @@ def raw(box, cls='a', score=0.9):
 
 
 def detect(w, stamp_ns, boxes, cls='a'):
-    w._on_prompt(PromptItem([raw(b, cls) for b in boxes], 'detections', stamp_ns))
+    w.handle_prompt(PromptItem([raw(b, cls) for b in boxes], 'detections', stamp_ns))
 
 
 def prompt(w, stamp_ns, action, p):
-    w._on_prompt(PromptItem((action, p), 'prompt', stamp_ns))
+    w.handle_prompt(PromptItem((action, p), 'prompt', stamp_ns))
 
 
 def test_a_detector_lagging_two_frames_starts_each_object_once():

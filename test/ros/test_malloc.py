@@ -23,16 +23,16 @@ class FakeLibc:
 
 def test_thresholds_set(monkeypatch):
     libc = FakeLibc()
-    monkeypatch.setattr(malloc, '_libc', lambda: libc)
+    monkeypatch.setattr(malloc, 'glibc', lambda: libc)
     assert malloc.keep_large_buffers() is True
     assert libc.calls == [(malloc.M_MMAP_THRESHOLD, 32 << 20),
                           (malloc.M_TRIM_THRESHOLD, 256 << 20)]
 
 
 def test_refused_or_not_glibc(monkeypatch):
-    monkeypatch.setattr(malloc, '_libc', lambda: FakeLibc(ok=0))
+    monkeypatch.setattr(malloc, 'glibc', lambda: FakeLibc(ok=0))
     assert malloc.keep_large_buffers() is False
-    monkeypatch.setattr(malloc, '_libc', lambda: None)
+    monkeypatch.setattr(malloc, 'glibc', lambda: None)
     assert malloc.keep_large_buffers() is False
 
 

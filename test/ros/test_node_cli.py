@@ -13,7 +13,7 @@ from sam2_ros.ros import node_cli  # noqa: E402
 
 
 def _probe_node(on_tick, executor=None):
-    """A node with what ``node_cli._run`` reads of the tracker node, and a fast timer;
+    """A node with what ``node_cli.run_node`` reads of the tracker node, and a fast timer;
     ``executor``: its executor parameter (None: the node has none)."""
     class Probe(Node):
         finished = False
@@ -52,7 +52,7 @@ def test_shutdown_during_a_callback_ends_the_loop_quietly(domain, executor):
         if node.ticks == 3:
             rclpy.try_shutdown()            # what rclpy's SIGINT handler does
             node.pub.publish(String(data='late'))    # raises: the context is gone
-    assert node_cli._run([], _probe_node(tick, executor)) == 0
+    assert node_cli.run_node([], _probe_node(tick, executor)) == 0
     assert made[-1].ticks == 3 and made[-1].released
 
 
@@ -62,7 +62,7 @@ def test_a_callback_error_in_a_live_context_surfaces(domain, executor):
         if node.ticks == 2:
             raise ValueError('callback bug')
     with pytest.raises(ValueError, match='callback bug'):
-        node_cli._run([], _probe_node(tick, executor))
+        node_cli.run_node([], _probe_node(tick, executor))
     assert not rclpy.ok()                   # cleaned up all the same
 
 
@@ -86,7 +86,7 @@ def test_the_executor_parameter_picks_the_spin_loops_executor(domain, monkeypatc
         node.executor_kind = type(ex).__name__
         return ex
     monkeypatch.setattr(node_cli, 'node_executor', spy)
-    assert node_cli._run([], _probe_node(tick, executor)) == 0
+    assert node_cli.run_node([], _probe_node(tick, executor)) == 0
     assert seen and seen[-1].executor_kind == kind
 
 

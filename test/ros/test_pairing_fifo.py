@@ -70,7 +70,9 @@ def fill_behind_a_busy_worker(mb, ahead):
     mb.put_frame(ahead, frame(900))
     mb.put_frame(ahead, frame(1000))
     mb.put_frame(late, frame(900))
-    assert len(mb._groups) == mb.fifo_size and mb.pairer.pending(ahead) == 1
+    # the FIFO is full: the late camera's 800 and 900 wait grouped, the other's 1000 unpaired
+    assert mb.pairer.pending(late) == 0 and mb.pending_frames(late) == mb.fifo_size
+    assert mb.pairer.pending(ahead) == 1
     done = threading.Event()
 
     def put():

@@ -197,7 +197,7 @@ def test_a_refused_frame_is_reported_in_the_next_state_and_counted():
     bad = refused_image(0, 5, 'image message of 9 bytes dropped: too large')
     good = image_msg(np.zeros((2, 2, 3), np.uint8), 6)
     for msg in (bad, good):
-        w._on_frame(FrameItem(msg, msg.header.stamp.nanosec, msg.header, 0.0))
+        w.handle_frame(FrameItem(msg, msg.header.stamp.nanosec, msg.header, 0.0))
     assert tracked == [(2, 2, 3)] and w.counters.frame_errors == 1
     assert any('image message of 9 bytes dropped: too large' in e for e in published[-1].errors)
 

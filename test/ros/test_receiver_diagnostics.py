@@ -42,16 +42,15 @@ def make_receiver(on_image=lambda msg, t: None, camera=0):
 
 def run_until_restarted(rx, monkeypatch):
     """The reading thread's loop, in this thread, until its first restart: the process is not
-    respawned (the respawn stops the loop), the pause before it skipped."""
-    monkeypatch.setattr(receiver.time, 'sleep', lambda s: None)
-    monkeypatch.setattr(rx, '_spawn', rx.stopping.set)
-    rx._run()
+    respawned (the pause before the respawn stops the loop instead)."""
+    monkeypatch.setattr(receiver.time, 'sleep', lambda s: rx.stopping.set())
+    rx.read_frames()
 
 
 def test_a_process_that_exited_is_a_restart_with_its_code_and_time(monkeypatch):
     rx, logs = make_receiver()
     mine, theirs = fr.socket_pair()
-    rx._attach_reader(mine)
+    rx.attach_reader(mine)
     rx.proc = FakeProc(code=-9)
     theirs.close()                                   # the process died: end of its stream
     run_until_restarted(rx, monkeypatch)
@@ -68,7 +67,7 @@ def test_a_failed_read_is_counted_and_named_as_the_restarts_reason(monkeypatch):
         raise RuntimeError('injected')
     rx, logs = make_receiver(on_image)
     mine, theirs = fr.socket_pair()
-    rx._attach_reader(mine)
+    rx.attach_reader(mine)
     rx.proc = FakeProc(code=0)
     # an unreadable message with a stamp: handed on as a refused frame, and the callback fails
     stamped = b'\x00\x01\x00\x00' + struct.pack('<iI', 12, 34) + b'not an image'
@@ -82,9 +81,9 @@ def test_a_failed_read_is_counted_and_named_as_the_restarts_reason(monkeypatch):
 
 def test_the_waits_for_a_slot_add_up_across_restarts():
     rx, _ = make_receiver()
-    rx._attach_reader(fr.socket_pair()[0])
+    rx.attach_reader(fr.socket_pair()[0])
     rx.reader.writer_waits = 3                       # the first process's count
-    rx._attach_reader(fr.socket_pair()[0])           # a restart: the new one counts from 0
+    rx.attach_reader(fr.socket_pair()[0])           # a restart: the new one counts from 0
     rx.reader.writer_waits = 2
     rx.reader.ring_bytes = 8192
     st = rx.stats()
@@ -126,7 +125,7 @@ def test_each_cameras_receiver_counts_are_in_its_diagnostics_and_a_restart_warns
     rx0, _ = make_receiver(camera=0)
     rx1, _ = make_receiver(camera=1)
     for rx in (rx0, rx1):
-        rx._attach_reader(fr.socket_pair()[0])
+        rx.attach_reader(fr.socket_pair()[0])
         rx.proc = FakeProc()
         rx.ready.set()
     rx1.frames, rx1.rejected, rx1.reader.ring_bytes = 120, 2, 4 * 8192

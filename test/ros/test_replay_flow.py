@@ -202,13 +202,13 @@ def test_a_state_answers_its_frame_and_all_before_it_only():
     from sam2_ros.ros.replay import BagPlayer
 
     p = types.SimpleNamespace(pending=collections.deque([(1, 0), (2, 0), (3, 0), (4, 0)]))
-    BagPlayer._on_state(p, state_cdr((3, 0)))
+    BagPlayer.on_state(p, state_cdr((3, 0)))
     assert list(p.pending) == [(4, 0)]
     for raw in (state_cdr((1, 0)), b'junk'):
-        BagPlayer._on_state(p, raw)
+        BagPlayer.on_state(p, raw)
         assert list(p.pending) == [(4, 0)]
     p.pending = collections.deque([(5, 0), (5, 0), (6, 0)])   # two cameras, one stamp
-    BagPlayer._on_state(p, state_cdr((5, 0)))
+    BagPlayer.on_state(p, state_cdr((5, 0)))
     assert list(p.pending) == [(5, 0), (6, 0)]
 
 
@@ -222,7 +222,7 @@ def test_the_progress_topics_are_the_nodes_tracking_states_and_the_options():
     node = types.SimpleNamespace(get_publisher_names_and_types_by_node=lambda base, ns: (
         asked.append((base, ns)) or graph))
     p = types.SimpleNamespace(node=node)
-    p._graph = types.MethodType(BagPlayer._graph, p)
+    p.node_graph = types.MethodType(BagPlayer.node_graph, p)
     assert BagPlayer.state_topics(p, '/sam2_tracker') == ['/sam2_tracker/left/state',
                                                           '/sam2_tracker/state']
     assert asked == [('sam2_tracker', '/')]

@@ -42,9 +42,9 @@ def test_a_negative_click_on_an_object_not_tracked_is_refused_and_starts_nothing
                        host(lambda m: np.zeros((120, 160, 3), np.uint8), h.convert,
                             log=lambda lvl, t: logs.append((lvl, t))),
                        outputs(published.append))
-    w._on_frame(FrameItem(None, 5, 'header', 0.0))
-    w._on_prompt(click())
-    w._on_frame(FrameItem(None, 6, 'header', 0.0))
+    w.handle_frame(FrameItem(None, 5, 'header', 0.0))
+    w.handle_prompt(click())
+    w.handle_frame(FrameItem(None, 6, 'header', 0.0))
     assert tr.objs == {} and w.counters.prompt_errors == 1
     assert published[-1].errors[0].startswith('rejected click (stamp 5 ns): UnknownObjectError')
 

@@ -141,7 +141,7 @@ def test_the_worker_hands_a_gpu_frame_on_as_it_came():
     tr.track = lambda f: tracked.append(f) or real(f)
     w = TrackingWorker(tr, Mailbox(True, 4, 8), host(decode=lambda m: tensor),
                        outputs(published.append))
-    w._on_frame(frame(0, 100))
+    w.handle_frame(frame(0, 100))
     assert tracked[0] is tensor and published[0].rgb is tensor
 
 

@@ -79,9 +79,9 @@ def test_click_on_the_last_frame_shows_on_the_next(deferred):
     published = []
     w = TrackingWorker(tr, Mailbox(True, 4, 8), lane_host(), outputs(published.append),
                        corrections_on_next_frame=deferred)
-    w._on_prompt(prompt_item(BOX, 0))              # stamp 0: the next frame
-    w._on_frame(frame_item(0, 100))
-    w._on_prompt(prompt_item(CLICK, 100))          # the frame just processed
+    w.handle_prompt(prompt_item(BOX, 0))              # stamp 0: the next frame
+    w.handle_frame(frame_item(0, 100))
+    w.handle_prompt(prompt_item(CLICK, 100))          # the frame just processed
     corrected, after = reference()
     if deferred:                                   # computed with the next frame, not now
         assert len(published) == 1 and tr.deferred_ids == [1]
@@ -89,7 +89,7 @@ def test_click_on_the_last_frame_shows_on_the_next(deferred):
         assert [p.header.stamp for p in published] == [100, 100]
         assert published[-1].recv_t is None
         same(published[-1].result, corrected)
-    w._on_frame(frame_item(1, 200))
+    w.handle_frame(frame_item(1, 200))
     assert [p.header.stamp for p in published] == [100] + [100] * (not deferred) + [200]
     same(published[-1].result, after)              # the correction applied, either way
     assert tr.deferred_ids == [] and published[-1].result.by_id(1).frames_since_prompt == 1
@@ -118,12 +118,12 @@ def test_multi_camera_lanes_defer_per_camera():
     for c in range(2):
         w.lanes[c].handle_prompt(prompt_item(BOX, 0))
         ref.stream(c).queue_prompt(BOX)
-    w._on_group(group(0, 100))
+    w.handle_group(group(0, 100))
     ref.track([image(0, 0), image(0, 1)])
     w.lanes[1].handle_prompt(prompt_item(CLICK, 100))     # camera 1's last frame
     CameraTracker(ref, 1).add_prompt(CLICK)
     assert w.lanes[1].tracker.deferred_ids == [1] and [len(p) for p in published] == [1, 1]
-    w._on_group(group(1, 200))
+    w.handle_group(group(1, 200))
     want = ref.track([image(1, 0), image(1, 1)])
     assert [len(p) for p in published] == [2, 2]           # no re-publish of frame 100
     for c in range(2):
@@ -147,10 +147,10 @@ def test_new_object_clicks_on_the_last_frame_apply_at_once_with_distinct_ids():
     w = TrackingWorker(tr, Mailbox(True, 4, 8),
                        host(decode=lambda rgb: rgb, convert=h.convert),
                        outputs(published.append), corrections_on_next_frame=True)
-    w._on_frame(frame_item(0, 100))
+    w.handle_frame(frame_item(0, 100))
     for x in (15.0, 45.0):
-        w._on_prompt(PromptItem(SimpleNamespace(x=x, y=20.0), 'click', 100))
+        w.handle_prompt(PromptItem(SimpleNamespace(x=x, y=20.0), 'click', 100))
     assert tr.deferred_ids == [] and tr.object_ids == [1, 2] and values['click_object_id'] == 2
     assert [[o.obj_id for o in p.result.objects] for p in published] == [[], [1], [1, 2]]
-    w._on_frame(frame_item(1, 200))
+    w.handle_frame(frame_item(1, 200))
     assert [o.obj_id for o in published[-1].result.objects] == [1, 2] and len(published) == 4

@@ -87,7 +87,7 @@ def test_detector_drives_tracker(tmp_path):
         pub = c.node.create_publisher(v.Detection2DArray, DET_TOPIC, qos)
         objects = []
         c.node.create_subscription(v.Detection2DArray, '/sam2_tracker/objects',
-                                   c._store(objects), qos)
+                                   c.appender(objects), qos)
         setp = c.node.create_client(SetParameters, '/sam2_tracker/set_parameters')
         c.wait_connected(240)
         wait_until(lambda: pub.get_subscription_count() > 0 and

@@ -125,17 +125,19 @@ def launch_actions(name, **args):
     """The actions launch file ``name``'s OpaqueFunction returns for ``args`` over its
     defaults."""
     from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
 
     spec = importlib.util.spec_from_file_location(name.replace('.', '_'), ROOT / 'launch' / name)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     ctx = LaunchContext()
-    for e in mod.generate_launch_description().entities:
+    entities = mod.generate_launch_description().entities
+    for e in entities:
         if isinstance(e, DeclareLaunchArgument) and e.default_value is not None:
             ctx.launch_configurations[e.name] = ''.join(s.perform(ctx) for s in e.default_value)
     ctx.launch_configurations.update(args)
-    return mod._setup(ctx)
+    [setup] = [e for e in entities if isinstance(e, OpaqueFunction)]
+    return setup.execute(ctx)
 
 
 def test_replay_wait_for_reaches_our_player(tmp_path):

@@ -1,4 +1,4 @@
-"""The multi-camera worker's step of a group (sam2_ros/ros/multi_worker.py ``_on_group``) over
+"""The multi-camera worker's step of a group (sam2_ros/ros/multi_worker.py ``handle_group``) over
 a fake core: every camera's engine span is the one track call of the group (not another
 camera's decode before it, nor another camera's hand-off after it), results are finished in
 camera order, and one camera's failure (a failed frame, an internal error while finishing it)
@@ -68,7 +68,7 @@ def published(events):
 def test_every_cameras_engine_span_is_the_groups_track_call():
     core, events = FakeCore(), []
     w = worker(core, events)
-    w._on_group(group(100))
+    w.handle_group(group(100))
     pubs = published(events)
     assert [e[1] for e in pubs] == [0, 1]                        # camera order
     t0, t1 = pubs[0][3].times, pubs[1][3].times
@@ -86,13 +86,13 @@ def test_an_internal_error_finishing_one_camera_leaves_the_other_published(monke
     def boom(*a, **k):
         raise RuntimeError('injected')
     monkeypatch.setattr(w.lanes[0], 'finish_frame', boom)
-    w._on_group(group(100))
+    w.handle_group(group(100))
     assert [e[1] for e in published(events)] == [1]
     assert len(reports) == 1 and 'injected' in reports[0]
     assert [lane.counters.consecutive_failures for lane in w.lanes] == [1, 0]
     assert groups[0][0] is None and groups[0][1] is not None
     monkeypatch.undo()
-    w._on_group(group(200))                                      # camera 0 goes on
+    w.handle_group(group(200))                                      # camera 0 goes on
     assert [e[1] for e in published(events)] == [1, 0, 1]
 
 
@@ -100,7 +100,7 @@ def test_a_failed_frame_of_one_camera_leaves_the_other_published():
     core, events = FakeCore(), []
     core.errors[0] = StepError('injected')
     w = worker(core, events)
-    w._on_group(group(100))
+    w.handle_group(group(100))
     assert [e[1] for e in published(events)] == [1]
     assert [lane.counters.frame_errors for lane in w.lanes] == [1, 0]
     assert [lane.counters.processed for lane in w.lanes] == [0, 1]
@@ -119,11 +119,11 @@ def test_a_failing_3d_positions_hook_is_reported_on_camera_0_only(monkeypatch):
     reports = [[], []]
     for c in (0, 1):
         monkeypatch.setattr(w.lanes[c].errors, 'report', reports[c].append)
-    w._on_group(group(100))
+    w.handle_group(group(100))
     assert [e[1] for e in published(events)] == [0, 1]
     assert len(reports[0]) == 1 and '3D positions failed' in reports[0][0] and reports[1] == []
     assert [lane.counters.consecutive_failures for lane in w.lanes] == [0, 0]
-    w._on_group(group(200))
+    w.handle_group(group(200))
     assert [e[1] for e in published(events)] == [0, 1, 0, 1]
 
 

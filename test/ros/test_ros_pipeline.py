@@ -227,8 +227,8 @@ def test_frame_times_follow_each_frame_and_are_logged(tmp_path):
                        outputs(published.append))
     items = [frame(k + 1, 100 + k) for k in range(3)]
     for it in items:
-        w._on_frame(it)
-    w._on_prompt(prompt(0, 1, 102))                 # on the last frame: re-published at once
+        w.handle_frame(it)
+    w.handle_prompt(prompt(0, 1, 102))                 # on the last frame: re-published at once
     assert [p.header.stamp for p in published] == [100, 101, 102, 102]
     assert published[-1].times is None
     for it, p in zip(items, published):

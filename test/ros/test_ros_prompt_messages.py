@@ -30,10 +30,10 @@ def test_one_style_for_refused_prompts_and_no_sentinel_stamp():
 
     def bad_convert(item):
         raise PromptError('object_id must be in 1..255, got 0')
-    w._on_frame(frame(1, 10))
-    w._on_prompt(prompt(REMOVE, 9, 10))                     # refused by the tracker
+    w.handle_frame(frame(1, 10))
+    w.handle_prompt(prompt(REMOVE, 9, 10))                     # refused by the tracker
     w.host.convert = bad_convert
-    w._on_prompt(PromptItem(None, 'click', LATEST))         # refused by the conversion
+    w.handle_prompt(PromptItem(None, 'click', LATEST))         # refused by the conversion
     assert errors(logs) == [
         'rejected prompt (stamp 10 ns): UnknownObjectError: cannot remove object 9',
         'rejected click (no stamp: the latest frame): PromptError: object_id must be in '
@@ -44,7 +44,7 @@ def test_one_style_for_refused_prompts_and_no_sentinel_stamp():
 def test_flood_of_stamp_0_prompts_says_what_waits():
     w, tr, pub, logs = make_worker()      # prompt_queue_size 3
     for i in range(4):
-        w._on_prompt(prompt(ADD, i + 1, 0))
+        w.handle_prompt(prompt(ADD, i + 1, 0))
     assert errors(logs) == [
         'rejected prompt (stamp 0: the next frame): 3 prompts already wait for the next frame '
         'or later ones (prompt_queue_size 3); send them once that frame is processed, or raise '

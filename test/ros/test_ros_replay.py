@@ -172,7 +172,7 @@ def test_wait_topic_syntax_and_unreadable_bag(tmp_path):
 
 
 @pytest.mark.parametrize('in_order', [False, True])
-def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, monkeypatch, in_order):
+def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, in_order):
     """--in-order: after each message the player waits for its topic's acknowledgements
     (one wait per message, in the recorded order); without it, none until the end."""
     from sam2_ros.ros.replay import BagPlayer
@@ -181,8 +181,8 @@ def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, monkeypatch
     waits = []
     with player_node('in_order_test') as node:
         player = BagPlayer(node, str(bag), rate=50.0, clock=False, in_order=in_order)
-        monkeypatch.setattr(BagPlayer, '_acked', staticmethod(
-            lambda pub, timeout: waits.append(pub.topic_name) or True))
+        for topic, pub in player.pubs.items():
+            pub.wait_for_all_acked = lambda timeout, t=topic: waits.append(t) or True
         player.play()
         player.close()
     prompt = PROMPT_TOPIC

@@ -30,7 +30,7 @@ def test_worker_resets_when_image_stamps_jump_back():
     """Without /clock the image stamps show the jump: the tracker is reset before the frame."""
     w, tr, pub, logs = make_worker()
     for s in (stamp(0), stamp(1), stamp(0)):
-        w._on_frame(frame(1, s))
+        w.handle_frame(frame(1, s))
     assert tr.calls == [('track', 1), ('track', 1), ('reset',), ('track', 1)]
     assert w.time.line.last_ns == stamp(0)
     jumps = [t for _, t in logs if 'jumped back' in t]
@@ -41,14 +41,14 @@ def test_a_prompt_taken_as_old_before_the_jump_is_held_for_its_frame():
     """The new run's frame-0 prompt arrives before its frame: applied as old to the old run's
     last frame, then, when that frame jumps back, held for it again (and not for later)."""
     w, tr, pub, logs = make_worker()
-    w._on_frame(frame(1, stamp(0)))
-    w._on_frame(frame(1, stamp(2)))
-    w._on_prompt(prompt(ADD, 1, stamp(0)))                 # older than stamp(2): applied now
-    w._on_prompt(prompt(ADD, 2, stamp(2)))                 # the latest frame's: not old
+    w.handle_frame(frame(1, stamp(0)))
+    w.handle_frame(frame(1, stamp(2)))
+    w.handle_prompt(prompt(ADD, 1, stamp(0)))                 # older than stamp(2): applied now
+    w.handle_prompt(prompt(ADD, 2, stamp(2)))                 # the latest frame's: not old
     assert tr.calls[-2:] == [('add', 1), ('add', 2)]
-    w._on_frame(frame(1, stamp(0)))
+    w.handle_frame(frame(1, stamp(0)))
     assert tr.calls[-3:] == [('reset',), ('queue', 1), ('track', 1)]
-    w._on_frame(frame(1, stamp(1)))
+    w.handle_frame(frame(1, stamp(1)))
     assert tr.calls[-1] == ('track', 1) and ('queue', 2) not in tr.calls
 
 
@@ -56,8 +56,8 @@ def test_clock_jump_resets_and_drops_what_was_held():
     """/clock jumping back (use_sim_time) comes before the new run's messages: what waits for
     a frame of the old time line is dropped with the objects, and named in a warning."""
     w, tr, pub, logs = make_worker()
-    w._on_frame(frame(1, stamp(3)))
-    w._on_prompt(prompt(ADD, 1, stamp(5)))                 # held for a future frame
+    w.handle_frame(frame(1, stamp(3)))
+    w.handle_prompt(prompt(ADD, 1, stamp(5)))                 # held for a future frame
     assert w.waiting_prompts == 1
     w.time.line.note_jump(0, stamp(3))
     assert not w.run_once(0)           # no frame waits: the jump is applied at once
@@ -66,7 +66,7 @@ def test_clock_jump_resets_and_drops_what_was_held():
     assert [t for _, t in logs if time_jump.CLOCK_JUMP_REASON in t]
     assert [t for _, t in logs if '1 prompt(s) held for frames before the jump were dropped: '
             f'prompt (stamp {stamp(5)} ns)' in t], logs
-    w._on_frame(frame(1, stamp(0)))                        # the new run: no second reset
+    w.handle_frame(frame(1, stamp(0)))                        # the new run: no second reset
     assert tr.calls[-1] == ('track', 1) and tr.calls.count(('reset',)) == 1
 
 
@@ -75,14 +75,14 @@ def test_a_new_runs_prompt_seen_before_the_clock_jump_is_held_for_its_frame():
     callback runs first it is applied as old to the old run's last frame; the jump (to the
     clock's time then) holds it again for its frame instead of dropping it with the objects."""
     w, tr, pub, logs = make_worker()
-    w._on_frame(frame(1, stamp(0)))
-    w._on_frame(frame(1, stamp(4)))
-    w._on_prompt(prompt(ADD, 1, stamp(0)))                 # the new run's: taken as old
+    w.handle_frame(frame(1, stamp(0)))
+    w.handle_frame(frame(1, stamp(4)))
+    w.handle_prompt(prompt(ADD, 1, stamp(0)))                 # the new run's: taken as old
     assert tr.calls[-1] == ('add', 1)
     w.time.line.note_jump(stamp(0) - 30_000_000, stamp(4) - stamp(0) + 30_000_000)
     w.run_once(0)
     assert tr.calls[-1] == ('reset',) and w.waiting_prompts == 1
-    w._on_frame(frame(1, stamp(0)))
+    w.handle_frame(frame(1, stamp(0)))
     assert tr.calls[-2:] == [('queue', 1), ('track', 1)] and tr.calls.count(('reset',)) == 1
 
 
@@ -147,15 +147,15 @@ def test_one_frame_stamped_ahead_is_reported_and_resets_nothing():
     step reported; back to the first stamp is a restart: a reset."""
     w, tr, pub, logs = make_worker()
     for s in (stamp(0), stamp(1), 2 ** 62, stamp(2), stamp(3)):
-        w._on_frame(frame(1, s))
+        w.handle_frame(frame(1, s))
     assert ('reset',) not in tr.calls and tr.calls.count(('track', 1)) == 5
     errors = [e for p in pub for e in p.errors]
     assert any(f'stamped {2 ** 62} ns, ahead of the frames before and after' in e
                for e in errors), errors
-    w._on_frame(frame(1, stamp(2)))                        # back to the frame before: 100 ms
+    w.handle_frame(frame(1, stamp(2)))                        # back to the frame before: 100 ms
     assert ('reset',) not in tr.calls
     assert any('stepped back by 100.0 ms' in e for e in pub[-1].errors), pub[-1].errors
-    w._on_frame(frame(1, stamp(0)))                        # back to the first stamp: restart
+    w.handle_frame(frame(1, stamp(0)))                        # back to the first stamp: restart
     assert tr.calls[-2:] == [('reset',), ('track', 1)]
 
 
@@ -163,16 +163,16 @@ def test_prompts_stamped_far_ahead_are_refused_and_never_fill_the_hold():
     from sam2_ros.ros import hold
 
     w, tr, pub, logs = make_worker()
-    w._on_prompt(prompt(ADD, 1, stamp(0) + 3600 * 10 ** 9))   # before any frame: held
+    w.handle_prompt(prompt(ADD, 1, stamp(0) + 3600 * 10 ** 9))   # before any frame: held
     assert w.waiting_prompts == 1
-    w._on_frame(frame(1, stamp(0)))                            # an hour ahead of it: refused
+    w.handle_frame(frame(1, stamp(0)))                            # an hour ahead of it: refused
     assert w.waiting_prompts == 0 and ('queue', 1) not in tr.calls
     for k in range(3 * w.hold.capacity):                       # never blocks later prompts
-        w._on_prompt(prompt(ADD, 2, stamp(0) + (hold.MAX_LEAD_S + 1 + k) * 10 ** 9))
+        w.handle_prompt(prompt(ADD, 2, stamp(0) + (hold.MAX_LEAD_S + 1 + k) * 10 ** 9))
     assert w.waiting_prompts == 0
-    w._on_prompt(prompt(ADD, 2, stamp(1)))                     # a good one is held
+    w.handle_prompt(prompt(ADD, 2, stamp(1)))                     # a good one is held
     assert w.waiting_prompts == 1
-    w._on_frame(frame(1, stamp(1)))
+    w.handle_frame(frame(1, stamp(1)))
     errors = [e for p in pub for e in p.errors]
     assert sum('s after the latest frame (more than 10 s ahead' in e for e in errors) == \
         1 + 3 * w.hold.capacity, errors

@@ -150,7 +150,7 @@ def test_the_multi_camera_worker_sends_a_groups_masks_before_its_states():
     w.start()
     try:
         for stamp in (100, 200):
-            w._on_group(group(stamp))     # noqa: SLF001 - one group, as the thread would
+            w.handle_group(group(stamp))     # one group, as the thread would
     finally:
         w.stop()
     frames = [(e[0], e[1], e[2].stamp) for e in events]
@@ -165,7 +165,7 @@ def test_without_the_shared_publisher_each_camera_has_its_own_thread():
     assert w.publisher is None and all(lane.output.shared is None for lane in w.lanes)
     w.start()
     try:
-        w._on_group(group(100))           # noqa: SLF001
+        w.handle_group(group(100))
     finally:
         w.stop()
     for c in (0, 1):                      # each camera's mask, then its state

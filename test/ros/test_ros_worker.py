@@ -93,36 +93,36 @@ def prompt(action, obj, stamp):
 
 def test_prompt_lands_on_the_frame_its_stamp_names():
     w, tr, pub, logs = make_worker()
-    w._on_prompt(prompt(ADD, 1, 0))        # zero stamp: next frame
-    w._on_prompt(prompt(ADD, 2, 300))      # future stamp: held until a frame >= 300
-    w._on_frame(frame(10, 100))
+    w.handle_prompt(prompt(ADD, 1, 0))        # zero stamp: next frame
+    w.handle_prompt(prompt(ADD, 2, 300))      # future stamp: held until a frame >= 300
+    w.handle_frame(frame(10, 100))
     assert tr.calls == [('queue', 1), ('track', 10)]
-    w._on_frame(frame(20, 300))
+    w.handle_frame(frame(20, 300))
     assert tr.calls[2:] == [('queue', 2), ('track', 20)]
-    w._on_prompt(prompt(ADD, 1, 300))      # the last processed frame: a correction there, now
+    w.handle_prompt(prompt(ADD, 1, 300))      # the last processed frame: a correction there, now
     assert tr.calls[4:] == [('add', 1)]
     assert len(pub) == 3 and pub[-1].header.stamp == 300 and pub[-1].recv_t is None
-    w._on_prompt(prompt(ADD, 1, 100))      # older: latest frame, with a warning
+    w.handle_prompt(prompt(ADD, 1, 100))      # older: latest frame, with a warning
     assert tr.calls[5:] == [('add', 1)]
     assert any(lvl == 'warn' and 'older' in t for lvl, t in logs)
-    w._on_prompt(prompt(REMOVE, 2, 350))   # removal is scheduled like any prompt
-    w._on_frame(frame(30, 400))
+    w.handle_prompt(prompt(REMOVE, 2, 350))   # removal is scheduled like any prompt
+    w.handle_frame(frame(30, 400))
     assert tr.calls[6:] == [('remove', 2), ('track', 30)]
-    w._on_prompt(prompt(RESET, 0, 400))
+    w.handle_prompt(prompt(RESET, 0, 400))
     assert tr.calls[8:] == [('reset',)]
 
 
 def test_errors_reach_the_next_published_state_and_tracking_goes_on():
     w, tr, pub, logs = make_worker()
-    w._on_frame(frame('bad', 1))
-    w._on_prompt(prompt(REMOVE, 9, 1))     # unknown id, applied now (stamp <= last)
-    w._on_frame(frame(5, 2))
+    w.handle_frame(frame('bad', 1))
+    w.handle_prompt(prompt(REMOVE, 9, 1))     # unknown id, applied now (stamp <= last)
+    w.handle_frame(frame(5, 2))
     assert tr.calls == [('track', 5)]
     errs = pub[-1].errors
     assert any('unsupported image encoding' in e for e in errs)
     assert any('UnknownObjectError' in e for e in errs)
     assert w.counters.frame_errors == 1 and w.counters.prompt_errors == 1
-    w._on_frame(frame(6, 3))
+    w.handle_frame(frame(6, 3))
     assert pub[-1].errors == []            # errors are reported once
     assert sum(lvl == 'error' for lvl, _ in logs) == 2
 
@@ -130,10 +130,10 @@ def test_errors_reach_the_next_published_state_and_tracking_goes_on():
 def test_track_refusing_a_queued_prompt_is_retried_once():
     w, tr, pub, _ = make_worker()
     tr.bad_track = 1
-    w._on_frame(frame(7, 1))
+    w.handle_frame(frame(7, 1))
     assert tr.calls == [('track', 7)] and 'outside the frame' in pub[-1].errors[0]
     tr.bad_track = 2
-    w._on_frame(frame(8, 2))
+    w.handle_frame(frame(8, 2))
     assert w.counters.frame_errors == 1 and len(pub) == 1
 
 
@@ -170,8 +170,8 @@ def test_prompt_queue_rejects_newest_when_full():
 def test_too_many_future_prompts_rejects_newest():
     w, tr, pub, logs = make_worker()
     for i in range(4):
-        w._on_prompt(prompt(ADD, i + 1, 0))
-    w._on_frame(frame(1, 1))
+        w.handle_prompt(prompt(ADD, i + 1, 0))
+    w.handle_frame(frame(1, 1))
     assert [c for c in tr.calls if c[0] == 'queue'] == [('queue', 1), ('queue', 2), ('queue', 3)]
     assert any('prompt_queue_size' in e for e in pub[-1].errors)
 
@@ -198,11 +198,11 @@ def test_waiting_prompts_counts_prompts_held_for_a_future_frame():
     frame_item, prompts = w.mailbox.take(0.0)
     assert frame_item is None
     for p in prompts:
-        w._on_prompt(p)
+        w.handle_prompt(p)
     assert (w.mailbox.pending_prompts(), w.waiting_prompts) == (0, 1)
-    w._on_frame(frame(10, 100))            # older than the prompt: it keeps waiting
+    w.handle_frame(frame(10, 100))            # older than the prompt: it keeps waiting
     assert w.waiting_prompts == 1 and tr.calls == [('track', 10)]
-    w._on_frame(frame(20, 300))            # its frame: applied, nothing waits
+    w.handle_frame(frame(20, 300))            # its frame: applied, nothing waits
     assert w.waiting_prompts == 0 and tr.calls[1:] == [('queue', 1), ('track', 20)]
 
 
@@ -211,16 +211,16 @@ def test_one_hold_serves_prompts_and_detections():
     kind bounded by prompt_queue_size, both counted in waiting_prompts, reported on stop
     (prompts first); a reset applied now drops the held prompts, not the detections."""
     w, tr, pub, _ = make_worker()
-    w._on_frame(frame(1, 100))
-    w._on_prompt(prompt(ADD, 1, 300))
+    w.handle_frame(frame(1, 100))
+    w.handle_prompt(prompt(ADD, 1, 300))
     for _ in range(4):                     # prompt_queue_size 3: the fourth is refused
-        w._on_prompt(PromptItem([], 'detections', 400))
-    w._on_prompt(prompt(ADD, 2, 350))
+        w.handle_prompt(PromptItem([], 'detections', 400))
+    w.handle_prompt(prompt(ADD, 2, 350))
     assert w.waiting_prompts == 5 and w.hold.count(detections=True) == 3
     assert w.counters.prompt_errors == 1 and w.detection_counts['rejected'] == 1
-    w._on_prompt(prompt(RESET, 0, 100))    # the last processed frame: applied now
+    w.handle_prompt(prompt(RESET, 0, 100))    # the last processed frame: applied now
     assert w.waiting_prompts == 3 and tr.calls[-1] == ('reset',)
-    w._on_prompt(prompt(ADD, 3, 500))
+    w.handle_prompt(prompt(ADD, 3, 500))
     assert w.drop_pending() == ['prompt (stamp 500 ns)'] + ['detections (stamp 400 ns)'] * 3
     assert w.waiting_prompts == 0
 
@@ -249,7 +249,7 @@ def test_a_prompt_refused_by_a_full_queue_is_counted_and_reported():
     the diagnostics' prompt_errors count it, as every other refused prompt."""
     w, tr, pub, logs = make_worker()
     w.refuse('prompt (stamp 0 ns)', 'the prompt queue is full (3, prompt_queue_size)')
-    w._on_frame(frame(1, 100))
+    w.handle_frame(frame(1, 100))
     assert w.counters.prompt_errors == 1
     assert pub[-1].errors == ['rejected prompt (stamp 0 ns): the prompt queue is full (3, '
                               'prompt_queue_size)']

@@ -117,7 +117,7 @@ def test_the_worker_files_a_stalled_track_call():
     w = TrackingWorker(SlowTracker(), Mailbox(True, 4, 3),
                        host(lambda m: np.zeros((2, 2, 3), np.uint8), None),
                        outputs(published.append), stall=tracer)
-    t = threading.Thread(target=w._on_frame, args=(frame(1, 100),), name='tracked_thread')
+    t = threading.Thread(target=w.handle_frame, args=(frame(1, 100),), name='tracked_thread')
     t.start()
     inside.wait()
     assert tracer.sample()

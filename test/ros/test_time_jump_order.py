@@ -104,12 +104,12 @@ def test_a_prompt_taken_as_old_is_old_once_a_later_frame_is_done():
     later jump back does not hold it again."""
     w, tr, pub, logs = make_worker()
     for i in range(3):
-        w._on_frame(frame(i, stamp(i)))
-    w._on_prompt(prompt(ADD, 1, stamp(0)))                     # old: applied to frame 2
+        w.handle_frame(frame(i, stamp(i)))
+    w.handle_prompt(prompt(ADD, 1, stamp(0)))                     # old: applied to frame 2
     assert tr.calls[-1] == ('add', 1) and w.time.old_prompts == 1
-    w._on_frame(frame(3, stamp(3)))
+    w.handle_frame(frame(3, stamp(3)))
     assert w.time.old_prompts == 0
-    w._on_frame(frame(4, stamp(0)))
+    w.handle_frame(frame(4, stamp(0)))
     assert tr.calls[-2:] == [('reset',), ('track', 4)] and w.waiting_prompts == 0
 
 
@@ -118,27 +118,27 @@ def test_a_new_runs_frame_delivered_before_its_clock_jump_resets_once():
     /clock. The image stamps restart the time line; the jump, seen then, finds the frames near
     its new time already and resets nothing more: run 2 keeps its object."""
     w, tr, pub, logs = make_worker()
-    w._on_prompt(prompt(ADD, 1, stamp(0)))
+    w.handle_prompt(prompt(ADD, 1, stamp(0)))
     for i in range(20):
-        w._on_frame(frame(1, stamp(i)))
-    w._on_prompt(prompt(ADD, 2, stamp(0)))                     # run 2's: taken as old
-    w._on_frame(frame(2, stamp(0)))                            # run 2's frame 0: a restart
+        w.handle_frame(frame(1, stamp(i)))
+    w.handle_prompt(prompt(ADD, 2, stamp(0)))                     # run 2's: taken as old
+    w.handle_frame(frame(2, stamp(0)))                            # run 2's frame 0: a restart
     assert tr.calls[-3:] == [('reset',), ('queue', 2), ('track', 2)]
     w.time.line.note_jump(stamp(0) - PROMPT_LEAD_NS, stamp(19) - stamp(0) + PROMPT_LEAD_NS)
     w.run_once(0)
-    w._on_frame(frame(3, stamp(1)))
+    w.handle_frame(frame(3, stamp(1)))
     assert tr.calls.count(('reset',)) == 1 and tr.ids == {2}
     assert len(jump_logs(logs)) == 1
 
 
 def test_what_waits_for_a_clock_jump_is_bounded():
     w, tr, pub, logs = make_worker()                            # prompt queue 3
-    w._on_frame(frame(1, stamp(5)))
+    w.handle_frame(frame(1, stamp(5)))
     w.time.line.note_jump(stamp(0), stamp(5) - stamp(0))
     for k in range(4):
         w.handle_prompt(prompt(ADD, 1 + k, stamp(0)))
     assert w.waiting_prompts == 3 and w.counters.prompt_errors == 1
-    w._on_frame(frame(2, stamp(0)))
+    w.handle_frame(frame(2, stamp(0)))
     assert tr.calls[-5:] == [('reset',), ('queue', 1), ('queue', 2), ('queue', 3), ('track', 2)]
     assert any('3 prompts already wait for the frames after a /clock jump' in e
                for e in pub[-1].errors), pub[-1].errors
@@ -146,7 +146,7 @@ def test_what_waits_for_a_clock_jump_is_bounded():
 
 def test_the_clock_jump_is_never_refused_by_a_full_prompt_queue():
     w, tr, pub, logs = make_worker()                            # prompt queue 3
-    w._on_frame(frame(1, stamp(5)))
+    w.handle_frame(frame(1, stamp(5)))
     for _ in range(3):
         assert w.mailbox.put_prompt(prompt(ADD, 1, 0))
     assert not w.mailbox.put_prompt(prompt(ADD, 2, 0))         # the queue is full
@@ -178,9 +178,9 @@ def tracked_then_deactivated():
     w, tr, pub, logs = make_worker()
     line = TimeLine()
     w.time.line = line
-    w._on_prompt(prompt(ADD, 1, 0))
+    w.handle_prompt(prompt(ADD, 1, 0))
     for i in range(5):
-        w._on_frame(frame(1, stamp(i)))
+        w.handle_frame(frame(1, stamp(i)))
     w.stop(1.0)
     return w, tr, pub, logs, line
 
@@ -188,7 +188,7 @@ def tracked_then_deactivated():
 def test_a_restart_while_inactive_is_seen_by_the_next_activation():
     w, tr, pub, logs, line = tracked_then_deactivated()
     w2 = reactivated(w, tr, pub, logs, line)
-    w2._on_frame(frame(2, stamp(0)))                            # the bag played again
+    w2.handle_frame(frame(2, stamp(0)))                            # the bag played again
     assert tr.calls[-2:] == [('reset',), ('track', 2)] and tr.ids == set()
     assert len(jump_logs(logs)) == 1
 
@@ -211,12 +211,12 @@ def test_without_the_idle_round_a_jump_applies_at_the_next_frame_received_after_
     finish_frame, without rounds of its own: the jump applies before the first frame received
     after it, a frame received before it is still the old time line's."""
     w, tr, pub, logs = make_worker()
-    w._on_frame(frame(1, stamp(3)))
+    w.handle_frame(frame(1, stamp(3)))
     old = frame(2, stamp(4))                                    # received before the jump
     w.time.line.note_jump(stamp(0), stamp(4) - stamp(0))
     w.handle_prompt(prompt(ADD, 1, stamp(0)))                   # after it: waits
     assert w.waiting_prompts == 1 and ('reset',) not in tr.calls
-    w._on_frame(old)
+    w.handle_frame(old)
     assert tr.calls[-1] == ('track', 2) and ('reset',) not in tr.calls
-    w._on_frame(frame(3, stamp(0)))
+    w.handle_frame(frame(3, stamp(0)))
     assert tr.calls[-3:] == [('reset',), ('queue', 1), ('track', 3)]

@@ -100,11 +100,11 @@ def test_predictor_variant_times_the_decode_after_set_image():
     a run sets the image, then times decode and returns its masks."""
     import argparse
 
-    from tools.bench.image_variants import _predictor
+    from tools.bench.image_variants import predictor_variant
     calls = []
     pred = type('P', (), {'set_image': lambda self, img: calls.append('set')})()
-    v = _predictor(pred, argparse.Namespace(device='cpu'), 'fp32',
-                   lambda img, bx: calls.append('decode') or np.ones((len(bx), 2, 2), bool))
+    v = predictor_variant(pred, argparse.Namespace(device='cpu'), 'fp32',
+                          lambda img, bx: calls.append('decode') or np.ones((len(bx), 2, 2), bool))
     masks, seconds = v.run(np.zeros((2, 2, 3), np.uint8), [(0, 0, 1, 1)] * 3)
     assert masks.shape == (3, 2, 2) and seconds >= 0 and calls == ['set', 'decode']
     v.encode(np.zeros((2, 2, 3), np.uint8))

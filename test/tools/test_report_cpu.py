@@ -70,10 +70,10 @@ def test_node_latency_rows_and_targets(tmp_path):
     # no target below 60 Hz; the DDS probe rows render in a table of their own
     assert any(r.get('kind') == 'dds_probe' for r in rows)
     assert 'the `dds_probe` rows of the same file' in '\n'.join(lines)
-    assert old and [report._node_target(r) for r in old] == ['-'] * len(old)
+    assert old and [report.node_target(r) for r in old] == ['-'] * len(old)
     # the targets are the H200 host's: a row of another card is not judged against them
-    assert report._node_target(dict(new[0], gpu='NVIDIA H100 80GB HBM3')) == '- (H100)'
-    assert report._node_target(dict(new[0], gpu='NVIDIA H200')).startswith('met')
+    assert report.node_target(dict(new[0], gpu='NVIDIA H100 80GB HBM3')) == '- (H100)'
+    assert report.node_target(dict(new[0], gpu='NVIDIA H200')).startswith('met')
 
 
 def test_compact_sections(tmp_path):

@@ -71,8 +71,8 @@ def sam2_predictor(model_size: str, a: argparse.Namespace, precision: str,
         cache['image_model'] = build_sam2(MODEL_CONFIGS[model_size], ckpt_path=None,
                                           device=a.device, hydra_overrides_extra=over)
     pred = SAM2ImagePredictor(cache['image_model'])
-    return _predictor(pred, a, precision,
-                      lambda img, bx: pred.predict(box=bx, multimask_output=False)[0])
+    return predictor_variant(pred, a, precision,
+                             lambda img, bx: pred.predict(box=bx, multimask_output=False)[0])
 
 
 def sam(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> Variant:
@@ -87,10 +87,10 @@ def sam(model_size: str, a: argparse.Namespace, precision: str, cache: dict) -> 
         b = pred.transform.apply_boxes_torch(torch.as_tensor(bx, device=a.device),
                                              img.shape[:2])
         return pred.predict_torch(None, None, b, multimask_output=False)[0].cpu().numpy()
-    return _predictor(pred, a, precision, decode)
+    return predictor_variant(pred, a, precision, decode)
 
 
-def _predictor(pred, a: argparse.Namespace, precision: str, decode: Callable) -> Variant:
+def predictor_variant(pred, a: argparse.Namespace, precision: str, decode: Callable) -> Variant:
     """A ``set_image`` / predict predictor (sam2's or SAM's): the encoder is ``set_image``;
     a run times ``decode(img, boxes)`` (prompts, decoder, masks to the host) after it."""
     import torch

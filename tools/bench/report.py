@@ -131,7 +131,7 @@ NODE_TARGET_P99_MS = {(1, 'raw'): {1: 8.0, 3: 10.0, 8: 12.0}, (1, 'jpeg'): {1: 7
                       (2, 'raw'): {1: 10.0, 3: 12.0}}
 
 
-def _node_target(r: dict) -> str:
+def node_target(r: dict) -> str:
     """'met' / 'missed' against the targets, '-' where none applies (other rates, sizes,
     object counts, two nodes for two cameras, or a row from before deadline misses were
     counted)."""
@@ -190,7 +190,7 @@ def node_latency(results: str) -> List[str]:
             r.get('corrections', 0),
             f"{_f(r.get('e2e_mask_p50'), 1)} / {_f(r.get('e2e_mask_p99'), 1)}",
             _f(r.get('e2e_state_p99'), 1), _f(r.get('engine_p50'), 1),
-            '-' if misses is None else f"{misses} / {r['frames']}", _split(r), _node_target(r),
+            '-' if misses is None else f"{misses} / {r['frames']}", _split(r), node_target(r),
             f"{_f(r.get('date'))}, {_f(r.get('commit'))}, {gpu_short(r)}"])
     out = _node_prov(rows) + [''] + _table(
         ['camera', 'cameras (this one: device)', 'objects', 'node per camera', 'graph_mode',

@@ -102,14 +102,14 @@ class Store:
         self.bf16 = cfg.precision == 'bf16'
         self.events: List[dict] = []      # one per part: loaded / compiled / failed, seconds
         # (batch, features' batch: 1 or B) -> heads (None: failed)
-        self._heads: Dict[Tuple[int, int], Optional[_Bound]] = {}
+        self._heads: Dict[Tuple[int, int], Optional[Bound]] = {}
 
     def encoder(self, image: torch.Tensor) -> Optional[Callable]:
         """image -> Features by the precompiled encoder; None when the encoder is not a
         precompiled part or failed (use sam2's kernels)."""
         if 'encoder' not in self.cfg.precompile:
             return None
-        fn = self._get('encoder', encode_fn, (image,), (self.bf16,))
+        fn = self.load_or_compile('encoder', encode_fn, (image,), (self.bf16,))
         if fn is None:
             return None
         sizes = encoder.feat_sizes(self.model.image_size)
@@ -131,28 +131,29 @@ class Store:
             return None
         if (batch, fb) not in self._heads:
             name = f'heads_b{batch}' + ('' if fb == 1 else '_streams')
-            self._heads[batch, fb] = self._get(name, heads_fn,
-                                               (pix_feat, *feats.vision_feats[:3]),
-                                               (self.cfg.fill_hole_area, self.bf16))
+            self._heads[batch, fb] = self.load_or_compile(
+                name, heads_fn, (pix_feat, *feats.vision_feats[:3]),
+                (self.cfg.fill_hole_area, self.bf16))
         fn = self._heads[batch, fb]
         if fn is None or not fn.fits(pix_feat):
             return None
         return lambda pix, f: step.StepOut(*fn(pix, *f.vision_feats[:3]))
 
     # ---- load or compile ----------------------------------------------------------------
-    def _get(self, name: str, fn, args: Sequence[torch.Tensor], consts: tuple):
+    def load_or_compile(self, name: str, fn: Callable, args: Sequence[torch.Tensor],
+                        consts: tuple) -> Optional['Bound']:
         """The part bound to the model, after one trial call on ``args`` (so a file that loads
         but does not run is compiled again, and a part that fails costs only itself, not the
         capture of every graph); None on any failure."""
         t0 = time.perf_counter()
-        path = self.dir / f'{name}-{self._key(name, args, consts)}.bin'
+        path = self.dir / f'{name}-{self.key(name, args, consts)}.bin'
         bound, how = None, 'loaded'
         try:
             if path.exists():
-                bound = self._trial(self._load(path), args, consts, path)
+                bound = self._trial(self.load(path), args, consts, path)
             if bound is None:
                 how = 'compiled'
-                bound = _Bound(self._compile(fn, args, consts, path), self.model, args, consts)
+                bound = Bound(self.compile(fn, args, consts, path), self.model, args, consts)
                 bound(*args)
         except Exception as exc:  # noqa: BLE001 - any failure: this part runs sam2's kernels
             self.events.append({'part': name, 'how': 'failed', 'error': repr(exc)[:300]})
@@ -164,11 +165,11 @@ class Store:
                  path)
         return bound
 
-    def _trial(self, compiled, args, consts, path: Path) -> Optional['_Bound']:
+    def _trial(self, compiled, args, consts, path: Path) -> Optional['Bound']:
         """A loaded function bound and called once; None (compile it again) if it fails."""
         if compiled is None:
             return None
-        bound = _Bound(compiled, self.model, args, consts)
+        bound = Bound(compiled, self.model, args, consts)
         try:
             bound(*args)
         except Exception as exc:  # noqa: BLE001 - e.g. a file from another build of torch
@@ -177,18 +178,22 @@ class Store:
             return None
         return bound
 
-    def _load(self, path: Path):
+    def load(self, path: Path) -> Any:
+        """The compiled function saved at ``path``, its guards off; None when unreadable."""
         try:
             with open(path, 'rb') as f:
                 compiled = torch.compiler.load_compiled_function(f)
         except Exception as exc:  # noqa: BLE001 - a stale or corrupt file: compile anew
             log.warning('precompiled file %s unreadable (%r): compiling it again', path, exc)
             return None
-        compiled.disable_guard_check()     # _Bound checks the inputs instead
+        compiled.disable_guard_check()     # Bound checks the inputs instead
         cache_files.touch(path)            # used: retention keeps it
         return compiled
 
-    def _compile(self, fn, args, consts, path: Path):
+    def compile(self, fn: Callable, args: Sequence[torch.Tensor], consts: tuple,
+                path: Path) -> Any:
+        """``fn`` compiled ahead for ``args`` and ``consts`` (weights as inputs), saved at
+        ``path`` when the disk takes it, its guards off; raises when it cannot be compiled."""
         import torch._dynamo
         if hasattr(torch._dynamo.config, 'enable_aot_compile'):   # off by default in 2.11
             torch._dynamo.config.enable_aot_compile = True
@@ -224,7 +229,8 @@ class Store:
                 os.unlink(tmp)
         cache_files.prune(path.parent)
 
-    def _key(self, name: str, args, consts) -> str:
+    def key(self, name: str, args: Sequence[torch.Tensor], consts: tuple) -> str:
+        """The part's file key: a hash of ``key_facts``."""
         facts = self.key_facts(name, args, consts)
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -252,7 +258,7 @@ class Store:
         }
 
 
-class _Bound:
+class Bound:
     """A loaded compiled function bound to the model and its constants. Its own guards are
     off (they reject the inference tensors the tracker runs on); instead each call checks
     that the inputs have the shapes, strides and dtypes it was compiled for."""

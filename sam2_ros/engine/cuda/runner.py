@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.errors import failure_site
 from sam2_ros.engine.memory import MemoryBank, Selection
 from sam2_ros.engine.model import compiled_copy
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ class GraphRunner:
     ``cameras``: the streams of the tracker; graphs take them as one batch when
     ``cfg.batch_streams``, else one camera's frame (several cameras then run eagerly)."""
 
-    def __init__(self, model, cfg: TrackerConfig, on_fallback: Callable[[str], None],
+    def __init__(self, model: SAM2Base, cfg: TrackerConfig, on_fallback: Callable[[str], None],
                  cameras: int = 1):
         self.model, self.cfg, self.on_fallback = model, cfg, on_fallback
         self.eager = EagerRunner(model, cfg)
@@ -274,7 +277,7 @@ class GraphRunner:
         replay runs every object, in order, its static outputs are the result (views of its
         first len(sels) rows, valid until that graph replays again): nothing is copied."""
         n = len(sels)
-        out = self._out_rows(n, bank)
+        out = self.out_rows(n, bank)
         modes = ['eager'] * len(sels)
         g = self.graphs if self.graphs and features is self.graphs.encoder.outputs else None
         groups: Dict[StepBucket, List[int]] = {}
@@ -331,7 +334,7 @@ class GraphRunner:
             self.report(f'graph replay failed: {exc!r}')
             return self._eager(sels, features, bank, maskmem_pos), 'eager'
 
-    def _out_rows(self, n: int, bank: MemoryBank) -> step.StepOut:
+    def out_rows(self, n: int, bank: MemoryBank) -> step.StepOut:
         """Views of length n of the runner's output buffers (allocated on first use)."""
         if self.out is None or self.out.obj_ptr.shape[0] < n:
             rows = max(n, bank.capacity)
