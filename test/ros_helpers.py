@@ -20,7 +20,7 @@ import pytest
 from conftest import LEAN
 from sam2_ros.ros import node_client
 from sam2_ros.ros.inputs import stamp_ns
-from sam2_ros.ros.domain import lease_domain
+from tools.domain import lease_domain
 from sam2_ros.ros.node_client import LoggedProcess, NodeClient, NodeProcess
 # the tests' names for the harness's helpers
 from sam2_ros.ros.node_client import header_msg as header, prompt_msg, wait_until  # noqa: F401

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from sam2_ros.ros.domain import lease_domain
+from tools.domain import lease_domain
 from sam2_ros.ros.executor import EXECUTORS, make_executor
 from sam2_ros.ros.image_cdr import image_to_cdr
 

@@ -3,11 +3,10 @@
 Every 720p image a ROS process receives goes through a few buffers of 2.7 MB (Fast DDS's
 sample, the deserialized C struct, the Python array). glibc serves allocations above its mmap
 threshold with a fresh ``mmap`` (and gives freed heap tops back), and every page of such a
-buffer then costs a page fault when first written. What that costs the receiving side: a 1280x720
-rgb8 Image over the shipped shared-memory profile from one process to another on the 2-core CI
-VM took 12.6-13.4 ms (p50, publish to callback) against 4.8-5.2 ms with the thresholds below
-(``python -m tools.dds_probe --profile config/fastdds_large_frames.xml --tune-malloc``;
-setting them in the publisher alone made no difference). This is a process-wide
+buffer then costs a page fault when first written: on the receiving side, a 720p image
+between two processes took more than twice as long without the thresholds below
+(``python -m tools.dds_probe --profile config/fastdds_large_frames.xml --tune-malloc``
+measures it; setting them in the publisher alone made no difference). This is a process-wide
 allocator setting, so it lives in the node's process with an off switch (the node parameter
 ``tune_malloc``), and the benchmarks set it in their receiving process. Nothing to do (False)
 where the C library is not glibc.

@@ -116,9 +116,8 @@ def run_node(args: List[str], node_cls: Callable[[], Any]) -> int:
     # One executor thread: callbacks only hand messages to the worker, which does the work in
     # its own thread. rclpy's MultiThreadedExecutor (3 threads, tried first) delayed the
     # hand-off of 720p frames by up to seconds through GIL contention with the worker
-    # (CPU, node_latency at 5 Hz: DDS + hand-off p50 / p99 34 / 1374 ms, single-threaded
-    # 17 / 38 ms; docs/performance.md). In FIFO mode a full FIFO now also holds back prompts
-    # and diagnostics for up to one frame time.
+    # (docs/performance.md). In FIFO mode a full FIFO now also holds back prompts and
+    # diagnostics for up to one frame time.
     executor = node_executor(node)
     executor.add_node(node)
     rc = 0

@@ -71,7 +71,7 @@ from tools.bench.node_harness import (ROOT, CameraLink, Client, camera_ns, camer
 from tools.bench.node_latency_args import parse_args
 from tools.bench.node_latency_frames import frame_rows
 from sam2_ros.ros import timing_log
-from sam2_ros.ros.domain import lease_domain
+from tools.domain import lease_domain
 from sam2_ros.ros.node_client import NodeProcess
 
 
