@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.pairing import StampPairer
 from sam2_ros.ros.positions import (PairCalibration, View, camera_info_qos, detections,
                                     size_mismatch, touches_border, triangulate_objects)
+from sam2_ros.stereo import Triangulation
 
 OUTPUT_TOPIC = '~/positions'
 NODE_NAME = 'sam2_positions'
@@ -89,6 +90,82 @@ def views(state: Any, size: Tuple[int, int] = (0, 0)) -> Dict[int, View]:
     return out
 
 
+class StatePositions:
+    """What positions_node does with the two trackers' states, without ROS: pairs them
+    (``StatePairs``), triangulates each complete pair with the calibration of ``calib``
+    (``PairCalibration``, fed by the node's camera_info subscriptions) and counts what
+    happened for the diagnostics. ``warn``/``info`` log a change of the size check once,
+    ``error`` a pair that failed (the node throttles it)."""
+
+    def __init__(self, options: Any, calib: PairCalibration, warn: Callable[[str], None],
+                 info: Callable[[str], None], error: Callable[[str], None]) -> None:
+        self.options = options
+        self.pairs = StatePairs(options.wait_ns, options.tolerance_ns, options.pair_depth)
+        self.calib = calib
+        self.warn, self.info, self.error = warn, info, error
+        self.valid = self.invalid = self.waiting = self.refused = self.failed = 0
+        self.mismatch = ''      # camera_info of another size than the images ('' if not)
+        self.last: Dict[int, Triangulation] = {}
+
+    def take(self, side: int, state: Any, now_ns: int) -> List[Tuple[Any, Any, Any]]:
+        """One side's TrackingState received at ``now_ns`` -> (header, calibration,
+        triangulations, views) of each pair it completes that has positions to publish."""
+        out = []
+        for left, right in self.pairs.put(side, stamp_ns(state.header.stamp), state, now_ns):
+            try:
+                found = self.positions(left, right)
+            except Exception as exc:  # noqa: BLE001 - one pair must not stop the node
+                self.failed += 1
+                self.error(f'positions of a pair failed: {exc!r}')
+                continue
+            if found is not None:
+                out.append((left.header, *found))
+        return out
+
+    def positions(self, left: Any, right: Any) -> Optional[Tuple[Any, Any, Any, Any]]:
+        """(calibration, triangulations, left views, right views) of one pair, None where
+        there is no calibration yet or it is for images of another size (counted)."""
+        calib = self.calib.calibration()
+        if calib is None:
+            self.waiting += 1
+            return None
+        mismatch = size_mismatch(calib, left, right)
+        if mismatch != self.mismatch:           # logged once per change, not per pair
+            if mismatch:
+                self.warn(f'positions off: {mismatch}')
+            else:
+                self.info('positions on: camera_info matches the images')
+        self.mismatch = mismatch
+        if mismatch:            # calibrated for other images: positions would be wrong
+            self.refused += 1
+            return None
+        lv = views(left, (calib.left.width, calib.left.height))
+        rv = views(right, (calib.right.width, calib.right.height))
+        found = triangulate_objects(calib, lv, rv, self.options.rectified,
+                                    self.options.limits, self.options.allow_clipped)
+        self.last = found
+        self.valid += sum(t.valid for t in found.values())
+        self.invalid += sum(not t.valid for t in found.values())
+        return calib, found, lv, rv
+
+    def status(self) -> Tuple[bool, str, List[Tuple[str, str]]]:
+        """(ok, message, key/values) of the diagnostics."""
+        values = [
+            ('pairs', str(self.pairs.paired)), ('unpaired_dropped', str(self.pairs.dropped)),
+            ('positions_valid', str(self.valid)), ('positions_invalid', str(self.invalid)),
+            ('pairs_before_camera_info', str(self.waiting)),
+            ('pairs_size_mismatch', str(self.refused)), ('pairs_failed', str(self.failed))]
+        values += [(f'position_{i}', 'valid' if t.valid else f'invalid: {t.reason}')
+                   for i, t in sorted(self.last.items())]
+        calib = self.calib.calibration()
+        if calib is not None:
+            msg = f'off (camera_info: {self.mismatch})' if self.mismatch else 'ok'
+        else:
+            msg = (f'camera_info refused: {self.calib.error[:200]}'
+                   if self.calib.error else 'waiting for camera_info of both')
+        return calib is not None and not self.mismatch, msg, values
+
+
 def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
     """The rclpy node (built here so that importing this module needs no ROS); ``node_kwargs``
     go to rclpy's Node (a context, parameter_overrides). ParameterError for a parameter value
@@ -118,13 +195,10 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.get_logger().warning(f'unknown parameter {name!r} ignored' + (
                     f' (did you mean {close!r}?)' if close else ''))
             self.options = o
-            self.rectified = o.rectified
-            self.limits = o.limits          # validated by read()
-            self.pairs = StatePairs(o.wait_ns, o.tolerance_ns, o.pair_depth)
-            self.pair = PairCalibration(o.rectified, warn=self.get_logger().warning)
-            self.valid = self.invalid = self.waiting = self.refused = self.failed = 0
-            self.mismatch = ''      # camera_info of another size than the images ('' if not)
-            self.last: Dict[int, Any] = {}
+            pair = PairCalibration(o.rectified, warn=self.get_logger().warning)
+            log = self.get_logger()
+            self.core = StatePositions(o, pair, log.warning, log.info, lambda text: log.error(
+                text, throttle_duration_sec=5.0))
             self.pub = self.create_publisher(Detection3DArray, OUTPUT_TOPIC, OUTPUT_QOS)
             self.diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
             state_type = messages.interfaces().TrackingState
@@ -133,76 +207,35 @@ def make_node(node_name: str = NODE_NAME, **node_kwargs: Any) -> Any:
                 self.subs.append(self.create_subscription(
                     state_type, f'/{ns}/{o.tracker}/state', self.on_state(side), OUTPUT_QOS))
                 self.subs.append(self.create_subscription(
-                    CameraInfo, o.camera_info_topic(side), self.pair.on_camera_info(side),
+                    CameraInfo, o.camera_info_topic(side), pair.on_camera_info(side),
                     camera_info_qos()))
             # a steady clock, as the tracker node's: under use_sim_time the node's clock stands
             # still while /clock does (a bag paused or ended), and a monitor would see silence
             self.timer = self.create_timer(o.diagnostics_period_s, self.on_diagnostics,
                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
-            self.diag_types = (DiagnosticArray, DiagnosticStatus, KeyValue)
             infos = ' and '.join(self.resolve_topic_name(o.camera_info_topic(side))
                                  for side in (0, 1))
             self.get_logger().info(f'3D positions of /{o.left} and /{o.right} '
                                    f'({o.tracker}) on {self.resolve_topic_name(OUTPUT_TOPIC)}, '
                                    f'calibrated by {infos}')
 
-        def on_state(self, side: int):
+        def on_state(self, side: int) -> Callable[[Any], None]:
             def take(msg: Any) -> None:
-                for pair in self.pairs.put(side, stamp_ns(msg.header.stamp), msg,
-                                           time.monotonic_ns()):
+                for found in self.core.take(side, msg, time.monotonic_ns()):
                     try:
-                        self.publish(*pair)
+                        self.pub.publish(detections(*found))
                     except Exception as exc:  # noqa: BLE001 - one pair must not stop the node
-                        self.failed += 1
-                        self.get_logger().error(f'positions of a pair failed: {exc!r}',
-                                                throttle_duration_sec=5.0)
+                        self.core.failed += 1
+                        self.core.error(f'positions of a pair failed: {exc!r}')
             return take
 
-        def publish(self, left: Any, right: Any) -> None:
-            calib = self.pair.calibration()
-            if calib is None:
-                self.waiting += 1
-                return
-            mismatch = size_mismatch(calib, left, right)
-            if mismatch != self.mismatch:           # logged once per change, not per pair
-                if mismatch:
-                    self.get_logger().warning(f'positions off: {mismatch}')
-                else:
-                    self.get_logger().info('positions on: camera_info matches the images')
-            self.mismatch = mismatch
-            if mismatch:            # calibrated for other images: positions would be wrong
-                self.refused += 1
-                return
-            lv = views(left, (calib.left.width, calib.left.height))
-            rv = views(right, (calib.right.width, calib.right.height))
-            found = triangulate_objects(calib, lv, rv, self.rectified, self.limits,
-                                        self.options.allow_clipped)
-            self.last = found
-            self.valid += sum(t.valid for t in found.values())
-            self.invalid += sum(not t.valid for t in found.values())
-            self.pub.publish(detections(left.header, calib, found, lv, rv))
-
         def on_diagnostics(self) -> None:
-            array_t, status_t, kv_t = self.diag_types
-            values: List[Tuple[str, str]] = [
-                ('pairs', str(self.pairs.paired)), ('unpaired_dropped', str(self.pairs.dropped)),
-                ('positions_valid', str(self.valid)), ('positions_invalid', str(self.invalid)),
-                ('pairs_before_camera_info', str(self.waiting)),
-                ('pairs_size_mismatch', str(self.refused)), ('pairs_failed', str(self.failed))]
-            values += [(f'position_{i}', 'valid' if t.valid else f'invalid: {t.reason}')
-                       for i, t in sorted(self.last.items())]
-            calib = self.pair.calibration()
-            ok = calib is not None and not self.mismatch
-            if calib is not None:
-                msg = f'off (camera_info: {self.mismatch})' if self.mismatch else 'ok'
-            else:
-                msg = (f'camera_info refused: {self.pair.error[:200]}'
-                       if self.pair.error else 'waiting for camera_info of both')
-            st = status_t(level=status_t.OK if ok else status_t.WARN,
-                          name=f'{self.get_name()}: positions', message=msg,
-                          hardware_id=self.get_fully_qualified_name(),
-                          values=[kv_t(key=k, value=v) for k, v in values])
-            arr = array_t(status=[st])
+            ok, msg, values = self.core.status()
+            st = DiagnosticStatus(level=DiagnosticStatus.OK if ok else DiagnosticStatus.WARN,
+                                  name=f'{self.get_name()}: positions', message=msg,
+                                  hardware_id=self.get_fully_qualified_name(),
+                                  values=[KeyValue(key=k, value=v) for k, v in values])
+            arr = DiagnosticArray(status=[st])
             arr.header.stamp = self.get_clock().now().to_msg()
             self.diag.publish(arr)
 

@@ -14,7 +14,8 @@ from ros_helpers import DomainLease, Proc, header, info_msg, require_messages, w
 
 import stereo_scenes as sc
 from sam2_ros import stereo
-from sam2_ros.ros.positions_node import StatePairs, views
+from sam2_ros.ros.positions import PairCalibration
+from sam2_ros.ros.positions_node import StatePairs, StatePositions, views
 
 
 WAIT = 1_000       # ns of receipt time a state waits for its partner
@@ -71,6 +72,55 @@ def test_views_hide_objects_not_visible_and_mark_those_at_the_border():
     assert got == {1: ((5.0, 2.0), 3.0, (3, 1, 7, 3), False), 2: (None, -1.0, (3, 1, 7, 3), False),
                    3: (None, 2.0, None, False), 4: ((2.0, 2.0), 2.0, (0, 1, 4, 3), True),
                    5: ((17.0, 2.0), 2.0, (15, 1, 19, 3), True)}
+
+
+def positions_core(calib, logged):
+    opts = types.SimpleNamespace(wait_ns=WAIT, tolerance_ns=0, pair_depth=30, rectified=True,
+                                 limits=stereo.Limits(), allow_clipped=False)
+    return StatePositions(opts, calib, lambda t: logged.append(('warn', t)),
+                          lambda t: logged.append(('info', t)),
+                          lambda t: logged.append(('error', t)))
+
+
+def bare_state(stamp_ns):
+    ns = types.SimpleNamespace
+    return ns(header=ns(stamp=ns(sec=0, nanosec=stamp_ns)), width=0, height=0, objects=[])
+
+
+def test_pairs_before_camera_info_are_counted_and_the_status_waits_for_it():
+    logged = []
+    core = positions_core(PairCalibration(rectified=True), logged)
+    assert core.take(0, bare_state(100), 0) == []
+    assert core.take(1, bare_state(100), 1) == []           # paired, but no calibration yet
+    ok, message, values = core.status()
+    assert (ok, message) == (False, 'waiting for camera_info of both')
+    assert dict(values)['pairs_before_camera_info'] == '1' and dict(values)['pairs'] == '1'
+    assert logged == []
+
+
+def test_a_pair_that_fails_is_counted_logged_and_the_next_pair_still_runs():
+    class Flaky:
+        """A calibration whose first read fails (a corrupt camera_info, say)."""
+        error = ''
+
+        def __init__(self):
+            self.reads = 0
+
+        def calibration(self):
+            self.reads += 1
+            if self.reads == 1:
+                raise RuntimeError('broken calibration')
+            return None
+    logged = []
+    core = positions_core(Flaky(), logged)
+    core.take(0, bare_state(100), 0)
+    assert core.take(1, bare_state(100), 1) == []
+    assert core.failed == 1
+    assert logged == [('error', "positions of a pair failed: RuntimeError('broken "
+                                "calibration')")]
+    core.take(0, bare_state(200), 2)
+    core.take(1, bare_state(200), 3)
+    assert (core.failed, core.waiting) == (1, 1)
 
 
 def state_msg(stamp_ns, objects, size=(sc.W, sc.H)):

@@ -30,7 +30,7 @@ class CompressedClient(Client):
         self.mask_png, self.overlay_jpeg = [], []
         for topic, store in (('/sam2_tracker/mask/compressed', self.mask_png),
                              ('/sam2_tracker/overlay/compressed', self.overlay_jpeg)):
-            self.node.create_subscription(CompressedImage, topic, self._store(store), self.qos)
+            self.node.create_subscription(CompressedImage, topic, self.appender(store), self.qos)
 
 
 def by_stamp(msgs):
