@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import yaml
 
-from sam2_ros.engine.config import default_precision
+from sam2_ros.engine.config import MODEL_SIZES, TrackerConfig, default_precision
 from sam2_ros.ros.images import image_msg
 from sam2_ros.ros.inputs import stamp_ns
 from sam2_ros.ros.node_client import (NodeClient, NodeProcess, WaitFailed, header_msg, node_prefix,
@@ -50,7 +50,9 @@ FRAME_ID = 'demo_camera'
 def parse_args(argv: List[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog='sam2_ros.ros.demo', description=__doc__.split('\n')[0])
     ap.add_argument('--checkpoint', default=None, help='official SAM 2.1 .pt (else random)')
-    ap.add_argument('--model', default='tiny', help='tiny | small | base_plus | large')
+    ap.add_argument('--model', default=TrackerConfig.model_size, choices=MODEL_SIZES,
+                    help='the SAM 2.1 model size')
+    # 512, not the node's default 1024: the demo runs on a CPU in minutes
     ap.add_argument('--image-size', type=int, default=512, help='model input side')
     ap.add_argument('--device', default='auto', help='auto (cuda if available) | cuda | cpu')
     ap.add_argument('--frames', type=int, default=60)
