@@ -96,7 +96,9 @@ def folder_run(data):
     return out
 
 
-def test_folder_outputs(folder_run):
+def test_folder_run_writes_a_mask_per_frame_an_overlay_and_a_summary(folder_run):
+    """A folder run writes a label PNG and an overlay frame per input frame, and a summary with
+    the objects, the events past the input and the effective config."""
     out = folder_run
     masks = sorted(os.listdir(out / 'masks'))
     assert masks == [f'{i:06d}.png' for i in range(N)]
@@ -207,7 +209,9 @@ def test_too_many_objects(data, tmp_path, capsys):
     assert rc == 2 and 'event[2]' in err and 'max_objects=2' in err, err
 
 
-def test_bad_inputs(data, tmp_path, capsys):
+def test_an_unusable_input_or_precompile_list_exits_2_naming_the_problem(data, tmp_path, capsys):
+    """A missing path, an empty folder, an undecodable video (these without a traceback) and a
+    bad --precompile list each end the run with exit status 2 and a message saying why."""
     (tmp_path / 'empty').mkdir()
     (tmp_path / 'text.mp4').write_text('not a video')
     for path, what in ((tmp_path / 'missing', 'not found'), (tmp_path / 'empty', 'no *.png'),
@@ -232,7 +236,9 @@ def test_corrupt_image_mid_folder(data, tmp_path, capsys):
     assert summary['status'] == 'error' and summary['frames'] == 1
 
 
-def test_checkpoint_errors(data, tmp_path, capsys):
+def test_missing_conflicting_or_no_checkpoint_option_exits_2(data, tmp_path, capsys):
+    """A missing checkpoint file, --checkpoint with --random-weights, and neither of them (run
+    as a module) each exit with status 2; the module run says so without a traceback."""
     base = [data / 'frames', '--prompts', data / 'p.json', '--out', tmp_path / 'o',
             '--image-size', '256', '--device', 'cpu']
     assert run(*base, '--checkpoint', tmp_path / 'nope.pt') == 2

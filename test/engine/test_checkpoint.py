@@ -74,7 +74,7 @@ def test_valid_checkpoint_loads_and_gives_identical_outputs(saved, spare_model):
     assert not torch.equal(outs_loaded[0], outs_random[0])
 
 
-def test_missing_file(tmp_path):
+def test_a_missing_checkpoint_or_a_folder_is_a_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match='not found'):
         build_model(ckpt_cfg(tmp_path / 'nope.pt'))
     with pytest.raises(CheckpointError, match='is a folder, not a .pt file'):
@@ -93,7 +93,7 @@ def test_a_file_holding_code_names_the_reason_not_torchs_advice(tmp_path):
 
 
 @pytest.mark.parametrize('kind', ['truncated', 'empty', 'text', 'random_bytes'])
-def test_unreadable_file(saved, tmp_path, kind):
+def test_an_unreadable_checkpoint_is_refused_naming_its_path(saved, tmp_path, kind):
     if kind == 'truncated':
         data = saved[0].read_bytes()
         content = data[:len(data) // 2]

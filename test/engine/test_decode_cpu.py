@@ -76,7 +76,7 @@ def test_host_decode_is_cv2s_and_png_is_lossless(rgb):
     assert np.abs(reference(cases['jpeg']).astype(int) - rgb).mean() < 12
 
 
-def test_header_fields(rgb):
+def test_parse_header_reads_jpeg_and_png_fields_and_none_for_others(rgb):
     h = decode.parse_header(jpeg(rgb))
     assert (h.kind, h.width, h.height, h.bits, h.components, h.sof, h.complete) == \
         ('jpeg', 64, 48, 8, 3, 0xC0, True)

@@ -62,7 +62,7 @@ def with_nans(x: torch.Tensor, seed: int, p: float = 0.03) -> torch.Tensor:
 
 
 @pytest.mark.parametrize('max_area', [1, 2, 8])
-def test_adversarial_masks(max_area):
+def test_adversarial_masks_fill_bitwise_as_the_reference(max_area):
     """hole_cases' masks (border, diagonal joins, areas 8 and 9, lines, spiral, comb)."""
     out = assert_bitwise(logits_of(adversarial()), max_area)
     assert (out == holes.FILL_VALUE).sum() == {1: 0, 2: 0, 8: 38}[max_area]
@@ -128,7 +128,9 @@ def test_nan_splits_a_component_and_is_kept():
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_half_dtypes(dtype):
+def test_bf16_and_fp16_logits_fill_bitwise_as_the_reference(dtype):
+    """Half-precision logits with NaNs and a -0.0 (background) fill bitwise as the reference,
+    and some holes are filled."""
     bg = random_bg(2, 24, 20, seed=5)
     x = with_nans(logits_of(bg, 5), 5).to(dtype)
     x[0, 0, 0, 0] = -0.0                                # -0.0 <= 0: background

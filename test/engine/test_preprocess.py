@@ -86,7 +86,7 @@ def test_pass_order_boundary(h, w, size):
     assert np.array_equal(vh if vertical else hv, ref)
 
 
-def test_coefficient_tables():
+def test_resize_weights_sum_to_one_and_widen_when_downscaling():
     """Every output's fixed-point weights sum to one unit within rounding, indices stay in
     the source, and down-scaling widens the window with the scale (antialiasing)."""
     unit = 1 << pil_resize.PRECISION_BITS
@@ -211,7 +211,7 @@ def test_host_view_reads_received_bytes_without_a_copy_or_a_warning():
     np.zeros((15, 50, 3), np.uint8), np.zeros((40, 8193, 3), np.uint8), torch.zeros(40, 50, 3),
     np.zeros((0, 0, 3), np.uint8), [[[0, 0, 0]] * 20] * 20, None, 'frame.jpg',
 ])
-def test_bad_frames(bad):
+def test_frame_of_a_wrong_type_dtype_or_shape_is_a_frame_error(bad):
     with pytest.raises(FrameError):
         frame_in.frame_size(bad)
 

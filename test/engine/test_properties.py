@@ -6,8 +6,10 @@ object's bank rows.
 Examples per test as designed (HYPOTHESIS_PROFILE=thorough; the default 'ci' profile runs a
 quarter, at least 20: conftest.examples; the counts actually run are written to
 out/hypothesis_counts.json at the end of the session, with accepted/rejected splits):
-  test_prompt_validation            400  (preprocess only, no model)
-  test_frame_validation             300  (preprocess only, no model)
+  test_any_prompt_is_accepted_sanely_or_raises_prompt_error
+                                    400  (preprocess only, no model)
+  test_frame_size_accepts_exactly_uint8_rgb_frames_else_frame_error
+                                    300  (preprocess only, no model)
   test_tracker_prompt_boundary       80  (add_prompt + queue_prompt on an encoded frame)
   test_tracker_frame_boundary        40  (track(); only frames of the stream's size run)
 Model calls are few: an accepted prompt is one step of a 64-pixel model.
@@ -162,15 +164,15 @@ def has_points(p):
 # ---- preprocess (no model) ----------------------------------------------------------------
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(p=prompts)
-def test_prompt_validation(p):
+def test_any_prompt_is_accepted_sanely_or_raises_prompt_error(p):
     """prompt_points / prompt_mask: accepted with sane outputs, or PromptError."""
     fn = prompt_mask if p.mask is not None else prompt_points
     try:
         out = fn(p, H, W, S, CPU)
     except PromptError:
-        count('test_prompt_validation', 'rejected')
+        count('test_any_prompt_is_accepted_sanely_or_raises_prompt_error', 'rejected')
         return
-    count('test_prompt_validation', 'accepted')
+    count('test_any_prompt_is_accepted_sanely_or_raises_prompt_error', 'accepted')
     assert valid_id(p.obj_id)
     if p.mask is not None:
         assert p.box is None and not has_points(p)
@@ -216,16 +218,16 @@ def frame_ok(fr):
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fr=frames())
-def test_frame_validation(fr):
+def test_frame_size_accepts_exactly_uint8_rgb_frames_else_frame_error(fr):
     """frame_size accepts exactly the uint8 [H, W, 3] frames of 16..8192 pixels a side
     (FrameError otherwise), and every accepted frame preprocesses to a finite input."""
     try:
         hw = frame_in.frame_size(fr)
     except FrameError:
-        count('test_frame_validation', 'rejected')
+        count('test_frame_size_accepts_exactly_uint8_rgb_frames_else_frame_error', 'rejected')
         assert not frame_ok(fr)
         return
-    count('test_frame_validation', 'accepted')
+    count('test_frame_size_accepts_exactly_uint8_rgb_frames_else_frame_error', 'accepted')
     assert frame_ok(fr) and hw == tuple(fr.shape[:2])
     x = frame_in.to_model_input(fr, S, CPU)
     assert x.shape == (1, 3, S, S) and torch.isfinite(x).all()

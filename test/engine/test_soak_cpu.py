@@ -66,7 +66,7 @@ def click(obj_id, f, rng, neg=False):
     return Prompt(obj_id, points=np.array([[x, y], [W - x, H - y]]), labels=np.array([1, 0]))
 
 
-def test_cpu_soak():
+def test_long_churning_stream_keeps_bank_rss_and_memory_reads_flat():
     assert FRAMES >= 2 * PERIOD, 'the soak must cover at least two churn periods'
     rng = np.random.default_rng(0)
     frames = synthetic_frames(64, h=H, w=W)

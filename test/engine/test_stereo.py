@@ -67,7 +67,9 @@ def test_cx_differs_between_the_images():
     assert np.linalg.norm(tr.point - sphere.centre) < 0.005
 
 
-def test_boxes():
+def test_box_centre_within_a_tenth_of_its_size_unless_slanted_in_depth():
+    """A compact box's estimate lies within a tenth of its half diagonal of its centre; a bar
+    slanted in depth along the baseline reads 2 to 5 cm too far."""
     cal = sc.rectified_pair()
     lv, rv = sc.pinhole_view(cal.left.P), sc.pinhole_view(cal.right.P)
     compact = [((0.05, -0.02, 1.0), (0.04, 0.03, 0.05), sc.rotation(0.3, 0.5, 0.1)),
@@ -229,7 +231,9 @@ def test_raw_centroid_at_the_fold_of_the_lens_model_is_refused():
     ((290.0, 240.0), (300.0, 240.0), stereo.NEGATIVE_DISPARITY),  # swapped, or a bad Tx
     ((330.0, 240.0), (300.0, 250.0), stereo.ROW_ERROR),           # not the same object
 ])
-def test_invalid(left, right, reason):
+def test_bad_centroid_pair_gives_an_invalid_estimate_with_the_reason(left, right, reason):
+    """A centroid missing or not finite, a disparity too small or negative, or rows apart: no
+    valid estimate, the reason said; a row error keeps its point for inspection."""
     tr = stereo.triangulate(sc.rectified_pair(), left, right)
     assert not tr.valid and tr.reason == reason
     if reason == stereo.ROW_ERROR:
@@ -246,7 +250,7 @@ def test_object_seen_by_one_camera_only():
     assert not tr.valid and tr.reason == stereo.NOT_VISIBLE_RIGHT and tr.point is None
 
 
-def test_dlt_invalid():
+def test_dlt_refuses_a_point_behind_at_infinity_or_with_a_large_reprojection():
     cal = sc.rectified_pair()
     behind = stereo.triangulate(cal, (290.0, 240.0), (300.0, 240.0), method='dlt')
     assert not behind.valid and behind.reason == stereo.BEHIND

@@ -1,11 +1,12 @@
 """One object id given to two objects (one object clicked in the left image, another in the
 right): the plausibility checks of sam2_ros/stereo.py on rendered scenes of known geometry.
 
-The epipolar checks (rows apart, reprojection; test_stereo.py's test_invalid) refuse two
-centroids off each other's epipolar line; two objects at one height lie on one row of a
-rectified pair and pass them, so the scene's depth range (Limits.min_depth, max_depth) is what
-refuses those, on every path (disparity, DLT, raw centroids). The same objects paired rightly,
-their centroids a pixel off as two trackers' masks are, stay valid.
+The epipolar checks (rows apart, reprojection; test_stereo.py's
+test_bad_centroid_pair_gives_an_invalid_estimate_with_the_reason) refuse two centroids off
+each other's epipolar line; two objects at one height lie on one row of a rectified pair and
+pass them, so the scene's depth range (Limits.min_depth, max_depth) is what refuses those, on
+every path (disparity, DLT, raw centroids). The same objects paired rightly, their centroids
+a pixel off as two trackers' masks are, stay valid.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_bad_frame_rejected_state_untouched(steady, name):
     assert_unchanged(steady, snap)
 
 
-def test_resolution_change(busy):
+def test_new_resolution_is_refused_while_tracking_and_taken_after_reset(busy):
     snap = snapshot(busy)
     with pytest.raises(FrameError, match='resolution changed'):
         busy.track(frame(3, h=64, w=64))

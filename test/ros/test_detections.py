@@ -30,7 +30,9 @@ def d(x0, y0, x1, y1, cls='', score=0.9, index=0):
 
 # ----------------------------------------------------------------------------- pure rules
 
-def test_iou():
+def test_iou_is_overlap_over_union_and_mask_box_is_end_exclusive():
+    """iou: 1 for one box, 0 for touching boxes, 1/3 for half overlap; mask_box turns inclusive
+    pixel indices into continuous coordinates (the end one further), None into None."""
     assert det.iou((0, 0, 10, 10), (0, 0, 10, 10)) == 1.0
     assert det.iou((0, 0, 10, 10), (10, 0, 20, 10)) == 0.0
     assert math.isclose(det.iou((0, 0, 10, 10), (5, 0, 15, 10)), 50 / 150)
@@ -59,7 +61,9 @@ def test_partly_outside_box_is_clipped():
     assert det.to_detection(raw(-5, 40, 10, 60), W, H).box == (0.0, 40.0, 10.0, 48.0)
 
 
-def test_rules_validation():
+def test_detection_rules_and_params_refuse_bad_values_keep_class_ids():
+    """Rules refuse a match IoU above the drift IoU and a min score out of range, the parameters
+    a NaN drift IoU; class ids are kept as given and the thresholds are runtime parameters."""
     Rules().validate()
     with pytest.raises(ValueError, match='detection_match_iou .* must be <= detection_drift'):
         Rules(match_iou=0.6, drift_iou=0.5).validate()

@@ -21,7 +21,7 @@ class FakeLibc:
         return b'2.39'
 
 
-def test_thresholds_set(monkeypatch):
+def test_keep_large_buffers_raises_mmap_and_trim_thresholds(monkeypatch):
     libc = FakeLibc()
     monkeypatch.setattr(malloc, 'glibc', lambda: libc)
     assert malloc.keep_large_buffers() is True
@@ -36,7 +36,7 @@ def test_refused_or_not_glibc(monkeypatch):
     assert malloc.keep_large_buffers() is False
 
 
-def test_real_libc():
+def test_real_libc_takes_the_thresholds_only_if_it_is_glibc():
     # glibc (CI, the rigs) takes both thresholds; any other C library is a documented no-op
     assert malloc.keep_large_buffers() is (platform.libc_ver()[0] == 'glibc')
 

@@ -68,7 +68,7 @@ def roundtrip(m):
     return deserialize_message(data, type(m))
 
 
-def test_prompt_roundtrip():
+def test_prompt_message_serializes_and_deserializes_unchanged():
     from geometry_msgs.msg import Point32
 
     p = Prompt(object_id=7, action=Prompt.ACTION_ADD, has_box=True)

@@ -166,7 +166,9 @@ def test_bounded_queue_under_a_burst():
     assert [g.frames[0].item for g in p.drain()] == [4, 5]
 
 
-def test_three_cameras():
+def test_three_cameras_pair_when_complete_or_when_one_moves_past():
+    """Three stamps within the tolerance make a complete group; when one camera loses its frame
+    the other two leave as a group once that camera moves past their stamp."""
     p = StampPairer(3, P, TOL)
     p.put(2, 1003, 'c', 1003)
     p.put(0, 1000, 'a', 1004)

@@ -6,11 +6,15 @@ every tracked object as it was.
 Invariants, one test each (examples as designed in brackets, run by HYPOTHESIS_PROFILE=thorough;
 the default 'ci' profile runs a quarter, at least 20; the counts actually run, with accepted /
 rejected splits, are printed and written to out/hypothesis_ros_counts.json):
-  test_image_decode            [400] sensor_msgs/Image -> [h, w, 3] uint8 RGB, pixel-exact
+  test_any_image_decodes_pixel_exact_or_raises_frame_error
+                               [400] sensor_msgs/Image -> [h, w, 3] uint8 RGB, pixel-exact
                                      against an independent reference, or FrameError
-  test_compressed_decode       [150] sensor_msgs/CompressedImage -> [h, w, 3] uint8, or FrameError
-  test_prompt_conversion       [400] sam2_ros/Prompt -> (action, core Prompt) or PromptError
-  test_params                  [400] parameter values -> (TrackerConfig, NodeOptions) or a
+  test_any_compressed_image_decodes_to_rgb_or_raises_frame_error
+                               [150] sensor_msgs/CompressedImage -> [h, w, 3] uint8, or FrameError
+  test_any_prompt_message_converts_or_raises_prompt_error
+                               [400] sam2_ros/Prompt -> (action, core Prompt) or PromptError
+  test_any_param_values_build_valid_configs_or_a_named_value_error
+                               [400] parameter values -> (TrackerConfig, NodeOptions) or a
                                      ValueError that names the parameter; accepted floats finite
   test_rejected_prompt_changes_nothing [120] converted prompt applied as the worker does; a
                                      rejection leaves the tracker unchanged, an acceptance leaves
@@ -107,17 +111,18 @@ def _rgb8(height, width, step, data):
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(raw_images())
 @example(m=_rgb8(2, 1, 4, [0] * 8))  # padded rows: the rgb8 view is strided, not a copy
-def test_image_decode(bridge, m):
+def test_any_image_decodes_pixel_exact_or_raises_frame_error(bridge, m):
+    """FrameError only for an unknown encoding, a zero side, a short step or short data."""
     try:
         out = images.image_to_rgb(m, bridge)
     except FrameError:
-        count('test_image_decode', 'rejected')
+        count('test_any_image_decodes_pixel_exact_or_raises_frame_error', 'rejected')
         # exactly the documented rejections
         ch = images.ENCODING_CHANNELS.get(m.encoding)
         assert (ch is None or m.height == 0 or m.width == 0 or m.step < m.width * ch
                 or len(m.data) < m.height * m.step)
         return
-    count('test_image_decode', 'accepted')
+    count('test_any_image_decodes_pixel_exact_or_raises_frame_error', 'accepted')
     assert m.encoding in images.ENCODING_CHANNELS
     assert out.dtype == np.uint8 and out.shape == (m.height, m.width, 3)
     # rgb8 is a view of the message's rows (strided where step pads them); the rest are copies
@@ -154,13 +159,13 @@ def compressed_images(draw):
 
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(compressed_images())
-def test_compressed_decode(bridge, m):
+def test_any_compressed_image_decodes_to_rgb_or_raises_frame_error(bridge, m):
     try:
         out = images.compressed_to_rgb(m)
     except FrameError:
-        count('test_compressed_decode', 'rejected')
+        count('test_any_compressed_image_decodes_to_rgb_or_raises_frame_error', 'rejected')
         return
-    count('test_compressed_decode', 'accepted')
+    count('test_any_compressed_image_decodes_to_rgb_or_raises_frame_error', 'accepted')
     assert out.dtype == np.uint8 and out.ndim == 3 and out.shape[2] == 3 and out.size > 0
 
 
@@ -203,15 +208,16 @@ def prompt_msgs(draw, ids=IDS, actions=ACTIONS):
 
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(prompt_msgs())
-def test_prompt_conversion(bridge, m):
+def test_any_prompt_message_converts_or_raises_prompt_error(bridge, m):
+    """Never refused: a reset, or a remove of an id in 1..255; accepted ids are in 1..255."""
     try:
         action, p = inputs.prompt_from_msg(m, bridge)
     except PromptError:
-        count('test_prompt_conversion', 'rejected')
+        count('test_any_prompt_message_converts_or_raises_prompt_error', 'rejected')
         assert (m.action not in (0, 1, 2) or m.action != 2 and not 1 <= m.object_id <= 255
                 or m.action == 0)
         return
-    count('test_prompt_conversion', f'accepted_action_{action}')
+    count('test_any_prompt_message_converts_or_raises_prompt_error', f'accepted_action_{action}')
     assert action == m.action
     if action == inputs.ACTION_RESET:
         assert p is None
@@ -284,20 +290,20 @@ def plausible(values):
 @example({'batch_buckets': '12'})               # accepted as (1, 2): a string split up
 @example({'batch_buckets': [1.7, 2.2]})         # accepted as (1, 2): floats truncated
 @example({'extra_hydra_overrides': 'abc'})      # accepted as ['a', 'b', 'c']
-def test_params(values):
+def test_any_param_values_build_valid_configs_or_a_named_value_error(values):
     """build() raises ValueError naming the parameter, or returns configs whose float fields
     are finite and whose array fields came from a list of the right element type."""
     values.setdefault('random_weights', True)
     try:
         cfg, opts = params.build(values)
     except ValueError as exc:
-        count('test_params', 'rejected')
+        count('test_any_param_values_build_valid_configs_or_a_named_value_error', 'rejected')
         text = str(exc)
         # a non-empty name ('' is in every text: the unknown-name case has its own words)
         assert any(n and n in text for n in values) or 'unknown parameters' in text or any(
             s.field in text for s in params.PARAMS if s.name in values), text
         return
-    count('test_params', 'accepted')
+    count('test_any_param_values_build_valid_configs_or_a_named_value_error', 'accepted')
     for obj in (cfg, opts):
         for k, v in vars(obj).items():
             if isinstance(v, float):

@@ -208,7 +208,7 @@ def test_bad_images_are_frame_errors_with_fallback(rgb, kind, mutate, text):
         decode_broken(kind, images.image_to_rgb, msg)
 
 
-def test_bad_compressed(bridge, rgb):
+def test_unknown_or_undecodable_compressed_image_is_a_frame_error(bridge, rgb):
     msg = compressed_msg(rgb, 1, 'png')
     msg.format = 'tiff'
     with pytest.raises(FrameError, match='unsupported compressed format'):
@@ -219,7 +219,9 @@ def test_bad_compressed(bridge, rgb):
         images.compressed_to_rgb(msg)
 
 
-def test_prompt_mapping(bridge):
+def test_prompt_messages_map_to_add_remove_or_reset_prompts(bridge):
+    """Points, labels and box carry over, points without labels are positive clicks, and
+    action 1 is a remove of the id, action 2 a reset with no prompt."""
     require_messages()
     action, p = inputs.prompt_from_msg(prompt_msg(3, points=[(1, 2), (3, 4)], labels=[1, 0],
                                                 box=(0, 1, 5, 6)), bridge)
@@ -267,7 +269,7 @@ def test_prompt_mask_uses_image_decode(bridge):
     (dict(obj_id=1, points=[(1, 1)], labels=[1, 1]), 'labels'),
     (dict(obj_id=1, action=7, points=[(1, 1)]), 'unknown prompt action'),
 ])
-def test_bad_prompts(bridge, kwargs, text):
+def test_prompt_with_bad_id_labels_action_or_nothing_is_a_prompt_error(bridge, kwargs, text):
     require_messages()
     obj_id = kwargs.pop('obj_id')
     with pytest.raises(PromptError, match=text):

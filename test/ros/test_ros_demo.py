@@ -12,7 +12,9 @@ from ros_helpers import PYTHON, ROOT, DomainLease, require_messages
 pytestmark = pytest.mark.slow
 
 
-def test_demo_small(tmp_path):
+def test_demo_at_test_size_tracks_all_frames_and_flags_random_weights(tmp_path):
+    """Every frame gets a state and an overlay frame, the prompt script's adds and remove show in
+    the areas, and the random weights are announced in the output and the summary."""
     require_messages()
     import cv2
 

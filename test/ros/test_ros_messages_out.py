@@ -54,7 +54,7 @@ def test_tracking_state_carries_the_size_of_its_image():
     assert (no_frame.width, no_frame.height, no_frame.frame_index) == (0, 0, 0)
 
 
-def test_label_image():
+def test_label_image_is_mono8_with_the_higher_id_on_overlaps():
     from std_msgs.msg import Header
 
     res = _result()

@@ -120,7 +120,7 @@ def test_camera_info_topics_beside_the_cameras_or_as_given():
      'positions_max_depth must be 0'),
     ({}, 'checkpoint'),
 ])
-def test_bad_values(values, text):
+def test_bad_or_missing_parameter_values_raise_a_value_error_saying_why(values, text):
     with pytest.raises(ValueError, match=text):
         params.build(values)
 

@@ -19,7 +19,7 @@ def errors(logs):
     return [t for lvl, t in logs if lvl == 'error']
 
 
-def test_prompt_names():
+def test_describe_names_a_prompt_by_its_stamp_or_the_latest_frame():
     assert describe('click', LATEST) == 'click (no stamp: the latest frame)'
     assert describe('prompt', 0) == 'prompt (stamp 0: the next frame)'
     assert describe('prompt', 5) == 'prompt (stamp 5 ns)'
@@ -55,7 +55,7 @@ def test_flood_of_stamp_0_prompts_says_what_waits():
     ({'box': np.array([0, 0, np.nan, 4.0])}, 'box contains NaN or inf'),
     ({'points': np.array([[np.nan, 1.0]]), 'labels': np.array([1])},
      'points contain NaN or inf')])
-def test_nan_wording(prompt_kw, text):
+def test_nan_in_a_box_or_points_is_refused_saying_nan_or_inf(prompt_kw, text):
     import torch
 
     with pytest.raises(PromptError, match=text):

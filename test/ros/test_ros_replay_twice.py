@@ -19,7 +19,7 @@ from sam2_ros.ros import time_jump
 pytestmark = pytest.mark.slow
 
 
-def test_went_back():
+def test_only_an_earlier_nonzero_stamp_counts_as_time_going_back():
     assert not time_jump.went_back(None, 5)
     assert not time_jump.went_back(5, 5) and not time_jump.went_back(5, 6)
     assert time_jump.went_back(5, 4)

@@ -39,7 +39,9 @@ def test_round_trip_and_triangulation():
     assert tr.valid and np.allclose(tr.point, [0.06, 0, 1.0])
 
 
-def test_refused():
+def test_camera_info_the_core_cannot_use_is_refused_with_the_reason():
+    """Uncalibrated, binned, cropped (ROI) or, for raw images, equidistant CameraInfo and a pair
+    without Tx raise ValueError; a whole-image ROI and rectified images' raw K and D do not."""
     cal = sc.rectified_pair()
     uncalibrated = CameraInfo()
     uncalibrated.header.frame_id = 'cam'

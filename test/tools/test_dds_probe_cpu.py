@@ -60,7 +60,7 @@ def test_a_lone_small_message_is_acknowledged_at_the_next_heartbeat(tmp_path, pr
         assert r['small_ack_ms'] > 1000, r
 
 
-def test_executor_kinds(lease):
+def test_make_executor_gives_single_or_events_and_refuses_others(lease):
     """dds_probe's --executor: rclpy's single-threaded executor or its events executor (where
     this rclpy has one; otherwise a clear error), nothing else."""
     rclpy = pytest.importorskip('rclpy')

@@ -71,7 +71,7 @@ def test_ratios_pair_sizes_within_one_run(tmp_path):
                    if s.startswith('| bf16 | 1 |'))
 
 
-def test_preprocess_rows():
+def test_preprocess_rows_time_both_resize_methods_without_kernel_time():
     """The resize-alone rows (eager only on the CPU): both methods, a time, no kernel time."""
     rows = []
     a = image_mode.parse(['--device', 'cpu'])
@@ -85,7 +85,9 @@ def test_preprocess_rows():
     assert lines[1] == '|---|---|---|---|' and '| 80x60 -> 64 | exact_eager |' in lines[2]
 
 
-def test_inputs():
+def test_image_mode_inputs_are_distinct_images_and_boxes_in_the_frame():
+    """images() gives distinct uint8 [h, w, 3] frames; boxes() gives distinct boxes with x0 < x1
+    and y0 < y1, inside the frame."""
     imgs = image_mode.images(3, 40, 30, seed=1)
     assert len(imgs) == 3 and imgs[0].shape == (30, 40, 3) and imgs[0].dtype == np.uint8
     assert not np.array_equal(imgs[0], imgs[1])

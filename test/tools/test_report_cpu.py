@@ -76,7 +76,7 @@ def test_node_latency_rows_and_targets(tmp_path):
     assert report.node_target(dict(new[0], gpu='NVIDIA H200')).startswith('met')
 
 
-def test_compact_sections(tmp_path):
+def test_report_gives_one_row_per_model_res_and_one_line_per_provenance(tmp_path):
     """The engine matrix is one row per model@res with `batched / official` cells per object
     count (its provenance one line per date, commit and command without the --only list);
     the resize-alone rows are a section of their own; node rows from before run ids share one
