@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from sam2_ros.cli.records import count_frame, object_record
 from sam2_ros.cli.outputs import Outputs, check_out_dir, clear_out_dir
 from sam2_ros.cli.sources import FrameSource, open_source
 from sam2_ros.engine.config import MODEL_SIZES, PRECISIONS, TrackerConfig, default_precision
+
+if TYPE_CHECKING:   # imported where used: torch loads only once the arguments are good
+    from sam2_ros.engine.tracker import StreamingTracker
 
 PROG = 'sam2-ros-track'
 DEFAULT_FPS = 30.0
@@ -135,9 +138,9 @@ def check_frame_size(size: Tuple[int, int], path: str) -> None:
 
 # ---- the run -----------------------------------------------------------------------------
 
-def process(tracker, source: FrameSource, by_frame: Dict[int, List[pf.PromptEvent]],
-            outputs: Outputs, stats: dict, max_frames: Optional[int], prompts: str,
-            progress: bool) -> None:
+def process(tracker: StreamingTracker, source: FrameSource,
+            by_frame: Dict[int, List[pf.PromptEvent]], outputs: Outputs, stats: dict,
+            max_frames: Optional[int], prompts: str, progress: bool) -> None:
     """Track every frame, apply its events after it, write its outputs; fills ``stats``."""
     from tqdm import tqdm
 

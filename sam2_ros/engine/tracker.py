@@ -20,7 +20,7 @@ frames of several cameras in one batch. Imports no ROS.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, Optional, Tuple
 
 import torch
 
@@ -29,6 +29,11 @@ from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.memory import MemoryBank
 from sam2_ros.engine.multistream import MultiStreamTracker
 from sam2_ros.engine.stream import ObjectInfo
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
+
+    from sam2_ros.engine.runners import Runner
 
 __all__ = ['StreamingTracker', 'ObjectInfo']
 
@@ -50,7 +55,7 @@ class StreamingTracker(CameraTracker):
     Not thread safe: call it from one thread (the ROS node has one worker thread for it).
     """
 
-    def __init__(self, cfg: TrackerConfig, model=None):
+    def __init__(self, cfg: TrackerConfig, model: Optional[SAM2Base] = None):
         """Build (or take) the model, preallocate the memory bank and warm every code path.
 
         ``cfg`` is the whole configuration, validated here (``ValueError`` if inconsistent).
@@ -67,7 +72,7 @@ class StreamingTracker(CameraTracker):
         return self.core.device
 
     @property
-    def model(self):
+    def model(self) -> SAM2Base:
         return self.core.model
 
     @property
@@ -75,11 +80,11 @@ class StreamingTracker(CameraTracker):
         return self.core.size
 
     @property
-    def runner(self):
+    def runner(self) -> Runner:
         return self.core.runner
 
     @runner.setter
-    def runner(self, runner) -> None:
+    def runner(self, runner: Runner) -> None:
         self.core.runner = runner
 
     @property

@@ -42,7 +42,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -50,6 +50,9 @@ from sam2_ros.engine import encoder, step
 from sam2_ros.engine.config import MODEL_CONFIGS, TrackerConfig
 from sam2_ros.engine.cuda import cache_files
 from sam2_ros.engine.model import hydra_overrides
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 log = logging.getLogger('sam2_ros.precompiled')
 PARTS = ('encoder', 'heads')
@@ -63,7 +66,7 @@ def default_dir() -> Path:
 
 
 # ---- the compiled functions (module level: aot_compile saves their bytecode) -------------
-def encode_fn(model, image: torch.Tensor, bf16: bool):
+def encode_fn(model: SAM2Base, image: torch.Tensor, bf16: bool) -> Tuple[torch.Tensor, ...]:
     """image [N, 3, S, S] (one frame per camera) -> (3 vision feats, 3 vision pos) as
     ``encoder.encode_image``."""
     with torch.autocast(image.device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -71,8 +74,9 @@ def encode_fn(model, image: torch.Tensor, bf16: bool):
     return (*f.vision_feats, *f.vision_pos)
 
 
-def heads_fn(model, pix_feat: torch.Tensor, vf0: torch.Tensor, vf1: torch.Tensor,
-             vf2: torch.Tensor, fill_hole_area: int, bf16: bool):
+def heads_fn(model: SAM2Base, pix_feat: torch.Tensor, vf0: torch.Tensor, vf1: torch.Tensor,
+             vf2: torch.Tensor, fill_hole_area: int, bf16: bool
+             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """pix_feat [B, C, h, w], the frame's vision feats (batch 1, shared by the B objects) or
     each object's (batch B, several cameras) -> ``tracking_heads``."""
     sizes = encoder.feat_sizes(model.image_size)
@@ -96,7 +100,7 @@ SAM2_SUFFIXES = ('.py', '.yaml')
 class Store:
     """Loads (or compiles and saves) the precompiled parts of one model and configuration."""
 
-    def __init__(self, model, cfg: TrackerConfig):
+    def __init__(self, model: SAM2Base, cfg: TrackerConfig):
         self.model, self.cfg = model, cfg
         self.dir = Path(cfg.precompile_dir) if cfg.precompile_dir else default_dir()
         self.bf16 = cfg.precision == 'bf16'
@@ -263,7 +267,8 @@ class Bound:
     off (they reject the inference tensors the tracker runs on); instead each call checks
     that the inputs have the shapes, strides and dtypes it was compiled for."""
 
-    def __init__(self, compiled, model, args, consts):
+    def __init__(self, compiled: Callable[..., Any], model: SAM2Base,
+                 args: Sequence[torch.Tensor], consts: Sequence[Any]) -> None:
         self.compiled, self.model, self.consts = compiled, model, consts
         self.sig = [(a.shape, a.stride(), a.dtype, a.device) for a in args]
 
@@ -272,7 +277,7 @@ class Bound:
         return [(a.shape, a.stride(), a.dtype, a.device) for a in args] == \
             self.sig[:len(args)]
 
-    def __call__(self, *args: torch.Tensor):
+    def __call__(self, *args: torch.Tensor) -> Any:
         if not self.fits(*args) or len(args) != len(self.sig):
             got = [(a.shape, a.stride(), a.dtype) for a in args]
             raise ValueError(f'precompiled function called with {got}, compiled for '
