@@ -8,6 +8,13 @@ The official predictor keeps every frame forever; this bank keeps exactly what c
 read, in rings indexed by frame number, plus one slot so the latest frame can be re-run with a
 correction click. Memory is therefore flat however long the stream runs.
 
+Corrections read the memories as they were when their frame was tracked: sam2 keeps a click's
+output apart (``temp_output_dict``) until the next propagation, so a second click on the same
+frame never reads the first one's memory. Here a correction writes its rows at once (the next
+frame reads them); ``corrected_frame`` marks the frame whose conditioning row corrections
+rewrote, and a snapshot row per object (the last of each slot) keeps that row as it was
+tracked, where it existed (an object started on that frame by a queued prompt).
+
 Conditioning frames are capped at ``max_cond_frames``: the first prompt frame is kept, and a
 new one beyond the cap evicts the oldest later one.
 
@@ -106,6 +113,8 @@ class MemoryBank:
     max_ptrs: int
     stage: IndexStager
     conditioned_frame: np.ndarray
+    corrected_frame: np.ndarray   # [O] frame whose conditioning row corrections rewrote
+    snap_frame: np.ndarray        # [O] frame of the snapshot row's tracked state, EMPTY if none
     conditioned: Optional[torch.Tensor] = None
     _counter: int = 0
 
@@ -116,13 +125,14 @@ class MemoryBank:
         """feat_like [Cm, h, w], ptr_like [C], logits_like [1, S/4, S/4] give shape/dtype.
 
         Ring sizes are num_maskmem (7) and max_ptrs (16): one more than a step reads, so the
-        latest frame's own entry survives while frames f-1.. are read to re-run frame f.
+        latest frame's own entry survives while frames f-1.. are read to re-run frame f. The
+        last row of each slot is the snapshot row (module docstring).
         """
         ring, pring = num_maskmem, max_ptrs
         dev = feat_like.device
         return cls(
-            feats=feat_like.new_zeros(capacity, max_cond + ring, *feat_like.shape),
-            ptrs=ptr_like.new_zeros(capacity, max_cond + pring, *ptr_like.shape),
+            feats=feat_like.new_zeros(capacity, max_cond + ring + 1, *feat_like.shape),
+            ptrs=ptr_like.new_zeros(capacity, max_cond + pring + 1, *ptr_like.shape),
             logits=logits_like.new_zeros(capacity, *logits_like.shape).to(dev),
             cond_frame=np.full((capacity, max_cond), EMPTY, np.int64),
             cond_age=np.zeros((capacity, max_cond), np.int64),
@@ -130,7 +140,9 @@ class MemoryBank:
             ptr_frame=np.full((capacity, pring), EMPTY, np.int64),
             scores=torch.zeros(capacity, device=dev),
             num_maskmem=num_maskmem, max_ptrs=max_ptrs, stage=IndexStager(dev),
-            conditioned_frame=np.full(capacity, EMPTY, np.int64))
+            conditioned_frame=np.full(capacity, EMPTY, np.int64),
+            corrected_frame=np.full(capacity, EMPTY, np.int64),
+            snap_frame=np.full(capacity, EMPTY, np.int64))
 
     # ---- geometry --------------------------------------------------------------------
     @property
@@ -155,6 +167,8 @@ class MemoryBank:
         self.ring_frame[slot] = EMPTY
         self.ptr_frame[slot] = EMPTY
         self.conditioned_frame[slot] = EMPTY
+        self.corrected_frame[slot] = EMPTY
+        self.snap_frame[slot] = EMPTY
 
     # ---- memory-conditioned features of the latest tracking step ------------------------
     def keep_conditioned(self, slots: torch.Tensor, pix_feat: torch.Tensor) -> None:
@@ -189,8 +203,8 @@ class MemoryBank:
     def select(self, slot: int, frame: int) -> Selection:
         """The memories SAM 2 reads for this object on ``frame`` (see module docstring)."""
         k = self.max_cond
-        cond = self._cond_rows(slot)
-        feat_rows = [self._feat_row(slot, r) for r in cond]
+        cond = self._cond_as_tracked(slot, frame)         # (frame, feat row, ptr row)
+        feat_rows = [f_row for _, f_row, _ in cond]
         tpos = [self.num_maskmem - 1] * len(cond)
         ring = self.ring_frame.shape[1]
         for t_rel in range(self.num_maskmem - 1, 0, -1):     # oldest first, as sam2
@@ -199,10 +213,9 @@ class MemoryBank:
                 feat_rows.append(self._feat_row(slot, k + t % ring))
                 tpos.append(t_rel - 1)
         ptr_rows, dist = [], []
-        for r in cond:                                        # pointers only from the past
-            t = int(self.cond_frame[slot, r])
+        for t, _, p_row in cond:                              # pointers only from the past
             if t <= frame:
-                ptr_rows.append(self._ptr_row(slot, r))
+                ptr_rows.append(p_row)
                 dist.append(frame - t)
         pring = self.ptr_frame.shape[1]
         for t_diff in range(1, self.max_ptrs):
@@ -213,6 +226,34 @@ class MemoryBank:
                 ptr_rows.append(self._ptr_row(slot, k + t % pring))
                 dist.append(t_diff)
         return Selection(feat_rows, tpos, ptr_rows, dist, slot=slot, frame=frame)
+
+    def _cond_as_tracked(self, slot: int, frame: int) -> List[Tuple[int, int, int]]:
+        """(frame, feature row, pointer row) of each conditioning memory in sam2's order, as
+        it was when ``frame`` was tracked: a row corrections of ``frame`` wrote is left out,
+        or read from the snapshot where the row existed then."""
+        own = self.corrected_frame[slot] == frame
+        out = []
+        for r in self._cond_rows(slot):
+            t = int(self.cond_frame[slot, r])
+            if own and t == frame:
+                if self.snap_frame[slot] == frame:
+                    out.append((t, self._feat_row(slot, self.feats.shape[1] - 1),
+                                self._ptr_row(slot, self.ptrs.shape[1] - 1)))
+                continue
+            out.append((t, self._feat_row(slot, r), self._ptr_row(slot, r)))
+        return out
+
+    def _keep_tracked(self, slot: int, frame: int) -> None:
+        """Before the first correction of ``frame`` writes: its conditioning row as tracked
+        (if any) to the snapshot row."""
+        if self.corrected_frame[slot] == frame:
+            return
+        self.corrected_frame[slot] = frame
+        hit = np.flatnonzero(self.cond_frame[slot] == frame)
+        self.snap_frame[slot] = frame if hit.size else EMPTY
+        if hit.size:
+            self.feats[slot, -1].copy_(self.feats[slot, int(hit[0])])
+            self.ptrs[slot, -1].copy_(self.ptrs[slot, int(hit[0])])
 
     def gather(self, sels: List[Selection], out: Optional[Memory] = None,
                streams: bool = False) -> Memory:
@@ -276,14 +317,18 @@ class MemoryBank:
         return out
 
     def write(self, slot: int, frame: int, feats: torch.Tensor, ptr: torch.Tensor,
-              logits: torch.Tensor, score: torch.Tensor, as_cond: bool) -> None:
+              logits: torch.Tensor, score: torch.Tensor, as_cond: bool,
+              correction: bool = False) -> None:
         """Store one object's new memory for ``frame``: feats [Cm, h, w], ptr [C],
         logits [1, S/4, S/4]. A conditioning frame replaces a ring entry of the same frame
         (sam2 drops the non-conditioning output of a frame that becomes conditioning); a
         non-conditioning output of a frame that is one already updates only the logits and
         score (sam2 keeps the conditioning output there and drops the other when it
-        consolidates: a correction with ``corrections_as_cond`` off on a prompted frame)."""
+        consolidates: a correction with ``corrections_as_cond`` off on a prompted frame).
+        ``correction``: a prompt on a frame already tracked (module docstring)."""
         k = self.max_cond
+        if correction:
+            self._keep_tracked(slot, frame)
         self.conditioned_frame[slot] = EMPTY      # a later step reads other memories
         self.logits[slot].copy_(logits)
         self.scores[slot].copy_(score.reshape(()))

@@ -332,9 +332,8 @@ class MultiStreamTracker:
             self.bank.clear(obj.slot)
         sel = None if init else self.bank.select(obj.slot, f)
         out, mode = self._run_prompt(prompt, stream, h, w, sel, prev)
-        self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0],
-                        out.low_res_logits[0], out.score,
-                        as_cond=init or self.cfg.corrections_as_cond)
+        self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0], out.low_res_logits[0],
+                        out.score, init or self.cfg.corrections_as_cond, correction=not init)
         obj.last_prompt_frame = f
         stream.objects[prompt.obj_id] = obj
         self.stats['prompt_steps'] += 1
