@@ -97,7 +97,8 @@ class MemoryBank:
     output) of its latest tracking step, written inside the track-step graphs
     (``keep_conditioned``; allocated by the first, with that output's dtype), and
     conditioned_frame [O] the frame they are of, EMPTY once the object's memories changed: a
-    correction on that frame reads the same memories, so it can start from them
+    correction on that frame reads the same memories (every correction of it: they read the
+    memories as tracked), so it can start from them
     (``TrackerConfig.corrections_reuse_attention``).
     """
 
@@ -187,7 +188,8 @@ class MemoryBank:
 
     def holds_conditioned(self, sel: 'Selection') -> bool:
         """Whether the stored conditioned features are those a step with ``sel`` computes:
-        of its frame, and no memory of the object written since (``write``, ``clear``)."""
+        of its frame, and no memory of the object written since but that frame's corrections
+        (``write``, ``clear``)."""
         return self.conditioned is not None and sel.frame != EMPTY and \
             self.conditioned_frame[sel.slot] == sel.frame
 
@@ -327,9 +329,10 @@ class MemoryBank:
         consolidates: a correction with ``corrections_as_cond`` off on a prompted frame).
         ``correction``: a prompt on a frame already tracked (module docstring)."""
         k = self.max_cond
-        if correction:
+        if correction:      # another correction of this frame reads the memories as tracked
             self._keep_tracked(slot, frame)
-        self.conditioned_frame[slot] = EMPTY      # a later step reads other memories
+        else:               # a later step reads other memories
+            self.conditioned_frame[slot] = EMPTY
         self.logits[slot].copy_(logits)
         self.scores[slot].copy_(score.reshape(()))
         if as_cond:
