@@ -46,12 +46,12 @@ class CameraTracker:
     @property
     def queued_ids(self) -> List[int]:
         """Ids with a prompt queued for the next frame (new or tracked objects), ascending."""
-        return sorted(self.handle.stream.queued)
+        return self.handle.queued_ids
 
     @property
     def deferred_ids(self) -> List[int]:
         """Ids with a prompt deferred on the latest frame (``defer_prompt``), ascending."""
-        return sorted(self.handle.stream.deferred)
+        return self.handle.deferred_ids
 
     @property
     def starting_prompts(self) -> List[Prompt]:
@@ -112,11 +112,14 @@ class CameraTracker:
         for it instead and an empty ``FrameResult`` (frame_index -1) is returned.
 
         Raises:
-            PromptError: NaN/inf, outside the frame, labels not matching points, empty box or
-                mask, mask of another size (nothing changed).
+            PromptError: an id outside 1..255, NaN/inf, outside the frame, labels not matching
+                points (or without points), more than 64 points, an empty box (x0 < x1 and
+                y0 < y1 required) or mask, a mask of another size (nothing changed).
             CapacityError: a new object beyond ``cfg.max_objects`` (nothing changed).
             StepError: the prompt's computation failed (e.g. CUDA out of memory): it was not
                 applied, the tracker is consistent; prompts deferred before it that ran were.
+                Also when the latest frame's features were lost (a later encode failed in
+                place): the prompts deferred there are dropped.
         """
         return self.handle.add_prompt(prompt)
 
@@ -130,29 +133,41 @@ class CameraTracker:
         ``frame``; that frame's result is the first to show it. The latest frame's results
         are not read again. ``defer_prompt`` then ``track`` equals ``add_prompt`` then
         ``track``. The newest deferred prompt per id wins (it replaces an older one and runs
-        after the others); ``add_prompt`` runs the deferred ones before its own;
-        ``remove_object`` and ``reset`` drop them. Before the first frame it is
+        after the others): unlike two ``add_prompt`` calls, where the second click refines the
+        mask of the first, the older prompt is dropped. ``add_prompt`` runs the deferred ones
+        before its own; ``remove_object`` and ``reset`` drop them. Before the first frame it is
         ``queue_prompt``.
 
         Raises:
             PromptError, CapacityError: as ``add_prompt`` (nothing changed).
+            StepError: the latest frame's features were lost (a later encode failed in
+                place); the prompts deferred there are dropped. Checked after the prompt
+                itself, as ``add_prompt`` does.
         """
         self.handle.defer_prompt(prompt)
 
     def queue_prompt(self, prompt: Prompt) -> None:
-        """Apply a prompt to the next frame passed to track() (the newest per id wins).
-        Before the first frame (or after reset()) a prompt can only be checked against the
-        frame size when that frame arrives; see ``track``."""
+        """Apply a prompt to the next frame passed to track(). The newest per id wins: where
+        sam2, given two prompts for one id on a frame it has not tracked, feeds the first's
+        logits into the second, only the newest runs here. Before the first frame (or after
+        reset()) a prompt can only be checked against the frame size when that frame arrives;
+        see ``track``.
+
+        Raises:
+            PromptError, CapacityError: as ``add_prompt`` (nothing changed).
+        """
         self.handle.queue_prompt(prompt)
 
     def remove_object(self, obj_id: int) -> None:
         """Stop tracking ``obj_id`` (and drop its queued or deferred prompt); its slot is freed
-        for a new object. Raises ``UnknownObjectError`` if neither exists."""
+        for a new object. Raises ``UnknownObjectError`` if none exists, also for a value that
+        is no object id (not an int in 1..255: ``'1'``, ``1.0``, ``True``)."""
         self.handle.remove_object(obj_id)
 
     def reset(self) -> None:
         """Forget all objects, queued and deferred prompts. Prompts may follow on the latest
-        frame; the next frame may have a new size (sizes are only pinned while objects exist)."""
+        frame; the next frame may have a new size (sizes are only pinned while objects exist).
+        The frame index goes on counting (the next frame is ``frame_index + 1``)."""
         self.handle.reset()
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],

@@ -11,19 +11,26 @@ class TrackerError(ValueError):
 
 
 class FrameError(TrackerError):
-    """A frame that cannot be used: wrong dtype, shape, size, or a resolution change."""
+    """A frame that cannot be used (``track``): wrong dtype, shape or size, or a resolution
+    change while objects are tracked. Nothing changed; the frame is not counted."""
 
 
 class PromptError(TrackerError):
-    """A prompt that cannot be used: NaN/inf, out of frame, mismatched lengths, empty."""
+    """A prompt that cannot be used (``add_prompt``, ``defer_prompt``, ``queue_prompt``): an id
+    outside 1..255, NaN/inf, out of frame, labels not one per point, more than
+    ``prompts.MAX_POINTS`` (64) points, an empty box or mask, a mask of another size. Nothing
+    changed. From ``track``: prompts queued before the frame size was known that do not fit
+    the frame (dropped; the frame is not tracked)."""
 
 
 class UnknownObjectError(TrackerError):
-    """An object id that is not tracked."""
+    """An object id that is not tracked: in the core, ``remove_object`` of an id that is not
+    tracked, queued or deferred, or of a value that is no id (not an int in 1..255)."""
 
 
 class CapacityError(TrackerError):
-    """More objects than the preallocated object table holds."""
+    """A prompt for a new id when ``max_objects`` objects (per camera) are tracked or waiting
+    to start (queued or deferred). Nothing changed."""
 
 
 class CheckpointError(TrackerError):

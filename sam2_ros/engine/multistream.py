@@ -159,6 +159,7 @@ class MultiStreamTracker:
         if stream.step_features is None:
             stream.queue(prompt)
             return
+        stream.validate(prompt)         # a bad prompt gets its PromptError, as add_prompt
         stream.check_features()
         stream.defer(prompt)
 

@@ -48,6 +48,12 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
         return None
     pts = None if prompt.points is None else _numbers(prompt.points, 'points')
     has_pts = pts is not None and pts.size > 0
+    lab = _numbers(prompt.labels if prompt.labels is not None else [], 'labels').reshape(-1)
+    if not has_pts and lab.size:
+        # sam2's add_new_points_or_box refuses labels without points; labels beside a box
+        # would otherwise be dropped silently (the box's corners get labels 2 and 3)
+        raise PromptError(f'{_count(lab.size, "label")} but no points: labels go with points, '
+                          f'one per point (1 positive, 0 negative); a box takes none')
     coords, labels = [], []
     if prompt.box is not None:
         box = _finite(_numbers(prompt.box, 'box').reshape(-1), 'box')
@@ -65,12 +71,15 @@ def prompt_points(prompt: Prompt, h: int, w: int, size: int,
             raise PromptError(f'points must be [N, 2] (x, y), got shape {pts.shape}')
         if pts.shape[0] > MAX_POINTS:
             raise PromptError(f'at most {MAX_POINTS} points per prompt, got {pts.shape[0]}')
-        lab = _numbers(prompt.labels if prompt.labels is not None else [], 'labels')
-        lab = lab.reshape(-1)
         if lab.shape[0] != pts.shape[0]:
-            raise PromptError(f'{pts.shape[0]} points but {lab.shape[0]} labels')
+            got = f'got {_count(pts.shape[0], "point")} and {_count(lab.shape[0], "label")}'
+            if not lab.size:
+                raise PromptError('labels are required with points: one per point (1 positive, '
+                                  f'0 negative); {got}')
+            raise PromptError(f'points need one label each (1 positive, 0 negative); {got}')
         if not np.all(np.isin(lab, (0, 1))):
-            raise PromptError(f'labels must be 1 (positive) or 0 (negative), got {lab}')
+            shown = ', '.join(f'{v:g}' for v in lab)           # 2, not numpy's 2.
+            raise PromptError(f'labels must be 1 (positive) or 0 (negative), got [{shown}]')
         _inside(pts, h, w, 'point')
         coords += pts.tolist()
         labels += lab.astype(int).tolist()
@@ -92,7 +101,8 @@ def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
     except (TypeError, ValueError, RuntimeError) as exc:   # ragged lists, CUDA tensors
         raise PromptError(f'mask must be an [H, W] array: {exc}') from None
     if m.shape != (h, w):
-        raise PromptError(f'mask prompt must be {h}x{w} (the frame), got {m.shape}')
+        raise PromptError(f"mask prompt must have the frame's size, {w}x{h} (width x height): "
+                          f'an array of shape ({h}, {w}), got shape {m.shape}')
     if m.dtype != bool:
         m = _finite(_numbers(m, 'mask'), 'mask') != 0     # add_new_mask: nonzero is True
     if not m.any():
@@ -106,9 +116,14 @@ def prompt_mask(prompt: Prompt, h: int, w: int, size: int,
 
 
 def _mask_alone(prompt: Prompt) -> None:
-    if prompt.box is not None or (prompt.points is not None and
-                                  _numbers(prompt.points, 'points').size > 0):
-        raise PromptError('a mask prompt cannot be combined with points or a box')
+    if prompt.box is not None or _given(prompt.points, 'points') \
+            or _given(prompt.labels, 'labels'):
+        raise PromptError('a mask prompt cannot be combined with points, labels or a box')
+
+
+def _given(a, what: str) -> bool:
+    """A non-empty array (None and an empty one give nothing)."""
+    return a is not None and _numbers(a, what).size > 0
 
 
 def _numbers(a, what: str) -> np.ndarray:
@@ -131,4 +146,9 @@ def _inside(xy: np.ndarray, h: int, w: int, what: str) -> None:
     bad = (xy[:, 0] < 0) | (xy[:, 0] > w) | (xy[:, 1] < 0) | (xy[:, 1] > h)
     if bad.any():
         x, y = xy[np.argmax(bad)]
-        raise PromptError(f'{what} ({x:g}, {y:g}) is outside the {w}x{h} frame')
+        raise PromptError(f'{what} ({x:g}, {y:g}) is outside the {w}x{h} frame (width x height)')
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 point', '2 points', '0 labels'."""
+    return f'{n} {noun}' + ('' if n == 1 else 's')

@@ -20,7 +20,7 @@ from sam2_ros.engine import encoder
 from sam2_ros.engine.errors import (CapacityError, FrameError, PromptError, StepError,
                                     UnknownObjectError)
 from sam2_ros.engine.memory import MemoryBank
-from sam2_ros.engine.prompts import prompt_mask, prompt_points
+from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
 from sam2_ros.engine.types import Prompt
 
 
@@ -81,14 +81,15 @@ class Stream:
         if self.hw is not None and hw != self.hw and (self.objects or self.deferred):
             n = len(set(self.objects) | set(self.deferred))
             raise FrameError(f'resolution changed from {self.hw[1]}x{self.hw[0]} to '
-                             f'{hw[1]}x{hw[0]} while tracking {n} objects; '
+                             f'{hw[1]}x{hw[0]} (width x height) while tracking {n} objects; '
                              f'reset() to track at the new resolution')
         self.check_queued(hw)
 
     def check_queued(self, hw: Tuple[int, int]) -> None:
         """Validate prompts queued before the frame size was known against this frame. Bad
-        ones are dropped and reported by raising PromptError before anything else changes,
-        so the caller can report it and pass the same frame again."""
+        ones are dropped and reported by raising PromptError before anything else changes: the
+        frame is not counted or tracked (the caller reports it; the same frame may be passed
+        again), the other queued prompts stay queued."""
         if not self.queued or (hw == self.hw and not self.size_open):
             return
         bad = []
@@ -99,8 +100,9 @@ class Stream:
                 bad.append(f'object {obj_id}: {exc}')
                 del self.queued[obj_id]
         if bad:
-            raise PromptError('dropped queued prompts that do not fit the frame: '
-                              + '; '.join(bad))
+            raise PromptError(f'frame not tracked: the queued prompts that do not fit it were '
+                              f'dropped ({"; ".join(bad)}); pass the frame again (the other '
+                              f'queued prompts stay queued)')
 
     def begin_frame(self, hw: Tuple[int, int], features: encoder.Features,
                     position: int) -> Dict[int, Prompt]:
@@ -137,7 +139,7 @@ class Stream:
         with no slot left."""
         self.validate_shape(prompt, self.hw)
         if self.is_new(prompt.obj_id):
-            self.check_capacity()
+            self.check_capacity(prompt.obj_id)
 
     def is_new(self, obj_id: int) -> bool:
         """Neither tracked nor waiting (queued or deferred) to start."""
@@ -152,20 +154,23 @@ class Stream:
         else:
             prompt_points(prompt, h, w, self.model_size, torch.device('cpu'))
 
-    def check_capacity(self) -> None:
-        """Room for one more object, counting objects queued to start on the next frame and
-        those deferred to start on the latest one."""
-        waiting = len((set(self.queued) | set(self.deferred)) - set(self.objects))
-        if len(self.objects) + waiting + 1 > self.capacity:
-            raise CapacityError(f'cannot add object: {len(self.objects)} tracked and '
-                                f'{waiting} queued, max_objects={self.capacity}')
+    def check_capacity(self, obj_id: int) -> None:
+        """CapacityError unless there is room for new object ``obj_id``, counting objects
+        deferred to start on the latest frame and those queued to start on the next one."""
+        deferred = set(self.deferred) - set(self.objects)
+        queued = set(self.queued) - set(self.objects) - deferred
+        if len(self.objects) + len(deferred) + len(queued) + 1 > self.capacity:
+            raise CapacityError(f'cannot add object {obj_id}: max_objects={self.capacity} '
+                                f'reached ({len(self.objects)} tracked, {len(queued)} queued '
+                                f'and {len(deferred)} deferred to start); remove_object() one '
+                                f'of them, or configure a larger max_objects')
 
     def queue(self, prompt: Prompt) -> None:
         """Queue a prompt (its id already checked) for the next frame."""
         if self.hw is not None and not self.size_open:
             self.validate(prompt)
         elif self.is_new(prompt.obj_id):
-            self.check_capacity()
+            self.check_capacity(prompt.obj_id)
         self.queued[prompt.obj_id] = prompt
 
     def defer(self, prompt: Prompt) -> None:
@@ -180,12 +185,18 @@ class Stream:
         return next(s for s in self.slots if s not in used)
 
     def remove(self, obj_id: int) -> None:
+        """Drop an object (tracked, queued or deferred); UnknownObjectError for an id that is
+        none of these or not an id at all (check_obj_id's message)."""
+        try:
+            obj_id = check_obj_id(obj_id)
+        except PromptError as exc:
+            raise UnknownObjectError(f'cannot remove object {obj_id!r}: {exc}') from None
         obj = self.objects.pop(obj_id, None)
         queued = self.queued.pop(obj_id, None)
         deferred = self.deferred.pop(obj_id, None)
         if obj is None and queued is None and deferred is None:
-            raise UnknownObjectError(f'cannot remove object {obj_id}: not tracked '
-                                     f'(tracked: {sorted(self.objects)})')
+            raise UnknownObjectError(f'cannot remove object {obj_id}: not tracked, queued or '
+                                     f'deferred (tracked: {sorted(self.objects)})')
         if obj is not None:
             self.bank.clear(obj.slot)
 

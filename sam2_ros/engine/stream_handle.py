@@ -4,11 +4,13 @@ object calls, delegated to the tracker for that camera's stream. Imports no ROS.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List
+from types import MappingProxyType
+from typing import Any, List, Mapping, Optional, Tuple
 
 from sam2_ros.engine.prompts import check_obj_id
-from sam2_ros.engine.stream import Stream
+from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.types import FrameResult, Prompt
+
 
 class StreamHandle:
     """Camera c of a ``MultiStreamTracker`` (``tracker.stream(c)``): the prompt and object calls
@@ -24,6 +26,26 @@ class StreamHandle:
     def object_ids(self) -> List[int]:
         """Ids of this camera's tracked objects, ascending (queued ones excluded)."""
         return sorted(self.stream.objects)
+
+    @property
+    def queued_ids(self) -> List[int]:
+        """Ids with a prompt queued for this camera's next frame (new or tracked), ascending."""
+        return sorted(self.stream.queued)
+
+    @property
+    def deferred_ids(self) -> List[int]:
+        """Ids with a prompt deferred on this camera's latest frame, ascending."""
+        return sorted(self.stream.deferred)
+
+    @property
+    def objects(self) -> Mapping[int, ObjectInfo]:
+        """This camera's tracked objects by id (bank slot, frames, score): a read-only view."""
+        return MappingProxyType(self.stream.objects)
+
+    @property
+    def frame_hw(self) -> Optional[Tuple[int, int]]:
+        """(H, W) of this camera's latest frame; None before the first."""
+        return self.stream.hw
 
     @property
     def frame_index(self) -> int:

@@ -206,6 +206,28 @@ def test_capacity_and_ids_are_per_camera(one_thread):
     assert m.streams[0].objects[3].slot == 1
 
 
+def test_each_camera_shows_its_waiting_ids_objects_and_frame_size(one_thread):
+    """rig.stream(c) has StreamingTracker's read-only views of that camera: queued_ids,
+    deferred_ids, objects (a view of the table), frame_hw."""
+    m = multi(cfg_of())
+    cams = [m.stream(0), m.stream(1)]
+    assert [c.frame_hw for c in cams] == [None, None]
+    cams[0].queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+    assert [c.queued_ids for c in cams] == [[1], []]
+    m.track([frame(0, 0), frame(1, 0, 60, 80)])
+    assert [c.frame_hw for c in cams] == [(H, W), (60, 80)]
+    assert cams[0].queued_ids == [] and list(cams[0].objects) == [1] and not cams[1].objects
+    cams[0].defer_prompt(Prompt(1, points=np.array([[20.0, 20.0]]), labels=np.array([0])))
+    cams[1].defer_prompt(Prompt(2, box=(10, 5, 40, 30)))
+    assert [c.deferred_ids for c in cams] == [[1], [2]]
+    assert cams[0].objects[1].slot == 0
+    with pytest.raises(TypeError):
+        cams[0].objects[5] = cams[0].objects[1]        # read-only: the table is the tracker's
+    m.track([frame(0, 1), frame(1, 1, 60, 80)])
+    assert [c.deferred_ids for c in cams] == [[], []]
+    assert list(cams[1].objects) == [2] and cams[1].objects[2].slot == 3
+
+
 def test_one_cameras_bad_input_leaves_the_other_tracked(one_thread):
     m = multi(cfg_of())
     ref = tracker_on_shared_model(cfg_of())

@@ -27,7 +27,7 @@ from test_multistream import H, W, cfg_of, frame, multi
 from sam2_ros.engine import encoder, step
 from sam2_ros.engine.cuda import runner
 from sam2_ros.engine.cuda.buckets import FrameInKey, MaskPromptKey
-from sam2_ros.engine.errors import StepError
+from sam2_ros.engine.errors import PromptError, StepError
 from sam2_ros.engine.types import Prompt
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -217,6 +217,8 @@ def test_a_failed_encode_refuses_prompts_on_the_features_it_overwrote(monkeypatc
         g.stream(0).add_prompt(CLICK)
     with pytest.raises(StepError, match='lost'):
         g.stream(0).defer_prompt(CLICK)
+    with pytest.raises(PromptError):     # a bad prompt gets its own error first, as add_prompt
+        g.stream(0).defer_prompt(Prompt(1, points=np.array([[1e6, 1.0]]), labels=np.array([1])))
     for t in (g, e):                    # camera 1's latest frame was encoded after the failure
         t.stream(1).add_prompt(Prompt(2, box=(20, 8, 50, 40)))
         t.track([frame(0, 2), None])

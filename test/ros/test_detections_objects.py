@@ -59,8 +59,9 @@ def test_max_objects_reached_by_a_user_object_on_the_latest_frame_is_a_skipped_w
 
 
 @pytest.mark.parametrize('refusal, kind, level', [
-    (CapacityError('cannot add object: 1 tracked and 0 queued, max_objects=1'), 'skipped',
-     'warn'),
+    (CapacityError('cannot add object 1: max_objects=1 reached (1 tracked, 0 queued and 0 '
+                   'deferred to start); remove_object() one of them, or configure a larger '
+                   'max_objects'), 'skipped', 'warn'),
     (PromptError('box must have x0 < x1 and y0 < y1'), 'rejected', 'error')])
 def test_a_prompt_the_tracker_refuses_is_counted_by_what_happened(refusal, kind, level):
     w, tr, _, logs = make()
