@@ -146,6 +146,18 @@ class CameraTracker:
         """
         self.handle.defer_prompt(prompt)
 
+    def apply_deferred(self) -> Optional[FrameResult]:
+        """Run the prompts deferred on the latest frame now, in their order, exactly as
+        ``add_prompt`` would have run them, and return that frame's updated results; None when
+        none waits. For a camera that stopped: the next ``track`` would have run them, but no
+        frame comes to show them (the ROS node calls this after ``deferred_wait_ms``).
+
+        Raises:
+            StepError: as ``add_prompt``; the newest deferred prompt is dropped (the ones
+                before it that ran were applied).
+        """
+        return self.handle.apply_deferred()
+
     def queue_prompt(self, prompt: Prompt) -> None:
         """Apply a prompt to the next frame passed to track(). The newest per id wins: where
         sam2, given two prompts for one id on a frame it has not tracked, feeds the first's

@@ -61,6 +61,13 @@ class StreamHandle:
         this camera's next frame."""
         self.tracker.defer_prompt(self.stream, prompt)
 
+    def apply_deferred(self) -> Optional[FrameResult]:
+        """As ``StreamingTracker.apply_deferred``, on this camera's latest frame."""
+        if not self.stream.deferred:
+            return None
+        newest = self.stream.deferred.popitem()[1]     # add_prompt runs the others first
+        return self.tracker.add_prompt(self.stream, newest)
+
     def queue_prompt(self, prompt: Prompt) -> None:
         """As ``StreamingTracker.queue_prompt``: for this camera's next frame."""
         self.stream.queue(dataclasses.replace(prompt, obj_id=check_obj_id(prompt.obj_id)))

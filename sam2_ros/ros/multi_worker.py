@@ -40,7 +40,7 @@ class MultiCameraWorker:
     def __init__(self, core: Any, mailbox: PairedMailbox, hosts: Sequence[WorkerHost],
                  outputs: Sequence[Outputs], associations: Sequence[det.Association], *,
                  pipeline: bool = False, on_group: Optional[GroupHook] = None,
-                 corrections_on_next_frame: bool = False,
+                 corrections_on_next_frame: bool = False, deferred_wait_s: float = 0.0,
                  stall: Optional[StallTracer] = None,
                  shared_publisher: bool = True, masks_from_worker: bool = False) -> None:
         self.core = core
@@ -55,6 +55,7 @@ class MultiCameraWorker:
                                      outputs[c], association=associations[c],
                                      pipeline=pipeline, driver_alive=self.thread_alive,
                                      corrections_on_next_frame=corrections_on_next_frame,
+                                     deferred_wait_s=deferred_wait_s,
                                      shared=self.publisher,
                                      masks_from_worker=masks_from_worker)
                       for c in range(core.cameras)]
@@ -110,7 +111,7 @@ class MultiCameraWorker:
                 job.run()
             if group is None:   # no frame waits: each camera applies its jumps now
                 for lane in self.lanes:
-                    guarded(lane, lambda: lane.apply_jumps(mark))
+                    guarded(lane, lambda: lane.idle(mark))
             else:
                 try:
                     self.handle_group(group)

@@ -193,6 +193,7 @@ class TrackerNode(LifecycleNode):
         self.worker = TrackingWorker(self.tracker, self.mailbox, host, self.outputs,
                                      association=self.association, pipeline=o.pipeline,
                                      corrections_on_next_frame=o.corrections_on_next_frame,
+                                     deferred_wait_s=o.deferred_wait_ms / 1e3,
                                      stall=self.stall, masks_from_worker=o.masks_from_worker,
                                      time_line=self.time_lines[0])
         self.worker.start()

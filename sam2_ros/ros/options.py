@@ -184,9 +184,15 @@ class NodeOptions:
     # shows its object however the prompt and the frame interleave.
     corrections_on_next_frame: bool = knob(True, kind='bool', doc=(
         'a correction (prompt or click for a tracked object) on the last processed frame is '
-        'computed with the next frame (its result shows it; the old frame is not published '
-        'again); false: applied at once and the last frame re-published (a paused camera shows '
-        'it). New objects are applied at once either way'))
+        'computed with the next frame (its result shows it; without a frame for '
+        'deferred_wait_ms, applied then and the last frame re-published); false: applied at '
+        'once and the last frame re-published. New objects are applied at once either way'))
+    # A camera that stopped sends no next frame: a deferred click would wait unseen
+    # (sam2_ros/ros/deferred_wait.py says why this bound).
+    deferred_wait_ms: float = knob(100.0, kind='float', doc=(
+        'with corrections_on_next_frame: a deferred correction waits at most this long for the '
+        'next frame, then it is applied to the last frame and that frame published again (a '
+        'paused camera shows the click); 0: it waits for the next frame'))
     # Object that a click (geometry_msgs/PointStamped on ~/click, or Point from rqt_image_view)
     # is for. Changeable at run time (`ros2 param set`), like click_mode.
     click_object_id: int = knob(1, kind='int', runtime=True, doc=(
@@ -278,6 +284,9 @@ class NodeOptions:
             raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
         if int(self.max_image_pixels) < 1:
             raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
+        if not 0 <= self.deferred_wait_ms < float('inf'):      # NaN too
+            raise ValueError(f'deferred_wait_ms must be >= 0 (0: wait for the next frame), got '
+                             f'{self.deferred_wait_ms!r}')
         if not 0 <= self.time_jump_reset_s < float('inf'):     # NaN too
             raise ValueError(f'time_jump_reset_s must be >= 0 (0: any step back resets), got '
                              f'{self.time_jump_reset_s!r}')

@@ -92,6 +92,7 @@ class Rig:
             node.tracker, self.mailbox, hosts, self.outputs, self.associations,
             pipeline=o.pipeline, on_group=self.positions.on_group,
             corrections_on_next_frame=o.corrections_on_next_frame, stall=node.stall,
+            deferred_wait_s=o.deferred_wait_ms / 1e3,
             shared_publisher=o.shared_publisher, masks_from_worker=o.masks_from_worker)
         for host, lane, line in zip(hosts, self.worker.lanes, self.time_lines):
             host.tracker = lane.tracker        # click_mode 'new' reads the camera's ids

@@ -12,11 +12,11 @@ What waits and what is dropped is the :class:`~sam2_ros.ros.mailbox.Mailbox`'s p
 stamped for a future frame wait in one :class:`~sam2_ros.ros.hold.StampHold`; detections are
 turned into prompts by :mod:`sam2_ros.ros.worker_detections`. A prompt's header stamp picks
 its frame: zero -> the next frame; equal to the last processed frame -> applied to that frame
-now (``corrections_on_next_frame``: deferred to the next frame, computed with it); older ->
-applied to the latest frame with a warning; newer -> held until the first frame
-whose stamp is >= it, and applied before tracking it. Time going backwards
-(:mod:`~sam2_ros.ros.time_jump`, :mod:`~sam2_ros.ros.worker_time`) resets the objects, the held
-items and the stamp table.
+now (``corrections_on_next_frame``: with the next frame, or after ``deferred_wait_ms`` without
+one: :mod:`~sam2_ros.ros.deferred_wait`); older -> the latest frame, with a warning; newer ->
+held until the first frame whose stamp is >= it, and applied before tracking it. Time going
+backwards (:mod:`~sam2_ros.ros.time_jump`, :mod:`~sam2_ros.ros.worker_time`) resets the
+objects, the held items and the stamp table.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from sam2_ros.engine.frame_in import Frame
 from sam2_ros.engine.types import FrameResult
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import hold, time_jump
+from sam2_ros.ros.deferred_wait import DeferredWait
 from sam2_ros.ros.hold import Held, StampHold
 from sam2_ros.ros.inputs import ACTION_REMOVE, ACTION_RESET
 from sam2_ros.ros.mailbox import (  # noqa: F401 (re-exported: the worker's public names)
@@ -50,10 +51,10 @@ class TrackingWorker:
     the result to the output stage (``pipeline``: on threads of its own).
 
     ``association`` is the detection association memory; the node owns it (it outlives an
-    activation), a fresh one by default. ``corrections_on_next_frame``: a correction (a prompt
-    for a tracked object) on the last processed frame is deferred to the next one
-    (``defer_prompt``, no re-publish) instead of applied and re-published at once (NodeOptions
-    says why); a new object's prompt there is applied at once either way. ``shared``: a
+    activation), a fresh one by default. ``corrections_on_next_frame``: a correction on the
+    last processed frame is deferred to the next one (``defer_prompt``; ``deferred_wait_s``
+    without a frame: applied then, re-published) instead of applied and re-published at once
+    (NodeOptions says why); a new object's prompt is applied at once either way. ``shared``: a
     :class:`~sam2_ros.ros.shared_publisher.SharedPublisher` that publishes this camera's masks
     and states with other cameras' (pipelined; its owner commits the batches).
     ``masks_from_worker`` (pipelined): this thread publishes each frame's masks as it hands the
@@ -64,13 +65,14 @@ class TrackingWorker:
                  association: Optional[det.Association] = None,
                  pipeline: bool = False,
                  driver_alive: Optional[Callable[[], bool]] = None,
-                 corrections_on_next_frame: bool = False,
+                 corrections_on_next_frame: bool = False, deferred_wait_s: float = 0.0,
                  stall: Optional[StallTracer] = None,
                  shared: Optional[Any] = None, masks_from_worker: bool = False,
                  time_line: Optional[TimeLine] = None) -> None:
         self.tracker = tracker
         self.stall = stall     # samples the threads' stacks of a stalled track call (or None)
         self.defer_corrections = corrections_on_next_frame
+        self.deferred_wait = DeferredWait(deferred_wait_s)
         # a camera of the multi-camera worker has no thread: that worker's thread drives it
         self.driver_alive = driver_alive
         self.mailbox = mailbox
@@ -104,9 +106,8 @@ class TrackingWorker:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop after the frame in progress (a model step cannot be interrupted), then
-        publish what that and earlier frames handed to the output stage: when stop()
-        returns, no thread of the worker runs and nothing more is published."""
+        """Stop after the frame in progress (a model step cannot be interrupted), then publish
+        what was handed to the output stage: after it no worker thread runs or publishes."""
         self._stop.set()
         self.mailbox.close()
         if self._thread is not None:
@@ -115,15 +116,13 @@ class TrackingWorker:
         self.output.stop(timeout)
 
     def drop_pending(self) -> List[str]:
-        """Forget what is held for frames not seen yet (the worker is stopping); the
-        descriptions, for the caller to report."""
+        """Forget what is held for frames not seen yet (stopping); what, for the caller."""
         return [h.what for h in self.hold.drain()] + [describe(i.kind, i.stamp_ns)
                                                       for i in self.time.take_waiting()]
 
     @property
     def waiting_prompts(self) -> int:
-        """Prompts and detections held for a frame whose stamp has not arrived yet, or for a
-        /clock jump (read from other threads: lengths, no lock needed)."""
+        """Prompts and detections held for a frame or a /clock jump (any thread: lengths)."""
         return len(self.hold) + self.time.waiting
 
     @property
@@ -138,8 +137,8 @@ class TrackingWorker:
 
     def _emit(self, res: FrameResult, rgb: Frame, header: Any, decode_ms: float,
               recv_t: Optional[float], times: Optional[FrameTimes] = None) -> None:
-        """Hand one result to the output stage with the errors since the last one and the
-        counters as they are now (a pipelined publisher must not report later counts)."""
+        """One result to the output stage with the errors since the last and the counters
+        now (a pipelined publisher must not report later counts)."""
         if times is not None:
             times.handed = time.monotonic()
         self.output.put(Published(res, rgb, header, decode_ms, recv_t, self.errors.drain(),
@@ -147,8 +146,7 @@ class TrackingWorker:
                                   dropped=self.mailbox.dropped, times=times))
 
     def _emit_again(self, res: FrameResult) -> None:
-        """A prompt changed the last processed frame: publish it again (same header), so a
-        paused camera shows the change."""
+        """A prompt changed the last frame: published again (a paused camera shows it)."""
         if self._last is not None:
             rgb, header = self._last
             self._emit(res, rgb, header, 0.0, None)
@@ -160,8 +158,7 @@ class TrackingWorker:
             self.latency.add(done, (done - p.recv_t) * 1e3)
 
     def refuse(self, what: str, why: str) -> None:
-        """One style for every refused prompt, counted in ``prompt_errors`` and reported:
-        'rejected <what>: <why>' (any thread: the node's callbacks refuse a full queue)."""
+        """Every refused prompt: counted (``prompt_errors``), 'rejected <what>: <why>'."""
         self.counters.add_prompt_errors()
         self.errors.report(f'rejected {what}: {why}')
 
@@ -195,16 +192,15 @@ class TrackingWorker:
             if frame is not None:
                 self.handle_frame(frame)
             else:
-                self.apply_jumps(mark)
+                self.idle(mark)
         except Exception as exc:  # never let the worker die silently
             self.counters.consecutive_failures += 1
             self.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
         return frame is not None or bool(prompts)
 
     def handle_prompt(self, item: PromptItem) -> None:
-        """A prompt, click or detections message for this worker's camera: applied now, or
-        held for its frame (the multi-camera worker drives its cameras' workers through this,
-        begin_frame and finish_frame)."""
+        """A prompt, click or detections message for this camera: applied now or held for its
+        frame (the multi-camera worker drives its lanes by this, begin_ and finish_frame)."""
         if self.time.wait_for_jump(item):    # the new time line's: after the jump
             return
         what = describe(item.kind, item.stamp_ns)
@@ -235,6 +231,12 @@ class TrackingWorker:
                 self.time.note_old(held)
             self._apply(held, now=True)
 
+    def idle(self, before_seq: Optional[int] = None) -> None:
+        """A round without a frame: the /clock jumps noted before it; corrections deferred for
+        ``deferred_wait_s`` without a frame applied to the last one, published again."""
+        self.apply_jumps(before_seq)
+        self.deferred_wait.apply(self.tracker, self._emit_again, self.refuse)
+
     def apply_jumps(self, before_seq: Optional[int] = None) -> None:
         """The /clock jumps noted before the item numbered ``before_seq`` (None: all): a reset
         when they start a new time line, then the items that waited for them."""
@@ -246,9 +248,8 @@ class TrackingWorker:
 
     def time_jumped(self, why: str, to_ns: Optional[int] = None) -> None:
         """Time went backwards (time_jump.py): as ROS nodes handle a clock reset, forget what
-        was kept by time (objects, items held for frames, named in a warning, the stamp table);
-        a new run's prompts applied as old, stamped from ``to_ns`` on, are held for their frames
-        (worker_time.py)."""
+        was kept by time (objects, held items, named in a warning, the stamp table); a new
+        run's prompts stamped from ``to_ns`` on are held for their frames (worker_time.py)."""
         self.tracker.reset()
         self.detections.forget_objects()
         dropped = self.time.restart(to_ns)
@@ -295,6 +296,7 @@ class TrackingWorker:
                 self.detections.forget_objects([prompt.obj_id])
             elif now and self.defer_corrections and prompt.obj_id in self.tracker.object_ids:
                 self.tracker.defer_prompt(prompt)   # the next frame's result shows it
+                self.deferred_wait.note(self.tracker.frame_index)
                 self.detections.note_prompt(prompt.obj_id)
             elif now:
                 # a new object is on that frame now: detections of it (and its class '')

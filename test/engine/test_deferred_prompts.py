@@ -268,3 +268,24 @@ def test_a_failing_deferred_prompt_fails_only_its_camera(monkeypatch):
     monkeypatch.setattr(m.runner, 'prompt', real)
     assert m.stream(0).frame_index == 0 and m.streams[0].deferred == {}    # dropped
     assert m.track([frame(0, 1), None]).results[0].frame_index == 1        # pass it again
+
+
+def test_apply_deferred_equals_add_prompt_on_the_latest_frame():
+    """A camera that stopped (the node, after deferred_wait_ms): apply_deferred runs the
+    deferred prompts on the latest frame now, in order (the newest per id), and returns that
+    frame's results as add_prompt would have; the next frame then equals the reference's."""
+    d, r = tracker_on_shared_model(cfg()), tracker_on_shared_model(cfg())
+    for t in (d, r):
+        t.track(frame(0, 0))
+        t.add_prompt(click(1))
+        t.add_prompt(Prompt(2, box=(35, 5, 60, 30)))
+        t.track(frame(0, 1))
+    assert d.apply_deferred() is None                     # nothing waits
+    d.defer_prompt(click(1, 10.0))
+    d.defer_prompt(click(2, 48.0, 15.0))
+    d.defer_prompt(click(1, 30.0, 25.0, 0))               # replaces the first for object 1
+    r.add_prompt(click(2, 48.0, 15.0))
+    same_result(d.apply_deferred(), r.add_prompt(click(1, 30.0, 25.0, 0)))
+    assert d.deferred_ids == []
+    same_result(d.track(frame(0, 2)), r.track(frame(0, 2)))
+    same_state(d, r)
