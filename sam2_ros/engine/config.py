@@ -76,7 +76,8 @@ class TrackerConfig:
     precision: str = knob('bf16', kind='str', doc=(
         "bf16 or fp32; '' = by device: bf16 on CUDA, fp32 on the CPU"))
     max_objects: int = knob(8, kind='int', doc=(
-        'capacity of the preallocated object table; more objects are rejected'))
+        'capacity of the preallocated object table, per camera (ids are 1..255); more objects '
+        'are rejected'))
     # Conditioning (prompted) frames kept per object. The first prompt frame is always
     # kept; beyond the cap the oldest later one is evicted (see docs/streaming.md).
     max_cond_frames: int = knob(4, kind='int', doc=(

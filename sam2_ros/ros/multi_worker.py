@@ -100,27 +100,34 @@ class MultiCameraWorker:
     def _run(self) -> None:
         self.host.thread_init()
         while not self._stop.is_set():
-            mark = arrival_seq()    # a /clock jump noted before this round: applied if idle
-            group, prompts = self.mailbox.take(0.1)
-            if self._stop.is_set():
-                break
-            for lane, items in zip(self.lanes, prompts):
-                for item in items:
-                    guarded(lane, lambda: lane.handle_prompt(item))
-            for job in self.mailbox.take_jobs():   # ~/segment_image requests
-                job.run()
-            if group is None:   # no frame waits: each camera applies its jumps now
+            self.run_once(0.1)
+
+    def run_once(self, timeout: float) -> None:
+        """One round of the thread: wait up to ``timeout`` s, then the prompts, the jobs and
+        the group that waited; a camera without a frame in the round idles (``idle``: its
+        /clock jumps noted before the round, its corrections deferred on a stopped camera),
+        also while the other cameras stream."""
+        mark = arrival_seq()
+        group, prompts = self.mailbox.take(timeout)
+        if self._stop.is_set():
+            return
+        for lane, items in zip(self.lanes, prompts):
+            for item in items:
+                guarded(lane, lambda: lane.handle_prompt(item))
+        for job in self.mailbox.take_jobs():   # ~/segment_image requests
+            job.run()
+        if group is not None:
+            try:
+                self.handle_group(group)
+            except Exception as exc:  # never let the worker die silently
                 for lane in self.lanes:
-                    guarded(lane, lambda: lane.idle(mark))
-            else:
-                try:
-                    self.handle_group(group)
-                except Exception as exc:  # never let the worker die silently
-                    for lane in self.lanes:
-                        lane.counters.consecutive_failures += 1
-                        lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
-            if self.publisher is not None:    # this round's results and re-publishes: a batch
-                self.publisher.commit()
+                    lane.counters.consecutive_failures += 1
+                    lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+        for c, lane in enumerate(self.lanes):
+            if group is None or group.frames[c] is None:
+                guarded(lane, lambda: lane.idle(mark))
+        if self.publisher is not None:    # this round's results and re-publishes: a batch
+            self.publisher.commit()
 
     def handle_group(self, group: Group) -> None:
         """Begin every camera's frame, track the begun ones in one call, finish each in camera

@@ -302,14 +302,15 @@ class StampPairer:
         # absent: silent for absent_ns while the pivot's camera went on: for a camera heard
         # before, the pivot's camera kept delivering alone from within a period and a half of
         # its last frame (after a pause of every camera, a burst of one camera's frames is
-        # not alone: its partners are on their way); for a camera never heard, the pivot's
-        # camera delivered a frame before the pivot
+        # not alone: its partners are on their way), or for absent_ns itself (only one camera
+        # came back from the pause); for a camera never heard, the pivot's camera delivered a
+        # frame before the pivot
         went_on = self._prev_recv[pivot.camera]
         run = self._run_start[pivot.camera]
         absent_ns, within = self._receipt(self.absent_ns), self._receipt(3 * self.period_ns // 2)
         absent = [now_ns - t >= absent_ns and (
             went_on is not None if self._last_recv[c] is None else
-            run is not None and run - t <= within)
+            run is not None and (run - t <= within or now_ns - run >= absent_ns))
             for c, t in zip(missing, heard)]
         if all(p or a for p, a in zip(past, absent)):
             if passed:

@@ -251,6 +251,25 @@ def test_frames_after_a_pause_of_every_camera_still_pair():
             ((500 + 100 * k, 500 + 100 * k), pr.COMPLETE)]
 
 
+def test_one_camera_back_from_a_pause_of_both_stops_waiting_once_alone_long_enough():
+    """Both cameras pause; only the left comes back. Its first frames wait a period each for
+    a partner that may be on its way; once its lone run has lasted the absence limit, the
+    right camera is absent and each left frame leaves at once (it waited a period forever)."""
+    p = StampPairer(2, P, TOL)                       # absent after 3 periods
+    for k in range(3):
+        p.put(0, 1000 + k * P, 'l', 1000 + k * P)
+        assert p.put(1, 1000 + k * P, 'r', 1001 + k * P)[0].complete
+    resumed = 1000 + 10 * P                          # both silent for 8 periods
+    released = []                                    # (reason, waited)
+    for now in range(resumed, resumed + 12 * P):
+        out = p.put(0, 1300 + (now - resumed), 'l', now) if (now - resumed) % P == 0 else []
+        out += p.flush(now)
+        released += [(g.reason, now - g.frames[0].recv_ns) for g in out]
+    assert len(released) >= 10 and all(r in (pr.TIMEOUT, pr.ABSENT) for r, _ in released)
+    assert released[0][0] == pr.TIMEOUT and released[0][1] > 0
+    assert released[-6:] == [(pr.ABSENT, 0)] * 6, released
+
+
 def test_a_burst_after_a_stall_of_both_cameras_still_pairs():
     """A stall both cameras share (a USB or network pause), then each camera's backlog in a
     burst, the right one 2 units after the left: every frame pairs. The left burst's second

@@ -144,3 +144,20 @@ def test_an_idle_rig_applies_a_clock_jump_on_every_camera_without_a_frame():
     finally:
         w.stop()
     assert sorted(seen) == [0, 1] and core.calls == []
+
+
+def test_a_camera_without_a_frame_idles_while_the_other_streams():
+    """A round's cameras without a frame in its group idle (their /clock jumps, corrections
+    deferred on a stopped camera: deferred_wait.py), also while another camera streams; a
+    round without any group idles every camera; a complete pair idles none."""
+    core, events = FakeCore(), []
+    w = worker(core, events)
+    idled = []
+    for c, lane in enumerate(w.lanes):
+        lane.idle = lambda mark=None, c=c: idled.append(c)
+    lone = Group(200, [group(200).frames[0], None], 'absent')
+    for g, want in ((lone, [1]), (group(300), []), (None, [0, 1])):
+        idled.clear()
+        w.mailbox.take = lambda timeout, g=g: (g, [[], []])
+        w.run_once(0.0)
+        assert idled == want, (g, idled)
