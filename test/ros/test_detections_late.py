@@ -41,6 +41,10 @@ class WorldTracker:
         return sorted(self.objs)
 
     @property
+    def frame_index(self):
+        return self.frame
+
+    @property
     def queued_ids(self):
         return sorted(self.queued)
 
