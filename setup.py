@@ -24,6 +24,7 @@ setup(
             'sam2-ros-replay=sam2_ros.ros.replay:main',
             'sam2-ros-track=sam2_ros.cli.track_offline:main',
             'sam2-ros-positions=sam2_ros.ros.positions_node:main',
+            'sam2-ros-synthetic-camera=sam2_ros.ros.synthetic_camera:main',
         ],
     },
 )

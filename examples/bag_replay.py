@@ -17,7 +17,7 @@ launch argument for them, so give it a params file with both changed:
 
 The bag's images (``sensor_msgs/Image`` on the node's image topic) and any prompts recorded
 with them (``sam2_ros/msg/Prompt`` on ``/sam2_tracker/prompt``, applied to the frame their
-stamp names) are played with their recorded timing by ``sam2_ros.ros.replay.BagPlayer`` (no
+stamp names) are played with their recorded timing by ``sam2_ros.ros.bag_player.BagPlayer`` (no
 rosbag2 needed; ``ros2 launch sam2_ros replay.launch.py bag:=my_bag`` does the same without
 the CSV). Each frame's last ``~/state`` becomes CSV rows: stamp, frame, object id, state,
 area, box. A prompt that arrives just after its frame is applied to it and the frame's state
@@ -36,6 +36,14 @@ frame processed) and, without a bag, records one first: the synthetic camera
 (``sam2_ros.synthetic``) with a box prompt on disc 1 at frame 0:
 
     python examples/bag_replay.py --random-weights --frames 10 --out states.csv
+
+``--save-bag PATH`` keeps that synthetic bag at PATH (a new directory) instead of deleting it
+after the run; without ``--random-weights`` it only records the bag and exits, so that the
+launch file can replay it:
+
+    python examples/bag_replay.py --save-bag synthetic_bag --frames 30
+    ros2 launch sam2_ros replay.launch.py bag:=$PWD/synthetic_bag device:=cpu \
+        random_weights:=true image_size:=512
 """
 
 from __future__ import annotations
@@ -66,13 +74,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     help='start the node here (CPU, random weights)')
     ap.add_argument('--image-size', type=int, default=256, help='model size of that node')
     ap.add_argument('--frames', type=int, default=10, help='frames of the synthetic bag')
+    ap.add_argument('--save-bag', metavar='PATH', default=None,
+                    help='keep the synthetic bag at PATH (a new directory); without '
+                         '--random-weights only record it')
     ap.add_argument('--max-ahead', type=int, default=32, metavar='N',
                     help='frames out that no ~/state answered yet; 0: no flow control')
     ap.add_argument('--progress-timeout', type=float, default=60.0,
                     help='seconds without an answer before the replay stops (exit 3)')
     a = ap.parse_args(argv)
-    if a.bag is None and not a.random_weights:
-        ap.error('give a bag, or --random-weights to record and play a synthetic one')
+    if a.bag is None and not (a.random_weights or a.save_bag):
+        ap.error('give a bag, or --random-weights to record and play a synthetic one, or '
+                 '--save-bag PATH to record one')
+    if a.save_bag and a.bag is not None:
+        ap.error('--save-bag keeps the synthetic bag: give no bag with it')
+    if a.save_bag and os.path.lexists(a.save_bag):
+        ap.error(f'--save-bag {a.save_bag}: it exists (a bag is written to a new directory)')
     if a.max_ahead < 0 or a.progress_timeout <= 0:
         ap.error('--max-ahead must be >= 0 and --progress-timeout > 0')
     return a
@@ -87,7 +103,7 @@ def record_synthetic_bag(path: Path, frames: int) -> Path:
 
     from sam2_ros.msg import Prompt
     from sam2_ros.ros.images import image_msg
-    from sam2_ros.ros.replay import project_typestore
+    from sam2_ros.ros.bag_player import project_typestore
     from sam2_ros.synthetic import SyntheticCamera
 
     ts, cam = project_typestore(), SyntheticCamera(320, 240, objects=2)
@@ -162,11 +178,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     from sam2_ros.msg import TrackingState
-    from sam2_ros.ros.replay import BagPlayer, ReplayStalled
+    from sam2_ros.ros.bag_player import BagPlayer, ReplayStalled, ReplayStopped
 
+    if a.save_bag:
+        bag = str(record_synthetic_bag(Path(a.save_bag), a.frames))
+        print(f'recorded {a.frames} synthetic frames and a box prompt in {bag}', flush=True)
+        if not a.random_weights:
+            return 0
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     tmp = tempfile.TemporaryDirectory(prefix='sam2_bag_example_')
-    bag = a.bag or str(record_synthetic_bag(Path(tmp.name) / 'bag', a.frames))
+    bag = a.bag or a.save_bag or str(record_synthetic_bag(Path(tmp.name) / 'bag', a.frames))
     last = last_image_stamp(bag)
     proc = start_node(a) if a.random_weights else None
     rclpy.init()
@@ -194,6 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ReplayStalled as exc:
             print(f'replay stopped: {exc}', file=sys.stderr, flush=True)
             return 3
+        except ReplayStopped as exc:           # SIGTERM: rclpy shut the context down
+            print(f'replay stopped: {exc}', file=sys.stderr, flush=True)
+            return 0
         end = time.monotonic() + a.timeout
         while not any(s.header.stamp.sec * 10**9 + s.header.stamp.nanosec == last
                       for s in list(states)):

@@ -8,11 +8,15 @@ Start the node on your camera (one terminal), then this client (another):
     python examples/live_camera.py --click 320,240 --states 30
 
 The client waits for the node's first ``~/state`` (so it knows a frame was tracked), sends a
-click stamped with that frame (``geometry_msgs/PointStamped`` on ``~/click``: a positive point
-for object ``click_object_id``, 1 by default), and prints each following state (frame, engine
-mode, and every object's id, state, area and box) until ``--states`` of them followed the
-click's effect. ``rqt_image_view /sam2_tracker/overlay``
-shows the same masks.
+click (``geometry_msgs/PointStamped`` on ``~/click``: a positive point for object
+``click_object_id``, 1 by default), and prints each following state (frame, engine mode, and
+every object's id, state, area and box) until ``--states`` of them followed the click's
+effect. ``rqt_image_view /sam2_tracker/overlay`` shows the same masks.
+
+The click's stamp is zero: it applies to the next frame the node tracks, as a click on a live
+image should. A stamp names the frame a click was made on; by the time it arrives the node has
+usually tracked newer frames, so it would be applied to the latest one with a warning ("older
+than the latest frame").
 
 No camera, no checkpoint? ``--random-weights`` starts the node itself (CPU, random weights:
 the pipeline runs, the masks are meaningless) and publishes the synthetic camera
@@ -94,6 +98,17 @@ class Camera(threading.Thread):
             time.sleep(self.period)
 
 
+def click_msg(x: float, y: float, frame_id: str) -> Any:
+    """A click at (x, y) source pixels as a user clicking on the live image makes it: stamp
+    zero, for the next frame the node tracks (the docstring above says why not a frame's)."""
+    from geometry_msgs.msg import PointStamped
+
+    msg = PointStamped()
+    msg.header.frame_id = frame_id
+    msg.point.x, msg.point.y = float(x), float(y)
+    return msg
+
+
 def describe(st: Any) -> str:
     objs = ', '.join(f'object {o.object_id} {STATES[o.state]} area={o.area} box=({o.box.x_offset},'
                      f'{o.box.y_offset},{o.box.width}x{o.box.height})' for o in st.objects)
@@ -132,10 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             x, y = 320.0, 240.0
         wait_matched(node, click, a.timeout)
-        msg = PointStamped()
-        msg.header = st.header                   # the frame the click was made on
-        msg.point.x, msg.point.y = x, y
-        click.publish(msg)
+        click.publish(click_msg(x, y, st.header.frame_id))
         print(f'click ({x:.0f}, {y:.0f}) on frame {st.frame_index}', flush=True)
         # states of frames the node tracked before the click reached it come first (a loaded
         # machine may track several); --states counts those that show the clicked object

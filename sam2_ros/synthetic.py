@@ -35,14 +35,20 @@ class SyntheticCamera:
         velocities: optional [objects, 2] pixels per frame instead of random ones (|v| <= 4).
         noise: standard deviation of per-frame Gaussian pixel noise (0: none), seeded by
             (seed, frame index).
+        margins: optional [objects, 2] pixels (left, right) each disc keeps free beyond the
+            usual border in x: the range it bounces in narrows by them. A second view of the
+            scene whose disc ``k`` is ``d`` px further left (``sam2_ros.synthetic_stereo``)
+            bounces with ``(0, d)`` where the first bounces with ``(d, 0)``.
 
-    Discs bounce inside ``[radius + 1, size - radius - 2]``, so every disc is whole in every
-    frame and its mask is never empty (unless covered by a higher id).
+    Discs bounce inside ``[radius + 1, size - radius - 2]`` (x narrowed by ``margins``), so
+    every disc is whole in every frame and its mask is never empty (unless covered by a
+    higher id).
     """
 
     def __init__(self, w: int, h: int, objects: int = 2, seed: int = 0,
                  radius: Optional[int] = None, starts: Optional[Sequence] = None,
-                 velocities: Optional[Sequence] = None, noise: float = 0.0) -> None:
+                 velocities: Optional[Sequence] = None, noise: float = 0.0,
+                 margins: Optional[Sequence] = None) -> None:
         if objects < 1:
             raise ValueError(f'objects must be >= 1, got {objects}')
         rng = np.random.default_rng(seed)
@@ -64,15 +70,24 @@ class SyntheticCamera:
                                                          np.float64).reshape(objects, 2)
         yy, xx = np.mgrid[-self.r:self.r + 1, -self.r:self.r + 1]
         self.disc = xx ** 2 + yy ** 2 <= self.r ** 2                       # [2r+1, 2r+1]
+        free = np.zeros((objects, 2), int) if margins is None else \
+            np.asarray(margins, int).reshape(objects, 2)
+        if np.any(free < 0):
+            raise ValueError(f'margins must be >= 0, got {free.tolist()}')
+        # [objects, 2] (x, y) bounds of each disc's centre, whole pixels
+        self.lo = np.stack([self.r + 1 + free[:, 0], np.full(objects, self.r + 1)], 1)
+        self.hi = np.stack([self.w - self.r - 2 - free[:, 1],
+                            np.full(objects, self.h - self.r - 2)], 1)
+        if np.any(self.hi[:, 0] <= self.lo[:, 0]):
+            raise ValueError(f'margins {free.tolist()} leave no room for discs of radius '
+                             f'{self.r} in a frame {w} px wide')
 
     def centers(self, i: int) -> np.ndarray:
         """[objects, 2] integer disc centres (x, y) in frame ``i``."""
-        lo = np.array([self.r + 1, self.r + 1])
-        hi = np.array([self.w - self.r - 2, self.h - self.r - 2])
-        span = hi - lo
-        p = self.c0 - lo + self.v * i                        # bounce inside [lo, hi]
+        span = self.hi - self.lo
+        p = self.c0 - self.lo + self.v * i                   # bounce inside [lo, hi]
         p = np.abs((p + span) % (2 * span) - span)
-        return (p + lo).astype(int)
+        return (p + self.lo).astype(int)
 
     def frame(self, i: int) -> np.ndarray:
         """Frame ``i``: [h, w, 3] uint8 RGB."""

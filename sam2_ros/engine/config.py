@@ -328,8 +328,11 @@ class TrackerConfig:
             raise ValueError(f'io_resolution must be (width, height) in pixels or None, got '
                              f'{self.io_resolution!r}')
         if self.checkpoint is None and not self.random_weights:
-            raise ValueError('no checkpoint given: set checkpoint to an official SAM 2.1 .pt file '
-                             '(or random_weights=True for tests)')
+            # the same words for every front end: the node's user types the ROS spelling
+            raise ValueError('no checkpoint given: set checkpoint to an official SAM 2.1 .pt '
+                             'file, or random weights for tests (masks meaningless): '
+                             'random_weights=True in Python, -p random_weights:=true for the '
+                             'node, random_weights:=true for a launch file')
         return self
 
     @property

@@ -1,6 +1,6 @@
 """End-to-end demo: the real tracker node, a synthetic camera and scripted prompts, one command.
 
-    python -m sam2_ros.ros.demo [--checkpoint sam2.1_hiera_tiny.pt] [--frames 60]
+    sam2-ros-demo [--checkpoint sam2.1_hiera_tiny.pt] [--frames 60]
 
 This process starts the node (``python -m sam2_ros.ros.node``, a subprocess with
 config/demo.yaml), publishes a synthetic 640x480 camera (moving colored shapes on a textured
@@ -41,23 +41,26 @@ RANDOM_WARNING = """
 #  The masks, scores and object states below are MEANINGLESS. This run only  #
 #  shows that the pipeline works end to end and how long each step takes.    #
 #  For real tracking pass an official SAM 2.1 checkpoint you downloaded:     #
-#      python -m sam2_ros.ros.demo --checkpoint sam2.1_hiera_tiny.pt         #
+#      sam2-ros-demo --checkpoint sam2.1_hiera_tiny.pt                       #
 ##############################################################################
 """
 FRAME_ID = 'demo_camera'
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog='sam2_ros.ros.demo', description=__doc__.split('\n')[0])
+    # the console script's name, as the README runs it (not python -m's module path)
+    ap = argparse.ArgumentParser(prog='sam2-ros-demo', description=__doc__.split('\n')[0])
     ap.add_argument('--checkpoint', default=None, help='official SAM 2.1 .pt (else random)')
     ap.add_argument('--model', default=TrackerConfig.model_size, choices=MODEL_SIZES,
                     help='the SAM 2.1 model size')
     # 512, not the node's default 1024: the demo runs on a CPU in minutes
     ap.add_argument('--image-size', type=int, default=512, help='model input side')
     ap.add_argument('--device', default='auto', help='auto (cuda if available) | cuda | cpu')
-    ap.add_argument('--frames', type=int, default=60)
-    ap.add_argument('--width', type=int, default=640)
-    ap.add_argument('--height', type=int, default=480)
+    ap.add_argument('--frames', type=int, default=60,
+                    help='camera frames to send (>= 8, the prompt script needs room; on a CPU '
+                         'each is a full model step: 8 for a short run)')
+    ap.add_argument('--width', type=int, default=640, help='camera image width in px')
+    ap.add_argument('--height', type=int, default=480, help='camera image height in px')
     ap.add_argument('--fps', type=float, default=15.0, help='camera rate (upper bound)')
     ap.add_argument('--out', default='out/demo', help='output directory')
     ap.add_argument('--params-file', default=None, help='node parameters (config/demo.yaml)')

@@ -2,16 +2,21 @@
 counters since start and what is wrong (no frames, CUDA graph fallbacks, errors, a stopped
 worker, a receiving process that restarted).
 
+No frames names the image topic subscribed and how many publishers it has: a misspelt
+``image_topic`` has none, and the node logs that once per activation (:func:`snapshot` with
+the node), where the diagnostics alone said only "no frames since activation".
+
 :func:`snapshot` reads what the node's parts show publicly (worker, mailbox, tracker, totals)
 into a :class:`Snapshot`; :func:`report` is a pure function of it (tested without a node).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from sam2_ros.ros.receiver import find_receiver
+from sam2_ros.ros.receiver import ImageReceiver, find_receiver
 from sam2_ros.ros.totals import Totals
 from sam2_ros.ros.worker_detections import COUNT_KEYS
 
@@ -19,6 +24,13 @@ from sam2_ros.ros.worker_detections import COUNT_KEYS
 DIAG_WINDOW_S = 10.0
 # A run of this many failed frames turns diagnostics ERROR (a few bad frames are only WARN).
 ERROR_AFTER_FAILURES = 5
+# Diagnostics ticks in a row with no frame since activation and no publisher on the image topic
+# before the log says so: one tick is left for a camera started beside the tracker to appear.
+SILENT_TICKS_BEFORE_WARN = 2
+IMAGE_TYPES = ('Image', 'CompressedImage')
+# Per activation (its mailbox, a new one each time): the silent ticks counted so far, None once
+# logged. Weak: an activation's entry goes with its mailbox.
+_silent_ticks: 'weakref.WeakKeyDictionary[Any, Optional[int]]' = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -55,6 +67,9 @@ class Snapshot:
     late_imports: int = 0          # modules imported since activation (late_imports.py)
     receiver: Dict[str, Any] = field(default_factory=dict)        # receiver_values()
     receiver_restarted: str = ''   # a recent restart of the receiving process, described
+    # the camera's image topic as subscribed (remapped, absolute) and its publishers; () when
+    # not known (no node given)
+    image_topics: Tuple[Tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -125,12 +140,18 @@ def receiver_values(inputs: Optional[Iterable[Any]], opts: Any, now: float,
 def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts: Any,
              totals: Totals, fallbacks_seen: int, gc_pauses: Any,
              vision_on: bool, decoder: Any = None, late_imports: int = 0,
-             inputs: Optional[Iterable[Any]] = None, camera: int = 0) -> Snapshot:
+             inputs: Optional[Iterable[Any]] = None, camera: int = 0,
+             node: Any = None) -> Snapshot:
     """Read an active node's parts (takes the worker's error count and the receiving
     process's restarts: reported once); ``decoder``: the compressed input's FrameDecoder
     (None: raw input); ``late_imports``: modules imported since activation; ``inputs``: the
-    node's input subscriptions, where camera ``camera``'s receiving process is found."""
+    node's input subscriptions, where camera ``camera``'s receiving process and image topic
+    are found; ``node``: the rclpy node, to count the image topic's publishers (and log once
+    per activation when it has none and no frame came)."""
     errors = worker.errors.take_count()
+    topics = image_topics(node, list(inputs or ()), camera) if node is not None else ()
+    if node is not None:
+        warn_silent_topic(node.get_logger(), mailbox, topics)
     rx_values, rx_restarted = receiver_values(inputs, opts, now, camera)
     stats = tracker.stats
     return Snapshot(
@@ -151,7 +172,49 @@ def snapshot(now: float, worker: Any, mailbox: Any, tracker: Any, cfg: Any, opts
         gc_max_pause_ms=gc_pauses.max_pause_ms,
         detections=totals.detections_since_start(worker) if vision_on else None,
         decode=decode_values(decoder), late_imports=late_imports, receiver=rx_values,
-        receiver_restarted=rx_restarted)
+        receiver_restarted=rx_restarted, image_topics=topics)
+
+
+def image_topics(node: Any, inputs: List[Any], camera: int = 0) -> Tuple[Tuple[str, int], ...]:
+    """Camera ``camera``'s image topic among a node's ``inputs`` (its receiving process or
+    subscription of Image or CompressedImage: one per camera, in camera order) with its
+    publishers (``node.count_publishers``); () if it has none."""
+    images = [s for s in inputs if isinstance(s, ImageReceiver) or
+              getattr(getattr(s, 'msg_type', None), '__name__', '') in IMAGE_TYPES]
+    if camera >= len(images):
+        return ()
+    sub = images[camera]
+    topic = sub.topic if isinstance(sub, ImageReceiver) else sub.topic_name
+    return ((topic, int(node.count_publishers(topic))),)
+
+
+def warn_silent_topic(logger: Any, mailbox: Any, topics: Tuple[Tuple[str, int], ...]) -> None:
+    """One warning per activation (``mailbox``: its own) when SILENT_TICKS_BEFORE_WARN ticks
+    in a row found no frame since activation and no publisher on the image topic: the
+    diagnostics say so too, but a misspelt image_topic belongs in the log a user reads."""
+    if mailbox.last_recv_t is not None or not topics:
+        return
+    ticks = _silent_ticks.get(mailbox, 0)
+    if ticks is None:                               # said already in this activation
+        return
+    silent = [t for t, n in topics if n == 0]
+    ticks = ticks + 1 if silent else 0
+    if ticks < SILENT_TICKS_BEFORE_WARN:
+        _silent_ticks[mailbox] = ticks
+        return
+    _silent_ticks[mailbox] = None
+    logger.warning(f'no frames since activation: nothing publishes {", ".join(silent)} (0 '
+                   f'publishers). Check image_topic (and input_type): `ros2 topic list` shows '
+                   f"the camera's topics")
+
+
+def no_frames(since: str, topics: Tuple[Tuple[str, int], ...]) -> str:
+    """'no frames <since>', with the image topic and its publishers when known."""
+    if not topics:
+        return f'no frames {since}'
+    on = ', '.join(f'{t} ({n} publisher{"" if n == 1 else "s"}'
+                   f'{": check image_topic" if n == 0 else ""})' for t, n in topics)
+    return f'no frames {since} on {on}'
 
 
 def report(s: Snapshot) -> Report:
@@ -161,7 +224,7 @@ def report(s: Snapshot) -> Report:
         level = 'WARN'
         since = 'since activation' if s.last_recv_t is None else \
             f'for {s.now - s.last_recv_t:.1f} s'
-        problems.append(f'no frames {since}')
+        problems.append(no_frames(since, s.image_topics))
     if s.fallbacks > s.fallbacks_seen:
         level = 'WARN'
         reasons = s.fallback_reasons

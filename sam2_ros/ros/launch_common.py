@@ -10,6 +10,11 @@ descriptions are the parameters' knobs, not a second copy of them.
 
 An override argument left at its default ``''`` changes nothing: the value comes from
 ``params_file``. So a params file of one's own is never silently overridden by a launch default.
+
+`ros2 launch` keeps an argument the launch file does not declare without a word (a misspelt
+``image_sise:=256`` ran at the default): ``params_file``, which every launch file declares
+through :func:`declare_common`, is a :class:`CheckingArgument` that names those given on the
+command line, with the closest declared one.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ STEREO_RVIZ_CAMERAS = ('left', 'right')
 # needs a word of its own; '' still works where launch files include each other.
 NO_PROFILE = ('', 'none', 'default')
 RVIZ_CHOICES = ('auto', 'true', 'false')
+# Arguments launch itself reads (ros2 launch's --launch-prefix becomes launch-prefix:=...): given
+# on the command line, they are not the launch file's to declare.
+LAUNCH_OWN_ARGS = ('launch-prefix', 'launch-prefix-filter', 'emulate_tty')
 
 
 class Override(NamedTuple):
@@ -83,13 +91,13 @@ def share_dir() -> str:
 
 
 def declare_common(rviz_default: str = 'auto') -> List[DeclareLaunchArgument]:
-    """The arguments every launch file of ours takes."""
+    """The arguments every launch file of ours takes (params_file checks those given)."""
     share = share_dir()
     out = declare_overrides(OVERRIDES)
     out += [
-        DeclareLaunchArgument('params_file',
-                              default_value=os.path.join(share, 'config', 'tracker.yaml'),
-                              description='all node parameters (see docs/ros.md)'),
+        CheckingArgument('params_file',
+                         default_value=os.path.join(share, 'config', 'tracker.yaml'),
+                         description='all node parameters (see docs/ros.md)'),
         DeclareLaunchArgument('log_level', default_value='info',
                               description='node log level: debug, info, warn, error'),
         DeclareLaunchArgument('rviz', default_value=rviz_default, choices=list(RVIZ_CHOICES),
@@ -103,6 +111,53 @@ def declare_common(rviz_default: str = 'auto') -> List[DeclareLaunchArgument]:
                                           'none = Fast DDS defaults'),
     ]
     return out
+
+
+class CheckingArgument(DeclareLaunchArgument):
+    """A launch argument that, declared, also warns of each argument given on the command line
+    (``context.argv``: what `ros2 launch` passes, not the declared defaults) that the launch
+    file does not declare, with the closest declared name, as the node does for parameters.
+    An argument (not an action of its own) so that the launch files' filters of
+    declare_common's list by name keep working. The declared names are the launch file's
+    (``current_launch_file_path``, loaded again: an action cannot see the description it is
+    in); not known (a description built in code), nothing is said. Where another launch file
+    includes ours, its command-line arguments are named too: they are not ours (the warning
+    says "ignored by" the file)."""
+
+    def execute(self, context: LaunchContext) -> Any:
+        import launch.logging
+
+        path = str(context.get_locals_as_dict().get('current_launch_file_path', ''))
+        if path.endswith('.py') and os.path.isfile(path):
+            logger = launch.logging.get_logger('launch.user')
+            for line in unknown_argument_lines(context.argv, declared_arguments(path),
+                                               os.path.basename(path)):
+                logger.warning(line)
+        return super().execute(context)
+
+
+def declared_arguments(path: str) -> List[str]:
+    """The names of the arguments the Python launch file at ``path`` declares."""
+    from launch.launch_description_sources import get_launch_description_from_python_launch_file
+
+    description = get_launch_description_from_python_launch_file(path)
+    return [a.name for a in description.get_launch_arguments()]
+
+
+def unknown_argument_lines(argv: Sequence[str], declared: Sequence[str],
+                           launch_file: str) -> List[str]:
+    """A warning per ``name:=value`` of ``argv`` that ``declared`` lacks (nor launch reads
+    itself), with the closest declared name if one is close."""
+    from sam2_ros.ros import params
+
+    given = [a.split(':=', 1)[0] for a in argv if ':=' in a]
+    lines = []
+    for name, close in params.unknown([g for g in given if g not in LAUNCH_OWN_ARGS],
+                                      list(declared)):
+        hint = f"did you mean {close!r}? " if close else ''
+        lines.append(f'launch argument {name!r} is not an argument of {launch_file}: ignored by '
+                     f'it ({hint}`ros2 launch sam2_ros {launch_file} --show-args` lists them)')
+    return lines
 
 
 def declare_overrides(which: Sequence[Override], notes: Optional[Mapping[str, str]] = None

@@ -360,7 +360,8 @@ class TrackerNode(LifecycleNode):
             snap = diagnostics.snapshot(time.monotonic(), w, mb, tr, self.cfg, self.opts,
                                         self.totals, self.fallbacks_seen, self.gc_pauses,
                                         vision_on=self.vision_off is None, inputs=self.input_subs,
-                                        decoder=self.decoder, late_imports=self.late_imports.count)
+                                        decoder=self.decoder, late_imports=self.late_imports.count,
+                                        node=self)     # the image topic's publishers
             self.fallbacks_seen = max(self.fallbacks_seen, snap.fallbacks)
             report = diagnostics.report(snap)
         self.diag_pub.publish(messages.diagnostics_msg(

@@ -32,7 +32,8 @@ Parameters (docs/ros.md has the full table):
 
 def check_device(device: str) -> None:
     """A CUDA device on a machine without one fails later with torch's 'Torch not compiled
-    with CUDA enabled'; say what to set instead."""
+    with CUDA enabled', one past the GPUs visible with 'invalid device ordinal'; say what to
+    set instead. Also what `ros2 param set device ...` is checked by (runtime_params)."""
     if not str(device).startswith('cuda'):
         return
     import torch
@@ -42,6 +43,14 @@ def check_device(device: str) -> None:
                else 'no CUDA GPU is visible')
         raise ValueError(f'device {device!r} but {why}: run on the CPU with -p device:=cpu '
                          f'-p precision:=fp32 (launch files: device:=cpu)')
+    try:
+        index = torch.device(device).index
+    except (RuntimeError, TypeError):       # not a device name: the config's check says so
+        return
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        raise ValueError(f'device {device!r} but {count} CUDA GPU(s) are visible (cuda:0 to '
+                         f'cuda:{count - 1}; CUDA_VISIBLE_DEVICES renumbers them)')
 
 
 def input_topic(image_topic: str, input_type: str) -> str:

@@ -178,7 +178,7 @@ class Rig:
                                         node.cfg, node.opts, self.totals[c], fallbacks_seen,
                                         node.gc_pauses, vision_on=node.vision_off is None,
                                         decoder=node.decoder, inputs=node.input_subs, camera=c,
-                                        late_imports=node.late_imports.count)
+                                        late_imports=node.late_imports.count, node=node)
             report = diagnostics.report(snap)
             report.values.update(self.positions.values(c))
             level, message = report.level, report.message

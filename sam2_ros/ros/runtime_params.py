@@ -1,17 +1,21 @@
 """Run-time parameters of the tracker node (`ros2 param set`): click_mode, click_object_id and
 the detection_* rules take effect at once; bad values are refused with the reason. autostart
 and executor are read when the node starts. The others are read at configure: a value that
-would fail the next configure is refused now, a valid one applies at the next configure. Pure
-functions of the parameter values (the node's callback reads them and hands them in).
+would fail the next configure is refused now, a valid one applies at the next configure. That
+includes what configure finds missing before it loads a model: a device this machine lacks, a
+checkpoint path that is no readable file. Functions of the parameter values (the node's
+callback reads them and hands them in).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, Dict, List
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import params
+from sam2_ros.ros.node_cli import check_device
 from sam2_ros.ros.options import CLICK_MODES
 
 DETECTION_FLOATS = ('detection_min_score', 'detection_match_iou', 'detection_drift_iou')
@@ -46,7 +50,31 @@ def refusal(changes: Dict[str, Any], value: Callable[[str], Any]) -> str:
     reason, later = _detection_refusal(changes, value), configure_time(changes)
     if reason or not later:
         return reason
-    return params.refusal({n: value(n) for n in params.names()}, later)
+    return (params.refusal({n: value(n) for n in params.names()}, later)
+            or missing_resource(later))
+
+
+def missing_resource(changes: Dict[str, Any]) -> str:
+    """What configure would find missing in these changes, checked without building a model
+    (the value is valid, but not on this machine), or '': a CUDA device that is not there
+    (configure's own check, node_cli.check_device), a checkpoint path that is not a readable
+    file (its contents are read at configure)."""
+    device = changes.get('device')
+    if isinstance(device, str):
+        try:
+            check_device(device)
+        except ValueError as exc:
+            return str(exc)
+    path = changes.get('checkpoint')
+    if isinstance(path, str) and path:      # '': no checkpoint (random_weights)
+        if os.path.isdir(path):
+            return f'checkpoint {path!r} is a folder, not a .pt file'
+        if not os.path.isfile(path):    # a relative path is the node's, from its directory
+            where = '' if os.path.isabs(path) else f' (relative to {os.getcwd()!r})'
+            return f'checkpoint not found: {path!r}{where}'
+        if not os.access(path, os.R_OK):
+            return f'checkpoint {path!r} cannot be read (no permission)'
+    return ''
 
 
 def configure_time(changes: Dict[str, Any]) -> Dict[str, Any]:

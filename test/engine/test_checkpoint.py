@@ -219,8 +219,12 @@ def test_sam2_0_checkpoint_of_another_size_says_both(saved, spare_model):
 
 def test_no_checkpoint_without_random_weights():
     cfg = small_cfg(checkpoint=None, random_weights=False)
-    with pytest.raises(ValueError, match='no checkpoint'):
+    with pytest.raises(ValueError, match='no checkpoint') as err:
         cfg.validate()
+    # how each front end's user spells random weights: Python, the node (-p), a launch file
+    for spelling in ('random_weights=True in Python', '-p random_weights:=true',
+                     'random_weights:=true for a launch file'):
+        assert spelling in str(err.value)
     with pytest.raises(ValueError, match='no checkpoint'):
         StreamingTracker(cfg)
 

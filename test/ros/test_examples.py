@@ -48,7 +48,9 @@ def test_offline_video_from_file_and_synthetic(tmp_path, capsys, one_thread):
         ex.parse_args(['video.mp4', '--click', '1,1'])
 
 
-def run_example(name: str, *args: str, timeout: float = 300) -> str:
+def run_example(name: str, *args: str, timeout: float = 300, log: bool = False) -> str:
+    """The example's standard output (``log``: and its standard error, where the node it
+    starts logs)."""
     require_messages()
     lease = DomainLease()
     try:
@@ -60,12 +62,17 @@ def run_example(name: str, *args: str, timeout: float = 300) -> str:
     assert p.returncode == 0, out[-4000:]
     # the example and the node it starts end cleanly, SIGINT included: no traceback anywhere
     assert 'Traceback' not in out, out[-4000:]
-    return p.stdout
+    return out if log else p.stdout
 
 
 @pytest.mark.slow
 def test_live_camera_example_clicks_and_reads_state():
-    out = run_example('live_camera', '--random-weights', '--states', '2', '--image-size', '64')
+    out = run_example('live_camera', '--random-weights', '--states', '2', '--image-size', '64',
+                      log=True)
+    # the click is stamped as a click on a live image (zero: the next frame), not with a frame
+    # the node has tracked past by the time it arrives
+    assert 'older than the latest frame' not in out, out[-4000:]
+    assert 'sam2_tracker' in out, out[-4000:]      # the node's log is in the output
     assert re.search(r'^click \(\d+, \d+\) on frame \d+$', out, re.M), out
     states = re.findall(r'^frame \d+ \[\w+\]: (.*)$', out, re.M)
     # states of frames tracked before the click arrived may come first (no objects); from the
@@ -75,6 +82,16 @@ def test_live_camera_example_clicks_and_reads_state():
     assert len(states) - first == 2, out
     assert all(re.match(r'object 1 (tracking|occluded|lost) area=\d+', st)
                for st in states[first:]), out
+
+
+def test_live_camera_example_click_is_for_the_next_frame():
+    """Stamped with the first state's frame, the click reached a node that had tracked newer
+    frames: `... is older than the latest frame: applied to the latest frame` on a normal run.
+    Stamp zero is a click on the live image (the next frame), as docs/ros.md Prompts says."""
+    require_messages()
+    msg = load('live_camera').click_msg(12, 34.5, 'camera')
+    assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (0, 0)
+    assert (msg.header.frame_id, msg.point.x, msg.point.y) == ('camera', 12.0, 34.5)
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ def write_bag(path, n, prompt_frames=(0,)):
     from rclpy.serialization import serialize_message
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from sam2_ros.ros.replay import project_typestore
+    from sam2_ros.ros.bag_player import project_typestore
 
     require_messages()
     ts = project_typestore()
@@ -137,12 +137,12 @@ class TickingTime(FakeTime):
 
 def play(monkeypatch, bag, cost, max_ahead, timeout=60.0, clock=None):
     """(fake node, player) after the bag was played; max_ahead 0: no flow control."""
-    from sam2_ros.ros import replay
+    from sam2_ros.ros import bag_player
 
     clock = clock or FakeTime()
-    monkeypatch.setattr(replay, 'time', clock)
+    monkeypatch.setattr(bag_player, 'time', clock)
     node = SlowTracker(clock, cost)
-    player = replay.BagPlayer(node, bag, rate=1.0)
+    player = bag_player.BagPlayer(node, bag, rate=1.0)
     player.spin = node.spin
     if max_ahead:
         player.follow([STATE], max_ahead, timeout)
@@ -188,7 +188,7 @@ def test_after_a_pause_the_recorded_spacing_resumes_and_clock_stands_still(tmp_p
 def test_a_node_that_never_answers_stops_the_replay(tmp_path, monkeypatch):
     """No state at all (a stuck node): at most max_ahead frames go out, then, after the
     progress timeout, ReplayStalled says what happened; nothing more is published."""
-    from sam2_ros.ros.replay import ReplayStalled
+    from sam2_ros.ros.bag_player import ReplayStalled
 
     bag = write_bag(tmp_path / 'bag', 12)
     with pytest.raises(ReplayStalled, match=r"/sam2_tracker/state.* 4 frames.*--max-ahead 0"):
@@ -199,7 +199,7 @@ def test_a_state_answers_its_frame_and_all_before_it_only():
     """A state releases the first pending frame of its stamp and the frames before it (dropped
     by a live node, or their state lost); a stamp not pending (a frame's state published again
     after a prompt) or bytes that are not CDR release nothing."""
-    from sam2_ros.ros.replay import BagPlayer
+    from sam2_ros.ros.bag_player import BagPlayer
 
     p = types.SimpleNamespace(pending=collections.deque([(1, 0), (2, 0), (3, 0), (4, 0)]))
     BagPlayer.on_state(p, state_cdr((3, 0)))
@@ -213,7 +213,8 @@ def test_a_state_answers_its_frame_and_all_before_it_only():
 
 
 def test_the_progress_topics_are_the_nodes_tracking_states_and_the_options():
-    from sam2_ros.ros.replay import MAX_AHEAD, BagPlayer, parse_args
+    from sam2_ros.ros.bag_player import MAX_AHEAD, BagPlayer
+    from sam2_ros.ros.replay import parse_args
 
     graph = [('/sam2_tracker/state', ['sam2_ros/msg/TrackingState']),
              ('/sam2_tracker/mask', ['sensor_msgs/msg/Image']),

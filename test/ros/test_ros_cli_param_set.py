@@ -108,6 +108,9 @@ def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
         assert 'Setting parameter failed' in out, out
         assert 'image_size must be a multiple of 32 >= 64, got 100' in out, out
         assert 'Integer value is: 64' in cli(env, 'param', 'get', '/sam2_tracker', 'image_size')
+        # a checkpoint the next configure would not find: refused now, not at configure
+        out = cli(env, 'param', 'set', '/sam2_tracker', 'checkpoint', str(tmp_path / 'nope.pt'))
+        assert 'Setting parameter failed' in out and 'checkpoint not found' in out, out
         # `ros2 param delete` is refused: configure reads every parameter
         out = cli(env, 'param', 'delete', '/sam2_tracker', 'image_size')
         assert 'Deleting parameter failed' in out and 'cannot be deleted (image_size)' in out, out

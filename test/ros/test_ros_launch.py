@@ -51,8 +51,10 @@ def string_constants(tree):
 def declared_args(tree):
     out = set()
     for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, 'id', '') == \
-                'DeclareLaunchArgument' and isinstance(call.args[0], ast.Constant):
+        # CheckingArgument: launch_common's params_file, which also checks the arguments given
+        if isinstance(call, ast.Call) and getattr(call.func, 'id', '') in (
+                'DeclareLaunchArgument', 'CheckingArgument') and \
+                isinstance(call.args[0], ast.Constant):
             out.add(call.args[0].value)
     return out
 
@@ -194,7 +196,7 @@ def test_replay_launch_stops_when_the_player_fails(tmp_path, monkeypatch, player
     (tmp_path / 'metadata.yaml').write_text('not read here\n')
     actions = launch_actions('replay.launch.py', bag=str(tmp_path), player=player)
     handlers = [a for a in actions if isinstance(a, RegisterEventHandler)]
-    assert len(handlers) == 1, actions
+    assert len(handlers) == 2, actions     # the failure's, then when_done's (bag finished)
     handler = handlers[0].event_handler
     procs = [a for a in actions if hasattr(a, 'cmd')] + [
         sub for a in actions for sub in getattr(a, 'actions', [])]     # ros2bag: in a timer

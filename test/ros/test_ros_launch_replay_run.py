@@ -67,3 +67,52 @@ def test_replay_launch_stops_when_the_player_fails(tmp_path):
         started = re.search(r'\[tracker_node-\d+\]: process started with pid \[(\d+)\]', log)
         assert started, log[-3000:]
         wait_until(lambda: not alive([int(started.group(1))]), 10, 'the tracker to exit')
+
+
+def test_replay_launch_ctrl_c_while_the_player_waits_is_clean(tmp_path):
+    """A tracker on another image topic than the bag's: the player says what it waits for
+    (it was silent for the whole wait_timeout, fixed at 300 s), here within wait_timeout:=600.
+    Ctrl-C then used to end the player with status 130, logged by launch as an error
+    (`process has died`), at times with a KeyboardInterrupt traceback; now it says it stopped
+    and exits 0 (`process has finished cleanly`), and so does the launch."""
+    from test_ros_replay import write_bag
+
+    ros2()
+    bag = write_bag(tmp_path / 'bag', 'mcap')
+    with launched(tmp_path, 'replay_wait', 'replay.launch.py', f'bag:={bag}', 'rviz:=false',
+                  'dds_profile:=none', 'wait_timeout:=600', 'image_topic:=/other/image_raw',
+                  *CPU_ARGS) as run:
+        # the second report at the latest (35 s): the tracker subscribed by then
+        run.proc.wait_log(r"\[bag_replay-\d+\] \[INFO\] .*waiting for /sam2_tracker to subscribe "
+                          r"to the bag's image topics \['/camera/image_raw'\] \(\d+ of 600 s\)"
+                          r".*it subscribes to \[[^\]]*'/other/image_raw'", 180)
+        log = sigint_and_check_clean(run.proc, node_pids(run.proc))
+        assert re.search(r'\[bag_replay-\d+\] \[INFO\] .*stopped while waiting for '
+                         r'/sam2_tracker by SIGINT', log), log[-3000:]
+        assert re.search(r'\[bag_replay-\d+\]: process has finished cleanly', log), log[-3000:]
+        for bad in ('process has died', 'Traceback', 'KeyboardInterrupt', 'bag finished'):
+            assert bad not in log, f'{bad!r} in:\n{log[-3000:]}'
+
+
+def test_replay_launch_exit_when_done_ends_the_launch_with_the_bag(tmp_path):
+    """exit_when_done:=true: once the bag is played the launch stops by itself, tracker
+    included, status 0 (by default it keeps the tracker running: it used to say nothing)."""
+    from test_ros_replay import write_bag
+
+    ros2()
+    bag = write_bag(tmp_path / 'bag', 'mcap')
+    with launched(tmp_path, 'replay_done', 'replay.launch.py', f'bag:={bag}', 'rviz:=false',
+                  'dds_profile:=none', 'exit_when_done:=true', *CPU_ARGS) as run:
+        run.proc.wait_log(r'\]: active:', 180)
+        pids = node_pids(run.proc)
+        try:
+            rc = run.proc.p.wait(240)      # a bound for a hang, not a timing
+        except subprocess.TimeoutExpired:
+            raise AssertionError('ros2 launch still runs after the bag') from None
+        log = run.proc.log()
+        assert rc == 0, log[-3000:]
+        assert re.search(r'\[bag_replay-\d+\] \[INFO\] .*bag finished: replayed 8 messages',
+                         log), log[-3000:]
+        assert 'stopping the launch (exit_when_done:=true)' in log, log[-3000:]
+        assert 'process has died' not in log, log[-3000:]
+        wait_until(lambda: not alive(pids), 30, f'the tracker {pids} to exit')

@@ -44,7 +44,7 @@ def write_bag(path, storage, camera_info=False):
     from sensor_msgs.msg import CameraInfo
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from sam2_ros.ros.replay import project_typestore
+    from sam2_ros.ros.bag_player import project_typestore
 
     require_messages()
     ts = project_typestore()
@@ -175,7 +175,7 @@ def test_wait_topic_syntax_and_unreadable_bag(tmp_path):
 def test_in_order_waits_for_each_messages_acknowledgements(tmp_path, in_order):
     """--in-order: after each message the player waits for its topic's acknowledgements
     (one wait per message, in the recorded order); without it, none until the end."""
-    from sam2_ros.ros.replay import BagPlayer
+    from sam2_ros.ros.bag_player import BagPlayer
 
     bag = write_bag(tmp_path / 'bag', 'mcap')
     waits = []
@@ -202,7 +202,7 @@ def test_a_vendor_type_and_a_recorded_clock_are_skipped_and_a_node_without_the_i
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import get_types_from_msg
 
-    from sam2_ros.ros.replay import BagPlayer, project_typestore
+    from sam2_ros.ros.bag_player import BagPlayer, project_typestore
 
     require_messages()
     ts = project_typestore()
