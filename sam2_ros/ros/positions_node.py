@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sam2_ros.ros.inputs import stamp_ns
+from sam2_ros.ros import small_node
 from sam2_ros.ros.pairing import StampPairer
 from sam2_ros.ros.positions import (PairCalibration, View, camera_info_qos, detections,
                                     size_mismatch, touches_border, triangulate_objects)
@@ -252,32 +253,9 @@ def usage() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-    from rclpy.logging import get_logger
-    from rclpy.utilities import remove_ros_args
-
     from sam2_ros.ros.positions_options import ParameterError
 
-    argv = list(sys.argv if argv is None else argv)
-    if {'-h', '--help'} & set(remove_ros_args(argv)[1:]):
-        print(usage())          # a node's parameters are given as --ros-args -p name:=value
-        return 0
-    rclpy.init(args=argv)
-    try:
-        node = make_node()
-    except ParameterError as exc:   # what to fix, as the tracker says it: no traceback
-        get_logger(NODE_NAME).fatal(f'{exc}; exiting')
-        rclpy.try_shutdown()
-        return 1
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return small_node.run(NODE_NAME, make_node, usage, (ParameterError,), argv)
 
 
 if __name__ == '__main__':

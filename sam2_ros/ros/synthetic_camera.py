@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from sam2_ros.knobs import knob, knobs
+from sam2_ros.ros import small_node
 from sam2_ros.synthetic import SyntheticCamera
 from sam2_ros.synthetic_stereo import SyntheticStereo, projection
 
@@ -241,30 +242,7 @@ def usage() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-    from rclpy.logging import get_logger
-    from rclpy.utilities import remove_ros_args
-
-    argv = list(sys.argv if argv is None else argv)
-    if {'-h', '--help'} & set(remove_ros_args(argv)[1:]):
-        print(usage())
-        return 0
-    rclpy.init(args=argv)
-    try:
-        node = make_node()
-    except ParameterError as exc:
-        get_logger(NODE_NAME).fatal(f'{exc}; exiting')
-        rclpy.try_shutdown()
-        return 1
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return small_node.run(NODE_NAME, make_node, usage, (ParameterError,), argv)
 
 
 if __name__ == '__main__':
