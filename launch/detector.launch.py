@@ -27,7 +27,8 @@ def _setup(context, *args, **kwargs):
         remaps.append(('~/objects', arg('objects_topic')))
     tracker = common.tracker_node(context, namespace=arg('namespace'), remappings=remaps,
                                   autostart=True)
-    return common.dds_profile_actions(context) + [tracker] + rviz
+    return (common.dds_profile_actions(context)
+            + [tracker, common.shutdown_on_failure(tracker, 'the tracker node')] + rviz)
 
 
 def generate_launch_description():

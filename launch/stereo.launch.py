@@ -65,8 +65,9 @@ def _setup(context, *args, **kwargs):
     fixed = {'autostart': True}
     if not given and not in_params_file:
         fixed['cameras'] = list(DEFAULT_CAMERAS)
-    return common.dds_profile_actions(context) + [
-        common.tracker_node(context, namespace=ns, more=common.STEREO_OVERRIDES, **fixed)] + rviz
+    tracker = common.tracker_node(context, namespace=ns, more=common.STEREO_OVERRIDES, **fixed)
+    return (common.dds_profile_actions(context)
+            + [tracker, common.shutdown_on_failure(tracker, 'the tracker node')] + rviz)
 
 
 def generate_launch_description():

@@ -20,8 +20,10 @@ from sam2_ros.ros import launch_common as common
 def _setup(context, *args, **kwargs):
     rviz = common.rviz_actions(context)   # first: rviz:=true without rviz2 starts nothing
     namespace = LaunchConfiguration('namespace').perform(context)
+    tracker = common.tracker_node(context, namespace=namespace, autostart=True)
+    # a tracker that cannot start (no checkpoint, no GPU) ends the launch, exit status 1
     return (common.dds_profile_actions(context)
-            + [common.tracker_node(context, namespace=namespace, autostart=True)] + rviz)
+            + [tracker, common.shutdown_on_failure(tracker, 'the tracker node')] + rviz)
 
 
 def generate_launch_description():

@@ -367,3 +367,19 @@ def test_stereo_launch_one_node_two_cameras(tmp_path):
                   r"String values are: \['left', 'right'\]", 60)
         run.close_clients()
         sigint_and_check_clean(run.proc, node_pids(run.proc))
+
+
+def test_a_tracker_that_cannot_start_ends_the_launch_with_status_1(tmp_path):
+    """The node's autostart fails (a checkpoint that does not exist): `ros2 launch` of
+    tracker.launch.py exits 1, not 0 once RViz is closed, so a script or systemd unit sees it."""
+    ros2()
+    with launched(tmp_path, 'nockpt', 'tracker.launch.py', 'device:=cpu', 'image_size:=64',
+                  f'checkpoint:={tmp_path / "missing.pt"}', 'rviz:=false',
+                  daemon=False) as run:
+        try:
+            rc = run.proc.p.wait(120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError('ros2 launch still runs 120 s after the tracker failed') from None
+        log = run.proc.log()
+        assert 'checkpoint not found' in log, log[-3000:]
+        assert rc == 1, f'ros2 launch exited {rc}:\n{log[-3000:]}'

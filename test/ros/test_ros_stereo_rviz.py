@@ -124,10 +124,11 @@ def record_nodes(monkeypatch, installed):
     from sam2_ros.ros import launch_common
 
     nodes = []
+    real = launch_ros.actions.Node
 
     def node(**kwargs):
         nodes.append(kwargs)
-        return SimpleNamespace(**kwargs)
+        return real(**kwargs)        # a real action: event handlers may target it
     monkeypatch.setattr(launch_ros.actions, 'Node', node)
     monkeypatch.setattr(launch_common, 'package_installed', lambda name: installed)
     return nodes
