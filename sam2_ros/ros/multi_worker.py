@@ -120,9 +120,12 @@ class MultiCameraWorker:
             try:
                 self.handle_group(group)
             except Exception as exc:  # never let the worker die silently
-                for lane in self.lanes:
-                    lane.counters.consecutive_failures += 1
-                    lane.errors.report(f'internal error: {exc!r}\n{traceback.format_exc()}')
+                for c, lane in enumerate(self.lanes):   # the cameras whose frame it was
+                    if group.frames[c] is not None:
+                        lane.counters.consecutive_failures += 1
+                        lane.counters.frame_errors += 1
+                        lane.errors.report(f'internal error: {exc!r}\n'
+                                           f'{traceback.format_exc()}')
         for c, lane in enumerate(self.lanes):
             if group is None or group.frames[c] is None:
                 guarded(lane, lambda: lane.idle(mark))

@@ -161,3 +161,24 @@ def test_a_camera_without_a_frame_idles_while_the_other_streams():
         w.mailbox.take = lambda timeout, g=g: (g, [[], []])
         w.run_once(0.0)
         assert idled == want, (g, idled)
+
+
+def test_an_exception_of_the_shared_track_call_counts_each_cameras_frame():
+    """core.track itself raises (not a per-camera StepError): each camera whose frame was in
+    the group counts a frame error and is told (not a camera without a frame in it), and the
+    next group goes on."""
+    core, events = FakeCore(), []
+    w = worker(core, events)
+
+    def boom(frames):
+        raise RuntimeError('injected')
+    real, core.track = core.track, boom
+    lone = Group(100, [group(100).frames[0], None], 'absent')
+    w.mailbox.take = lambda timeout: (lone, [[], []])
+    w.run_once(0.0)
+    assert [lane.counters.frame_errors for lane in w.lanes] == [1, 0]
+    assert [lane.counters.consecutive_failures for lane in w.lanes] == [1, 0]
+    core.track = real
+    w.handle_group(group(200))
+    assert [e[1] for e in published(events)] == [0, 1]
+    assert any('injected' in e for e in published(events)[0][3].errors)
