@@ -295,8 +295,12 @@ class StampPairer:
         if not missing:
             return COMPLETE
         limit = pivot.stamp_ns + self.tolerance_ns
-        past = [c in passed or (self._last_stamp[c] is not None and self._last_stamp[c] > limit)
-                for c in missing]
+        # past: the camera's stamps went beyond the pivot's window, or will: its next stamp,
+        # at least _gap_bound after its last, is beyond it (a slower camera between frames;
+        # judged once GAPS_KEPT of its gaps were seen, not from camera_period_ms alone)
+        past = [c in passed or (self._last_stamp[c] is not None and (
+            self._last_stamp[c] > limit or len(self._gaps[c]) >= GAPS_KEPT
+            and self._last_stamp[c] + self._gap_bound(c) > limit)) for c in missing]
         heard = [self._start_ns if self._last_recv[c] is None else self._last_recv[c]
                  for c in missing]
         # absent: silent for absent_ns while the pivot's camera went on: for a camera heard

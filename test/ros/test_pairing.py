@@ -270,6 +270,28 @@ def test_one_camera_back_from_a_pause_of_both_stops_waiting_once_alone_long_enou
     assert released[-6:] == [(pr.ABSENT, 0)] * 6, released
 
 
+def test_a_frame_between_a_slower_cameras_frames_leaves_at_once():
+    """Left at 2/P, right at 1/P, stamped alike every other left frame: once the right
+    camera's gaps are known, a left frame between two right ones cannot pair (the right's next
+    stamp is a period away) and leaves as it comes, instead of waiting out a period; the left
+    frames with a right partner still pair."""
+    p = StampPairer(2, P, TOL)
+    released = []                                           # (left stamp, right?, reason, waited)
+    for k in range(40):
+        t = 10_000 + k * P // 2                              # the left camera's stamps
+        arrivals = [(0, t)] + ([(1, t)] if k % 2 == 0 else [])
+        for cam, stamp in arrivals:
+            for g in p.put(cam, stamp, (cam, stamp), t + 1 + cam):
+                released.append((g.frames[0] and g.frames[0].stamp_ns, g.frames[1] is not None,
+                                 g.reason, t + 1 + cam - g.frames[0].recv_ns))
+        for g in p.flush(t + P // 2):                       # the next left frame's arrival
+            released.append((g.frames[0].stamp_ns, False, g.reason, P // 2 - 1))
+    late = [r for r in released if r[0] >= 10_000 + 20 * P // 2]
+    assert all(r[1] and r[2] == pr.COMPLETE for r in late if (r[0] - 10_000) % P == 0), late
+    lone = [r for r in late if (r[0] - 10_000) % P]
+    assert lone and all(r[2] == pr.MOVED_PAST and r[3] == 0 for r in lone), lone
+
+
 def test_a_burst_after_a_stall_of_both_cameras_still_pairs():
     """A stall both cameras share (a USB or network pause), then each camera's backlog in a
     burst, the right one 2 units after the left: every frame pairs. The left burst's second
