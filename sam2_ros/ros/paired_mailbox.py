@@ -18,6 +18,7 @@ worker, diagnostics and totals. Nothing here imports ROS.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
@@ -182,12 +183,28 @@ class PairedMailbox:
         arrival, typically) beside the next group is not dropped while the worker waits for
         work."""
         self._groups.extend(groups)
-        keep = 2 if self._idle else 1
-        while not self.every_frame and len(self._groups) > keep:
-            for a in self._groups.popleft().frames:
-                if a is not None:
-                    self.cameras[a.camera].dropped += 1
+        if not self.every_frame:
+            self._drop_older(2 if self._idle else 1)
         self._fifo_changed(now_ns)
+
+    def _drop_older(self, keep: int) -> None:
+        """Newest-only mode, down to ``keep`` waiting groups, oldest first: a camera's frame
+        that a later waiting group has a newer frame of is dropped (counted); a group left
+        without frames goes, one still holding a camera's newest frame stays (a lone frame of
+        one camera never drops the other camera's only frame)."""
+        i = 0
+        while len(self._groups) > keep and i < len(self._groups) - 1:
+            group = self._groups[i]
+            later = {a.camera for g in itertools.islice(self._groups, i + 1, None)
+                     for a in g.frames if a is not None}
+            for c, a in enumerate(group.frames):
+                if a is not None and c in later:
+                    self.cameras[c].dropped += 1
+                    group.frames[c] = None
+            if any(a is not None for a in group.frames):
+                i += 1
+            else:
+                del self._groups[i]
 
     def _pairer_ns(self, now_ns: int) -> int:
         """The pairer's time at monotonic ``now_ns``: standing still while the FIFO is full."""

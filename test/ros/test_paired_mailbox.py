@@ -125,6 +125,23 @@ def test_a_lone_frame_released_beside_the_next_group_is_kept_while_the_worker_wa
     assert stamps(mb.take(GUARD)[0]) == (1200, 1200)
 
 
+def test_a_lone_frame_never_drops_the_other_cameras_only_frame(clock):
+    """Newest-only mode keeps each camera's newest frame, as a one-camera node does: a pair
+    waits while the worker is busy, then camera 0 goes on alone (camera 1 stopped). Camera 0's
+    older frames are dropped, camera 1's frame of the pair is not (it was dropped with the
+    group before): the worker gets it, alone, then camera 0's newest."""
+    mb = box(every_frame=False)
+    mb.put_frame(0, frame(1000))
+    mb.put_frame(1, frame(1000))              # a pair waits (the worker is busy)
+    for k, stamp in enumerate((1100, 1200, 1300), start=1):
+        clock.now = k * 2 * P                 # camera 1 is silent: each leaves alone
+        mb.put_frame(0, frame(stamp))
+    clock.now = 8 * P
+    got = [stamps(mb.take(0.0)[0]) for _ in range(2)]
+    assert got[0] == (None, 1000) and got[1][0] is not None and got[1][1] is None, got
+    assert [b.dropped for b in mb.cameras] == [mb.cameras[0].received - 1, 0]
+
+
 def test_nothing_waiting_returns_none_after_the_timeout(clock):
     mb = box()
     assert mb.take(0.0) == (None, [[], []])
