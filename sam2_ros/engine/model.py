@@ -69,14 +69,21 @@ def hydra_overrides(cfg: TrackerConfig) -> List[str]:
     return overrides
 
 
-def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
-    """The 'model' state dict of an official checkpoint file."""
+def check_checkpoint_file(path: str) -> None:
+    """CheckpointError unless ``path`` is a readable file (its contents are not read: the
+    node checks a new checkpoint parameter with this before any configure)."""
     if os.path.isdir(path):
         raise CheckpointError(f'checkpoint {path!r} is a folder, not a .pt file')
     if not os.path.isfile(path):
-        raise CheckpointError(f'checkpoint not found: {path!r}')
+        where = '' if os.path.isabs(path) else f' (relative to {os.getcwd()!r})'
+        raise CheckpointError(f'checkpoint not found: {path!r}{where}')
     if not os.access(path, os.R_OK):
         raise CheckpointError(f'checkpoint {path!r} cannot be read (no permission)')
+
+
+def read_checkpoint(path: str) -> Dict[str, torch.Tensor]:
+    """The 'model' state dict of an official checkpoint file."""
+    check_checkpoint_file(path)
     try:
         blob = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # truncated zip, pickle garbage, not a torch file

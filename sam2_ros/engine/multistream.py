@@ -161,7 +161,7 @@ class MultiStreamTracker:
             return
         stream.validate(prompt)         # a bad prompt gets its PromptError, as add_prompt
         stream.check_features()
-        stream.defer(prompt)
+        stream.defer(prompt)            # validated above
 
     def segment_image(self, frame: frame_in.Frame, prompts: List[Prompt],
                       multimask_output: bool = False) -> FrameResult:

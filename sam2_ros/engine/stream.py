@@ -174,9 +174,8 @@ class Stream:
         self.queued[prompt.obj_id] = prompt
 
     def defer(self, prompt: Prompt) -> None:
-        """Defer a prompt (its id already checked) on the latest frame, after validating it
-        there; it replaces one deferred for the same id and moves to the end of the order."""
-        self.validate(prompt)
+        """Defer a prompt already validated on the latest frame (``validate``); it replaces
+        one deferred for the same id and moves to the end of the order."""
         self.deferred.pop(prompt.obj_id, None)
         self.deferred[prompt.obj_id] = prompt
 

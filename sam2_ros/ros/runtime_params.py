@@ -10,9 +10,10 @@ callback reads them and hands them in).
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Callable, Dict, List
 
+from sam2_ros.engine.errors import CheckpointError
+from sam2_ros.engine.model import check_checkpoint_file
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import params
 from sam2_ros.ros.node_cli import check_device
@@ -67,13 +68,10 @@ def missing_resource(changes: Dict[str, Any]) -> str:
             return str(exc)
     path = changes.get('checkpoint')
     if isinstance(path, str) and path:      # '': no checkpoint (random_weights)
-        if os.path.isdir(path):
-            return f'checkpoint {path!r} is a folder, not a .pt file'
-        if not os.path.isfile(path):    # a relative path is the node's, from its directory
-            where = '' if os.path.isabs(path) else f' (relative to {os.getcwd()!r})'
-            return f'checkpoint not found: {path!r}{where}'
-        if not os.access(path, os.R_OK):
-            return f'checkpoint {path!r} cannot be read (no permission)'
+        try:
+            check_checkpoint_file(path)     # configure's own check (engine/model.py)
+        except CheckpointError as exc:
+            return str(exc)
     return ''
 
 

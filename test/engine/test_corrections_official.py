@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_tracker, shared_model
-from reference import compare, emulate_sam2_C, init_reference, propagate
-from scenarios import synthetic_frames
+from reference import compare, init_reference, propagate
 from sam2_ros.engine.types import Prompt
-from test_queue_prompt_official import check_against_official
+from test_queue_prompt_official import check_against_official, click_and_box
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -37,13 +35,8 @@ def test_corrections_on_one_frame_each_equal_the_official_predictor(monkeypatch,
     scores, pointers and memories after them, equal sam2's (20-frame reference video: sam2
     scales pointer distances by min(num_frames, 16))."""
     tol = 0.0
-    emulate_sam2_C(monkeypatch)
-    tr = make_tracker(image_size=64, max_objects=3, corrections_as_cond=as_cond)
-    predictor = shared_model(64, as_cond)
-    frames = synthetic_frames(20)
+    tr, predictor, frames, p1, box = click_and_box(monkeypatch, as_cond)
     h, w = frames[0].shape[:2]
-    p1 = Prompt(1, points=np.array([[w * 0.15, h * 0.4]]), labels=np.array([1]))
-    box = Prompt(2, box=(w * 0.6, h * 0.15, w * 0.9, h * 0.45))
     worst = {}
     with torch.inference_mode():
         state = init_reference(predictor, frames)

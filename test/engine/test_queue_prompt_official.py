@@ -76,6 +76,19 @@ def test_queue_prompt_equals_official_predictor(monkeypatch):
     assert any(0 < o.area < h * w for o in res.objects)       # not a degenerate comparison
 
 
+def click_and_box(monkeypatch, as_cond):
+    """(tracker at 64 px, the official predictor on its model, 20 frames, object 1's click,
+    object 2's box): both fill holes (sam2._C's CPU stand-in); 20 frames because sam2 scales
+    pointer distances by min(num_frames, 16)."""
+    emulate_sam2_C(monkeypatch)
+    tr = make_tracker(image_size=64, max_objects=3, corrections_as_cond=as_cond)
+    frames = synthetic_frames(20)
+    h, w = frames[0].shape[:2]
+    return (tr, shared_model(64, as_cond), frames,
+            Prompt(1, points=np.array([[w * 0.15, h * 0.4]]), labels=np.array([1])),
+            Prompt(2, box=(w * 0.6, h * 0.15, w * 0.9, h * 0.45)))
+
+
 @pytest.mark.parametrize('as_cond', [True, False], ids=['cond', 'noncond'])
 def test_correction_on_the_frame_a_queued_prompt_started_equals_official(monkeypatch, as_cond):
     """Object 2 started by a queued box on frame 3, then a click for it on frame 3 after that
@@ -84,13 +97,8 @@ def test_correction_on_the_frame_a_queued_prompt_started_equals_official(monkeyp
     logits, memory read), not another initial prompt. Every later frame agrees too. The
     reference video has 20 frames: sam2 scales pointer distances by min(num_frames, 16)."""
     tol = 1e-4
-    emulate_sam2_C(monkeypatch)
-    tr = make_tracker(image_size=64, max_objects=3, corrections_as_cond=as_cond)
-    predictor = shared_model(64, as_cond)
-    frames = synthetic_frames(20)
+    tr, predictor, frames, p1, box = click_and_box(monkeypatch, as_cond)
     h, w = frames[0].shape[:2]
-    p1 = Prompt(1, points=np.array([[w * 0.15, h * 0.4]]), labels=np.array([1]))
-    box = Prompt(2, box=(w * 0.6, h * 0.15, w * 0.9, h * 0.45))
     click = Prompt(2, points=np.array([[w * 0.7, h * 0.3], [w * 0.2, h * 0.8]]),
                    labels=np.array([1, 0]))
     worst = {}

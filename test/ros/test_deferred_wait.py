@@ -77,11 +77,17 @@ def deferring_worker(wait_s):
     return w, tr, published, clock
 
 
+def track_and_correct(w):
+    """Object 1 tracked on frame 100 (a box on the next frame), then a correction there,
+    deferred."""
+    w.handle_prompt(prompt(ADD, 1, 0))
+    w.handle_frame(frame(10, 100))
+    w.handle_prompt(prompt(ADD, 1, 100))
+
+
 def test_a_paused_cameras_correction_is_applied_and_shown_after_the_wait():
     w, tr, pub, clock = deferring_worker(0.1)
-    w.handle_prompt(prompt(ADD, 1, 0))
-    w.handle_frame(frame(10, 100))                    # object 1 tracked on frame 100
-    w.handle_prompt(prompt(ADD, 1, 100))              # a correction there: deferred
+    track_and_correct(w)
     assert tr.deferred_ids == [1] and len(pub) == 1
     clock.t += 0.05
     w.idle()
@@ -96,9 +102,7 @@ def test_a_paused_cameras_correction_is_applied_and_shown_after_the_wait():
 
 def test_a_correction_the_next_frame_ran_is_not_applied_again():
     w, tr, pub, clock = deferring_worker(0.1)
-    w.handle_prompt(prompt(ADD, 1, 0))
-    w.handle_frame(frame(10, 100))
-    w.handle_prompt(prompt(ADD, 1, 100))
+    track_and_correct(w)
     clock.t += 0.05
     w.handle_frame(frame(11, 200))                    # the next frame runs it
     w.handle_prompt(prompt(ADD, 1, 200))              # a new correction on that frame
@@ -113,9 +117,7 @@ def test_a_correction_the_next_frame_ran_is_not_applied_again():
 
 def test_wait_zero_keeps_corrections_for_the_next_frame():
     w, tr, pub, clock = deferring_worker(0.0)
-    w.handle_prompt(prompt(ADD, 1, 0))
-    w.handle_frame(frame(10, 100))
-    w.handle_prompt(prompt(ADD, 1, 100))
+    track_and_correct(w)
     clock.t += 3600
     w.idle()
     assert tr.deferred_ids == [1] and len(pub) == 1
@@ -123,9 +125,7 @@ def test_wait_zero_keeps_corrections_for_the_next_frame():
 
 def test_a_failed_late_correction_is_reported_and_the_worker_goes_on():
     w, tr, pub, clock = deferring_worker(0.1)
-    w.handle_prompt(prompt(ADD, 1, 0))
-    w.handle_frame(frame(10, 100))
-    w.handle_prompt(prompt(ADD, 1, 100))
+    track_and_correct(w)
     tr.fail_apply = True
     clock.t += 1.0
     w.idle()

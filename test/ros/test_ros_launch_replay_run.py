@@ -6,12 +6,12 @@ included) when the player fails. The tools and helpers are those of test_ros_lau
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 from ros_helpers import stamp, wait_until
-from test_ros_launch_run import CPU_ARGS, alive, launched, node_pids, ros2, sigint_and_check_clean
+from test_ros_launch_run import (CPU_ARGS, alive, exit_of, launched, node_pids, ros2,
+                                 sigint_and_check_clean)
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 
@@ -56,11 +56,7 @@ def test_replay_launch_stops_when_the_player_fails(tmp_path):
     (not_a_bag / 'metadata.yaml').write_text('not: a bag\n')
     with launched(tmp_path, 'replay_bad', 'replay.launch.py', f'bag:={not_a_bag}',
                   'player:=sam2_ros', 'rviz:=false', 'dds_profile:=none', *CPU_ARGS) as run:
-        try:
-            rc = run.proc.p.wait(240)      # a bound for a hang, not a timing
-        except subprocess.TimeoutExpired:
-            raise AssertionError('ros2 launch still runs after its player failed') from None
-        log = run.proc.log()
+        rc, log = exit_of(run.proc, 240, 'its player failed')
         assert rc == 1, log[-3000:]
         assert f'cannot replay {not_a_bag}' in log, log[-3000:]
         assert 'the bag player exited with status 1' in log, log[-3000:]
@@ -105,11 +101,7 @@ def test_replay_launch_exit_when_done_ends_the_launch_with_the_bag(tmp_path):
                   'dds_profile:=none', 'exit_when_done:=true', *CPU_ARGS) as run:
         run.proc.wait_log(r'\]: active:', 180)
         pids = node_pids(run.proc)
-        try:
-            rc = run.proc.p.wait(240)      # a bound for a hang, not a timing
-        except subprocess.TimeoutExpired:
-            raise AssertionError('ros2 launch still runs after the bag') from None
-        log = run.proc.log()
+        rc, log = exit_of(run.proc, 240, 'the bag')
         assert rc == 0, log[-3000:]
         assert re.search(r'\[bag_replay-\d+\] \[INFO\] .*bag finished: replayed 8 messages',
                          log), log[-3000:]

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -213,6 +213,16 @@ def stop_daemon(env: Dict[str, str]) -> None:
                    timeout=30)
 
 
+def exit_of(proc: Proc, seconds: float, what: str) -> Tuple[int, str]:
+    """(exit status, log) of a `ros2 launch` expected to end by itself; ``seconds`` bounds a
+    hang (not a timing), ``what`` says what should have ended it."""
+    try:
+        rc = proc.p.wait(seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f'ros2 launch still runs {seconds:.0f} s after {what}') from None
+    return rc, proc.log()
+
+
 def sigint_and_check_clean(proc: Proc, pids: List[int]) -> str:
     """SIGINT to `ros2 launch` (as Ctrl-C): exit 0 and no process of it left."""
     proc.p.send_signal(signal.SIGINT)
@@ -376,10 +386,6 @@ def test_a_tracker_that_cannot_start_ends_the_launch_with_status_1(tmp_path):
     with launched(tmp_path, 'nockpt', 'tracker.launch.py', 'device:=cpu', 'image_size:=64',
                   f'checkpoint:={tmp_path / "missing.pt"}', 'rviz:=false',
                   daemon=False) as run:
-        try:
-            rc = run.proc.p.wait(120)
-        except subprocess.TimeoutExpired:
-            raise AssertionError('ros2 launch still runs 120 s after the tracker failed') from None
-        log = run.proc.log()
+        rc, log = exit_of(run.proc, 120, 'the tracker failed')
         assert 'checkpoint not found' in log, log[-3000:]
         assert rc == 1, f'ros2 launch exited {rc}:\n{log[-3000:]}'
