@@ -12,7 +12,6 @@ into a :class:`Snapshot`; :func:`report` is a pure function of it (tested withou
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -28,9 +27,6 @@ ERROR_AFTER_FAILURES = 5
 # before the log says so: one tick is left for a camera started beside the tracker to appear.
 SILENT_TICKS_BEFORE_WARN = 2
 IMAGE_TYPES = ('Image', 'CompressedImage')
-# Per activation (its mailbox, a new one each time): the silent ticks counted so far, None once
-# logged. Weak: an activation's entry goes with its mailbox.
-_silent_ticks: 'weakref.WeakKeyDictionary[Any, Optional[int]]' = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -194,15 +190,15 @@ def warn_silent_topic(logger: Any, mailbox: Any, topics: Tuple[Tuple[str, int], 
     diagnostics say so too, but a misspelt image_topic belongs in the log a user reads."""
     if mailbox.last_recv_t is not None or not topics:
         return
-    ticks = _silent_ticks.get(mailbox, 0)
+    ticks = mailbox.silent_ticks
     if ticks is None:                               # said already in this activation
         return
     silent = [t for t, n in topics if n == 0]
     ticks = ticks + 1 if silent else 0
     if ticks < SILENT_TICKS_BEFORE_WARN:
-        _silent_ticks[mailbox] = ticks
+        mailbox.silent_ticks = ticks
         return
-    _silent_ticks[mailbox] = None
+    mailbox.silent_ticks = None
     logger.warning(f'no frames since activation: nothing publishes {", ".join(silent)} (0 '
                    f'publishers). Check image_topic (and input_type): `ros2 topic list` shows '
                    f"the camera's topics")

@@ -36,6 +36,9 @@ class CameraBox:
         self.received = 0
         self.dropped = 0
         self.last_recv_t: Optional[float] = None
+        # diagnostics ticks in a row with no frame and no image publisher; None once logged
+        # (diagnostics.warn_silent_topic: once per activation, as each has its own mailbox)
+        self.silent_ticks: Optional[int] = 0
         self.prompts: Deque[PromptItem] = collections.deque()
 
     def put_frame(self, item: FrameItem) -> None:
