@@ -85,11 +85,12 @@ class PairedMailbox:
 
     def pairing(self) -> Dict[str, int]:
         """The pairer's counts for diagnostics (a copy taken under the lock): groups complete
-        and partial, every group by the reason it was released, stamp resets."""
+        and partial, every group by the reason it was released, stamp resets, cameras found
+        on different clocks."""
         with self.cond:
             c = self.pairer.counts
             out = {'pairs_complete': c.complete, 'pairs_partial': c.partial,
-                   'pairing_resets': c.resets}
+                   'pairing_resets': c.resets, 'pairing_clock_splits': c.clock_splits}
             out.update({f'pairs_released_{k}': v for k, v in sorted(c.by_reason.items())})
         return out
 

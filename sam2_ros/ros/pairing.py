@@ -27,7 +27,11 @@ waits more than one frame period, and nothing is dropped here):
   partners; a camera not heard from yet counts from the first frame of any camera), or a
   queued frame has *timed out* (waited ``period_ns``: the pivot's group leaves so that it can
   follow), or a queue holds more than ``queue_size`` frames (*overflow*: a burst of one
-  camera while another is late);
+  camera while another is late), or the camera is on another *clock* than the pivot's (its
+  latest frames and the pivot camera's were each farther than a few periods from all the
+  other's recent stamps, see :mod:`~sam2_ros.ros.pairing_clocks`: a camera restarted on sim
+  time, or whose clock jumped ahead, would otherwise hold every frame of the camera ahead a
+  period; a frame near the other's stamps pairs them again);
 * a stamp below its camera's previous one (time jumped back: a bag restarted, a simulator
   reset) is a *reset*: everything queued is released as it stands, the stamps seen are
   forgotten, then the frame is queued. An equal stamp (a repeated frame) is queued as it is.
@@ -58,8 +62,11 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-COMPLETE, MOVED_PAST, NEARER, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN = (
-    'complete', 'moved_past', 'nearer', 'absent', 'timeout', 'overflow', 'reset', 'drain')
+from sam2_ros.ros.pairing_clocks import ClockSplit
+
+COMPLETE, MOVED_PAST, NEARER, ABSENT, CLOCK, TIMEOUT, OVERFLOW, RESET, DRAIN = (
+    'complete', 'moved_past', 'nearer', 'absent', 'clock', 'timeout', 'overflow', 'reset',
+    'drain')
 # stamp gaps kept per camera: their least bounds when its next frame can come (a window, so
 # that a camera that slows down is seen after this many frames)
 GAPS_KEPT = 8
@@ -90,7 +97,7 @@ class Group:
     """Frames of one step: ``frames[c]`` is camera c's, None where it has none.
 
     stamp_ns: the pivot's (earliest) stamp; reason: why it was released (COMPLETE, or why
-    not: MOVED_PAST, NEARER, ABSENT, TIMEOUT, OVERFLOW, RESET, DRAIN).
+    not: MOVED_PAST, NEARER, ABSENT, CLOCK, TIMEOUT, OVERFLOW, RESET, DRAIN).
     """
 
     stamp_ns: int
@@ -107,6 +114,7 @@ class PairingCounts:
     complete: int = 0          # groups with a frame of every camera
     partial: int = 0           # groups released without some camera's frame
     resets: int = 0            # stamps that went backwards
+    clock_splits: int = 0      # pairs of cameras found on different clocks (pairing_clocks)
     by_reason: Dict[str, int] = field(default_factory=collections.Counter)
 
 
@@ -144,11 +152,13 @@ class StampPairer:
         # per camera: its latest stamp gaps (> 0), to tell whether its next frame can be nearer
         self._gaps: List[Deque[int]] = [collections.deque(maxlen=GAPS_KEPT)
                                         for _ in range(self.cameras)]
-        # per camera: (stamp, receipt) of its latest frames of increasing stamps (receipt_scale)
+        # per camera: (stamp, receipt) of its latest frames of increasing stamps (receipt_scale;
+        # their stamps tell cameras on other clocks)
         self.follow_rate = bool(follow_rate)
         self._times: List[Deque[Tuple[int, int]]] = [collections.deque(maxlen=GAPS_KEPT + 1)
                                                      for _ in range(self.cameras)]
         self._scale = 1.0       # receipt_scale(): the latest measured
+        self._clocks = ClockSplit(self.cameras, self.period_ns)   # cameras on other clocks
         self.counts = PairingCounts()
 
     # ------------------------------------------------------------------ input
@@ -165,8 +175,11 @@ class StampPairer:
             self._last_stamp = [None] * self.cameras
             for times in self._times:   # a new time line: measured anew, the last scale kept
                 times.clear()
+            self._clocks.forget()
         elif last is not None and stamp_ns > last:
             self._gaps[camera].append(int(stamp_ns) - last)
+        self.counts.clock_splits += self._clocks.observe(
+            camera, int(stamp_ns), [[s for s, _ in t] for t in self._times])
         if last is None or stamp_ns > last:
             self._times[camera].append((int(stamp_ns), int(now_ns)))
             self._measure_rate()
@@ -316,10 +329,13 @@ class StampPairer:
             went_on is not None if self._last_recv[c] is None else
             run is not None and (run - t <= within or now_ns - run >= absent_ns))
             for c, t in zip(missing, heard)]
-        if all(p or a for p, a in zip(past, absent)):
+        apart = [self._clocks.apart(pivot.camera, c) for c in missing]
+        if all(p or a or s for p, a, s in zip(past, absent, apart)):
             if passed:
                 return NEARER
-            return MOVED_PAST if all(past) else ABSENT
+            if all(past):
+                return MOVED_PAST
+            return ABSENT if all(p or a for p, a in zip(past, absent)) else CLOCK
         return self._forced(missing, now_ns)
 
     def _forced(self, missing: List[int], now_ns: int) -> Optional[str]:
