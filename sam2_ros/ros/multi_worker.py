@@ -134,7 +134,8 @@ class MultiCameraWorker:
 
     def handle_group(self, group: Group) -> None:
         """Begin every camera's frame, track the begun ones in one call, finish each in camera
-        order (each guarded: one camera's failure never stops the others' results).
+        order, the failed ones last (each guarded: one camera's failure never stops, nor
+        delays, the others' results).
 
         Every camera's engine span is that one ``track`` call: its start is stamped after the
         last camera's decode and its end before the first camera is finished, so a camera's
@@ -156,7 +157,11 @@ class MultiCameraWorker:
         ended = time.monotonic()
         self.groups += 1
         results: List[Optional[FrameResult]] = [None] * len(self.lanes)
-        for c, (lane, s) in enumerate(zip(self.lanes, started)):
+        # the cameras tracked first, in camera order; then those whose frame failed, whose
+        # handling may track that frame again alone: no camera's result waits for that
+        order = sorted(range(len(self.lanes)), key=lambda c: out.errors[c] is not None)
+        for c in order:
+            lane, s = self.lanes[c], started[c]
             if s is not None:
                 results[c] = guarded(lane, lambda: self._finish(lane, s, out.results[c],
                                                                 out.errors[c], ended))

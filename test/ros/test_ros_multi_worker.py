@@ -1,8 +1,8 @@
 """The multi-camera worker's step of a group (sam2_ros/ros/multi_worker.py ``handle_group``) over
 a fake core: every camera's engine span is the one track call of the group (not another
 camera's decode before it, nor another camera's hand-off after it), results are finished in
-camera order, and one camera's failure (a failed frame, an internal error while finishing it)
-never stops the other's result."""
+camera order (a failed one last), and one camera's failure (a failed frame, an internal error
+while finishing it) never stops the other's result."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sam2_ros.engine.errors import StepError
+from sam2_ros.engine.errors import PromptError, StepError
 from sam2_ros.engine.types import FrameResult, StreamsResult
 from sam2_ros.ros import detections as det
 from sam2_ros.ros.multi_worker import MultiCameraWorker
@@ -104,6 +104,28 @@ def test_a_failed_frame_of_one_camera_leaves_the_other_published():
     assert [e[1] for e in published(events)] == [1]
     assert [lane.counters.frame_errors for lane in w.lanes] == [1, 0]
     assert [lane.counters.processed for lane in w.lanes] == [0, 1]
+
+
+def test_a_cameras_retried_frame_does_not_delay_the_others_result():
+    """A queued prompt refused in the group's call: that camera's frame is tracked again alone
+    (the worker's one retry), after the other camera's result is out, not before it."""
+    core, events = FakeCore(), []
+    core.errors[0] = PromptError('a queued prompt does not fit this frame')
+    w = worker(core, events)
+    track = core.track
+
+    def track_logged(frames):
+        retry = [c for c, f in enumerate(frames) if f is not None] == [0]
+        events.append(('retry',) if retry else ('group',))
+        if retry:
+            core.errors[0] = None
+        return track(frames)
+    core.track = track_logged
+    w.handle_group(group(100))
+    order = [(e[0], e[1]) if e[0] == 'publish' else (e[0],) for e in events
+             if e[0] != 'decode']
+    assert order == [('group',), ('publish', 1), ('retry',), ('publish', 0)], order
+    assert [lane.counters.processed for lane in w.lanes] == [1, 1]
 
 
 def test_a_failing_3d_positions_hook_is_reported_on_camera_0_only(monkeypatch):
