@@ -29,7 +29,7 @@ from tools.bench import interaction, results
 
 # the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
 PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json',
-          'gpu_decode.json', 'gpu_image.json')   # the last two: GPU tests' measurements
+          'hiera_attention_probe.json', 'gpu_decode.json', 'gpu_image.json')   # the last two: GPU tests' measurements
 
 
 def _load(path: str):
