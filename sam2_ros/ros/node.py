@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 from sam2_ros.ros.interruption import SIGINT, Interrupted, pause_for_test  # noqa: I100
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from sam2_ros.ros import detections as det
 from sam2_ros.ros import diagnostics, gc_policy, inputs, messages, node_cli, params, process_tuning
@@ -37,7 +37,8 @@ from sam2_ros.ros.node_cli import check_device, input_topic
 from sam2_ros.ros.node_host import NodeHost, frame_decoder
 from sam2_ros.ros.options import NodeOptions
 from sam2_ros.ros.publishers import Publishers, overlay_device_of
-from sam2_ros.ros.receiver import close_input, image_input
+from sam2_ros.ros.quiet_tick import QuietTick
+from sam2_ros.ros.receiver import close_input, image_input, image_qos
 from sam2_ros.ros.rig import Rig
 from sam2_ros.ros.stall_trace import StallTracer
 from sam2_ros.ros.time_line import TimeLine
@@ -89,13 +90,16 @@ class TrackerNode(LifecycleNode):
         # ~/segment_image in every state (inactive: answered so); run by the worker
         self.image_service = segment_service.create(self)
         # /diagnostics in every lifecycle state (a plain publisher, a steady-clock timer), so a
-        # monitor sees an unconfigured or inactive tracker instead of silence.
+        # monitor sees an unconfigured or inactive tracker instead of silence; while frames
+        # flow, each tick runs after a frame's output, not inside a frame (quiet_tick.py)
         from diagnostic_msgs.msg import DiagnosticArray
 
         self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         period = self.get_parameter('diagnostics_period_s').value
         period = float(period) if isinstance(period, (int, float)) and period > 0 else 1.0
-        self.diag_timer = self.create_timer(period, self.on_diagnostics,
+        self.diag = QuietTick(self.on_diagnostics, lambda exc: self.get_logger().error(
+            f'diagnostics failed: {exc!r}'))
+        self.diag_timer = self.create_timer(period, lambda: self.diag.tick(time.monotonic()),
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
         # /clock jumping back (use_sim_time): noted in arrival order (time_line.py)
         self.clock_jumps = time_jump.watch_clock(self.get_clock(), self.on_clock_jump)
@@ -172,7 +176,7 @@ class TrackerNode(LifecycleNode):
             o.publish_overlay, self.totals, self.association.class_of, serial=not o.pipeline,
             timing_log=o.timing_log, compressed_overlay=o.input_type == 'compressed',
             serialized=o.publish_serialized_images,
-            overlay_device=overlay_device_of(o, self.cfg.device))
+            overlay_device=overlay_device_of(o, self.cfg.device), on_frame_out=self.diag.frame_out)
 
     @transitions.loud('activate', undo='stop_io')
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -368,14 +372,6 @@ class TrackerNode(LifecycleNode):
             self.get_clock().now().to_msg(),
             diagnostics.status_name(self.get_fully_qualified_name()), report.level,
             report.message, report.values))
-
-
-def image_qos(o: NodeOptions) -> QoSProfile:
-    rel = (ReliabilityPolicy.RELIABLE if o.qos_reliability == 'reliable'
-           else ReliabilityPolicy.BEST_EFFORT)
-    if o.process_every_frame:  # the FIFO blocks; DDS must keep the backlog, not overwrite
-        return QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=rel)
-    return QoSProfile(depth=o.qos_depth, reliability=rel)
 
 
 def device_context(device: str) -> Any:

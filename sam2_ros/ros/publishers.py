@@ -67,8 +67,11 @@ class Publishers:
     def __init__(self, node: Any, pubs: Dict[str, Any], totals: Totals,
                  class_of: Callable[[int], str], serial: bool,
                  timing_log: Optional[TimingLog] = None, serialized: bool = False,
-                 overlay_device: Optional[str] = None) -> None:
+                 overlay_device: Optional[str] = None,
+                 on_frame_out: Optional[Callable[[float], None]] = None) -> None:
         self.node, self.pubs, self.totals = node, pubs, totals
+        # told time.monotonic() after each frame's state (the diagnostics' quiet_tick.py)
+        self.on_frame_out = on_frame_out
         self.class_of, self.serial = class_of, serial
         # the overlay rendered on this device (overlay_on_gpu), None: on the host
         self.device_overlay = DeviceOverlay(overlay_device) if overlay_device else None
@@ -88,13 +91,15 @@ class Publishers:
                totals: Totals, class_of: Callable[[int], str], serial: bool,
                timing_log: str = '', compressed_overlay: bool = False,
                prefix: str = '~', serialized: bool = False,
-               overlay_device: Optional[str] = None) -> 'Publishers':
+               overlay_device: Optional[str] = None,
+               on_frame_out: Optional[Callable[[float], None]] = None) -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
         ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
         overlay as a JPEG too (the input is compressed); ``prefix``: the topics' namespace
         ('~/left' for camera left of a multi-camera node); ``serialized``: the raw images
         (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``);
-        ``overlay_device``: where the overlay is rendered (:func:`overlay_device_of`)."""
+        ``overlay_device``: where the overlay is rendered (:func:`overlay_device_of`);
+        ``on_frame_out``: called with time.monotonic() after each frame's state went out."""
         # the log first, and what was made destroyed on a failure: a configure that fails
         # (an unwritable log) must not leave publishers behind, one more set per retry
         log = TimingLog(timing_log) if timing_log else None
@@ -112,7 +117,8 @@ class Publishers:
             if log is not None:
                 log.close()
             raise
-        return cls(node, pubs, totals, class_of, serial, log, serialized, overlay_device)
+        return cls(node, pubs, totals, class_of, serial, log, serialized, overlay_device,
+                   on_frame_out)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -160,6 +166,8 @@ class Publishers:
             self.timing_log.write(inputs.stamp_ns(p.header.stamp), p.times)
         p.publish_s += time.perf_counter() - t0
         self.last_publish_ms = p.publish_s * 1e3
+        if self.on_frame_out is not None:
+            self.on_frame_out(now)
 
     def subscribed(self, name: str) -> bool:
         pub = self.pubs.get(name)

@@ -232,6 +232,19 @@ def child_env(base: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
+def image_qos(o: Any) -> Any:
+    """The image subscription's QoS for the node's options ``o`` (reliability, and with
+    ``process_every_frame`` a history that keeps every frame: the FIFO blocks, so DDS must keep
+    the backlog, not overwrite it)."""
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    rel = (ReliabilityPolicy.RELIABLE if o.qos_reliability == 'reliable'
+           else ReliabilityPolicy.BEST_EFFORT)
+    if o.process_every_frame:
+        return QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=rel)
+    return QoSProfile(depth=o.qos_depth, reliability=rel)
+
+
 def image_input(node: Any, topic: str, on_image: OnImage, qos: Any, opts: Any,
                 index: int = 0) -> Any:
     """The node's input of raw images on ``topic``: an :class:`ImageReceiver` with

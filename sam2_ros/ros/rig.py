@@ -70,7 +70,8 @@ class Rig:
                     timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
                     compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
                     serialized=o.publish_serialized_images,
-                    overlay_device=overlay_device_of(o, node.cfg.device)))
+                    overlay_device=overlay_device_of(o, node.cfg.device),
+                    on_frame_out=node.diag.frame_out))
         except BaseException:
             for out in self.outputs:
                 out.release()
