@@ -36,7 +36,7 @@ on() { (( ${!1:-$2} > 0 )); }    # on VAR DEFAULT: the part's cap is above 0
 G=test/gpu
 FUSED_DEFAULT="$G/test_fused_kernels_gpu.py $G/test_fused_fpn_gpu.py"
 FUSED_DEFAULT+=" $G/test_fused_upscaling_gpu.py $G/test_q_pool_gpu.py $G/test_fused_graphs_gpu.py"
-FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py"
+FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py $G/test_window_attention_gpu.py"
 # the fused kernels under the precast_weights off switch (float32 weights, bf16 compute): a
 # kernel out of shared memory there fell back to sam2's modules unnoticed until 2026-12-05
 FUSED_DEFAULT+=" $G/test_graphs_gpu.py::test_precast_bitwise_equal_to_per_call_casts"
@@ -49,6 +49,7 @@ ONLY+="$T:3:ours_graph_batched;$T:10:ours_graph_batched;$T:10:ours_graph_batched
 ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"
 ONLY+="$T:1:ours_graph_batched_cams2;$T:3:ours_graph_batched_cams2"   # a stereo node's step
 ONLY+=";$T:1:ours_graph_batched_gelu;$T:10:ours_graph_batched_gelu;$L:1:ours_graph_gelu"   # opt-in
+ONLY+=";$T:1:ours_graph_batched_winattn;$L:1:ours_graph_winattn;$L:1:ours_graph_optin"
 if on ENGINE_S 150; then
   timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 \
     --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \

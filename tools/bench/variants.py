@@ -26,7 +26,9 @@ import torch
 from sam2_ros.engine.config import FUSED_GROUPS
 
 SRC_H, SRC_W = 720, 1280
-WITH_GELU = FUSED_GROUPS + ('gelu_epilogue',)     # the default groups and the opt-in one
+WITH_GELU = FUSED_GROUPS + ('gelu_epilogue',)     # the default groups and an opt-in one
+WITH_WINDOW = FUSED_GROUPS + ('window_attention',)
+WITH_OPT_IN = FUSED_GROUPS + ('gelu_epilogue', 'window_attention')   # every opt-in group
 
 
 @dataclass
@@ -160,6 +162,26 @@ def ours_graph_gelu(spec: Spec) -> Run:
 def ours_graph_batched_gelu(spec: Spec) -> Run:
     """ours_graph_batched with the opt-in 'gelu_epilogue' group too."""
     return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_GELU)
+
+
+def ours_graph_winattn(spec: Spec) -> Run:
+    """ours_graph with the opt-in 'window_attention' group (Hiera's small windows)."""
+    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_WINDOW)
+
+
+def ours_graph_batched_winattn(spec: Spec) -> Run:
+    """ours_graph_batched with the opt-in 'window_attention' group."""
+    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_WINDOW)
+
+
+def ours_graph_optin(spec: Spec) -> Run:
+    """ours_graph with every opt-in group ('gelu_epilogue', 'window_attention')."""
+    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_OPT_IN)
+
+
+def ours_graph_batched_optin(spec: Spec) -> Run:
+    """ours_graph_batched with every opt-in group."""
+    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_OPT_IN)
 
 
 def ours_graph_batched_received(spec: Spec) -> Run:
@@ -342,6 +364,10 @@ VARIANTS = {
     'ours_graph_unfused': ours_graph_unfused,
     'ours_graph_gelu': ours_graph_gelu,
     'ours_graph_batched_gelu': ours_graph_batched_gelu,
+    'ours_graph_winattn': ours_graph_winattn,
+    'ours_graph_batched_winattn': ours_graph_batched_winattn,
+    'ours_graph_optin': ours_graph_optin,
+    'ours_graph_batched_optin': ours_graph_batched_optin,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,

@@ -55,6 +55,8 @@ Groups:
 Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
+  'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
+                      pooling) in one program per window and head (``window_attention.py``)
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     if 'hiera' in groups:
         enc = model.image_encoder
         parts['image_encoder'] = with_children(enc, trunk=FusedHiera(
-            enc.trunk, gelu_epilogue='gelu_epilogue' in groups))
+            enc.trunk, gelu_epilogue='gelu_epilogue' in groups,
+            window_attention='window_attention' in groups))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)

@@ -17,7 +17,9 @@ The first block's input add (patch embedding + positional embedding) is fused th
 the positional embedding (an interpolation of parameters) is computed once per size.
 A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
 projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
-the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``).
+the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``),
+with 'window_attention' the attention of windows of up to 64 tokens in one program per window
+and head (``window_attention.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sam2.modeling.backbones.hieradet import do_pool
 from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp, linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
+from sam2_ros.engine.cuda.kernels.window_attention import WindowAttention, takes
 
 
 def partition_rows(h: int, w: int, ws: int, device: Union[str, torch.device]) -> torch.Tensor:
@@ -58,7 +61,8 @@ class FusedHiera(torch.nn.Module):
     outputs (a list of [B, C, H, W] feature maps, the last stage first as sam2 returns them)
     from the same weights."""
 
-    def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False):
+    def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False,
+                 window_attention: bool = False):
         super().__init__()
         self.trunk = trunk
         # per block: its MLP's GELU in the first GEMM (dtypes.gelu_mlp; the opt-in
@@ -69,11 +73,13 @@ class FusedHiera(torch.nn.Module):
         self.rows: Dict[tuple, torch.Tensor] = {}         # index maps per shape
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
         self.outputs = outs
-        # each block's attention: a stage change's pools its queries in one kernel (q_pool.py)
+        # each block's attention: a stage change's pools its queries in one kernel (q_pool.py);
+        # with the opt-in 'window_attention', small windows attend in one program each
         strides = [pool_stride(blk.attn) for blk in trunk.blocks]
         self.attns = torch.nn.ModuleList(
-            blk.attn if s is None else PooledQueryAttention(blk.attn, s)
-            for blk, s in zip(trunk.blocks, strides))
+            PooledQueryAttention(blk.attn, s) if s is not None else
+            WindowAttention(blk.attn) if window_attention and takes(blk.attn, blk.window_size)
+            else blk.attn for blk, s in zip(trunk.blocks, strides))
 
     def _pos_embed(self, h: int, w: int, device) -> torch.Tensor:
         key = (h, w, device)
