@@ -40,6 +40,7 @@ def published(namespace, cameras):
     from sam2_ros.ros import messages
     from sam2_ros.ros.launch_common import NODE_NAME
     from sam2_ros.ros.options import NodeOptions
+    from sam2_ros.ros.quiet_tick import QuietTick
     from sam2_ros.ros.rig import Rig
 
     made = {}
@@ -51,7 +52,8 @@ def published(namespace, cameras):
                            cfg=SimpleNamespace(device='cpu'),
                            get_logger=lambda: SimpleNamespace(warning=lambda text: None),
                            create_lifecycle_publisher=create,
-                           destroy_lifecycle_publisher=lambda pub: None)
+                           destroy_lifecycle_publisher=lambda pub: None,
+                           diag=QuietTick(lambda: None))
     Rig(list(cameras)).create_outputs(node, messages.vision_interfaces())
     return made
 
