@@ -154,34 +154,25 @@ def ours_graph_batched_unfused(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched', fused_kernels=False)
 
 
-def ours_graph_gelu(spec: Spec) -> Run:
-    """ours_graph with the opt-in 'gelu_epilogue' group too (config.FUSED_OPT_IN)."""
-    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_GELU)
+def with_fused(groups: tuple, mode: str, doc: str) -> Callable[[Spec], Run]:
+    """A variant of ours with the graphs of ``mode`` and the fused groups ``groups`` (the
+    opt-in ones of config.FUSED_OPT_IN among them)."""
+    def variant(spec: Spec) -> Run:
+        return _ours(spec, graphs=True, mode=mode, fused_kernels=groups)
+    variant.__doc__ = doc
+    return variant
 
 
-def ours_graph_batched_gelu(spec: Spec) -> Run:
-    """ours_graph_batched with the opt-in 'gelu_epilogue' group too."""
-    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_GELU)
-
-
-def ours_graph_winattn(spec: Spec) -> Run:
-    """ours_graph with the opt-in 'window_attention' group (Hiera's small windows)."""
-    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_WINDOW)
-
-
-def ours_graph_batched_winattn(spec: Spec) -> Run:
-    """ours_graph_batched with the opt-in 'window_attention' group."""
-    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_WINDOW)
-
-
-def ours_graph_optin(spec: Spec) -> Run:
-    """ours_graph with every opt-in group ('gelu_epilogue', 'window_attention')."""
-    return _ours(spec, graphs=True, mode='swap', fused_kernels=WITH_OPT_IN)
-
-
-def ours_graph_batched_optin(spec: Spec) -> Run:
-    """ours_graph_batched with every opt-in group."""
-    return _ours(spec, graphs=True, mode='batched', fused_kernels=WITH_OPT_IN)
+ours_graph_gelu = with_fused(WITH_GELU, 'swap', "ours_graph with the opt-in 'gelu_epilogue'")
+ours_graph_batched_gelu = with_fused(WITH_GELU, 'batched',
+                                     "ours_graph_batched with the opt-in 'gelu_epilogue'")
+ours_graph_winattn = with_fused(WITH_WINDOW, 'swap',
+                                "ours_graph with the opt-in 'window_attention'")
+ours_graph_batched_winattn = with_fused(WITH_WINDOW, 'batched',
+                                        "ours_graph_batched with the opt-in 'window_attention'")
+ours_graph_optin = with_fused(WITH_OPT_IN, 'swap', 'ours_graph with every opt-in group')
+ours_graph_batched_optin = with_fused(WITH_OPT_IN, 'batched',
+                                      'ours_graph_batched with every opt-in group')
 
 
 def ours_graph_batched_received(spec: Spec) -> Run:
