@@ -101,9 +101,12 @@ def play(lease, bag, tmp_path, tag, clock):
 
 @pytest.mark.parametrize('sim_time', [True, False], ids=['use_sim_time', 'image_stamps'])
 def test_bag_replayed_twice_into_one_node_gives_the_same_states(tmp_path, sim_time):
-    """With use_sim_time /clock shows the jump before any message of the second run; without
-    it the first frame does, after that run's frame-0 prompt (recorded 30 ms ahead) was taken
-    as old: it is held for its frame again."""
+    """With use_sim_time /clock shows the jump; without it the first frame does, after that
+    run's frame-0 prompt (recorded 30 ms ahead) was taken as old: it is held for its frame
+    again. The player publishes /clock right before each message, but DDS does not order
+    deliveries across topics: under use_sim_time too the second run's first prompt may come
+    before /clock's jump (or the first frame before it), and is then held again the same way:
+    the states are equal and time is reset once either way."""
     from rosgraph_msgs.msg import Clock
 
     bag = write_bag(tmp_path / 'bag', 'mcap')
@@ -132,8 +135,6 @@ def test_bag_replayed_twice_into_one_node_gives_the_same_states(tmp_path, sim_ti
         assert [o[0] for o in first[stamp(N - 1)]] == [1, 2]
         jumps = re.findall(r'jumped back', node.log())
         assert len(jumps) == 1, node.log()[-3000:]
-        if sim_time:
-            assert 'older than the latest frame' not in node.log()
     finally:
         c.close()
         node.stop()
