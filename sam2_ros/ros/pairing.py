@@ -179,7 +179,7 @@ class StampPairer:
         elif last is not None and stamp_ns > last:
             self._gaps[camera].append(int(stamp_ns) - last)
         self.counts.clock_splits += self._clocks.observe(
-            camera, int(stamp_ns), [[s for s, _ in t] for t in self._times])
+            camera, int(stamp_ns), self._times)
         if last is None or stamp_ns > last:
             self._times[camera].append((int(stamp_ns), int(now_ns)))
             self._measure_rate()

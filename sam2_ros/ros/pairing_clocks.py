@@ -22,7 +22,7 @@ other camera's frames leave without the up to one period they would have waited 
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Iterable, List, Sequence, Tuple
 
 # frames of each camera, in a row, far from the other's stamps: a few, so that one frame of a
 # stall or a dropped burst does not split a rig, and the wait ends within a few frames
@@ -43,15 +43,16 @@ class ClockSplit:
     def apart(self, c: int, d: int) -> bool:
         return min(self.far[c][d], self.far[d][c]) >= SPLIT_FRAMES
 
-    def observe(self, camera: int, stamp_ns: int, kept: Sequence[Sequence[int]]) -> int:
-        """Camera ``camera``'s frame of ``stamp_ns`` against the stamps ``kept[d]`` of every
-        other camera d (empty: none kept, nothing to compare); how many pairs of cameras it
-        found apart that were not."""
+    def observe(self, camera: int, stamp_ns: int,
+                kept: Sequence[Iterable[Tuple[int, int]]]) -> int:
+        """Camera ``camera``'s frame of ``stamp_ns`` against the (stamp, receipt) pairs
+        ``kept[d]`` of every other camera d (the pairer's own record; empty: none kept, nothing
+        to compare); how many pairs of cameras it found apart that were not."""
         parted = 0
         for d, stamps in enumerate(kept):
             if d == camera or not stamps:
                 continue
-            near = min(abs(stamp_ns - s) for s in stamps) <= self.far_ns
+            near = min(abs(stamp_ns - s) for s, _ in stamps) <= self.far_ns
             was = self.apart(camera, d)
             self.far[camera][d] = 0 if near else self.far[camera][d] + 1
             parted += int(not was and self.apart(camera, d))

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 import triton.language as tl
 
+from sam2_ros.engine.cuda.kernels.dtypes import linear_input
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 
 # windows of at most this many tokens run here: the scores of a window stay in registers
@@ -95,13 +95,11 @@ class WindowAttention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.inner
+        if linear_input(x, torch.promote_types(x.dtype, a.qkv.weight.dtype)) not in (
+                torch.bfloat16, torch.float16):
+            return a(x)                                             # float32: sam2's own
         bsz, h, w, _ = x.shape                                       # [B * windows, ws, ws, C]
         qkv = a.qkv(x).reshape(bsz, h * w, 3, a.num_heads, -1)      # [B, L, 3, nH, D]
-        if qkv.dtype in (torch.bfloat16, torch.float16):
-            out = window_attention(qkv)                             # [B, L, nH, D]
-        else:
-            q, k, v = torch.unbind(qkv, 2)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                 v.transpose(1, 2)).transpose(1, 2)
+        out = window_attention(qkv)                                 # [B, L, nH, D]
         return a.proj(out.reshape(bsz, h, w, -1))
 
