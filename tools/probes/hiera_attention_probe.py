@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tools.bench.results import save_probe
 
+WARPS = (2, 4, 8)     # num_warps of our window kernel (window_attention.py) timed per shape
 BACKENDS = {'flash': SDPBackend.FLASH_ATTENTION, 'cudnn': SDPBackend.CUDNN_ATTENTION,
             'efficient': SDPBackend.EFFICIENT_ATTENTION}
 CALLS = 10
@@ -72,20 +73,37 @@ def time_sdpa(shape: Tuple[int, int, int, int, int], backend: Optional[str],
         q = q[:, :, :lq]
     try:
         with nullcontext() if backend is None else sdpa_kernel([BACKENDS[backend]]):
-            for _ in range(3):
-                F.scaled_dot_product_attention(q, k, v)
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(reps):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(CALLS):       # back to back: the kernels', not the launches'
-                    F.scaled_dot_product_attention(q, k, v)
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) / CALLS)
+            return _median_ms(lambda: F.scaled_dot_product_attention(q, k, v), reps)
     except RuntimeError:
         return float('nan')
+
+
+def time_window_kernel(shape: Tuple[int, int, int, int, int], warps: int,
+                       reps: int) -> float:
+    """Median ms of our window kernel (opt-in 'window_attention') on the shape, nan where it
+    does not take it (pooled queries, windows over MAX_TOKENS)."""
+    from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
+                                                               window_attention)
+    b, heads, lq, lk, d = shape
+    if lq != lk or lk > MAX_TOKENS or d > MAX_HEAD_DIM:
+        return float('nan')
+    qkv = torch.randn(b, lk, 3, heads, d, device='cuda', dtype=torch.bfloat16)
+    return _median_ms(lambda: window_attention(qkv, num_warps=warps), reps)
+
+
+def _median_ms(fn, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(CALLS):       # back to back: the kernels', not the launches'
+            fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / CALLS)
     times.sort()
     return times[len(times) // 2]
 
@@ -96,6 +114,7 @@ def probe(model: str, res: int, reps: int) -> List[Dict[str, object]]:
     for shape, n in counts.items():
         ms = {name: time_sdpa(shape, name, reps) for name in BACKENDS}
         default = time_sdpa(shape, None, reps)
+        ms.update({f'window_w{w}': time_window_kernel(shape, w, reps) for w in WARPS})
         rows.append({'model': model, 'res': res, 'shape_b_h_lq_lk_d': list(shape),
                      'blocks': n, 'default_ms': default,
                      **{f'{k}_ms': v for k, v in ms.items()}})
@@ -104,6 +123,11 @@ def probe(model: str, res: int, reps: int) -> List[Dict[str, object]]:
               ' '.join(f'{k} {v:.4f}' for k, v in ms.items()) + f' best {best[1]}', flush=True)
     total = {k: sum(r['blocks'] * r[f'{k}_ms'] for r in rows)
              for k in ['default', *BACKENDS]}
+    # the window kernel where it takes the shape, the default elsewhere (as the opt-in does)
+    for w in WARPS:
+        total[f'window_w{w}'] = sum(
+            r['blocks'] * (r[f'window_w{w}_ms'] if r[f'window_w{w}_ms'] == r[f'window_w{w}_ms']
+                           else r['default_ms']) for r in rows)
     best = sum(r['blocks'] * min(v for k, v in r.items() if k.endswith('_ms') and v == v)
                for r in rows)
     print(f'{model}@{res} total ms per frame: ' +

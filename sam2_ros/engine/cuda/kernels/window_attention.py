@@ -61,10 +61,11 @@ def _window_attention_kernel(qkv_ptr, s_b, s_l, s_t, s_h, out_ptr, o_b, o_l, o_h
     tl.store(to, o.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def window_attention(qkv: torch.Tensor) -> torch.Tensor:
+def window_attention(qkv: torch.Tensor, num_warps: int = 4) -> torch.Tensor:
     """qkv [B, L, 3, H, D] (the q/k/v projection's output viewed as sam2 does, D contiguous,
     bf16 or fp16, L <= MAX_TOKENS) -> softmax(q k^T / sqrt(D)) v as [B, L, H, D] contiguous:
-    each of the B windows attends within itself, per head."""
+    each of the B windows attends within itself, per head. ``num_warps``: Triton's, per
+    program (``tools/probes/hiera_attention_probe.py`` times 2, 4 and 8 per shape)."""
     bsz, n, three, heads, d = qkv.shape
     assert three == 3 and qkv.stride(4) == 1 and n <= MAX_TOKENS and d <= MAX_HEAD_DIM, \
         (qkv.shape, qkv.stride())
@@ -74,7 +75,7 @@ def window_attention(qkv: torch.Tensor) -> torch.Tensor:
         qkv, qkv.stride(0), qkv.stride(1), qkv.stride(2), qkv.stride(3), out, out.stride(0),
         out.stride(1), out.stride(2), n, d, heads, 1.0 / math.sqrt(d),
         BLOCK_L=max(16, next_pow2(n)), BLOCK_D=max(16, next_pow2(d)), UPCAST=upcast,
-        PRECISION='ieee' if upcast else 'tf32', num_warps=4)
+        PRECISION='ieee' if upcast else 'tf32', num_warps=num_warps)
     return out
 
 
