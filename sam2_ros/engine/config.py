@@ -32,6 +32,9 @@ FUSED_GROUPS = ('hiera', 'memory_attention', 'rope', 'decoder', 'decoder_heads',
                 'memory_encoder', 'layernorm2d', 'io', 'constants', 'holes', 'sam_glue', 'fpn',
                 'pointer_pos')
 TRITON_FREE_GROUPS = ('constants',)
+# batch_buckets' bound, far above any rig's object count (256 objects for each of 16 cameras):
+# a larger bucket is a typo that would capture a graph of that batch at start-up
+MAX_BATCH_BUCKET = 4096
 # Fast paths that are not bitwise sam2's, so not in ``fused_kernels: true``: named in its list
 # to turn on. 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on
 # the float32 accumulator: within a bf16 step of sam2's exact GELU on the rounded product).
@@ -318,6 +321,9 @@ class TrackerConfig:
             raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '
                              f'{self.fill_hole_area!r}')
         _int_in(self, 'lost_after_frames', 1, None)
+        _buckets_in(self, 'graph_cond_buckets', self.max_cond_frames,
+                    'conditioning-frame counts', ' (max_cond_frames)')
+        _buckets_in(self, 'batch_buckets', MAX_BATCH_BUCKET, 'object batch sizes')
         import torch        # here: the config module itself stays importable without torch
         try:
             torch.device(self.device)
@@ -344,6 +350,20 @@ class TrackerConfig:
 
     def replace(self, **changes: Any) -> 'TrackerConfig':
         return dataclasses.replace(self, **changes)
+
+
+def _buckets_in(cfg: TrackerConfig, name: str, hi: int, what: str, bound: str = '') -> None:
+    """ValueError unless the field ``name`` is None (the default buckets) or distinct ints in
+    1..hi: a bucket above what can occur would capture a graph no step replays (start-up time
+    and GPU memory for nothing), a repeated one capture it twice."""
+    v = getattr(cfg, name)
+    if v is None:
+        return
+    if not isinstance(v, (tuple, list)) or not v or len(set(v)) != len(v) or not all(
+            isinstance(n, numbers.Integral) and not isinstance(n, bool) and 1 <= n <= hi
+            for n in v):
+        raise ValueError(f'{name} must be distinct {what} in 1..{hi}{bound}, or unset for '
+                         f'the default, got {v!r}')
 
 
 def _int_in(cfg: TrackerConfig, name: str, lo: int, hi: Optional[int]) -> None:

@@ -24,6 +24,9 @@ INPUT_TYPES = ('raw', 'compressed')
 RELIABILITIES = ('reliable', 'best_effort')
 # What a click (~/click PointStamped, or a Point from rqt_image_view) does; see NodeOptions.
 CLICK_MODES = ('positive', 'negative', 'new')
+# qos_depth, fifo_size and prompt_queue_size at most: each holds up to that many frames (2.7 MB
+# at 720p) or prompts; more is a typo, which would surface as a failed subscription or memory
+MAX_QUEUE = 1000
 
 
 @dataclass
@@ -274,8 +277,8 @@ class NodeOptions:
             raise ValueError(f'qos_reliability must be one of {RELIABILITIES}, '
                              f'got {self.qos_reliability!r}')
         for name in ('qos_depth', 'fifo_size', 'prompt_queue_size'):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)!r}')
+            if not 1 <= int(getattr(self, name)) <= MAX_QUEUE:
+                raise ValueError(f'{name} must be in 1..{MAX_QUEUE}, got {getattr(self, name)!r}')
         if not 1 <= int(self.click_object_id) <= 255:
             raise ValueError(f'click_object_id must be in 1..255, got {self.click_object_id!r}')
         if self.executor not in EXECUTORS:
