@@ -16,9 +16,9 @@
 #   bash scripts/gpu/gpu_node_latency.sh receiver # image_receiver_process on against off:
 #     one node serving two cameras (1 and 3 objects each) and one camera (1, 3, 8 objects)
 #   bash scripts/gpu/gpu_node_latency.sh targets  # every target row of the transport and stereo
-#     issues in one call, most wanted first: one node serving two cameras with receiving
-#     processes (1, 3 objects each), then without them (1 object), raw 1/3/8, jpeg 1/8, two
-#     nodes (1, 3), raw 8 with receivers
+#     issues in one call, most wanted first: one node serving two cameras (1 object each) with
+#     receiving processes and without, raw 1, two cameras with 3 objects each (receiving
+#     processes), raw 3/8, jpeg 1/8, two nodes (1, 3), raw 8 with receivers
 #   bash scripts/gpu/gpu_node_latency.sh stall    # one node for two cameras (1 object each) and
 #     raw 3 objects with stall_trace_ms (STALL_MS, 12), then both with CUDA_MODULE_LOADING=EAGER
 #   bash scripts/gpu/gpu_node_latency.sh diag     # one node for two cameras (1 object each)
@@ -171,12 +171,12 @@ elif [ "$MODE" = receiver ]; then   # receiving processes on/off, stereo first (
 elif [ "$MODE" = targets ]; then   # the rows the targets are judged on, most wanted first
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
-  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   # the frames received in the node's process (the events executor's serialized
   # subscriptions) against the receiving processes' hand-off (0.85 ms p50 queue at fb7e4ed)
   run cams2_1gpu_1node_1obj --objects 1 --transport shm --overlay --devices "$D0,$D0" \
     --one-node --no-receiver-process
   run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run cams2_1gpu_1node_3obj_rxproc --objects 3 "${ONE[@]}"
   run shm_3obj_overlay --objects 3 --transport shm --overlay
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay_jpeg --objects 1 --transport shm --overlay --input jpeg

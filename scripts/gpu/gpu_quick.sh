@@ -5,7 +5,8 @@
 # corrections), image mode tiny/large against SAM2ImagePredictor (bf16), two fresh starts
 # (warm configure), then the deferred-prompt and two-camera GPU tests. Each part logs to $OUT;
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
-# FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S,
+# FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S
+# (ENGINE_ONLY: its rows instead of the default list),
 # PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
@@ -50,6 +51,7 @@ ONLY+="$L:1:ours_graph;$L:1:ours_graph_unfused;"
 ONLY+="$T:1:ours_graph_batched_cams2;$T:3:ours_graph_batched_cams2"   # a stereo node's step
 ONLY+=";$T:1:ours_graph_batched_gelu;$T:10:ours_graph_batched_gelu;$L:1:ours_graph_gelu"   # opt-in
 ONLY+=";$T:1:ours_graph_batched_winattn;$L:1:ours_graph_winattn;$L:1:ours_graph_optin"
+ONLY=${ENGINE_ONLY:-$ONLY}     # another list of rows (the same syntax), e.g. for a short call
 if on ENGINE_S 150; then
   timeout "${ENGINE_S:-150}" python3 -m tools.bench.cli --only "$ONLY" --frames 30 \
     --slow-frames 20 --warmup 16 --profile-frames 3 --census --out "$OUT/h200.json" \
