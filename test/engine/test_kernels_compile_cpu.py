@@ -46,14 +46,17 @@ _MERGE = dict(o_ptr='*bf16', o_sb=I64, o_ss=I64, o_sl=I64, o_sh=I64, lse_ptr='*f
               y_sh=I64, H=I32, Lq=I32, D=I32)
 
 _WINDOW = dict(qkv_ptr='*bf16', s_b=I64, s_l=I64, s_t=I64, s_h=I64, out_ptr='*bf16', o_b=I64,
-               o_l=I64, o_h=I64, L=I32, D=I32, H=I32, scale=F32)
+               o_l=I64, o_h=I64, L=I32, LQ=I32, W=I32, W2=I32, D=I32, H=I32, scale=F32)
 
 CASES = {
     # the opt-in 'window_attention' (Hiera-L: 8x8 windows of 72-channel heads, 4x4 windows)
     'window attention 64 tokens': (window_attention, '_window_attention_kernel', _WINDOW, dict(
-        BLOCK_L=64, BLOCK_D=128, UPCAST=False, PRECISION='tf32')),
+        BLOCK_L=64, BLOCK_Q=64, BLOCK_D=128, SH=1, SW=1, UPCAST=False, PRECISION='tf32')),
     'window attention 16 tokens': (window_attention, '_window_attention_kernel', _WINDOW, dict(
-        BLOCK_L=16, BLOCK_D=128, UPCAST=False, PRECISION='tf32')),
+        BLOCK_L=16, BLOCK_Q=16, BLOCK_D=128, SH=1, SW=1, UPCAST=False, PRECISION='tf32')),
+    # a stage change's first block: 8x8 windows, queries pooled 2x2 in the kernel
+    'window attention pooled': (window_attention, '_window_attention_kernel', _WINDOW, dict(
+        BLOCK_L=64, BLOCK_Q=16, BLOCK_D=128, SH=2, SW=2, UPCAST=False, PRECISION='tf32')),
     'rope bf16': (rope, '_rope_kernel', dict(
         q_ptr='*bf16', q_sb=I64, q_sl=I64, k_ptr='*bf16', k_sb=I64, k_sl=I64, cos_ptr='*fp32',
         sin_ptr='*fp32', qo_ptr='*bf16', ko_ptr='*bf16', Lq=I32, Lk=I32, n_rope=I32, H=I32,

@@ -4,7 +4,9 @@ bf16 q, k, v (each window attends within itself, per head), for the window sizes
 Hiera-T/-L (16, 49 and 64 tokens; 49 pads to a 64-row tile) and their head widths (72, 96); the
 module against sam2's ``MultiScaleAttention`` under bf16 autocast (float32: sam2's own call,
 bitwise); the fused trunk takes it only where opted in, for unpooled windows of <= 64 tokens.
-The GPU test bounds the difference on the real shapes (test/gpu/test_window_attention_gpu.py).
+Pooled queries (a stage change's first block) are pooled by the kernel itself, within each
+window, as sam2's pooled-query attention pools them. The GPU test bounds the difference on the
+real shapes (test/gpu/test_window_attention_gpu.py).
 """
 
 import pytest
@@ -110,3 +112,62 @@ def test_the_fused_trunk_takes_it_only_where_opted_in():
     assert 'window_attention' not in FUSED_GROUPS
     copy = fused.fused_model(shared_model(), ('hiera', 'window_attention'))
     assert any(isinstance(a, WindowAttention) for a in copy.image_encoder.trunk.attns)
+
+
+def _pooled_reference(qkv, w, sh, sw):
+    """sam2's pooled-query attention on q, k, v in float64: q max-pooled in sh x sw blocks of
+    the window (rows of w tokens), then each pooled query attends over every key."""
+    q, k, v = (t.double() for t in torch.unbind(qkv, 2))                # [B, L, H, D]
+    b, n, heads, d = q.shape
+    grid = q.reshape(b, n // w, w, heads * d).permute(0, 3, 1, 2)       # [B, HD, h, w]
+    pooled = F.max_pool2d(grid, (sh, sw)).permute(0, 2, 3, 1).reshape(b, -1, heads, d)
+    out = F.scaled_dot_product_attention(pooled.transpose(1, 2), k.transpose(1, 2),
+                                         v.transpose(1, 2))
+    return out.transpose(1, 2)                                          # [B, Lq, H, D]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('ws, heads, d', [(8, 2, 72), (4, 4, 72), (8, 1, 96)])
+def test_pooled_queries_are_pooled_in_the_window_then_attend(ws, heads, d):
+    """The stage changes of Hiera-L (8x8 windows pooled to 4x4, 4x4 to 2x2) and Hiera-T."""
+    qkv = _rand(3, ws * ws, 3, heads, d, seed=ws + d, dtype=torch.bfloat16, scale=2.0)
+    out = window_attention(qkv, pool=(ws, 2, 2))
+    assert out.shape == (3, ws * ws // 4, heads, d) and out.is_contiguous()
+    ref = _pooled_reference(qkv, ws, 2, 2)
+    err = (out.double() - ref).abs().max().item()
+    assert err <= BF16_TOL * max(1.0, ref.abs().max().item()), err
+    # the queries of one 2x2 block (tokens 0, 1, ws, ws + 1) pool to one: swapping two of
+    # them changes nothing, swapping queries of two blocks does
+    inside, across = qkv.clone(), qkv.clone()
+    inside[:, [0, ws + 1], 0] = qkv[:, [ws + 1, 0], 0]
+    across[:, [0, 2], 0] = qkv[:, [2, 0], 0]
+    assert torch.equal(window_attention(inside, pool=(ws, 2, 2)), out)
+    assert not torch.equal(window_attention(across, pool=(ws, 2, 2)), out)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('ws', [4, 8])
+def test_pooled_module_is_sams_pooled_attention_within_bf16_rounding(ws):
+    attn = MultiScaleAttention(32, 64, num_heads=2, q_pool=torch.nn.MaxPool2d(2, 2))
+    torch.nn.init.normal_(attn.qkv.weight, std=0.2, generator=torch.Generator().manual_seed(ws))
+    attn = attn.eval()
+    x = _rand(5, ws, ws, 32, seed=ws)                        # [B * windows, ws, ws, C]
+    on = PooledQueryAttention(attn, (2, 2), window_kernel=True)
+    off = PooledQueryAttention(attn, (2, 2))
+    with torch.autocast('cpu', torch.bfloat16):
+        ref, out = attn(x), on(x)
+        assert on.in_window_kernel(attn.qkv(x).reshape(5, ws * ws, 3, 2, -1), ws, ws)
+    assert out.dtype == ref.dtype == torch.bfloat16 and out.shape == ref.shape
+    err = (out.float() - ref.float()).abs().max().item()
+    assert err <= 4 * BF16_TOL * max(1.0, ref.float().abs().max().item()), err
+    # float32 (and the group off) keep the bitwise path
+    assert torch.equal(on(x), off(x))
+
+
+def test_the_fused_trunk_pools_small_windows_in_the_kernel_only_where_opted_in():
+    trunk = shared_model().image_encoder.trunk
+    pooled = [a for a in FusedHiera(trunk).attns if isinstance(a, PooledQueryAttention)]
+    assert pooled and not any(a.window_kernel for a in pooled)
+    opted = [a for a in FusedHiera(trunk, window_attention=True).attns
+             if isinstance(a, PooledQueryAttention)]
+    assert opted and all(a.window_kernel for a in opted)

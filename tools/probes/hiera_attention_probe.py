@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 from contextlib import nullcontext
 import os
 import sys
@@ -80,15 +81,17 @@ def time_sdpa(shape: Tuple[int, int, int, int, int], backend: Optional[str],
 
 def time_window_kernel(shape: Tuple[int, int, int, int, int], warps: int,
                        reps: int) -> float:
-    """Median ms of our window kernel (opt-in 'window_attention') on the shape, nan where it
-    does not take it (pooled queries, windows over MAX_TOKENS)."""
+    """Median ms of our window kernel (opt-in 'window_attention') on the shape, pooled
+    queries too; nan where it does not take it (windows over MAX_TOKENS)."""
     from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
                                                                window_attention)
     b, heads, lq, lk, d = shape
-    if lq != lk or lk > MAX_TOKENS or d > MAX_HEAD_DIM:
+    ws = math.isqrt(lk)
+    if lq not in (lk, lk // 4) or ws * ws != lk or lk > MAX_TOKENS or d > MAX_HEAD_DIM:
         return float('nan')
+    pool = (ws, 2, 2) if lq < lk else None           # a stage change's 2x2 query pooling
     qkv = torch.randn(b, lk, 3, heads, d, device='cuda', dtype=torch.bfloat16)
-    return _median_ms(lambda: window_attention(qkv, num_warps=warps), reps)
+    return _median_ms(lambda: window_attention(qkv, num_warps=warps, pool=pool), reps)
 
 
 def _median_ms(fn, reps: int) -> float:

@@ -18,8 +18,8 @@ the positional embedding (an interpolation of parameters) is computed once per s
 A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
 projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
 the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``),
-with 'window_attention' the attention of windows of up to 64 tokens in one program per window
-and head (``window_attention.py``).
+with 'window_attention' the attention of windows of up to 64 tokens (their queries pooled
+too, at a stage change) in one program per window and head (``window_attention.py``).
 """
 
 from __future__ import annotations
@@ -74,10 +74,11 @@ class FusedHiera(torch.nn.Module):
         outs = set(trunk.stage_ends if trunk.return_interm_layers else trunk.stage_ends[-1:])
         self.outputs = outs
         # each block's attention: a stage change's pools its queries in one kernel (q_pool.py);
-        # with the opt-in 'window_attention', small windows attend in one program each
+        # with the opt-in 'window_attention', small windows (pooled or not) attend in one
+        # program each
         strides = [pool_stride(blk.attn) for blk in trunk.blocks]
         self.attns = torch.nn.ModuleList(
-            PooledQueryAttention(blk.attn, s) if s is not None else
+            PooledQueryAttention(blk.attn, s, window_attention) if s is not None else
             WindowAttention(blk.attn) if window_attention and takes(blk.attn, blk.window_size)
             else blk.attn for blk, s in zip(trunk.blocks, strides))
 

@@ -6,7 +6,9 @@ max-pools the queries: q is a strided slice of the q/k/v projection, ``do_pool``
 (a copy kernel beside the pooling one, per call). Here one kernel reads q where the projection
 wrote it and stores the pooled queries contiguous, [B, H'*W', C]; the maximum is exact, so the
 result is bitwise sam2's (NaN propagates, as torch's max pooling). The projections, attention
-and output projection are sam2's modules and call as in its ``forward``.
+and output projection are sam2's modules and call as in its ``forward``. With the opt-in
+'window_attention', windows of up to 64 tokens pool and attend in the window kernel instead
+(``window_attention.py``: not bitwise, the pooled queries are).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import triton.language as tl
 
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
+from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
+                                                           window_attention)
 
 _TILE = 4096
 
@@ -79,21 +83,36 @@ def pool_stride(attn: torch.nn.Module) -> Optional[tuple]:
 
 
 class PooledQueryAttention(torch.nn.Module):
-    """Replaces a pooled-query ``MultiScaleAttention`` (its weights) in the fused trunk."""
+    """Replaces a pooled-query ``MultiScaleAttention`` (its weights) in the fused trunk.
+    ``window_kernel`` (the opt-in 'window_attention'): windows of up to MAX_TOKENS tokens
+    attend in one program per window and head that pools their queries itself
+    (``window_attention.window_attention``; 16-bit inputs only, float32 keeps this path)."""
 
-    def __init__(self, inner: torch.nn.Module, stride: tuple):
+    def __init__(self, inner: torch.nn.Module, stride: tuple, window_kernel: bool = False):
         super().__init__()
         self.inner = inner
         self.stride = stride
+        self.window_kernel = window_kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.inner
         bsz, h, w, _ = x.shape
         qkv = a.qkv(x).reshape(bsz, h * w, 3, a.num_heads, -1)     # [B, HW, 3, nH, D]
+        h2, w2 = h // self.stride[0], w // self.stride[1]
+        if self.in_window_kernel(qkv, h, w):
+            out = window_attention(qkv, pool=(w, *self.stride))       # [B, H'W', nH, D]
+            return a.proj(out.reshape(bsz, h2, w2, -1))
         q, k, v = torch.unbind(qkv, 2)                               # [B, HW, nH, D] each
         q = max_pool_rows(q.flatten(2), h, w, self.stride)          # [B, H'W', nH*D]
-        h2, w2 = h // self.stride[0], w // self.stride[1]
         q = q.view(bsz, h2 * w2, a.num_heads, -1)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                              v.transpose(1, 2))     # [B, nH, H'W', D]
         return a.proj(out.transpose(1, 2).reshape(bsz, h2, w2, -1))
+
+    def in_window_kernel(self, qkv: torch.Tensor, h: int, w: int) -> bool:
+        """Whether the opt-in window kernel takes this call: windows of at most MAX_TOKENS
+        tokens that the stride divides, 16-bit q/k/v, heads of at most MAX_HEAD_DIM."""
+        sh, sw = self.stride
+        return (self.window_kernel and h * w <= MAX_TOKENS and h % sh == 0 and w % sw == 0
+                and qkv.dtype in (torch.bfloat16, torch.float16)
+                and qkv.shape[-1] <= MAX_HEAD_DIM)

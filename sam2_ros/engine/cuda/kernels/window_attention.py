@@ -22,6 +22,7 @@ difference from sam2's module (test/gpu/test_window_attention_gpu.py).
 from __future__ import annotations
 
 import math
+from typing import Optional, Tuple
 
 import torch
 import triton.language as tl
@@ -35,46 +36,70 @@ MAX_HEAD_DIM = 128
 
 
 @jit
-def _window_attention_kernel(qkv_ptr, s_b, s_l, s_t, s_h, out_ptr, o_b, o_l, o_h, L, D, H,
-                             scale, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr,
+def _window_attention_kernel(qkv_ptr, s_b, s_l, s_t, s_h, out_ptr, o_b, o_l, o_h, L, LQ, W, W2,
+                             D, H, scale, BLOCK_L: tl.constexpr, BLOCK_Q: tl.constexpr,
+                             BLOCK_D: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                              UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     b, h = pid // H, pid % H
     rows = tl.arange(0, BLOCK_L)
+    qrows = tl.arange(0, BLOCK_Q)
     cols = tl.arange(0, BLOCK_D)
     m = (rows < L)[:, None] & (cols < D)[None, :]
-    at = qkv_ptr + b * s_b + h * s_h + (rows.to(tl.int64) * s_l)[:, None] + cols[None, :]
-    q = tl.load(at, mask=m, other=0.0)
+    mq = (qrows < LQ)[:, None] & (cols < D)[None, :]
+    base = qkv_ptr + b * s_b + h * s_h
+    at = base + (rows.to(tl.int64) * s_l)[:, None] + cols[None, :]
+    if SH * SW == 1:
+        q = tl.load(base + (qrows.to(tl.int64) * s_l)[:, None] + cols[None, :], mask=mq,
+                    other=0.0)
+    else:   # the queries max-pooled within the window (W x . tokens, SH x SW blocks): exact
+        oh, ow = qrows // W2, qrows % W2
+        qf = tl.full((BLOCK_Q, BLOCK_D), float('-inf'), tl.float32)
+        for dy in tl.static_range(SH):
+            for dx in tl.static_range(SW):
+                r = ((oh * SH + dy) * W + ow * SW + dx).to(tl.int64)
+                qf = tl.maximum(qf, tl.load(base + (r * s_l)[:, None] + cols[None, :],
+                                            mask=mq, other=0.0).to(tl.float32),
+                                propagate_nan=tl.PropagateNan.ALL)
+        q = qf.to(qkv_ptr.dtype.element_ty)      # a maximum of bf16 values: exact
     k = tl.load(at + s_t, mask=m, other=0.0)
     v = tl.load(at + 2 * s_t, mask=m, other=0.0)
     if UPCAST:      # the interpreter's tl.dot takes bf16 operands as bit patterns (mlp_heads)
         q, k, v = q.to(tl.float32), k.to(tl.float32), v.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale     # [BLOCK_L, BLOCK_L]
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale     # [BLOCK_Q, BLOCK_L]
     s = tl.where((rows < L)[None, :], s, float('-inf'))
     p = tl.exp(s - tl.max(s, 1)[:, None])
     den = tl.sum(p, 1)
     p = p.to(out_ptr.dtype.element_ty)
     if UPCAST:
         p = p.to(tl.float32)
-    o = tl.dot(p, v, input_precision=PRECISION) / den[:, None]        # [BLOCK_L, BLOCK_D]
-    to = out_ptr + b * o_b + h * o_h + (rows.to(tl.int64) * o_l)[:, None] + cols[None, :]
-    tl.store(to, o.to(out_ptr.dtype.element_ty), mask=m)
+    o = tl.dot(p, v, input_precision=PRECISION) / den[:, None]        # [BLOCK_Q, BLOCK_D]
+    to = out_ptr + b * o_b + h * o_h + (qrows.to(tl.int64) * o_l)[:, None] + cols[None, :]
+    tl.store(to, o.to(out_ptr.dtype.element_ty), mask=mq)
 
 
-def window_attention(qkv: torch.Tensor, num_warps: int = 4) -> torch.Tensor:
+def window_attention(qkv: torch.Tensor, num_warps: int = 4,
+                     pool: Optional[Tuple[int, int, int]] = None) -> torch.Tensor:
     """qkv [B, L, 3, H, D] (the q/k/v projection's output viewed as sam2 does, D contiguous,
-    bf16 or fp16, L <= MAX_TOKENS) -> softmax(q k^T / sqrt(D)) v as [B, L, H, D] contiguous:
-    each of the B windows attends within itself, per head. ``num_warps``: Triton's, per
-    program (``tools/probes/hiera_attention_probe.py`` times 2, 4 and 8 per shape)."""
+    bf16 or fp16, L <= MAX_TOKENS) -> softmax(q k^T / sqrt(D)) v as [B, Lq, H, D] contiguous:
+    each of the B windows attends within itself, per head. ``pool`` (W, SH, SW): the queries
+    are first max-pooled in SH x SW blocks of the window's rows of W tokens, as sam2's
+    pooled-query attention pools them (Lq = L / (SH * SW)); None: Lq = L. ``num_warps``:
+    Triton's, per program (``tools/probes/hiera_attention_probe.py`` times 2, 4 and 8)."""
     bsz, n, three, heads, d = qkv.shape
     assert three == 3 and qkv.stride(4) == 1 and n <= MAX_TOKENS and d <= MAX_HEAD_DIM, \
         (qkv.shape, qkv.stride())
-    out = torch.empty(bsz, n, heads, d, device=qkv.device, dtype=qkv.dtype)
+    w, sh, sw = pool if pool is not None else (n, 1, 1)
+    assert n % w == 0 and w % sw == 0 and (n // w) % sh == 0, (n, pool)
+    w2 = w // sw
+    nq = (n // w // sh) * w2
+    out = torch.empty(bsz, nq, heads, d, device=qkv.device, dtype=qkv.dtype)
     upcast = qkv.device.type != 'cuda'
     _window_attention_kernel[(bsz * heads,)](
         qkv, qkv.stride(0), qkv.stride(1), qkv.stride(2), qkv.stride(3), out, out.stride(0),
-        out.stride(1), out.stride(2), n, d, heads, 1.0 / math.sqrt(d),
-        BLOCK_L=max(16, next_pow2(n)), BLOCK_D=max(16, next_pow2(d)), UPCAST=upcast,
+        out.stride(1), out.stride(2), n, nq, w, w2, d, heads, 1.0 / math.sqrt(d),
+        BLOCK_L=max(16, next_pow2(n)), BLOCK_Q=max(16, next_pow2(nq)),
+        BLOCK_D=max(16, next_pow2(d)), SH=sh, SW=sw, UPCAST=upcast,
         PRECISION='ieee' if upcast else 'tf32', num_warps=num_warps)
     return out
 
