@@ -38,7 +38,7 @@ MAX_BATCH_BUCKET = 4096
 # Fast paths that are not bitwise sam2's, so not in ``fused_kernels: true``: named in its list
 # to turn on. 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on
 # the float32 accumulator: within a bf16 step of sam2's exact GELU on the rounded product).
-# 'window_attention': Hiera's attention in windows of up to 256 tokens, Triton programs per
+# 'window_attention': Hiera's attention in windows of up to 64 tokens, one Triton program per
 # window and head (the SDPA kernels spend a mostly empty tile on each; other summation order).
 FUSED_OPT_IN = ('gelu_epilogue', 'window_attention')
 

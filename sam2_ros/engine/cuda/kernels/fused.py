@@ -55,8 +55,8 @@ Groups:
 Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
-  'window_attention'  with 'hiera': the attention of windows of up to 256 tokens (64 with query
-                      pooling) in programs per window and head (``window_attention.py``)
+  'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
+                      pooling) in one program per window and head (``window_attention.py``)
 """
 
 from __future__ import annotations

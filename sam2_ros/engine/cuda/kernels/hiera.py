@@ -18,8 +18,8 @@ the positional embedding (an interpolation of parameters) is computed once per s
 A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
 projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
 the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``),
-with 'window_attention' the attention of windows of up to 256 tokens (64 with pooled queries,
-at a stage change) in Triton programs per window and head (``window_attention.py``).
+with 'window_attention' the attention of windows of up to 64 tokens (their queries pooled
+too, at a stage change) in one program per window and head (``window_attention.py``).
 """
 
 from __future__ import annotations
