@@ -54,11 +54,6 @@ CASES = {
         BLOCK_L=64, BLOCK_Q=64, BLOCK_D=128, SH=1, SW=1, UPCAST=False, PRECISION='tf32')),
     'window attention 16 tokens': (window_attention, '_window_attention_kernel', _WINDOW, dict(
         BLOCK_L=16, BLOCK_Q=16, BLOCK_D=128, SH=1, SW=1, UPCAST=False, PRECISION='tf32')),
-    # Hiera-L's third stage: 16x16 windows, 64 queries per program over 4 key tiles
-    'window attention 256 tokens': (window_attention, '_window_flash_kernel', dict(
-        qkv_ptr='*bf16', s_b=I64, s_l=I64, s_t=I64, s_h=I64, out_ptr='*bf16', o_b=I64,
-        o_l=I64, o_h=I64, L=I32, D=I32, H=I32, n_qt=I32, scale=F32), dict(
-        N_KT=4, BLOCK_M=64, BLOCK_N=64, BLOCK_D=128, UPCAST=False, PRECISION='tf32')),
     # a stage change's first block: 8x8 windows, queries pooled 2x2 in the kernel
     'window attention pooled': (window_attention, '_window_attention_kernel', _WINDOW, dict(
         BLOCK_L=64, BLOCK_Q=16, BLOCK_D=128, SH=2, SW=2, UPCAST=False, PRECISION='tf32')),

@@ -1,10 +1,9 @@
-"""Hiera's window attention kernels (``window_attention.py``, opt-in 'window_attention') on
-the GPU (marked gpu: CI has none), on the shapes they take in Hiera-L at 1024 px (8x8 windows
-of 2 heads, 4x4 of 4, 16x16 of 8, 8x8 of 16; 72-channel heads) and Hiera-T at 512 px (8x8 of
-1 head, 4x4 of 2, 14x14 of 4, 7x7 of 8; 96 channels), pooled queries too: against SDPA in
-float32 on the same bf16 q, k, v, within the tolerance the module docstring states (bf16
-rounding of the probabilities and the output), and against sam2's own bf16 call (whatever
-backend torch picks) within twice that. The kernel
+"""Hiera's small-window attention kernel (``window_attention.py``, opt-in 'window_attention')
+on the GPU (marked gpu: CI has none), on the shapes it takes in Hiera-L at 1024 px (8x8 windows
+of 2 heads, 4x4 of 4, 8x8 of 16; 72-channel heads) and Hiera-T at 512 px (8x8 of 1 head, 4x4
+of 2, 7x7 of 8; 96 channels): against SDPA in float32 on the same bf16 q, k, v, within the
+tolerance the module docstring states (bf16 rounding of the probabilities and the output), and
+against sam2's own bf16 call (whatever backend torch picks) within twice that. The kernel
 times beside sam2's call are recorded (the benchmark rows ``*_winattn`` judge the frame)."""
 
 import pytest
@@ -28,9 +27,7 @@ def _sdpa(qkv, dtype=None):
 @torch.inference_mode()
 @pytest.mark.parametrize('windows, tokens, heads, d', [
     (1024, 64, 2, 72), (1024, 16, 4, 72), (16, 64, 16, 72),        # Hiera-L @ 1024
-    (16, 256, 8, 72),                                              # its 16x16 windows
-    (256, 64, 1, 96), (256, 16, 2, 96), (9, 49, 8, 96),           # Hiera-T @ 512
-    (9, 196, 4, 96)])                                              # its 14x14 windows
+    (256, 64, 1, 96), (256, 16, 2, 96), (9, 49, 8, 96)])          # Hiera-T @ 512
 def test_window_attention_within_bf16_rounding_of_sdpa_gpu(windows, tokens, heads, d):
     qkv = (cuda_rand(windows, tokens, 3, heads, d) * 2).to(torch.bfloat16)
     out = window_attention(qkv)

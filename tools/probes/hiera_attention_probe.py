@@ -82,14 +82,12 @@ def time_sdpa(shape: Tuple[int, int, int, int, int], backend: Optional[str],
 def time_window_kernel(shape: Tuple[int, int, int, int, int], warps: int,
                        reps: int) -> float:
     """Median ms of our window kernel (opt-in 'window_attention') on the shape, pooled
-    queries too; nan where it does not take it (the global blocks, large pooled windows)."""
+    queries too; nan where it does not take it (windows over MAX_TOKENS)."""
     from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
-                                                               MAX_WINDOW_TOKENS,
                                                                window_attention)
     b, heads, lq, lk, d = shape
     ws = math.isqrt(lk)
-    if ws * ws != lk or d > MAX_HEAD_DIM or not (
-            lq == lk <= MAX_WINDOW_TOKENS or lq * 4 == lk <= MAX_TOKENS):
+    if lq not in (lk, lk // 4) or ws * ws != lk or lk > MAX_TOKENS or d > MAX_HEAD_DIM:
         return float('nan')
     pool = (ws, 2, 2) if lq < lk else None           # a stage change's 2x2 query pooling
     qkv = torch.randn(b, lk, 3, heads, d, device='cuda', dtype=torch.bfloat16)
