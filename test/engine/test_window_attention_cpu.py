@@ -23,7 +23,8 @@ from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.hiera import FusedHiera  # noqa: E402
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention  # noqa: E402
 from sam2_ros.engine.cuda.kernels.window_attention import (WindowAttention,  # noqa: E402
-                                                           takes, window_attention)
+                                                           takes, warps_for,
+                                                           window_attention)
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 # bf16 has 8 significant bits: one rounding of the probabilities and one of the output, in
@@ -171,3 +172,10 @@ def test_the_fused_trunk_pools_small_windows_in_the_kernel_only_where_opted_in()
     opted = [a for a in FusedHiera(trunk, window_attention=True).attns
              if isinstance(a, PooledQueryAttention)]
     assert opted and all(a.window_kernel for a in opted)
+
+
+def test_warps_follow_the_probed_shapes():
+    """2 warps for unpooled 64-key windows and pooled queries over 16 keys, 4 elsewhere (the
+    fastest of 2, 4, 8 per Hiera-L shape in the probe's timings)."""
+    assert warps_for(64, pooled=False) == 2 and warps_for(16, pooled=True) == 2
+    assert warps_for(16, pooled=False) == 4 and warps_for(64, pooled=True) == 4

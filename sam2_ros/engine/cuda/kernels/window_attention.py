@@ -78,14 +78,14 @@ def _window_attention_kernel(qkv_ptr, s_b, s_l, s_t, s_h, out_ptr, o_b, o_l, o_h
     tl.store(to, o.to(out_ptr.dtype.element_ty), mask=mq)
 
 
-def window_attention(qkv: torch.Tensor, num_warps: int = 4,
+def window_attention(qkv: torch.Tensor, num_warps: Optional[int] = None,
                      pool: Optional[Tuple[int, int, int]] = None) -> torch.Tensor:
     """qkv [B, L, 3, H, D] (the q/k/v projection's output viewed as sam2 does, D contiguous,
     bf16 or fp16, L <= MAX_TOKENS) -> softmax(q k^T / sqrt(D)) v as [B, Lq, H, D] contiguous:
     each of the B windows attends within itself, per head. ``pool`` (W, SH, SW): the queries
     are first max-pooled in SH x SW blocks of the window's rows of W tokens, as sam2's
     pooled-query attention pools them (Lq = L / (SH * SW)); None: Lq = L. ``num_warps``:
-    Triton's, per program (``tools/probes/hiera_attention_probe.py`` times 2, 4 and 8)."""
+    Triton's, per program (None: ``warps_for``)."""
     bsz, n, three, heads, d = qkv.shape
     assert three == 3 and qkv.stride(4) == 1 and n <= MAX_TOKENS and d <= MAX_HEAD_DIM, \
         (qkv.shape, qkv.stride())
@@ -95,13 +95,25 @@ def window_attention(qkv: torch.Tensor, num_warps: int = 4,
     nq = (n // w // sh) * w2
     out = torch.empty(bsz, nq, heads, d, device=qkv.device, dtype=qkv.dtype)
     upcast = qkv.device.type != 'cuda'
+    block_l, block_q = max(16, next_pow2(n)), max(16, next_pow2(nq))
+    if num_warps is None:
+        num_warps = warps_for(block_l, pool is not None)
     _window_attention_kernel[(bsz * heads,)](
         qkv, qkv.stride(0), qkv.stride(1), qkv.stride(2), qkv.stride(3), out, out.stride(0),
         out.stride(1), out.stride(2), n, nq, w, w2, d, heads, 1.0 / math.sqrt(d),
-        BLOCK_L=max(16, next_pow2(n)), BLOCK_Q=max(16, next_pow2(nq)),
-        BLOCK_D=max(16, next_pow2(d)), SH=sh, SW=sw, UPCAST=upcast,
-        PRECISION='ieee' if upcast else 'tf32', num_warps=num_warps)
+        BLOCK_L=block_l, BLOCK_Q=block_q, BLOCK_D=max(16, next_pow2(d)), SH=sh, SW=sw,
+        UPCAST=upcast, PRECISION='ieee' if upcast else 'tf32', num_warps=num_warps)
     return out
+
+
+def warps_for(block_l: int, pooled: bool) -> int:
+    """Warps per program: 2 for unpooled windows of 64 keys (their 64 x 64 tiles do better with
+    the registers of fewer threads) and for pooled queries over 16 keys, 4 otherwise: the
+    fastest of 2, 4 and 8 for each Hiera-L shape in the probe's timings (h200_extra.json,
+    probes ``hiera_attention_probe_2e690e2@h100``)."""
+    if pooled:
+        return 2 if block_l == 16 else 4
+    return 2 if block_l == 64 else 4
 
 
 def takes(attn: torch.nn.Module, window: int) -> bool:
