@@ -264,6 +264,14 @@ class TrackerConfig:
         "kernels each; CUDA with triton, not with compile_mode), within rounding of the eager "
         "reference, and read what depends on the weights alone (positional encodings, the "
         "no-prompt embedding) computed once; false: sam2's modules and the reference I/O"))
+    # The opt-in groups (FUSED_OPT_IN, not bitwise sam2's) added where fused_kernels is on:
+    # how the node's parameters, the launch files and YAML turn them on (fused_kernels is a
+    # bool there).
+    fused_opt_in: list = knob(default_factory=list, kind='str_array', tuning=True, doc=(
+        "fused kernels that are not bitwise sam2's (within bf16 rounding), added where "
+        "fused_kernels is on: 'gelu_epilogue' (Hiera's MLP GELU in its first GEMM), "
+        "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
+        'kernels); both make large@1024 faster (docs/performance.md)'))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).
@@ -295,6 +303,11 @@ class TrackerConfig:
             raise ValueError(f'fused_kernels must be True, False or a tuple of '
                              f'{FUSED_GROUPS + FUSED_OPT_IN}, '
                              f'got {self.fused_kernels!r}')
+        if not isinstance(self.fused_opt_in, (tuple, list)) or \
+                len(set(self.fused_opt_in)) != len(self.fused_opt_in) or \
+                any(g not in FUSED_OPT_IN for g in self.fused_opt_in):
+            raise ValueError(f'fused_opt_in takes distinct groups of {FUSED_OPT_IN}, got '
+                             f'{self.fused_opt_in!r}')
         if self.precompile and self.compile_mode is not None:
             raise ValueError('precompile and compile_mode both compile the same modules: set '
                              'one of them')

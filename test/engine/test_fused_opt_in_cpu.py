@@ -89,3 +89,25 @@ def test_gelu_epilogue_is_opt_in_by_name():
     off = fused.fused_model(model, ('hiera',))
     assert on.image_encoder.trunk.gelu_epilogue and not off.image_encoder.trunk.gelu_epilogue
 
+
+
+def test_fused_opt_in_adds_its_groups_where_fused_kernels_is_on():
+    """``fused_opt_in`` (the node's parameter: ``fused_kernels`` is a bool there) adds the named
+    opt-in groups to the fused ones, and nothing where fused kernels are off."""
+    pytest.importorskip('triton')
+    on = TrackerConfig(fused_opt_in=['window_attention'], random_weights=True).validate()
+    groups = fused.enabled_groups(on, device='cuda')
+    assert set(groups) == set(FUSED_GROUPS) | {'window_attention'}
+    assert 'gelu_epilogue' not in groups
+    some = TrackerConfig(fused_kernels=('hiera',),
+                         fused_opt_in=['gelu_epilogue', 'window_attention'],
+                         random_weights=True).validate()
+    assert fused.enabled_groups(some, device='cuda') == ('hiera', 'gelu_epilogue',
+                                                          'window_attention')
+    off = TrackerConfig(fused_kernels=False, fused_opt_in=['window_attention'],
+                        random_weights=True).validate()
+    assert fused.enabled_groups(off, device='cuda') == ()
+    assert fused.enabled_groups(on, device='cpu') == ()          # no graphs on the CPU
+    for bad in (['window'], ['window_attention', 'window_attention'], 'window_attention'):
+        with pytest.raises(ValueError, match='fused_opt_in takes distinct groups'):
+            TrackerConfig(fused_opt_in=bad, random_weights=True).validate()

@@ -52,8 +52,10 @@ def test_build_maps_and_converts():
     cfg, opts = params.build({'model_size': 'small', 'image_size': 512.0, 'checkpoint': '',
                               'random_weights': True, 'batch_buckets': [1, 2],
                               'graph_cond_buckets': [1, 2], 'input_type': 'compressed',
-                              'process_every_frame': True, 'stale_timeout_s': 3})
+                              'process_every_frame': True, 'stale_timeout_s': 3,
+                              'fused_opt_in': ['window_attention', 'gelu_epilogue']})
     assert (cfg.model_size, cfg.image_size, cfg.checkpoint) == ('small', 512, None)
+    assert list(cfg.fused_opt_in) == ['window_attention', 'gelu_epilogue']
     assert cfg.batch_buckets == (1, 2) and cfg.graph_cond_buckets == (1, 2)
     assert opts.input_type == 'compressed' and opts.process_every_frame
     assert opts.stale_timeout_s == 3.0 and isinstance(opts.stale_timeout_s, float)
@@ -119,6 +121,7 @@ def test_camera_info_topics_beside_the_cameras_or_as_given():
      r'graph_cond_buckets must be distinct conditioning-frame counts in 1\.\.4'),
     ({'random_weights': True, 'graph_cond_buckets': [2, 2]}, 'graph_cond_buckets'),
     ({'random_weights': True, 'qos_depth': 10 ** 9}, r'qos_depth must be in 1\.\.1000'),
+    ({'random_weights': True, 'fused_opt_in': ['window']}, 'fused_opt_in takes distinct'),
     ({'random_weights': True, 'prompt_queue_size': 1001}, 'prompt_queue_size'),
     ({'random_weights': True, 'positions_min_disparity_px': -1.0},
      'positions_min_disparity_px must be finite and >= 0'),

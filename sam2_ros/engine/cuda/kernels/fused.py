@@ -77,12 +77,14 @@ _SAID = set()          # reasons already logged (once per process)
 
 def enabled_groups(cfg: TrackerConfig,
                    device: Optional[Union[str, torch.device]] = None) -> Tuple[str, ...]:
-    """The groups ``cfg.fused_kernels`` turns on that can run on ``device`` (default
-    cfg.device): none on the CPU (no graphs there) or with compile_mode (inductor fuses those
-    modules and folds their constants itself); without triton only TRITON_FREE_GROUPS."""
+    """The groups ``cfg.fused_kernels`` turns on (and ``cfg.fused_opt_in``'s where it turns
+    any on) that can run on ``device`` (default cfg.device): none on the CPU (no graphs
+    there) or with compile_mode (inductor fuses those modules and folds their constants
+    itself); without triton only TRITON_FREE_GROUPS."""
     groups = FUSED_GROUPS if cfg.fused_kernels is True else tuple(cfg.fused_kernels or ())
     if not groups:
         return ()
+    groups += tuple(g for g in cfg.fused_opt_in if g not in groups)
     device = torch.device(device if device is not None else cfg.device)
     if device.type != 'cuda':
         return _off(groups, (), f'device {device.type}')
