@@ -303,6 +303,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'image_bytes': "the camera's message data (raw rgb8 or JPEG)",
             },
         }
+        # masks and overlays taken as serialized bytes by this client (node_harness.CameraLink);
+        # rows before 2026-12-06 converted each into an rclpy message first
+        result['config']['client_masks'] = 'serialized'
         out.write_text(json.dumps(result, indent=1))
         print(report.markdown(result))
         if args.results:

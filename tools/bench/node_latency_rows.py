@@ -171,7 +171,9 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + (['camser'] if a.get('camera_publish') == 'serialized' else [])
         # each frame prepared that long before it is due (rows before it: right after the
         # previous publish)
-        + ([f"prep{a['camera_prepare_ms']:g}"] if a.get('camera_prepare_ms') else []))
+        + ([f"prep{a['camera_prepare_ms']:g}"] if a.get('camera_prepare_ms') else [])
+        # the client took masks serialized (rows before it converted them to messages)
+        + (['rawclient'] if a.get('client_masks') == 'serialized' else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -198,6 +200,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'input': a.get('input', 'raw'),
             'camera_publish': a.get('camera_publish', 'message'),
             'camera_prepare_ms': a.get('camera_prepare_ms', 0.0),
+            'client_masks': a.get('client_masks', 'message'),
             'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),
