@@ -75,7 +75,7 @@ def test_a_bad_node_option_is_refused_while_the_tracker_has_no_checkpoint_yet():
     problem, and must not hide one (it was blamed on the next checkpoint setting)."""
     current = {s.name: params.default_value(s) for s in params.PARAMS}
     assert 'input_type must be one of' in params.refusal(current, {'input_type': 'h264'})
-    assert 'fifo_size must be >= 1' in params.refusal(current, {'fifo_size': 0})
+    assert 'fifo_size must be in 1..1000' in params.refusal(current, {'fifo_size': 0})
     assert params.refusal(current, {'checkpoint': '/x.pt'}) == ''       # still not its problem
 
 
