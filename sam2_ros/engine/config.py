@@ -293,21 +293,14 @@ class TrackerConfig:
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f'compile_mode must be one of {COMPILE_MODES}, '
                              f'got {self.compile_mode!r}')
-        bad = [p for p in self.precompile if p not in PRECOMPILE_PARTS]
-        if bad or len(set(self.precompile)) != len(tuple(self.precompile)):
-            raise ValueError(f'precompile takes distinct parts of {PRECOMPILE_PARTS}, got '
-                             f'{tuple(self.precompile)!r}')
+        _names_in(self, 'precompile', PRECOMPILE_PARTS, 'parts')
         if not isinstance(self.fused_kernels, bool) and (
                 not isinstance(self.fused_kernels, (tuple, list))
                 or any(g not in FUSED_GROUPS + FUSED_OPT_IN for g in self.fused_kernels)):
             raise ValueError(f'fused_kernels must be True, False or a tuple of '
                              f'{FUSED_GROUPS + FUSED_OPT_IN}, '
                              f'got {self.fused_kernels!r}')
-        if not isinstance(self.fused_opt_in, (tuple, list)) or \
-                len(set(self.fused_opt_in)) != len(self.fused_opt_in) or \
-                any(g not in FUSED_OPT_IN for g in self.fused_opt_in):
-            raise ValueError(f'fused_opt_in takes distinct groups of {FUSED_OPT_IN}, got '
-                             f'{self.fused_opt_in!r}')
+        _names_in(self, 'fused_opt_in', FUSED_OPT_IN, 'groups')
         if self.precompile and self.compile_mode is not None:
             raise ValueError('precompile and compile_mode both compile the same modules: set '
                              'one of them')
@@ -363,6 +356,16 @@ class TrackerConfig:
 
     def replace(self, **changes: Any) -> 'TrackerConfig':
         return dataclasses.replace(self, **changes)
+
+
+def _names_in(cfg: TrackerConfig, name: str, allowed: tuple, what: str) -> None:
+    """ValueError unless the field ``name`` is a tuple or list of distinct names of
+    ``allowed``."""
+    v = getattr(cfg, name)
+    if not isinstance(v, (tuple, list)) or len(set(v)) != len(v) or \
+            any(n not in allowed for n in v):
+        shown = tuple(v) if isinstance(v, (tuple, list)) else v
+        raise ValueError(f'{name} takes distinct {what} of {allowed}, got {shown!r}')
 
 
 def _buckets_in(cfg: TrackerConfig, name: str, hi: int, what: str, bound: str = '') -> None:

@@ -76,6 +76,9 @@ def test_a_bad_node_option_is_refused_while_the_tracker_has_no_checkpoint_yet():
     current = {s.name: params.default_value(s) for s in params.PARAMS}
     assert 'input_type must be one of' in params.refusal(current, {'input_type': 'h264'})
     assert 'fifo_size must be in 1..1000' in params.refusal(current, {'fifo_size': 0})
+    assert 'fused_opt_in takes distinct groups' in params.refusal(
+        current, {'fused_opt_in': ['windowz']})
+    assert params.refusal(current, {'fused_opt_in': ['window_attention']}) == ''
     assert params.refusal(current, {'checkpoint': '/x.pt'}) == ''       # still not its problem
 
 

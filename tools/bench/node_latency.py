@@ -277,12 +277,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         result = {
             'command': command, 'domain_id': domain, 'host': host, 'date': report.today(),
             'bench_pid': os.getpid(),
-            'config': {k: getattr(args, k) for k in (
+            'config': {**{k: getattr(args, k) for k in (
                 'width', 'height', 'frames', 'warmup', 'rate', 'model', 'image_size', 'objects',
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
                 'cuda_graphs', 'input', 'jpeg_quality', 'node_per_camera',
                 'overlay', 'transport', 'corrections_every', 'camera_spin_ms', 'camera_publish',
                 'camera_prepare_ms')},
+                # masks and overlays taken as serialized bytes by this client
+                # (node_harness.CameraLink); rows before 2026-12-06 converted them to messages
+                'client_masks': 'serialized'},
             'random_weights': not args.checkpoint, 'startup_s': round(startup_s, 2),
             'elapsed_s': run['elapsed_s'], 'clicks': run['clicks'], 'cameras': res,
             'shm_segments_mapped': segs,
@@ -303,9 +306,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'image_bytes': "the camera's message data (raw rgb8 or JPEG)",
             },
         }
-        # masks and overlays taken as serialized bytes by this client (node_harness.CameraLink);
-        # rows before 2026-12-06 converted each into an rclpy message first
-        result['config']['client_masks'] = 'serialized'
         out.write_text(json.dumps(result, indent=1))
         print(report.markdown(result))
         if args.results:

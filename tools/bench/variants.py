@@ -23,12 +23,10 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
-from sam2_ros.engine.config import FUSED_GROUPS
-
 SRC_H, SRC_W = 720, 1280
-WITH_GELU = FUSED_GROUPS + ('gelu_epilogue',)     # the default groups and an opt-in one
-WITH_WINDOW = FUSED_GROUPS + ('window_attention',)
-WITH_OPT_IN = FUSED_GROUPS + ('gelu_epilogue', 'window_attention')   # every opt-in group
+WITH_GELU = ('gelu_epilogue',)                    # opt-in groups (config.FUSED_OPT_IN)
+WITH_WINDOW = ('window_attention',)
+WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # every opt-in group
 
 
 @dataclass
@@ -154,11 +152,11 @@ def ours_graph_batched_unfused(spec: Spec) -> Run:
     return _ours(spec, graphs=True, mode='batched', fused_kernels=False)
 
 
-def with_fused(groups: tuple, mode: str, doc: str) -> Callable[[Spec], Run]:
-    """A variant of ours with the graphs of ``mode`` and the fused groups ``groups`` (the
-    opt-in ones of config.FUSED_OPT_IN among them)."""
+def with_fused(opt_in: tuple, mode: str, doc: str) -> Callable[[Spec], Run]:
+    """A variant of ours with the graphs of ``mode`` and the opt-in fused groups ``opt_in``
+    beside the default ones, set as a user sets them (``fused_opt_in``)."""
     def variant(spec: Spec) -> Run:
-        return _ours(spec, graphs=True, mode=mode, fused_kernels=groups)
+        return _ours(spec, graphs=True, mode=mode, fused_opt_in=list(opt_in))
     variant.__doc__ = doc
     return variant
 

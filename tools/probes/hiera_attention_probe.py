@@ -82,12 +82,11 @@ def time_sdpa(shape: Tuple[int, int, int, int, int], backend: Optional[str],
 def time_window_kernel(shape: Tuple[int, int, int, int, int], warps: int,
                        reps: int) -> float:
     """Median ms of our window kernel (opt-in 'window_attention') on the shape, pooled
-    queries too; nan where it does not take it (windows over MAX_TOKENS)."""
-    from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
-                                                               window_attention)
+    queries too; nan where it does not take it (windows that do not ``fit``)."""
+    from sam2_ros.engine.cuda.kernels.window_attention import fits, window_attention
     b, heads, lq, lk, d = shape
     ws = math.isqrt(lk)
-    if lq not in (lk, lk // 4) or ws * ws != lk or lk > MAX_TOKENS or d > MAX_HEAD_DIM:
+    if lq not in (lk, lk // 4) or ws * ws != lk or not fits(lk, d):
         return float('nan')
     pool = (ws, 2, 2) if lq < lk else None           # a stage change's 2x2 query pooling
     qkv = torch.randn(b, lk, 3, heads, d, device='cuda', dtype=torch.bfloat16)

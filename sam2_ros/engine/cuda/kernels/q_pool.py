@@ -22,8 +22,7 @@ import triton.language as tl
 
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
-from sam2_ros.engine.cuda.kernels.window_attention import (MAX_HEAD_DIM, MAX_TOKENS,
-                                                           window_attention)
+from sam2_ros.engine.cuda.kernels.window_attention import fits, window_attention
 
 _TILE = 4096
 
@@ -84,7 +83,7 @@ def pool_stride(attn: torch.nn.Module) -> Optional[tuple]:
 
 class PooledQueryAttention(torch.nn.Module):
     """Replaces a pooled-query ``MultiScaleAttention`` (its weights) in the fused trunk.
-    ``window_kernel`` (the opt-in 'window_attention'): windows of up to MAX_TOKENS tokens
+    ``window_kernel`` (the opt-in 'window_attention'): windows that ``window_attention.fits``
     attend in one program per window and head that pools their queries itself
     (``window_attention.window_attention``; 16-bit inputs only, float32 keeps this path)."""
 
@@ -110,9 +109,8 @@ class PooledQueryAttention(torch.nn.Module):
         return a.proj(out.transpose(1, 2).reshape(bsz, h2, w2, -1))
 
     def in_window_kernel(self, qkv: torch.Tensor, h: int, w: int) -> bool:
-        """Whether the opt-in window kernel takes this call: windows of at most MAX_TOKENS
-        tokens that the stride divides, 16-bit q/k/v, heads of at most MAX_HEAD_DIM."""
+        """Whether the opt-in window kernel takes this call: windows that fit it
+        (``window_attention.fits``) and the stride divides, 16-bit q/k/v."""
         sh, sw = self.stride
-        return (self.window_kernel and h * w <= MAX_TOKENS and h % sh == 0 and w % sw == 0
-                and qkv.dtype in (torch.bfloat16, torch.float16)
-                and qkv.shape[-1] <= MAX_HEAD_DIM)
+        return (self.window_kernel and fits(h * w, qkv.shape[-1]) and h % sh == 0
+                and w % sw == 0 and qkv.dtype in (torch.bfloat16, torch.float16))

@@ -87,8 +87,7 @@ def window_attention(qkv: torch.Tensor, num_warps: Optional[int] = None,
     pooled-query attention pools them (Lq = L / (SH * SW)); None: Lq = L. ``num_warps``:
     Triton's, per program (None: ``warps_for``)."""
     bsz, n, three, heads, d = qkv.shape
-    assert three == 3 and qkv.stride(4) == 1 and n <= MAX_TOKENS and d <= MAX_HEAD_DIM, \
-        (qkv.shape, qkv.stride())
+    assert three == 3 and qkv.stride(4) == 1 and fits(n, d), (qkv.shape, qkv.stride())
     w, sh, sw = pool if pool is not None else (n, 1, 1)
     assert n % w == 0 and w % sw == 0 and (n // w) % sh == 0, (n, pool)
     w2 = w // sw
@@ -116,11 +115,16 @@ def warps_for(block_l: int, pooled: bool) -> int:
     return 2 if block_l == 64 else 4
 
 
+def fits(tokens: int, head_dim: int) -> bool:
+    """Whether windows of ``tokens`` tokens and heads of ``head_dim`` channels run here."""
+    return 0 < tokens <= MAX_TOKENS and head_dim <= MAX_HEAD_DIM
+
+
 def takes(attn: torch.nn.Module, window: int) -> bool:
     """True for a sam2 ``MultiScaleAttention`` this module replaces: no query pooling (those
-    blocks are ``q_pool.PooledQueryAttention``'s), windows of at most MAX_TOKENS tokens."""
-    return getattr(attn, 'q_pool', 1) is None and 0 < window * window <= MAX_TOKENS \
-        and attn.dim_out // attn.num_heads <= MAX_HEAD_DIM
+    blocks are ``q_pool.PooledQueryAttention``'s), windows that ``fit``."""
+    return getattr(attn, 'q_pool', 1) is None and fits(window * window,
+                                                       attn.dim_out // attn.num_heads)
 
 
 class WindowAttention(torch.nn.Module):
