@@ -66,6 +66,7 @@ from typing import Any, Dict, List, Optional
 
 from tools.bench import node_latency_rows as report
 from tools.bench.camera_process import CameraConfig, CameraProcess, node_name
+from tools.bench import host_watch
 from tools.bench.node_harness import (ROOT, CameraLink, Client, camera_ns, camera_topic,
                                       output_prefix, start_node, transport_env)
 from tools.bench.node_latency_args import parse_args
@@ -159,7 +160,7 @@ def measure(args: argparse.Namespace, client: Client, nodes: List[NodeProcess],
         with link.lock:   # publish times from the camera, receipts here, the node's own log
             frames.append(frame_rows(s, args.frames, args.warmup, link.mask_t, link.state_t,
                                      link.states_by_stamp, timing_log.read(log)))
-    return {'frames': frames,
+    return {'frames': frames, 'sent': sent,
             'elapsed_s': round(time.monotonic() - t_start, 3),
             'clicks': cameras[0].result['clicks']}
 
@@ -253,7 +254,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             from sam2_ros.ros.gc_policy import freeze
             freeze()       # this receiving process's receipt times free of full collections
         publishers = [image_publishers(client, link) for link in client.links]
-        run = measure(args, client, nodes, cameras, logs)
+        watch = host_watch.HostWatch(out.with_suffix('.host.jsonl'))
+        watch.start()      # which process waited for a CPU, and when (host_watch.py)
+        try:
+            run = measure(args, client, nodes, cameras, logs)
+        finally:
+            watch.stop()
+        samples = watch.samples()
+        for frames, sent in zip(run['frames'], run['sent']):
+            host_watch.attach(frames, [s['t_pub'] for s in sent], samples,
+                              watch.period_ms / 1e3)
+        host['cpu_wait_ms'], host['steal_ms'] = host_watch.totals(samples)
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
         # masks/states it read through shared memory (none: they came through UDP)
         from tools.dds_probe import shm_segments

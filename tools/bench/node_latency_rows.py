@@ -95,6 +95,9 @@ def summarize(frames: List[Dict[str, Any]]) -> Dict[str, Any]:
     stats['missing_frames'] = sum(1 for f in frames if f['e2e_mask_ms'] is None
                                   or f['e2e_state_ms'] is None)
     stats['image_bytes'] = percentiles([f.get('image_bytes') for f in steady])
+    # threads waiting for a CPU during each frame (tools/bench/host_watch.py; the slowest
+    # frames' own values: tools.bench.slow_frames)
+    stats['host_wait_ms'] = percentiles([f.get('host_wait_ms') for f in steady])
     return stats
 
 

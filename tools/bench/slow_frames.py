@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional
 from tools.bench.results import fmt
 
 COLUMNS = ('index', 'e2e_mask_ms', 'node_engine_ms', 'dds_in_ms', 'queue_ms', 'prompts_ms',
-           'handoff_out_ms', 'publish_mask_ms', 'correction', 'queued')
+           'handoff_out_ms', 'publish_mask_ms', 'publish_call_ms', 'camera_late_ms',
+           'correction', 'queued', 'host_wait_ms', 'host_wait_top', 'host_steal_ms')
 
 
 def slowest(frames: List[Dict[str, Any]], n: int) -> List[Dict[str, Any]]:
@@ -38,6 +39,10 @@ def lines(run: Dict[str, Any], n: int) -> List[str]:
         out.append(f"camera {cam['index']} {cam.get('ns') or '-'}: " + ' '.join(COLUMNS))
         for f in slowest(cam['frames'], n):
             out.append('  ' + ' '.join(fmt(f.get(c)) for c in COLUMNS))
+    waits = (run.get('host') or {}).get('cpu_wait_ms')
+    if waits:        # the run's CPU waits per process (host_watch.py), largest first
+        out.append('cpu wait ms: ' + ', '.join(f'{k} {v}' for k, v in list(waits.items())[:6])
+                   + f"; steal {run['host'].get('steal_ms')} ms")
     return out
 
 
