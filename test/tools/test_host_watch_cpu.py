@@ -14,7 +14,8 @@ from tools.bench.slow_frames import lines
 
 SAMPLES = [  # windows of 20 ms ending at t
     {'t': 10.020, 'wait_ms': {'camera:1': 0.1, 'node:2': 0.0}, 'steal_ms': 0.0},
-    {'t': 10.040, 'wait_ms': {'camera:1': 4.0, 'node:2': 0.5}, 'steal_ms': 10.0},
+    {'t': 10.040, 'wait_ms': {'camera:1': 4.0, 'node:2': 0.5}, 'steal_ms': 10.0,
+     'minflt': {'camera:1': 600, 'node:2': 2}, 'compact_stalls': 1},
     {'t': 10.060, 'wait_ms': {'camera:1': 0.0, 'node:2': 0.2}, 'steal_ms': 0.0},
 ]
 
@@ -26,6 +27,7 @@ def test_frame_gets_the_waits_of_the_windows_it_overlaps():
     assert frames[0]['host_wait_ms'] == 4.5
     assert frames[0]['host_wait_top'] == 'camera:1'
     assert frames[0]['host_steal_ms'] == 10.0
+    assert frames[0]['host_minflt'] == 602 and frames[0]['host_compact_stalls'] == 1
     assert frames[1]['host_wait_ms'] == 4.7
     assert frames[2]['host_wait_ms'] is None          # no mask: no span
 
@@ -67,8 +69,12 @@ def test_watcher_process_reports_a_child_that_runs(tmp_path):
     assert len(samples) >= 3
     assert any(label.endswith(f':{child.pid}') for label in samples[-1]['wait_ms'])
     assert all(s['t'] > 0 and s['steal_ms'] >= 0 for s in samples)
+    assert all(n >= 0 for s in samples for n in s['minflt'].values())
     assert watch.proc.returncode is not None
 
 
 def test_children_of_finds_this_process():
     assert host_watch.children_of(os.getpid())[os.getpid()].endswith(f':{os.getpid()}')
+def test_thp_mode_is_one_word_or_none():
+    mode = host_watch.thp_mode()
+    assert mode is None or mode in ('always', 'madvise', 'never')

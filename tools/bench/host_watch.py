@@ -70,6 +70,28 @@ def wait_ns(pid: int) -> int:
     return total
 
 
+def minor_faults(pid: int) -> int:
+    """Minor page faults of every thread of ``pid`` so far (a fresh page touched: a large
+    buffer malloc handed back to the kernel and took again, or a new shared-memory page)."""
+    try:
+        stat = (PROC / str(pid) / 'stat').read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(')') + 2:].split()[7])      # field 10: minflt
+
+
+def compact_stalls() -> int:
+    """The kernel's direct-compaction stalls so far (``/proc/vmstat``): an allocation that
+    waited while memory was compacted for a huge page."""
+    try:
+        for line in (PROC / 'vmstat').read_text().splitlines():
+            if line.startswith('compact_stall '):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def steal_ticks() -> int:
     with open(PROC / 'stat') as f:
         fields = f.readline().split()     # cpu user nice system idle iowait irq softirq steal
@@ -83,23 +105,26 @@ def watch(root: int, period_s: float, out: Path) -> None:
         signal.signal(sig, lambda *_: stop.append(1))
     procs, rescan = children_of(root), time.monotonic() + 1.0
     last = {p: wait_ns(p) for p in procs}
-    steal0 = steal_ticks()
+    faults = {p: minor_faults(p) for p in procs}
+    steal0, stalls0 = steal_ticks(), compact_stalls()
     with open(out, 'w') as f:
         while not stop and (PROC / str(root)).exists():
             time.sleep(period_s)
             now = time.monotonic()
             if now > rescan:
                 procs, rescan = children_of(root), now + 1.0
-            waits = {}
+            waits, faulted = {}, {}
             for p, label in procs.items():
-                w = wait_ns(p)
+                w, m = wait_ns(p), minor_faults(p)
                 waits[label] = round(max(0, w - last.get(p, w)) / 1e6, 3)
-                last[p] = w
-            steal = steal_ticks()
-            f.write(json.dumps({'t': round(now, 4), 'wait_ms': waits,
-                                'steal_ms': round((steal - steal0) * 1e3 / CLK_TCK, 1)}) + '\n')
+                faulted[label] = max(0, m - faults.get(p, m))
+                last[p], faults[p] = w, m
+            steal, stalls = steal_ticks(), compact_stalls()
+            f.write(json.dumps({'t': round(now, 4), 'wait_ms': waits, 'minflt': faulted,
+                                'steal_ms': round((steal - steal0) * 1e3 / CLK_TCK, 1),
+                                'compact_stalls': stalls - stalls0}) + '\n')
             f.flush()
-            steal0 = steal
+            steal0, stalls0 = steal, stalls
 
 
 class HostWatch:
@@ -143,10 +168,13 @@ class HostWatch:
 def attach(frames: List[Dict[str, Any]], t_pub: Iterable[float],
            samples: List[Dict[str, Any]], period_s: float) -> None:
     """Each frame's ``host_wait_ms`` (run-queue wait of every watched thread in the windows
-    its image -> mask span overlaps), ``host_wait_top`` (the process that waited most there)
-    and ``host_steal_ms``; None without samples or a mask."""
+    its image -> mask span overlaps), ``host_wait_top`` (the process that waited most there),
+    ``host_steal_ms``, ``host_minflt`` (minor page faults of every watched process) and
+    ``host_compact_stalls``; None without samples or a mask."""
+    keys = ('host_wait_ms', 'host_wait_top', 'host_steal_ms', 'host_minflt',
+            'host_compact_stalls')
     for f, t0 in zip(frames, t_pub):
-        f['host_wait_ms'] = f['host_wait_top'] = f['host_steal_ms'] = None
+        f.update(dict.fromkeys(keys))
         if not samples or f.get('e2e_mask_ms') is None:
             continue
         t1 = t0 + f['e2e_mask_ms'] / 1e3
@@ -160,6 +188,18 @@ def attach(frames: List[Dict[str, Any]], t_pub: Iterable[float],
         f['host_wait_ms'] = round(sum(per.values()), 3)
         f['host_wait_top'] = max(per, key=per.get) if per else None
         f['host_steal_ms'] = round(sum(s['steal_ms'] for s in win), 1)
+        f['host_minflt'] = sum(sum(s.get('minflt', {}).values()) for s in win)
+        f['host_compact_stalls'] = sum(s.get('compact_stalls', 0) for s in win)
+
+
+def thp_mode() -> Optional[str]:
+    """Transparent huge pages: the kernel's setting (``[madvise]`` in ``always [madvise]
+    never``), None where unreadable."""
+    try:
+        text = Path('/sys/kernel/mm/transparent_hugepage/enabled').read_text()
+    except OSError:
+        return None
+    return text[text.find('[') + 1:text.find(']')] if '[' in text else text.strip()
 
 
 def totals(samples: List[Dict[str, Any]]) -> Tuple[Dict[str, float], float]:

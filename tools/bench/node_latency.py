@@ -265,6 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             host_watch.attach(frames, [s['t_pub'] for s in sent], samples,
                               watch.period_ms / 1e3)
         host['cpu_wait_ms'], host['steal_ms'] = host_watch.totals(samples)
+        host['transparent_hugepages'] = host_watch.thp_mode()
         # Fast DDS shared-memory segments this client mapped: its own, and each node's whose
         # masks/states it read through shared memory (none: they came through UDP)
         from tools.dds_probe import shm_segments

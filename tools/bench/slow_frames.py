@@ -19,7 +19,8 @@ from tools.bench.results import fmt
 
 COLUMNS = ('index', 'e2e_mask_ms', 'node_engine_ms', 'dds_in_ms', 'queue_ms', 'prompts_ms',
            'handoff_out_ms', 'publish_mask_ms', 'publish_call_ms', 'camera_late_ms',
-           'correction', 'queued', 'host_wait_ms', 'host_wait_top', 'host_steal_ms')
+           'correction', 'queued', 'host_wait_ms', 'host_wait_top', 'host_steal_ms',
+           'host_minflt', 'host_compact_stalls')
 
 
 def slowest(frames: List[Dict[str, Any]], n: int) -> List[Dict[str, Any]]:
