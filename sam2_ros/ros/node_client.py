@@ -30,6 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from sam2_ros.ros.executor import make_executor
+
 NODE_NAME = 'sam2_tracker'
 DEFAULT_IMAGE_TOPIC = '/camera/image_raw'
 PUBLISH = ('image', 'prompt', 'click')
@@ -233,7 +235,8 @@ class NodeClient:
     ``signal_handlers``: None = rclpy's default (installed for the default context only),
     False = never (the caller turns signals into exceptions itself), True = always.
     Subclasses add publishers or subscriptions in :meth:`add_entities`, which runs before
-    the thread starts (entities changed while the executor spins raced with it)."""
+    the thread starts (entities changed while the executor spins raced with it).
+    ``executor``: 'single' or 'events' (``executor.make_executor``)."""
 
     link_class = NodeLink
 
@@ -242,9 +245,9 @@ class NodeClient:
                  domain_id: Optional[int] = None, context: Any = None,
                  signal_handlers: Optional[bool] = None, publish: Sequence[str] = PUBLISH,
                  subscribe: Sequence[str] = OUTPUTS, expect: Sequence[str] = ('mask', 'state'),
-                 depth: int = 10, image_depth: int = 10, spin_period: float = 0.05) -> None:
+                 depth: int = 10, image_depth: int = 10, spin_period: float = 0.05,
+                 executor: str = 'single') -> None:
         import rclpy
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
 
@@ -264,7 +267,7 @@ class NodeClient:
         self.link = self.links[0]
         self.add_entities()
         self._spin_period = spin_period
-        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor = make_executor(executor, self.ctx)
         self.executor.add_node(self.node)
         self._stop = False
         self._thread = threading.Thread(target=self._spin, daemon=True)

@@ -134,7 +134,7 @@ def test_node_latency_jpeg_input(tmp_path):
     (row,) = rows
     # 'events': the node's default executor, named in the variant as it was when opt-in
     assert row['input'] == 'jpeg'
-    assert row['variant'].endswith('_jpeg_events_camser_prep3_rawclient')
+    assert row['variant'].endswith('_jpeg_events_camser_prep3_rawclient_evclient')
     assert row['camera_publish'] == r['config']['camera_publish'] == 'serialized'
     assert row['camera_prepare_ms'] == r['config']['camera_prepare_ms'] == 3.0
     assert row['dds_in_p50'] is not None and row['image_bytes_p50'] < 160 * 120 * 3
@@ -188,8 +188,12 @@ def test_node_latency_one_node_two_cameras(tmp_path):
     assert a['camera_pid'] != b['camera_pid']
     assert sorted((x['camera'], x['cameras'], x['node_per_camera'], tuple(x['devices']))
                   for x in rows) == [(0, 2, False, ('cpu', 'cpu')), (1, 2, False, ('cpu', 'cpu'))]
-    assert all(x['variant'].endswith('_onenode_camser_prep3_rawclient') for x in rows)
+    assert all(x['variant'].endswith('_onenode_camser_prep3_rawclient_evclient') for x in rows)
     assert all(x['client_masks'] == 'serialized' for x in rows)     # the client took bytes
+    assert all(x['client_executor'] == 'events' for x in rows)
+    # the host watch gave every frame its CPU waits (Linux: schedstat of the processes)
+    assert r['host']['cpu_wait_ms'] and all(
+        f['host_wait_ms'] is not None for c in (a, b) for f in c['frames'])
     (tmp_path / 'h200_node_latency.json').write_text(json.dumps(rows))
     table = [ln for ln in node_latency(str(tmp_path)) if ln.startswith('| 2 Hz')]
     assert len(table) == 2 and all('| 2 (' in ln and ': cpu) | 1 | no |' in ln for ln in table)

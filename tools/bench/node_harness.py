@@ -186,7 +186,7 @@ class Client(NodeClient):
     def __init__(self, domain_id: int, overlay: bool = False,
                  namespaces: Sequence[str] = ('',),
                  image_topics: Optional[Sequence[str]] = None,
-                 prefixes: Optional[Sequence[str]] = None) -> None:
+                 prefixes: Optional[Sequence[str]] = None, executor: str = 'events') -> None:
         outputs = ('mask', 'state') + (('overlay',) if overlay else ())
         # No rclpy signal handlers: ours (main) turn SIGINT/SIGTERM into exceptions, so the
         # finally block always stops the node subprocesses. The mask subscription first: when
@@ -195,4 +195,5 @@ class Client(NodeClient):
                          list(zip(prefixes or [node_prefix(ns) for ns in namespaces],
                                   image_topics or [image_topic(ns) for ns in namespaces])),
                          domain_id=domain_id, signal_handlers=False, publish=(),
-                         subscribe=outputs, expect=outputs, depth=100, spin_period=0.02)
+                         subscribe=outputs, expect=outputs, depth=100, spin_period=0.02,
+                         executor=executor)

@@ -229,7 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         cameras = start_cameras(args, domain, namespaces, tune)
         client = Client(domain, overlay=args.overlay, namespaces=namespaces,
                         image_topics=[camera_topic(ns, args.input) for ns in namespaces],
-                        prefixes=[output_prefix(ns, args.one_node) for ns in namespaces])
+                        prefixes=[output_prefix(ns, args.one_node) for ns in namespaces],
+                        executor=args.client_executor)
         t0 = time.monotonic()
         while not (all(c.pid is not None for c in cameras)
                    and client.connected()
@@ -294,7 +295,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 'graph_mode', 'pipeline', 'tune_malloc', 'precompile', 'devices', 'precision',
                 'cuda_graphs', 'input', 'jpeg_quality', 'node_per_camera',
                 'overlay', 'transport', 'corrections_every', 'camera_spin_ms', 'camera_publish',
-                'camera_prepare_ms')},
+                'camera_prepare_ms', 'client_executor')},
                 # masks and overlays taken as serialized bytes by this client
                 # (node_harness.CameraLink); rows before 2026-12-06 converted them to messages
                 'client_masks': 'serialized'},

@@ -71,6 +71,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help='the camera draws and serializes each frame this long before it is '
                          "due, in the idle time before it (0: right after the previous frame's "
                          "publish, beside that frame's delivery: rows before this option)")
+    ap.add_argument('--client-executor', default='events', choices=('single', 'events'),
+                    help="the executor of this process's subscriptions (every camera's mask, "
+                         "state, overlay): rclpy's EventsExecutor, or its SingleThreadedExecutor "
+                         "(rows before 2026-12-06), whose Python wait set delays the second "
+                         "camera's mask behind the first's callback")
     ap.add_argument('--jpeg-quality', type=int, default=90, help='JPEG quality of --input jpeg')
     ap.add_argument('--precision', default=None, help='fp32 | bf16 (default: fp32 on cpu, '
                     'bf16 on cuda)')

@@ -176,7 +176,9 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         # previous publish)
         + ([f"prep{a['camera_prepare_ms']:g}"] if a.get('camera_prepare_ms') else [])
         # the client took masks serialized (rows before it converted them to messages)
-        + (['rawclient'] if a.get('client_masks') == 'serialized' else []))
+        + (['rawclient'] if a.get('client_masks') == 'serialized' else [])
+        # the client's subscriptions on rclpy's EventsExecutor (rows before it: single)
+        + (['evclient'] if a.get('client_executor') == 'events' else []))
 
 
 def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dict[str, Any]]:
@@ -204,6 +206,7 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'camera_publish': a.get('camera_publish', 'message'),
             'camera_prepare_ms': a.get('camera_prepare_ms', 0.0),
             'client_masks': a.get('client_masks', 'message'),
+            'client_executor': a.get('client_executor', 'single'),
             'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),
