@@ -1,0 +1,99 @@
+"""Probe: PyTorch's attention backends on the attention shapes of a tracked frame.
+
+    python -m tools.probes.sdpa_probe [--out $OUT/sdpa_probe.json]
+
+Why: at large@1024 the memory attention's FlashAttention calls (one head of 256 channels,
+4,096 queries over up to 28,736 keys) are about 1.7 ms of a frame's 10 ms of kernels, and
+Hiera-L's global attention (8 heads of 72 channels over 4,096 tokens) runs cuDNN's kernel
+padded to 128 channels. Which backend is fastest per shape, and by how much, decides whether
+another steady-state kernel is worth building. Each shape is timed per backend (FlashAttention,
+cuDNN, memory-efficient) with CUDA events, bf16, the median of ``--iters`` calls; a backend
+that refuses a shape is reported as such. Relative error against float32 math on the same
+inputs is reported too (the backends differ in summation order and rounding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from tools.bench.results import save_probe
+
+# name -> (batch, heads, queries, keys, head dim)
+SHAPES: Dict[str, Tuple[int, int, int, int, int]] = {
+    'large_mem_cross_full': (1, 1, 4096, 7 * 4096 + 64, 256),
+    'large_mem_self': (1, 1, 4096, 4096, 256),
+    'large_hiera_global': (1, 8, 4096, 4096, 72),
+    'large_hiera_window256': (16, 8, 256, 256, 72),
+    'tiny_mem_cross_full': (1, 1, 1024, 7 * 1024 + 64, 256),
+    'tiny_mem_cross_8obj': (8, 1, 1024, 7 * 1024 + 64, 256),
+}
+BACKENDS = {'flash': SDPBackend.FLASH_ATTENTION, 'cudnn': SDPBackend.CUDNN_ATTENTION,
+            'efficient': SDPBackend.EFFICIENT_ATTENTION}
+
+
+def time_call(fn, iters: int) -> float:
+    """Median us of ``fn()`` over ``iters`` calls, each between two CUDA events."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def shape_rows(name: str, shape: Tuple[int, int, int, int, int],
+               iters: int) -> List[Dict[str, object]]:
+    b, h, lq, lk, d = shape
+    g = torch.Generator(device='cuda').manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, device='cuda', generator=g, dtype=torch.bfloat16)
+               for n in (lq, lk, lk))
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    flops = 4 * b * h * lq * lk * d
+    rows = []
+    for backend, kind in BACKENDS.items():
+        row: Dict[str, object] = {'shape': name, 'bhqkd': list(shape), 'backend': backend}
+        try:
+            with sdpa_kernel([kind]):
+                out = F.scaled_dot_product_attention(q, k, v)
+                us = time_call(lambda: F.scaled_dot_product_attention(q, k, v), iters)
+            err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+            row.update(us=round(us, 1), tflops=round(flops / us / 1e6, 1),
+                       rel_err=float(f'{err:.3g}'))
+        except RuntimeError as exc:            # this backend does not take the shape
+            row['refused'] = str(exc).splitlines()[0][:200]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--shapes', default=','.join(SHAPES))
+    p.add_argument('--iters', type=int, default=30)
+    p.add_argument('--out', default=os.path.join(os.environ.get('OUT', '/tmp/out'),
+                                                 'sdpa_probe.json'))
+    a = p.parse_args(argv)
+    rows = []
+    with torch.inference_mode():
+        for name in a.shapes.split(','):
+            rows += shape_rows(name, SHAPES[name], a.iters)
+    save_probe(a.out, rows)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
