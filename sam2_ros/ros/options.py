@@ -157,6 +157,12 @@ class NodeOptions:
     opencv_threads: int = knob(0, kind='int', tuning=True, doc=(
         "OpenCV's worker threads in the node's process (the overlay, host decoding); 0: "
         "OpenCV's default, a thread per core"))
+    # Python's GIL switch interval (sam2_ros/ros/process_tuning.py): a thread that wants the
+    # GIL (the tracking worker after a GPU wait) takes it from a thread running Python code
+    # after at most this long.
+    gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
+        "Python's GIL switch interval in the node's process (sys.setswitchinterval), ms; 0: "
+        "Python's default (5 ms)"))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
     # handed over in shared memory: the tracker's process spends no GIL time on a frame's
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.
@@ -297,6 +303,9 @@ class NodeOptions:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
         if not self.stall_trace_ms >= 0:     # NaN too
             raise ValueError(f'stall_trace_ms must be >= 0 (0: off), got {self.stall_trace_ms!r}')
+        if not 0.0 <= float(self.gil_switch_interval_ms) <= 100.0:
+            raise ValueError(f'gil_switch_interval_ms must be within [0, 100] (0: Python\'s '
+                             f'default), got {self.gil_switch_interval_ms!r}')
         if int(self.opencv_threads) < 0:
             raise ValueError(f'opencv_threads must be >= 0 (0: OpenCV\'s default), got '
                              f'{self.opencv_threads!r}')

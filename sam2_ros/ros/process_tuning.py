@@ -1,6 +1,11 @@
 """The node's process-wide settings, applied once at configure (not undone): glibc's
 allocation thresholds (``tune_malloc``, :mod:`~sam2_ros.ros.malloc`) and OpenCV's worker threads
-(``opencv_threads``).
+(``opencv_threads``) and Python's GIL switch interval (``gil_switch_interval_ms``).
+
+Why the switch interval: the tracking worker releases the GIL while it waits for the GPU;
+when the wait ends, another thread running Python code (a publisher, the executor, an
+overlay) keeps the GIL until it blocks or until the interval (5 ms by default) has passed. A
+shorter interval bounds that wait, at the cost of more switches.
 
 Why OpenCV's threads: the overlay (``sam2_ros/overlay.py``) and the host decoders run whole-image
 OpenCV calls, which OpenCV splits over a pool of one thread per core. With two 60 Hz cameras in
@@ -11,6 +16,7 @@ on its own thread (it releases the GIL inside OpenCV either way).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from sam2_ros.ros import malloc
@@ -31,9 +37,13 @@ class ProcessTuning:
     def __init__(self) -> None:
         self.malloc = malloc.Tuning()
         self.opencv_threads = 0        # the last value applied (0: OpenCV's default)
+        self.default_switch_interval = sys.getswitchinterval()    # s, before any apply
 
     def apply(self, opts: Any, warn: Callable[[str], None]) -> None:
-        """``opts``: the node's options (``tune_malloc``, ``opencv_threads``)."""
+        """``opts``: the node's options (``tune_malloc``, ``opencv_threads``,
+        ``gil_switch_interval_ms``)."""
         self.malloc.apply(opts.tune_malloc, warn)
         set_opencv_threads(opts.opencv_threads)
         self.opencv_threads = opts.opencv_threads
+        ms = float(opts.gil_switch_interval_ms)
+        sys.setswitchinterval(ms / 1e3 if ms > 0 else self.default_switch_interval)

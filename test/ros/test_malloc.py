@@ -63,8 +63,34 @@ def test_node_sets_opencv_threads_only_when_asked(monkeypatch, threads):
     before = cv2.getNumThreads()
     try:
         tuning = ProcessTuning()
-        tuning.apply(SimpleNamespace(tune_malloc=True, opencv_threads=threads), print)
+        tuning.apply(SimpleNamespace(tune_malloc=True, opencv_threads=threads,
+                                     gil_switch_interval_ms=0.0), print)
         assert cv2.getNumThreads() == (threads if threads else before)
         assert tuning.malloc.tuned and tuning.opencv_threads == threads
     finally:
         cv2.setNumThreads(before)
+
+
+def test_gil_switch_interval_is_set_and_restored(monkeypatch):
+    """gil_switch_interval_ms > 0 sets Python's switch interval; 0 (a reconfigure back)
+    restores the interval the process had before."""
+    import sys
+
+    from sam2_ros.ros.options import NodeOptions
+    from sam2_ros.ros.process_tuning import ProcessTuning
+
+    monkeypatch.setattr(malloc, 'keep_large_buffers', lambda: True)
+    before = sys.getswitchinterval()
+    try:
+        tuning = ProcessTuning()
+        opts = SimpleNamespace(tune_malloc=False, opencv_threads=0, gil_switch_interval_ms=0.5)
+        tuning.apply(opts, print)
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        opts.gil_switch_interval_ms = 0.0
+        tuning.apply(opts, print)
+        assert sys.getswitchinterval() == pytest.approx(before)
+    finally:
+        sys.setswitchinterval(before)
+    for bad in (-1.0, 101.0):
+        with pytest.raises(ValueError, match='gil_switch_interval_ms'):
+            NodeOptions(gil_switch_interval_ms=bad).validate()

@@ -87,6 +87,8 @@ NODE_FLAGS = (
     ('--gpu-overlay', 'overlay_on_gpu', bool,
      ": the overlay rendered on the tracker's GPU, or on the host"),
     ('--opencv-threads', 'opencv_threads', int, ": 0, OpenCV's pool of a thread per core"),
+    ('--gil-switch-ms', 'gil_switch_interval_ms', float,
+     ": Python's GIL switch interval in the node (0: Python's 5 ms)"),
     ('--masks-from-worker', 'masks_from_worker', bool,
      ": the tracking worker publishes each frame's masks itself (pipeline on)"),
     ('--shared-publisher', 'shared_publisher', bool,
