@@ -66,7 +66,7 @@ class TrackerNode(LifecycleNode):
         self.gc_frozen = False
         self.stall: Optional[StallTracer] = None     # stall_trace_ms > 0: from configure
         self.late_imports = LateImports()           # armed at activation
-        self.tuning = process_tuning.ProcessTuning()    # tune_malloc, opencv_threads
+        self.tuning = process_tuning.ProcessTuning()    # tune_malloc, ..., the clock keeper
         self.finished = False
         self.mailbox: Optional[Mailbox] = None
         self.worker: Optional[TrackingWorker] = None
@@ -185,6 +185,7 @@ class TrackerNode(LifecycleNode):
             return ret
         o = self.opts
         self.fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
+        self.tuning.keep_clocks(str(self.cfg.device))      # gpu_clock_keeper_us, if set
         if self.rig is not None:
             self.mailbox, self.worker = self.rig.activate(self)
             self.input_subs = self.rig.subscribe(self, PROMPT_QOS, image_qos(o))
@@ -225,6 +226,7 @@ class TrackerNode(LifecycleNode):
         """Subscriptions first (no new work), then the worker after the frame in progress (its
         outputs are published). Counters are added to the totals; prompts still held for a
         frame that never came are reported, not dropped silently."""
+        self.tuning.release_clocks()
         for sub in self.input_subs:
             close_input(self, sub)
         self.input_subs = []

@@ -163,6 +163,12 @@ class NodeOptions:
     gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
         "Python's GIL switch interval in the node's process (sys.setswitchinterval), ms; 0: "
         "Python's default (5 ms)"))
+    # One spinning block on the tracker's GPU while the node is active, so the GPU does not
+    # lower its clocks between a camera's frames (sam2_ros/engine/clock_keeper.py).
+    gpu_clock_keeper_us: float = knob(0.0, kind='float', tuning=True, doc=(
+        "while active, one block of the tracker's GPU spins in kernels of this many us so the "
+        'GPU keeps its clocks up between frames (locking the clocks with nvidia-smi is the '
+        'better fix where allowed); 0: off'))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
     # handed over in shared memory: the tracker's process spends no GIL time on a frame's
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.
@@ -306,6 +312,9 @@ class NodeOptions:
         if not 0.0 <= float(self.gil_switch_interval_ms) <= 100.0:
             raise ValueError(f'gil_switch_interval_ms must be within [0, 100] (0: Python\'s '
                              f'default), got {self.gil_switch_interval_ms!r}')
+        if not 0.0 <= float(self.gpu_clock_keeper_us) <= 100000.0:
+            raise ValueError(f'gpu_clock_keeper_us must be within [0, 100000] (0: off), got '
+                             f'{self.gpu_clock_keeper_us!r}')
         if int(self.opencv_threads) < 0:
             raise ValueError(f'opencv_threads must be >= 0 (0: OpenCV\'s default), got '
                              f'{self.opencv_threads!r}')

@@ -1,6 +1,8 @@
 """The node's process-wide settings, applied once at configure (not undone): glibc's
 allocation thresholds (``tune_malloc``, :mod:`~sam2_ros.ros.malloc`) and OpenCV's worker threads
-(``opencv_threads``) and Python's GIL switch interval (``gil_switch_interval_ms``).
+(``opencv_threads``) and Python's GIL switch interval (``gil_switch_interval_ms``); and,
+while the node is active, the GPU clock keeper (``gpu_clock_keeper_us``,
+:mod:`~sam2_ros.engine.clock_keeper`).
 
 Why the switch interval: the tracking worker releases the GIL while it waits for the GPU;
 when the wait ends, another thread running Python code (a publisher, the executor, an
@@ -17,8 +19,9 @@ on its own thread (it releases the GIL inside OpenCV either way).
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+from sam2_ros.engine.clock_keeper import ClockKeeper
 from sam2_ros.ros import malloc
 
 
@@ -38,6 +41,8 @@ class ProcessTuning:
         self.malloc = malloc.Tuning()
         self.opencv_threads = 0        # the last value applied (0: OpenCV's default)
         self.default_switch_interval = sys.getswitchinterval()    # s, before any apply
+        self.clock_keeper_us = 0.0
+        self.keeper: Optional[ClockKeeper] = None      # running while the node is active
 
     def apply(self, opts: Any, warn: Callable[[str], None]) -> None:
         """``opts``: the node's options (``tune_malloc``, ``opencv_threads``,
@@ -47,3 +52,17 @@ class ProcessTuning:
         self.opencv_threads = opts.opencv_threads
         ms = float(opts.gil_switch_interval_ms)
         sys.setswitchinterval(ms / 1e3 if ms > 0 else self.default_switch_interval)
+        self.clock_keeper_us = float(opts.gpu_clock_keeper_us)
+
+    def keep_clocks(self, device: str) -> None:
+        """Start the clock keeper on ``device`` (activate); nothing when it is off or the
+        device is not a GPU."""
+        self.release_clocks()
+        self.keeper = ClockKeeper(device, self.clock_keeper_us)
+        self.keeper.start()
+
+    def release_clocks(self) -> None:
+        """Stop the clock keeper (deactivate, cleanup)."""
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None

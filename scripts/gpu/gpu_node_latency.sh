@@ -34,6 +34,8 @@
 #     raw 1/3/8, jpeg 1/8)
 #   bash scripts/gpu/gpu_node_latency.sh twonodes # two cameras on one GPU, a node each, 1 and 3
 #     objects per camera (the comparison rows of one node serving both)
+#   bash scripts/gpu/gpu_node_latency.sh keeper   # the GPU clock keeper (500 us) against none:
+#     raw 1, one node for two cameras (1 object each), then 3 each with it
 #   bash scripts/gpu/gpu_node_latency.sh gil      # the node's GIL switch interval 0.5 ms
 #     against Python's 5 ms: one node for two cameras (1 object each, then 3), raw 1
 #   bash scripts/gpu/gpu_node_latency.sh merge    # merge_step_buckets on / off / on, two cameras
@@ -210,6 +212,13 @@ elif [ "$MODE" = threads ]; then   # OpenCV's pool (opencv_threads) in the one-n
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run shm_1obj_overlay_cv1 --objects 1 --transport shm --overlay --opencv-threads 1
+elif [ "$MODE" = keeper ]; then   # the GPU clock keeper (500 us spins) against none
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  run shm_1obj_overlay_keep500 --objects 1 --transport shm --overlay --clock-keeper-us 500
+  run cams2_1gpu_1node_1obj_rxproc_keep500 --objects 1 "${ONE[@]}" --clock-keeper-us 500
+  run shm_1obj_overlay --objects 1 --transport shm --overlay
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_keep500 --objects 3 "${ONE[@]}" --clock-keeper-us 500
 elif [ "$MODE" = gil ]; then   # Python's GIL switch interval 0.5 ms against the default 5
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc_gil05 --objects 1 "${ONE[@]}" --gil-switch-ms 0.5

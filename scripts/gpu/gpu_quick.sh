@@ -7,7 +7,8 @@
 # failing tests are named. Each part's time cap is an environment variable, 0 skips it:
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S
 # (ENGINE_ONLY: its rows instead of the default list),
-# PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows),
+# PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows;
+# KEEPER_US: e.g. 0,500, each row also with the GPU clock keeper),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
@@ -61,6 +62,7 @@ if on ENGINE_S 150; then
 fi
 if on PACED_S 0; then   # the engine at a camera's cadence (60 Hz) against back to back, one run
   timeout "$PACED_S" python3 -m tools.bench.cli --pace-hz 0,60 --frames 120 --warmup 16 \
+    --clock-keeper-us "${KEEPER_US:-0}" \
     --profile-frames 3 --only "$T:1:ours_graph_batched;$T:3:ours_graph_batched;$PACED_EXTRA" \
     --out "$OUT/h200.json" > "$OUT/paced.log" 2>&1
   echo "== paced engine rows (rc $?, $(( $(date +%s) - T0 )) s)"

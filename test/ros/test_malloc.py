@@ -64,7 +64,8 @@ def test_node_sets_opencv_threads_only_when_asked(monkeypatch, threads):
     try:
         tuning = ProcessTuning()
         tuning.apply(SimpleNamespace(tune_malloc=True, opencv_threads=threads,
-                                     gil_switch_interval_ms=0.0), print)
+                                     gil_switch_interval_ms=0.0,
+                                     gpu_clock_keeper_us=0.0), print)
         assert cv2.getNumThreads() == (threads if threads else before)
         assert tuning.malloc.tuned and tuning.opencv_threads == threads
     finally:
@@ -83,7 +84,8 @@ def test_gil_switch_interval_is_set_and_restored(monkeypatch):
     before = sys.getswitchinterval()
     try:
         tuning = ProcessTuning()
-        opts = SimpleNamespace(tune_malloc=False, opencv_threads=0, gil_switch_interval_ms=0.5)
+        opts = SimpleNamespace(tune_malloc=False, opencv_threads=0, gil_switch_interval_ms=0.5,
+                               gpu_clock_keeper_us=0.0)
         tuning.apply(opts, print)
         assert sys.getswitchinterval() == pytest.approx(0.0005)
         opts.gil_switch_interval_ms = 0.0
@@ -94,3 +96,5 @@ def test_gil_switch_interval_is_set_and_restored(monkeypatch):
     for bad in (-1.0, 101.0):
         with pytest.raises(ValueError, match='gil_switch_interval_ms'):
             NodeOptions(gil_switch_interval_ms=bad).validate()
+    with pytest.raises(ValueError, match='gpu_clock_keeper_us'):
+        NodeOptions(gpu_clock_keeper_us=-5.0).validate()

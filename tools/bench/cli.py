@@ -60,6 +60,10 @@ def parse(argv=None) -> argparse.Namespace:
                         'at that rate (a camera\'s cadence: the host idles between frames, as '
                         'in the node); 0: back to back; paced rows get the variant suffix '
                         '_pacedNhz')
+    p.add_argument('--clock-keeper-us', default='0',
+                   help='comma list: each row measured once per value with a ClockKeeper of '
+                        'that spin length running (sam2_ros/engine/clock_keeper.py; 0: none); '
+                        'rows with one get the variant suffix _keepN')
     p.add_argument('--census', action='store_true',
                    help='print each row\'s kernel census (kernel groups: count and ms per frame)')
     p.add_argument('--device', default='cuda')
@@ -73,6 +77,7 @@ def parse(argv=None) -> argparse.Namespace:
     a.models, a.res, a.objects = csv(a.models), csv(a.res, int), csv(a.objects, int)
     a.variants = csv(a.variants)
     a.paces = csv(a.pace_hz, float)
+    a.keepers = csv(a.clock_keeper_us, float)
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad:
         p.error(f'unknown variants {bad}; known: {sorted(VARIANTS)}')
@@ -87,8 +92,9 @@ def _measured(a, model: str, objects: int, variant: str) -> int:
 
 
 def run_row(a, model: str, res: int, objects: int, variant: str,
-            pace_hz: float = 0.0) -> Dict[str, object]:
+            pace_hz: float = 0.0, keeper_us: float = 0.0) -> Dict[str, object]:
     import torch
+    from sam2_ros.engine.clock_keeper import ClockKeeper
     from tools.bench import variants as V
     n_meas = _measured(a, model, objects, variant)
     spec = V.Spec(model, res, objects, frames=1 + a.warmup + n_meas + 3 * a.profile_frames,
@@ -102,8 +108,10 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         torch._dynamo.reset()
     t0 = time.perf_counter()
     run = V.VARIANTS[variant](spec)
+    keeper = ClockKeeper(a.device, keeper_us)
     try:
         setup_s = time.perf_counter() - t0
+        keeper.start()          # after the set-up (as the node: after configure)
         warm = []
         for _ in range(a.warmup):
             t = time.perf_counter()
@@ -134,12 +142,15 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         groups = run.info.get('kernel_groups')
         timeline = run.info.get('gpu_timeline')
     finally:
+        keeper.stop()
         run.close()
         del run
         if variant in V.COMPILED:
             torch._dynamo.reset()
     if pace_hz > 0:
         variant = f'{variant}_paced{pace_hz:g}hz'
+    if keeper_us > 0:
+        variant = f'{variant}_keep{keeper_us:g}'
     row = dict(model=model, res=res, objects=objects, variant=variant,
                ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
                gpu_kernel_ms=None if gk is None else round(gk, 3),
@@ -147,6 +158,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
                peak_mib=None if peak is None else round(peak, 1),
                compile_s=None if compile_s is None else round(compile_s, 2))
     extra = {'measured_frames': n_meas, 'setup_s': round(setup_s, 2)}
+    if keeper_us > 0:          # spins the keeper completed, and its failure if it had one
+        extra['clock_keeper'] = {'spins': keeper.spins, 'error': keeper.error}
     if parts:
         extra['breakdown_ms'] = parts
     if stats:
@@ -203,11 +216,12 @@ def main(argv=None) -> int:
     rows, failed = [], []
     side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
     extras = {}
-    for m, r, o, v, pace in ((*row, pace) for row in _rows(a) for pace in a.paces):
+    for m, r, o, v, pace, keep in ((*row, pace, keep) for row in _rows(a) for pace in a.paces
+                                   for keep in a.keepers):
         t = time.perf_counter()
         try:
             with torch.inference_mode():
-                row, extra = run_row(a, m, r, o, v, pace)
+                row, extra = run_row(a, m, r, o, v, pace, keep)
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             traceback.print_exc()
             failed.append({'model': m, 'res': r, 'objects': o, 'variant': v,

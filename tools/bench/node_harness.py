@@ -87,6 +87,8 @@ NODE_FLAGS = (
     ('--gpu-overlay', 'overlay_on_gpu', bool,
      ": the overlay rendered on the tracker's GPU, or on the host"),
     ('--opencv-threads', 'opencv_threads', int, ": 0, OpenCV's pool of a thread per core"),
+    ('--clock-keeper-us', 'gpu_clock_keeper_us', float,
+     ": one GPU block spinning while active, so the clocks stay up (0: off)"),
     ('--gil-switch-ms', 'gil_switch_interval_ms', float,
      ": Python's GIL switch interval in the node (0: Python's 5 ms)"),
     ('--masks-from-worker', 'masks_from_worker', bool,
