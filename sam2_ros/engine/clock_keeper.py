@@ -4,15 +4,14 @@ Why: a GPU with nothing to run lowers its clocks (``nvidia-smi -q -d PERFORMANCE
 reason ``Idle``), and at a camera's pace the tracker leaves it idle for most of every frame
 period. The next frame's first kernels then run before the clocks are raised again: the
 engine benchmark paced at a camera's rate is slower and far less even than back to back on
-the same GPU (docs/performance.md, *The host and the GPU between frames*). Locking the clocks (``nvidia-smi --lock-gpu-clocks``, an
-administrator's setting) is the real fix. Where that is not allowed, a :class:`ClockKeeper`
-keeps one block of the GPU busy: a thread of its own launches a spin kernel of ``spin_us``
-on a stream of its own and waits for it (the GIL is released while it waits), again and
-again until stopped, also while no camera streams. It takes one multiprocessor and some
-power; whether it pays is a benchmark's to say (``tools.bench.cli --clock-keeper-us``), so it
-is off by default.
-Graph captures are unaffected: they run in the capturing thread's own error mode
-(``cuda/capture.py``).
+the same GPU (docs/performance.md, *The host and the GPU between frames*). Locking the
+clocks (``nvidia-smi --lock-gpu-clocks``, an administrator's setting) is the real fix. Where
+that is not allowed, a :class:`ClockKeeper` keeps one block of the GPU busy: a thread of its
+own launches a spin kernel of ``spin_us`` on a stream of its own and waits for it (the GIL is
+released while it waits), again and again until stopped, also while no camera streams. It
+takes one multiprocessor and some power; whether it pays is a benchmark's to say
+(``tools.bench.cli --clock-keeper-us``), so it is off by default. Graph captures are
+unaffected: they run in the capturing thread's own error mode (``cuda/capture.py``).
 """
 
 from __future__ import annotations
