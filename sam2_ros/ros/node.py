@@ -175,7 +175,7 @@ class TrackerNode(LifecycleNode):
             self, messages.interfaces().TrackingState, vision and vision.Detection2DArray,
             o.publish_overlay, self.totals, self.association.class_of, serial=not o.pipeline,
             timing_log=o.timing_log, compressed_overlay=o.input_type == 'compressed',
-            serialized=o.publish_serialized_images,
+            serialized=o.publish_serialized_images, without_gil=o.publish_without_gil,
             overlay_device=overlay_device_of(o, self.cfg.device), on_frame_out=self.diag.frame_out)
 
     @transitions.loud('activate', undo='stop_io')

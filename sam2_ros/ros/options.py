@@ -27,6 +27,12 @@ CLICK_MODES = ('positive', 'negative', 'new')
 # qos_depth, fifo_size and prompt_queue_size at most: each holds up to that many frames (2.7 MB
 # at 720p) or prompts; more is a typo, which would surface as a failed subscription or memory
 MAX_QUEUE = 1000
+# float options and their range: (name, low, high, what the low end means)
+RANGES = (('deferred_wait_ms', 0.0, 1e9, '0: wait for the next frame'),
+          ('time_jump_reset_s', 0.0, 1e9, '0: any step back resets'),
+          ('stall_trace_ms', 0.0, 1e9, '0: off'),
+          ('gil_switch_interval_ms', 0.0, 100.0, "0: Python's default"),
+          ('gpu_clock_keeper_us', 0.0, 100000.0, '0: off'))
 
 
 @dataclass
@@ -163,6 +169,11 @@ class NodeOptions:
     gil_switch_interval_ms: float = knob(0.0, kind='float', tuning=True, doc=(
         "Python's GIL switch interval in the node's process (sys.setswitchinterval), ms; 0: "
         "Python's default (5 ms)"))
+    # Serialized images (mask, overlay) published through rcl with the GIL released
+    # (sam2_ros/ros/rcl_publish.py): the other threads, another camera's publisher too, run on.
+    publish_without_gil: bool = knob(False, kind='bool', tuning=True, doc=(
+        'with publish_serialized_images: the mask and overlay are published through rcl with '
+        "Python's GIL released (the same bytes; false: rclpy's publish, which holds it)"))
     # One spinning block on the tracker's GPU while the node is active, so the GPU does not
     # lower its clocks between a camera's frames (sam2_ros/engine/clock_keeper.py).
     gpu_clock_keeper_us: float = knob(0.0, kind='float', tuning=True, doc=(
@@ -299,22 +310,12 @@ class NodeOptions:
             raise ValueError(f'click_mode must be one of {CLICK_MODES}, got {self.click_mode!r}')
         if int(self.max_image_pixels) < 1:
             raise ValueError(f'max_image_pixels must be >= 1, got {self.max_image_pixels!r}')
-        if not 0 <= self.deferred_wait_ms < float('inf'):      # NaN too
-            raise ValueError(f'deferred_wait_ms must be >= 0 (0: wait for the next frame), got '
-                             f'{self.deferred_wait_ms!r}')
-        if not 0 <= self.time_jump_reset_s < float('inf'):     # NaN too
-            raise ValueError(f'time_jump_reset_s must be >= 0 (0: any step back resets), got '
-                             f'{self.time_jump_reset_s!r}')
         if self.stale_timeout_s <= 0 or self.diagnostics_period_s <= 0:
             raise ValueError('stale_timeout_s and diagnostics_period_s must be > 0')
-        if not self.stall_trace_ms >= 0:     # NaN too
-            raise ValueError(f'stall_trace_ms must be >= 0 (0: off), got {self.stall_trace_ms!r}')
-        if not 0.0 <= float(self.gil_switch_interval_ms) <= 100.0:
-            raise ValueError(f'gil_switch_interval_ms must be within [0, 100] (0: Python\'s '
-                             f'default), got {self.gil_switch_interval_ms!r}')
-        if not 0.0 <= float(self.gpu_clock_keeper_us) <= 100000.0:
-            raise ValueError(f'gpu_clock_keeper_us must be within [0, 100000] (0: off), got '
-                             f'{self.gpu_clock_keeper_us!r}')
+        for name, lo, hi, why in RANGES:
+            if not lo <= float(getattr(self, name)) <= hi:     # NaN too
+                raise ValueError(f'{name} must be within [{lo:g}, {hi:g}] ({why}), got '
+                                 f'{getattr(self, name)!r}')
         if int(self.opencv_threads) < 0:
             raise ValueError(f'opencv_threads must be >= 0 (0: OpenCV\'s default), got '
                              f'{self.opencv_threads!r}')

@@ -27,7 +27,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sam2_ros.engine.decode import to_host
 from sam2_ros.overlay import render_overlay
 from sam2_ros.overlay_device import DeviceOverlay
-from sam2_ros.ros import image_cdr, images, inputs, mask_compressed, messages
+from sam2_ros.ros import image_cdr, images, inputs, mask_compressed, messages, rcl_publish
 from sam2_ros.ros.mailbox import FrameTimes, Published
 from sam2_ros.ros.timing_log import TimingLog
 from sam2_ros.ros.totals import Totals
@@ -68,7 +68,8 @@ class Publishers:
                  class_of: Callable[[int], str], serial: bool,
                  timing_log: Optional[TimingLog] = None, serialized: bool = False,
                  overlay_device: Optional[str] = None,
-                 on_frame_out: Optional[Callable[[float], None]] = None) -> None:
+                 on_frame_out: Optional[Callable[[float], None]] = None,
+                 without_gil: bool = False) -> None:
         self.node, self.pubs, self.totals = node, pubs, totals
         # told time.monotonic() after each frame's state (the diagnostics' quiet_tick.py)
         self.on_frame_out = on_frame_out
@@ -79,6 +80,8 @@ class Publishers:
         self.host_copier: Optional[DeviceOverlay] = None
         # raw images as serialized bytes (one copy) or as rclpy messages
         self.image = image_cdr.image_to_cdr if serialized else images.image_msg
+        # how those bytes are published: rclpy's publish, or rcl's with the GIL released
+        self.send = rcl_publish.sender(serialized and without_gil)
         self.timing_log = timing_log
         self.has_overlay = any(pubs.get(name) is not None for name in OVERLAY_TOPICS)
         self.last_publish_ms = 0.0
@@ -92,12 +95,14 @@ class Publishers:
                timing_log: str = '', compressed_overlay: bool = False,
                prefix: str = '~', serialized: bool = False,
                overlay_device: Optional[str] = None,
-               on_frame_out: Optional[Callable[[float], None]] = None) -> 'Publishers':
+               on_frame_out: Optional[Callable[[float], None]] = None,
+               without_gil: bool = False) -> 'Publishers':
         """The lifecycle publishers of ``node``; ``objects_type`` None: no ``~/objects``;
         ``timing_log``: a file for the frames' times ('' = off); ``compressed_overlay``: the
         overlay as a JPEG too (the input is compressed); ``prefix``: the topics' namespace
         ('~/left' for camera left of a multi-camera node); ``serialized``: the raw images
-        (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``);
+        (mask, overlay) are published as serialized bytes (``image_cdr.image_to_cdr``), with
+        ``without_gil`` through rcl with the GIL released (``rcl_publish``);
         ``overlay_device``: where the overlay is rendered (:func:`overlay_device_of`);
         ``on_frame_out``: called with time.monotonic() after each frame's state went out."""
         # the log first, and what was made destroyed on a failure: a configure that fails
@@ -118,7 +123,7 @@ class Publishers:
                 log.close()
             raise
         return cls(node, pubs, totals, class_of, serial, log, serialized, overlay_device,
-                   on_frame_out)
+                   on_frame_out, without_gil)
 
     # ------------------------------------------------------------------ Outputs
     def alive(self) -> bool:
@@ -142,7 +147,7 @@ class Publishers:
         if masks:
             times.mask0 = time.monotonic()
             for pub, msg in masks:
-                pub.publish(msg)
+                self.send(pub, msg)
             times.mask1 = time.monotonic()
         p.publish_s += time.perf_counter() - t0
 
@@ -203,7 +208,7 @@ class Publishers:
         t0 = time.perf_counter()
         img = self.render_overlay(p)                               # [H, W, 3] uint8 RGB
         if self.subscribed('overlay'):
-            self.pubs['overlay'].publish(self.image(img, 'rgb8', p.header))
+            self.send(self.pubs['overlay'], self.image(img, 'rgb8', p.header))
         if self.subscribed('overlay_compressed'):
             self.pubs['overlay_compressed'].publish(images.jpeg_msg(img, p.header))
         self.last_overlay_ms = (time.perf_counter() - t0) * 1e3

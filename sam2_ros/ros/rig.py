@@ -69,7 +69,7 @@ class Rig:
                     self.associations[c].class_of, serial=not o.pipeline,
                     timing_log=f'{o.timing_log}.{name}' if o.timing_log else '',
                     compressed_overlay=o.input_type == 'compressed', prefix=self.prefix(c),
-                    serialized=o.publish_serialized_images,
+                    serialized=o.publish_serialized_images, without_gil=o.publish_without_gil,
                     overlay_device=overlay_device_of(o, node.cfg.device),
                     on_frame_out=node.diag.frame_out))
         except BaseException:

@@ -34,6 +34,9 @@
 #     raw 1/3/8, jpeg 1/8)
 #   bash scripts/gpu/gpu_node_latency.sh twonodes # two cameras on one GPU, a node each, 1 and 3
 #     objects per camera (the comparison rows of one node serving both)
+#   bash scripts/gpu/gpu_node_latency.sh nogil    # publish_without_gil with a 0.5 ms GIL
+#     switch interval, one node for two cameras with a publisher per camera and shared, against
+#     neither; raw 1; 3 objects per camera with a publisher each
 #   bash scripts/gpu/gpu_node_latency.sh keeper   # the GPU clock keeper (500 us) against none:
 #     raw 1, one node for two cameras (1 object each), then 3 each with it
 #   bash scripts/gpu/gpu_node_latency.sh gil      # the node's GIL switch interval 0.5 ms
@@ -212,6 +215,16 @@ elif [ "$MODE" = threads ]; then   # OpenCV's pool (opencv_threads) in the one-n
   run shm_8obj_overlay --objects 8 --transport shm --overlay
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run shm_1obj_overlay_cv1 --objects 1 --transport shm --overlay --opencv-threads 1
+elif [ "$MODE" = nogil ]; then   # masks and overlays published with the GIL released
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
+  NG=(--publish-without-gil --gil-switch-ms 0.5)
+  run cams2_1gpu_1node_1obj_rxproc_nogil_pubpercam --objects 1 "${ONE[@]}" "${NG[@]}" \
+    --no-shared-publisher
+  run cams2_1gpu_1node_1obj_rxproc_nogil --objects 1 "${ONE[@]}" "${NG[@]}"
+  run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
+  run shm_1obj_overlay_nogil --objects 1 --transport shm --overlay "${NG[@]}"
+  run cams2_1gpu_1node_3obj_rxproc_nogil_pubpercam --objects 3 "${ONE[@]}" "${NG[@]}" \
+    --no-shared-publisher
 elif [ "$MODE" = keeper ]; then   # the GPU clock keeper (500 us spins) against none
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run shm_1obj_overlay_keep500 --objects 1 --transport shm --overlay --clock-keeper-us 500

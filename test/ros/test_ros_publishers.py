@@ -4,6 +4,7 @@ mask; the overlay rendered once for its readers, raw and (compressed input) JPEG
 on the host or one decoded on the GPU (a tensor, copied to the host only then); which
 publishers configure makes; the compressed overlay never waited for at release."""
 
+import contextlib
 from types import SimpleNamespace
 
 import cv2
@@ -52,7 +53,7 @@ def frame():
 
 
 def outputs(readers, names=('mask', 'mask_compressed', 'overlay', 'overlay_compressed',
-                            'state'), serialized=False, overlay_device=None):
+                            'state'), serialized=False, overlay_device=None, without_gil=False):
     require_messages()
     pubs = {name: FakePub(name, readers) for name in names}
     pubs.setdefault('objects', None)
@@ -60,7 +61,8 @@ def outputs(readers, names=('mask', 'mask_compressed', 'overlay', 'overlay_compr
     node = SimpleNamespace(context=SimpleNamespace(ok=lambda: True), get_logger=lambda: logger,
                            destroy_lifecycle_publisher=lambda p: None)
     return Publishers(node, pubs, Totals(), lambda i: '', serial=False,
-                      serialized=serialized, overlay_device=overlay_device), pubs
+                      serialized=serialized, overlay_device=overlay_device,
+                      without_gil=without_gil), pubs
 
 
 def published(rgb=None, res=None):
@@ -147,6 +149,34 @@ def test_serialized_mask_and_overlay_are_the_messages_rclpy_would_send():
         assert isinstance(raw, bytes) and isinstance(msg, Image)
         assert deserialize_message(raw, Image) == msg
     assert type(sent[True]['state'].sent[0]) is type(sent[False]['state'].sent[0])
+
+
+def test_without_gil_the_serialized_images_go_through_rcl(monkeypatch):
+    """publish_without_gil (with publish_serialized_images): the raw mask and overlay bytes
+    go through rcl_publish's GIL-free send, the same bytes as rclpy's publish gets; the PNG
+    mask and the state stay rclpy messages."""
+    from sam2_ros.ros import rcl_publish
+
+    through_rcl = []
+    monkeypatch.setattr(rcl_publish, 'rcl_publish_function',
+                        lambda path=None: lambda ptr, msg, alloc: through_rcl.append(
+                            msg.contents.buffer_length) or 0)
+    readers = {'mask': 1, 'mask_compressed': 1, 'overlay': 1, 'state': 1}
+    sent = {}
+    for without_gil in (False, True):
+        out, pubs = outputs(readers, serialized=True, without_gil=without_gil)
+        for pub in pubs.values():
+            if pub is not None:
+                pub.handle = contextlib.nullcontext(SimpleNamespace())
+                pub.handle.pointer = 1                 # rclpy's handle: a context manager
+        p = published()
+        out.publish(p)
+        out.publish_overlay(p)
+        sent[without_gil] = {k: list(v.sent) for k, v in pubs.items() if v is not None}
+    want = sent[False]
+    assert sorted(through_rcl) == sorted(len(want[k][0]) for k in ('mask', 'overlay'))
+    assert sent[True]['mask'] == [] and sent[True]['overlay'] == []     # not through rclpy
+    assert len(sent[True]['mask_compressed']) == len(sent[True]['state']) == 1
 
 
 def test_overlay_rendered_on_the_device_is_the_hosts_and_falls_back_once(monkeypatch):

@@ -170,7 +170,7 @@ def test_node_latency_one_node_two_cameras(tmp_path):
 
     p, r, rows = bench(tmp_path, '--rate', '2', '--objects', '1', '--devices', 'cpu,cpu',
                        '--one-node', '--corrections-every', '0.5', '--no-overlay',
-                       '--transport', 'default', timeout=240)
+                       '--transport', 'default', '--publish-without-gil', timeout=240)
     assert r['config']['node_per_camera'] is False and 'one node for all' in p.stdout
     a, b = r['cameras']
     assert (a['ns'], b['ns']) == ('cam0', 'cam1')
@@ -188,6 +188,9 @@ def test_node_latency_one_node_two_cameras(tmp_path):
     assert a['camera_pid'] != b['camera_pid']
     assert sorted((x['camera'], x['cameras'], x['node_per_camera'], tuple(x['devices']))
                   for x in rows) == [(0, 2, False, ('cpu', 'cpu')), (1, 2, False, ('cpu', 'cpu'))]
+    # publish_without_gil: every mask of both cameras came through rcl with the GIL released
+    assert a['node_params']['publish_without_gil'] is True
+    assert all('_nogil_' in x['variant'] for x in rows)
     assert all(x['variant'].endswith('_onenode_camser_prep3_rawclient_evclient') for x in rows)
     assert all(x['client_masks'] == 'serialized' for x in rows)     # the client took bytes
     assert all(x['client_executor'] == 'events' for x in rows)

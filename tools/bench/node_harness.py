@@ -87,6 +87,8 @@ NODE_FLAGS = (
     ('--gpu-overlay', 'overlay_on_gpu', bool,
      ": the overlay rendered on the tracker's GPU, or on the host"),
     ('--opencv-threads', 'opencv_threads', int, ": 0, OpenCV's pool of a thread per core"),
+    ('--publish-without-gil', 'publish_without_gil', bool,
+     ': the mask and overlay bytes published through rcl with the GIL released'),
     ('--clock-keeper-us', 'gpu_clock_keeper_us', float,
      ": one GPU block spinning while active, so the clocks stay up (0: off)"),
     ('--gil-switch-ms', 'gil_switch_interval_ms', float,

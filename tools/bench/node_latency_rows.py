@@ -166,6 +166,7 @@ def variant(a: Dict[str, Any], cam: Dict[str, Any]) -> str:
         + ([f"cv{cam['node_params']['opencv_threads']}"]
            if cam['node_params'].get('opencv_threads') else [])
         + (['events'] if cam['node_params'].get('executor') == 'events' else [])
+        + (['nogil'] if cam['node_params'].get('publish_without_gil') else [])
         + ([f"keep{cam['node_params']['gpu_clock_keeper_us']:g}"]
            if cam['node_params'].get('gpu_clock_keeper_us') else [])
         + ([f"gil{cam['node_params']['gil_switch_interval_ms']:g}"]

@@ -211,7 +211,7 @@ def node_latency(results: str) -> List[str]:
 
 # settings a row's variant names that no column shows (node_latency_rows.variant)
 _OTHER = re.compile(r'^(cv\d+|separatebuckets|hostoverlay|stalltrace|cudaeager|events|'
-                    r'pubpercam|workermasks|prep[\d.]+|gil[\d.]+|keep[\d.]+|evclient)$')
+                    r'pubpercam|workermasks|prep[\d.]+|gil[\d.]+|keep[\d.]+|evclient|nogil)$')
 
 
 def _other(r: dict) -> str:
@@ -221,7 +221,8 @@ def _other(r: dict) -> str:
     off: a publisher thread per camera), 'workermasks' (masks_from_worker), 'prep3' (the
     camera prepared each frame 3 ms before it was due; rows without it prepared it right after
     the previous publish, beside that frame's delivery), 'gil0.5' (the node's GIL switch
-    interval in ms), 'keep500' (the GPU clock keeper's spin in us), 'evclient' (the
+    interval in ms), 'nogil' (publish_without_gil), 'keep500' (the GPU clock keeper's spin
+    in us), 'evclient' (the
     benchmark's client on the events executor); 'camera msg' where
     the row says its camera published rclpy messages (rows from before ``camera_publish``
     say nothing: they all did)."""
