@@ -30,7 +30,8 @@ from tools.bench import interaction, results
 # the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
 # (the last two: the decode and image GPU tests' measurements)
 PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json',
-          'hiera_attention_probe.json', 'sdpa_probe.json', 'gpu_decode.json', 'gpu_image.json')
+          'hiera_attention_probe.json', 'sdpa_probe.json', 'gil_publish_probe.json',
+          'gpu_decode.json', 'gpu_image.json')
 
 
 def _load(path: str):
