@@ -212,6 +212,9 @@ def rows(result: Dict[str, Any], run_id: str, commit: Optional[str]) -> List[Dic
             'camera_prepare_ms': a.get('camera_prepare_ms', 0.0),
             'client_masks': a.get('client_masks', 'message'),
             'client_executor': a.get('client_executor', 'single'),
+            # CPU time the hypervisor took from the machine during the row (host_watch.py):
+            # a row with seconds of it measured the machine, not the node
+            'host_steal_ms': result['host'].get('steal_ms'),
             'image_bytes_p50': s['image_bytes']['p50'],
             # >= 2 with the shm profile: this client's segment and the nodes' (SHM was used)
             'shm_large_segments': result.get('shm_large_segments'),

@@ -225,11 +225,14 @@ def _other(r: dict) -> str:
     in us), 'evclient' (the
     benchmark's client on the events executor); 'camera msg' where
     the row says its camera published rclpy messages (rows from before ``camera_publish``
-    say nothing: they all did)."""
+    say nothing: they all did); 'steal N ms' where the hypervisor took 100 ms or more of CPU
+    time from the machine during the row (``host_steal_ms``)."""
     tags = [t for t in str(r.get('variant', '')).split('_') if _OTHER.match(t)]
     parts = ([r['precompile']] if r.get('precompile') else []) + tags
     if r.get('camera_publish') == 'message':
         parts.append('camera msg')
+    if (r.get('host_steal_ms') or 0) >= 100:      # the hypervisor took CPU time: a noisy row
+        parts.append(f"steal {r['host_steal_ms']:.0f} ms")
     return ', '.join(parts) or '-'
 
 
