@@ -33,16 +33,22 @@ class ClockKeeper:
 
     ``spin_us``: one spin kernel's length at 2 GHz; 0 or a CPU device: nothing runs.
     ``spin``: the spin itself (cycles -> returns when done), for tests; by default a spin
-    kernel on the keeper's own stream, waited for.
+    kernel on the keeper's own stream, waited for. ``on_error(text)``: told, from the
+    keeper's thread, why it stopped keeping (its spin failed).
     """
 
-    def __init__(self, device: str, spin_us: float, spin: Optional[Spin] = None) -> None:
+    def __init__(self, device: str, spin_us: float, spin: Optional[Spin] = None,
+                 on_error: Optional[Callable[[str], None]] = None) -> None:
         self.device = torch.device(device)
+        if self.device.type == 'cuda' and self.device.index is None and \
+                torch.cuda.is_available():   # 'cuda': the caller's current GPU, not thread 0's
+            self.device = torch.device('cuda', torch.cuda.current_device())
         self.spin_us = float(spin_us)
         self.cycles = int(self.spin_us * CYCLES_PER_US)
         self.spins = 0                         # spins completed since start
         self.error: Optional[str] = None       # why the thread ended early, if it did
         self._spin = spin
+        self._on_error = on_error
         self._stream: Optional[torch.cuda.Stream] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -77,6 +83,8 @@ class ClockKeeper:
                 self.spins += 1
         except Exception as exc:  # noqa: BLE001 - a keeper that fails only stops keeping
             self.error = repr(exc)
+            if self._on_error is not None:
+                self._on_error(f'GPU clock keeper stopped: {self.error}')
 
     def _gpu_spin(self) -> Spin:
         torch.cuda.set_device(self.device)

@@ -185,7 +185,7 @@ class TrackerNode(LifecycleNode):
             return ret
         o = self.opts
         self.fallbacks_seen = int(self.tracker.stats.get('fallbacks', 0))
-        self.tuning.keep_clocks(str(self.cfg.device))      # gpu_clock_keeper_us, if set
+        self.tuning.keep_clocks(str(self.cfg.device), self.get_logger().warning)
         if self.rig is not None:
             self.mailbox, self.worker = self.rig.activate(self)
             self.input_subs = self.rig.subscribe(self, PROMPT_QOS, image_qos(o))

@@ -54,11 +54,11 @@ class ProcessTuning:
         sys.setswitchinterval(ms / 1e3 if ms > 0 else self.default_switch_interval)
         self.clock_keeper_us = float(opts.gpu_clock_keeper_us)
 
-    def keep_clocks(self, device: str) -> None:
+    def keep_clocks(self, device: str, warn: Callable[[str], None]) -> None:
         """Start the clock keeper on ``device`` (activate); nothing when it is off or the
-        device is not a GPU."""
+        device is not a GPU. ``warn(text)``: why the keeper stopped, if it fails."""
         self.release_clocks()
-        self.keeper = ClockKeeper(device, self.clock_keeper_us)
+        self.keeper = ClockKeeper(device, self.clock_keeper_us, on_error=warn)
         self.keeper.start()
 
     def release_clocks(self) -> None:

@@ -41,13 +41,26 @@ def test_off_on_a_cpu_device_or_with_zero_length(device, us):
     k.stop()
 
 
+def test_an_unindexed_cuda_device_is_the_callers_gpu(monkeypatch):
+    """'cuda' without an index names the caller's current GPU: the keeper's thread would
+    otherwise have none (torch.cuda.set_device refuses an unindexed device)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 3)
+    assert ClockKeeper('cuda', 100).device == torch.device('cuda', 3)
+    assert ClockKeeper('cuda:1', 100).device == torch.device('cuda', 1)
+
+
 def test_a_failing_spin_ends_only_the_keeper():
     def spin(_cycles):
         raise RuntimeError('no device')
-    k = ClockKeeper('cuda:0', 100, spin=spin)
+    told = []
+    k = ClockKeeper('cuda:0', 100, spin=spin, on_error=told.append)
     k.start()
     assert wait_for(lambda: not k.running)
     assert 'no device' in k.error and k.spins == 0
+    assert len(told) == 1 and 'clock keeper stopped' in told[0] and 'no device' in told[0]
     k.stop()
 
 
@@ -75,12 +88,12 @@ def test_node_tuning_starts_and_stops_the_keeper(monkeypatch):
     t = ProcessTuning()
     t.apply(SimpleNamespace(tune_malloc=False, opencv_threads=0, gil_switch_interval_ms=0.0,
                             gpu_clock_keeper_us=250.0), print)
-    t.keep_clocks('cpu')
+    t.keep_clocks('cpu', print)
     assert t.keeper is not None and not t.keeper.running     # a CPU tracker: nothing runs
     t.release_clocks()
     assert t.keeper is None
     started = []
     monkeypatch.setattr(ClockKeeper, 'start', lambda self: started.append(self.spin_us))
-    t.keep_clocks('cuda:0')
+    t.keep_clocks('cuda:0', print)
     assert started == [250.0] and t.keeper.device.type == 'cuda'
     t.release_clocks()
