@@ -113,6 +113,30 @@ def test_paced_rows_are_their_own_variant(tmp_path):
     assert rows[0]['run'] == rows[1]['run'] and '--pace-hz 0,50' in rows[1]['command']
 
 
+def test_clock_keeper_rows_are_their_own_variant_only_with_a_keeper(tmp_path, monkeypatch):
+    """--clock-keeper-us: each row again with a ClockKeeper running (a variant _keepN of its
+    own, its spins in the extra file); on a device without one (the CPU) no suffix claims
+    it."""
+    import time
+
+    from sam2_ros.engine.clock_keeper import ClockKeeper
+
+    out = tmp_path / 'r.json'
+    base = ['--device', 'cpu', '--precision', 'fp32', '--only', 'tiny@128:1:ours_eager',
+            '--frames', '2', '--warmup', '0', '--profile-frames', '0', '--out', str(out)]
+    assert cli.main(base + ['--clock-keeper-us', '0,200']) == 0
+    assert [r['variant'] for r in json.loads(out.read_text())] == ['ours_eager']
+    monkeypatch.setattr(ClockKeeper, 'enabled', property(lambda self: self.spin_us > 0))
+    monkeypatch.setattr(ClockKeeper, '_gpu_spin',
+                        lambda self: lambda cycles: time.sleep(cycles / 2e9))
+    assert cli.main(base + ['--clock-keeper-us', '0,200']) == 0
+    rows = json.loads(out.read_text())
+    assert [r['variant'] for r in rows] == ['ours_eager', 'ours_eager_keep200']
+    extra = json.loads((tmp_path / 'r_extra.json').read_text())['rows']
+    kept = [v['clock_keeper'] for v in extra.values() if 'clock_keeper' in v]
+    assert len(kept) == 1 and kept[0]['error'] is None
+
+
 def test_received_frames_are_read_only_views_of_bytes():
     """ours_graph_batched_received's frames are what the node tracks: read-only views of a
     message's bytes, the same pixels."""

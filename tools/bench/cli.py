@@ -149,7 +149,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
             torch._dynamo.reset()
     if pace_hz > 0:
         variant = f'{variant}_paced{pace_hz:g}hz'
-    if keeper_us > 0:
+    if keeper.enabled:        # a CPU row has no keeper: no suffix claims one
         variant = f'{variant}_keep{keeper_us:g}'
     row = dict(model=model, res=res, objects=objects, variant=variant,
                ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
@@ -158,7 +158,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
                peak_mib=None if peak is None else round(peak, 1),
                compile_s=None if compile_s is None else round(compile_s, 2))
     extra = {'measured_frames': n_meas, 'setup_s': round(setup_s, 2)}
-    if keeper_us > 0:          # spins the keeper completed, and its failure if it had one
+    if keeper.enabled:         # spins the keeper completed, and its failure if it had one
         extra['clock_keeper'] = {'spins': keeper.spins, 'error': keeper.error}
     if parts:
         extra['breakdown_ms'] = parts
@@ -216,8 +216,11 @@ def main(argv=None) -> int:
     rows, failed = [], []
     side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
     extras = {}
+    from sam2_ros.engine.clock_keeper import ClockKeeper
+    # a device without a keeper (the CPU) measures each row once, not once per keeper
+    keepers = [k for k in a.keepers if k == 0 or ClockKeeper(a.device, k).enabled] or [0.0]
     for m, r, o, v, pace, keep in ((*row, pace, keep) for row in _rows(a) for pace in a.paces
-                                   for keep in a.keepers):
+                                   for keep in dict.fromkeys(keepers)):
         t = time.perf_counter()
         try:
             with torch.inference_mode():
