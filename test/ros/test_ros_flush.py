@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from sam2_ros.ros import publishers as pubs_mod
 from sam2_ros.ros.node import TrackerNode
+from sam2_ros.ros.process_tuning import ProcessTuning
 from sam2_ros.ros.publishers import Publishers
 from sam2_ros.ros.totals import Totals
 
@@ -68,6 +69,7 @@ def fake_node(pubs, events, context_ok=True):
                                                          drop_pending=lambda: [],
                                                          detection_counts={}),
         mailbox=None, rig=None, totals=Totals(), logger=logger, get_logger=lambda: logger,
+        tuning=ProcessTuning(),
         destroy_subscription=lambda s: events.append(('destroy_sub', s)),
         destroy_lifecycle_publisher=lambda p: events.append(('destroy_pub', p.name)))
     self.outputs = Publishers(self, pubs, self.totals, lambda i: '', serial=False)
