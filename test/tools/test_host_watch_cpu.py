@@ -32,6 +32,15 @@ def test_frame_gets_the_waits_of_the_windows_it_overlaps():
     assert frames[2]['host_wait_ms'] is None          # no mask: no span
 
 
+def test_a_window_spans_from_its_t0():
+    """Reading /proc takes time, so a window can be longer than the period: its t0 says
+    where it began."""
+    frames = [{'e2e_mask_ms': 5.0}]
+    samples = [{'t0': 9.95, 't': 10.05, 'wait_ms': {'node:2': 1.5}, 'steal_ms': 0.0}]
+    host_watch.attach(frames, [9.96], samples, 0.02)
+    assert frames[0]['host_wait_ms'] == 1.5
+
+
 def test_frames_without_samples_get_none():
     frames = [{'e2e_mask_ms': 8.0}]
     host_watch.attach(frames, [1.0], [], 0.02)

@@ -9,9 +9,10 @@ says which process waited, and when, so a slow frame can be told from a slow nod
 
 It runs as a process of its own (``python -m tools.bench.host_watch --root PID --out F``), so
 reading ``/proc`` never holds the benchmark client's GIL: every ``--period-ms`` it writes one
-JSON line ``{"t": monotonic s, "steal_ms": ..., "wait_ms": {label: ms}}`` with the window's
-increments, ``label`` being ``<comm>:<pid>`` of each process below ``--root`` (found again every
-second). ``attach`` gives each frame the waits of the windows its image -> mask span overlaps.
+JSON line ``{"t0": ..., "t": ..., "wait_ms": {label: ms}, "steal_ms": ..., ...}``, the
+increments of the window from t0 to t (monotonic s), ``label`` being ``<comm>:<pid>`` of each
+process below ``--root`` (found again every second). ``attach`` gives each frame the waits of
+the windows its image -> mask span overlaps.
 Linux only; elsewhere (or without schedstat) the file stays empty and frames get None.
 """
 
@@ -107,6 +108,7 @@ def watch(root: int, period_s: float, out: Path) -> None:
     last = {p: wait_ns(p) for p in procs}
     faults = {p: minor_faults(p) for p in procs}
     steal0, stalls0 = steal_ticks(), compact_stalls()
+    prev = time.monotonic()
     with open(out, 'w') as f:
         while not stop and (PROC / str(root)).exists():
             time.sleep(period_s)
@@ -120,11 +122,14 @@ def watch(root: int, period_s: float, out: Path) -> None:
                 faulted[label] = max(0, m - faults.get(p, m))
                 last[p], faults[p] = w, m
             steal, stalls = steal_ticks(), compact_stalls()
-            f.write(json.dumps({'t': round(now, 4), 'wait_ms': waits, 'minflt': faulted,
+            # the window is [t0, t]: reading /proc takes time too, so windows are longer
+            # than the period, and each says where it began
+            f.write(json.dumps({'t0': round(prev, 4), 't': round(now, 4), 'wait_ms': waits,
+                                'minflt': faulted,
                                 'steal_ms': round((steal - steal0) * 1e3 / CLK_TCK, 1),
                                 'compact_stalls': stalls - stalls0}) + '\n')
             f.flush()
-            steal0, stalls0 = steal, stalls
+            steal0, stalls0, prev = steal, stalls, now
 
 
 class HostWatch:
@@ -178,7 +183,7 @@ def attach(frames: List[Dict[str, Any]], t_pub: Iterable[float],
         if not samples or f.get('e2e_mask_ms') is None:
             continue
         t1 = t0 + f['e2e_mask_ms'] / 1e3
-        win = [s for s in samples if s['t'] - period_s < t1 and s['t'] > t0]
+        win = [s for s in samples if s.get('t0', s['t'] - period_s) < t1 and s['t'] > t0]
         if not win:
             continue
         per: Dict[str, float] = {}
