@@ -6,12 +6,13 @@ period. The next frame's first kernels then run before the clocks are raised aga
 engine benchmark paced at a camera's rate is slower and far less even than back to back on
 the same GPU (docs/performance.md, *The host and the GPU between frames*). Locking the
 clocks (``nvidia-smi --lock-gpu-clocks``, an administrator's setting) is the real fix. Where
-that is not allowed, a :class:`ClockKeeper` keeps one block of the GPU busy: a thread of its
-own launches a spin kernel of ``spin_us`` on a stream of its own and waits for it (the GIL is
-released while it waits), again and again until stopped, also while no camera streams. It
-takes one multiprocessor and some power; whether it pays is a benchmark's to say
-(``tools.bench.cli --clock-keeper-us``), so it is off by default. Graph captures are
-unaffected: they run in the capturing thread's own error mode (``cuda/capture.py``).
+that is not allowed, a :class:`ClockKeeper` keeps one GPU thread spinning: a host thread of
+its own launches a one-thread spin kernel of ``spin_us`` on a stream of its own and waits for
+it (the GIL is released while it waits), again and again until stopped, also while no camera
+streams. It takes a warp's place on one multiprocessor and some power; whether it pays is a
+benchmark's to say (``tools.bench.cli --clock-keeper-us``), so it is off by default. Graph
+captures are unaffected: they run in the capturing thread's own error mode
+(``cuda/capture.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ Spin = Callable[[int], None]
 
 
 class ClockKeeper:
-    """One spinning block on ``device`` between :meth:`start` and :meth:`stop`.
+    """One spinning GPU thread on ``device`` between :meth:`start` and :meth:`stop`.
 
     ``spin_us``: one spin kernel's length at 2 GHz; 0 or a CPU device: nothing runs.
     ``spin``: the spin itself (cycles -> returns when done), for tests; by default a spin
@@ -93,6 +94,6 @@ class ClockKeeper:
 
         def spin(cycles: int) -> None:
             with torch.cuda.stream(stream):
-                torch.cuda._sleep(cycles)     # one block busy for `cycles` SM clock cycles
+                torch.cuda._sleep(cycles)     # one GPU thread busy for `cycles` SM cycles
             stream.synchronize()
         return spin

@@ -174,10 +174,10 @@ class NodeOptions:
     publish_without_gil: bool = knob(False, kind='bool', tuning=True, doc=(
         'with publish_serialized_images: the mask and overlay are published through rcl with '
         "Python's GIL released (the same bytes; false: rclpy's publish, which holds it)"))
-    # One spinning block on the tracker's GPU while the node is active, so the GPU does not
+    # One spinning GPU thread on the tracker's GPU while the node is active, so the GPU does not
     # lower its clocks between a camera's frames (sam2_ros/engine/clock_keeper.py).
     gpu_clock_keeper_us: float = knob(0.0, kind='float', tuning=True, doc=(
-        "while active, one block of the tracker's GPU spins in kernels of this many us so the "
+        "while active, one thread of the tracker's GPU spins in kernels of this many us so the "
         'GPU keeps its clocks up between frames (locking the clocks with nvidia-smi is the '
         'better fix where allowed); 0: off'))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),

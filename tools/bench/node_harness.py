@@ -90,7 +90,7 @@ NODE_FLAGS = (
     ('--publish-without-gil', 'publish_without_gil', bool,
      ': the mask and overlay bytes published through rcl with the GIL released'),
     ('--clock-keeper-us', 'gpu_clock_keeper_us', float,
-     ": one GPU block spinning while active, so the clocks stay up (0: off)"),
+     ": one GPU thread spinning while active, so the clocks stay up (0: off)"),
     ('--gil-switch-ms', 'gil_switch_interval_ms', float,
      ": Python's GIL switch interval in the node (0: Python's 5 ms)"),
     ('--masks-from-worker', 'masks_from_worker', bool,
