@@ -79,6 +79,15 @@ def test_a_bad_node_option_is_refused_while_the_tracker_has_no_checkpoint_yet():
     assert 'fused_opt_in takes distinct groups' in params.refusal(
         current, {'fused_opt_in': ['windowz']})
     assert params.refusal(current, {'fused_opt_in': ['window_attention']}) == ''
+    # the float options of one range table (options.RANGES); NaN: every float parameter
+    assert 'gil_switch_interval_ms must be within [0, 100]' in params.refusal(
+        current, {'gil_switch_interval_ms': 200.0})
+    assert 'gpu_clock_keeper_us must be within' in params.refusal(
+        current, {'gpu_clock_keeper_us': -1.0})
+    assert 'gpu_clock_keeper_us must be a finite number' in params.refusal(
+        current, {'gpu_clock_keeper_us': float('nan')})
+    assert params.refusal(current, {'gpu_clock_keeper_us': 500.0,
+                                    'publish_without_gil': True}) == ''
     assert params.refusal(current, {'checkpoint': '/x.pt'}) == ''       # still not its problem
 
 
@@ -124,6 +133,14 @@ def test_ros2_param_set_refuses_an_invalid_configure_parameter_now(tmp_path):
         assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
                                                  'executor', 'events')
         proc.wait_log(r"executor set to 'events': it is read when the node starts", 30)
+        # this session's rig options: a bad keeper length refused now, GIL-free publishing
+        # and a short switch interval accepted (applied at configure)
+        out = cli(env, 'param', 'set', '/sam2_tracker', 'gpu_clock_keeper_us', '-5.0')
+        assert 'Setting parameter failed' in out and 'gpu_clock_keeper_us must be within' in out
+        assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
+                                                 'publish_without_gil', 'true')
+        assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
+                                                 'gil_switch_interval_ms', '0.5')
         # an integer array as a user types it (rclpy: array.array), applied at configure
         assert 'Set parameter successful' in cli(env, 'param', 'set', '/sam2_tracker',
                                                  'prompt_point_buckets', '[1, 2, 4]')

@@ -34,7 +34,7 @@ CLK_TCK = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
 
 def children_of(root: int) -> Dict[int, str]:
     """Every process below ``root`` (and ``root``): pid -> ``comm:pid``."""
-    parent: Dict[int, int] = {}
+    children: Dict[int, List[int]] = {}
     comm: Dict[int, str] = {}
     for d in PROC.iterdir():
         if not d.name.isdigit():
@@ -45,13 +45,14 @@ def children_of(root: int) -> Dict[int, str]:
             continue
         # pid (comm) state ppid ...: comm may hold spaces and parentheses
         name, rest = stat[stat.index('(') + 1:stat.rindex(')')], stat[stat.rindex(')') + 2:]
-        parent[int(d.name)], comm[int(d.name)] = int(rest.split()[1]), name
+        children.setdefault(int(rest.split()[1]), []).append(int(d.name))
+        comm[int(d.name)] = name
     out, todo = {}, [root]
     while todo:
         p = todo.pop()
         if p in comm and p not in out:
             out[p] = f'{comm[p]}:{p}'
-            todo += [c for c, pp in parent.items() if pp == p]
+            todo += children.get(p, [])
     return out
 
 
@@ -186,10 +187,7 @@ def attach(frames: List[Dict[str, Any]], t_pub: Iterable[float],
         win = [s for s in samples if s.get('t0', s['t'] - period_s) < t1 and s['t'] > t0]
         if not win:
             continue
-        per: Dict[str, float] = {}
-        for s in win:
-            for label, ms in s['wait_ms'].items():
-                per[label] = per.get(label, 0.0) + ms
+        per = waits_by_process(win)
         f['host_wait_ms'] = round(sum(per.values()), 3)
         f['host_wait_top'] = max(per, key=per.get) if per else None
         f['host_steal_ms'] = round(sum(s['steal_ms'] for s in win), 1)
@@ -207,12 +205,18 @@ def thp_mode() -> Optional[str]:
     return text[text.find('[') + 1:text.find(']')] if '[' in text else text.strip()
 
 
-def totals(samples: List[Dict[str, Any]]) -> Tuple[Dict[str, float], float]:
-    """Run-queue wait per process over the run (ms, largest first) and the steal (ms)."""
+def waits_by_process(samples: List[Dict[str, Any]]) -> Dict[str, float]:
+    """Run-queue wait (ms) per process label, summed over ``samples``."""
     per: Dict[str, float] = {}
     for s in samples:
         for label, ms in s['wait_ms'].items():
             per[label] = per.get(label, 0.0) + ms
+    return per
+
+
+def totals(samples: List[Dict[str, Any]]) -> Tuple[Dict[str, float], float]:
+    """Run-queue wait per process over the run (ms, largest first) and the steal (ms)."""
+    per = waits_by_process(samples)
     ranked = dict(sorted(((k, round(v, 1)) for k, v in per.items()), key=lambda kv: -kv[1]))
     return ranked, round(sum(s['steal_ms'] for s in samples), 1)
 
