@@ -174,12 +174,12 @@ class NodeOptions:
     publish_without_gil: bool = knob(False, kind='bool', tuning=True, doc=(
         'with publish_serialized_images: the mask and overlay are published through rcl with '
         "Python's GIL released (the same bytes; false: rclpy's publish, which holds it)"))
-    # One spinning GPU thread on the tracker's GPU while the node is active, so the GPU does not
-    # lower its clocks between a camera's frames (sam2_ros/engine/clock_keeper.py).
+    # After each frame one GPU thread spins this long behind the frame's work, so the GPU does
+    # not lower its clocks before the camera's next frame (sam2_ros/engine/clock_keeper.py).
     gpu_clock_keeper_us: float = knob(0.0, kind='float', tuning=True, doc=(
-        "while active, one thread of the tracker's GPU spins in kernels of this many us so the "
-        'GPU keeps its clocks up between frames (locking the clocks with nvidia-smi is the '
-        'better fix where allowed); 0: off'))
+        "after each frame, one thread of the tracker's GPU spins this many us so the GPU "
+        'keeps its clocks up until the next frame: about 3/4 of the frame period (12000 at '
+        '60 Hz); locking the clocks with nvidia-smi is the better fix where allowed; 0: off'))
     # Raw images received by a process of their own per camera (sam2_ros/ros/receiver.py),
     # handed over in shared memory: the tracker's process spends no GIL time on a frame's
     # receipt, which on a rig with two 60 Hz cameras competes with tracking and publishing.

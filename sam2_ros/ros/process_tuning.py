@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
+from sam2_ros.engine import clock_keeper
 from sam2_ros.engine.clock_keeper import ClockKeeper
 from sam2_ros.ros import malloc
 
@@ -42,7 +43,7 @@ class ProcessTuning:
         self.opencv_threads = 0        # the last value applied (0: OpenCV's default)
         self.default_switch_interval = sys.getswitchinterval()    # s, before any apply
         self.clock_keeper_us = 0.0
-        self.keeper: Optional[ClockKeeper] = None      # running while the node is active
+        self.keeper: Optional[ClockKeeper] = None      # kept while the node is active
 
     def apply(self, opts: Any, warn: Callable[[str], None]) -> None:
         """``opts``: the node's options (``tune_malloc``, ``opencv_threads``,
@@ -55,14 +56,13 @@ class ProcessTuning:
         self.clock_keeper_us = float(opts.gpu_clock_keeper_us)
 
     def keep_clocks(self, device: str, warn: Callable[[str], None]) -> None:
-        """Start the clock keeper on ``device`` (activate); nothing when it is off or the
-        device is not a GPU. ``warn(text)``: why the keeper stopped, if it fails."""
+        """Keep ``device``'s clocks up between frames (activate); nothing when the keeper is
+        off or the device is not a GPU. ``warn(text)``: why it stopped, if it fails."""
         self.release_clocks()
-        self.keeper = ClockKeeper(device, self.clock_keeper_us, on_error=warn)
-        self.keeper.start()
+        self.keeper = clock_keeper.keep(device, self.clock_keeper_us, on_error=warn)
 
     def release_clocks(self) -> None:
-        """Stop the clock keeper (deactivate, cleanup)."""
+        """No keeper any more (deactivate, cleanup)."""
         if self.keeper is not None:
-            self.keeper.stop()
+            clock_keeper.release(self.keeper.device)
             self.keeper = None

@@ -37,7 +37,8 @@
 #   bash scripts/gpu/gpu_node_latency.sh nogil    # publish_without_gil with a 0.5 ms GIL
 #     switch interval, one node for two cameras with a publisher per camera and shared, against
 #     neither; raw 1; 3 objects per camera with a publisher each
-#   bash scripts/gpu/gpu_node_latency.sh keeper   # the GPU clock keeper (500 us) against none:
+#   bash scripts/gpu/gpu_node_latency.sh keeper   # the GPU clock keeper (KEEP_US after each
+#     frame, default 12000) against none:
 #     raw 1, one node for two cameras (1 object each), then 3 each with it
 #   bash scripts/gpu/gpu_node_latency.sh gil      # the node's GIL switch interval 0.5 ms
 #     against Python's 5 ms: one node for two cameras (1 object each, then 3), raw 1
@@ -225,13 +226,14 @@ elif [ "$MODE" = nogil ]; then   # masks and overlays published with the GIL rel
   run shm_1obj_overlay_nogil --objects 1 --transport shm --overlay "${NG[@]}"
   run cams2_1gpu_1node_3obj_rxproc_nogil_pubpercam --objects 3 "${ONE[@]}" "${NG[@]}" \
     --no-shared-publisher
-elif [ "$MODE" = keeper ]; then   # the GPU clock keeper (500 us spins) against none
+elif [ "$MODE" = keeper ]; then   # the GPU clock keeper (a spin after each frame) against none
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
-  run shm_1obj_overlay_keep500 --objects 1 --transport shm --overlay --clock-keeper-us 500
-  run cams2_1gpu_1node_1obj_rxproc_keep500 --objects 1 "${ONE[@]}" --clock-keeper-us 500
+  K=${KEEP_US:-12000}; KA=(--clock-keeper-us "$K")
+  run "shm_1obj_overlay_keep$K" --objects 1 --transport shm --overlay "${KA[@]}"
+  run "cams2_1gpu_1node_1obj_rxproc_keep$K" --objects 1 "${ONE[@]}" "${KA[@]}"
   run shm_1obj_overlay --objects 1 --transport shm --overlay
   run cams2_1gpu_1node_1obj_rxproc --objects 1 "${ONE[@]}"
-  run cams2_1gpu_1node_3obj_rxproc_keep500 --objects 3 "${ONE[@]}" --clock-keeper-us 500
+  run "cams2_1gpu_1node_3obj_rxproc_keep$K" --objects 3 "${ONE[@]}" "${KA[@]}"
 elif [ "$MODE" = gil ]; then   # Python's GIL switch interval 0.5 ms against the default 5
   ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc_gil05 --objects 1 "${ONE[@]}" --gil-switch-ms 0.5

@@ -8,7 +8,7 @@
 # FUSED_S (FUSED_TESTS: the test files or node ids, FUSED_K: a -k expression), ENGINE_S
 # (ENGINE_ONLY: its rows instead of the default list),
 # PACED_S (tiny x1 and x3 at 60 Hz against back to back, one run; PACED_EXTRA: more rows;
-# KEEPER_US: e.g. 0,500, each row also with the GPU clock keeper),
+# KEEPER_US: e.g. 0,12000, each row also with the GPU clock keeper's spin after each frame),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
@@ -66,7 +66,7 @@ if on PACED_S 0; then   # the engine at a camera's cadence (60 Hz) against back 
     --profile-frames 3 --only "$T:1:ours_graph_batched;$T:3:ours_graph_batched;$PACED_EXTRA" \
     --out "$OUT/h200.json" > "$OUT/paced.log" 2>&1
   echo "== paced engine rows (rc $?, $(( $(date +%s) - T0 )) s)"
-  grep -E '^\||FAILED|Error' "$OUT/paced.log" | cut -c1-200 | head -12
+  grep -E '^\||FAILED|Error' "$OUT/paced.log" | cut -c1-200 | head -"${PACED_LINES:-12}"
 fi
 if on OVERLAY_S 0; then   # the overlays beside a two-camera step (tools/probes/overlay_probe.py)
   timeout "$OVERLAY_S" python3 -m tools.probes.overlay_probe --objects 1,3 \

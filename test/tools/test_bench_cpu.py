@@ -114,11 +114,10 @@ def test_paced_rows_are_their_own_variant(tmp_path):
 
 
 def test_clock_keeper_rows_are_their_own_variant_only_with_a_keeper(tmp_path, monkeypatch):
-    """--clock-keeper-us: each row again with a ClockKeeper running (a variant _keepN of its
-    own, its spins in the extra file); on a device without one (the CPU) no suffix claims
-    it."""
-    import time
-
+    """--clock-keeper-us: each row again with the GPU clock keeper kept (a variant _keepN of
+    its own, its spins and skips in the extra file, released after the row); on a device
+    without one (the CPU) no suffix claims it."""
+    from sam2_ros.engine import clock_keeper
     from sam2_ros.engine.clock_keeper import ClockKeeper
 
     out = tmp_path / 'r.json'
@@ -126,15 +125,22 @@ def test_clock_keeper_rows_are_their_own_variant_only_with_a_keeper(tmp_path, mo
             '--frames', '2', '--warmup', '0', '--profile-frames', '0', '--out', str(out)]
     assert cli.main(base + ['--clock-keeper-us', '0,200']) == 0
     assert [r['variant'] for r in json.loads(out.read_text())] == ['ours_eager']
-    monkeypatch.setattr(ClockKeeper, 'enabled', property(lambda self: self.spin_us > 0))
-    monkeypatch.setattr(ClockKeeper, '_gpu_spin',
-                        lambda self: lambda cycles: time.sleep(cycles / 2e9))
+    kept = []
+
+    def keep(device, hold_us):      # a GPU's keeper, as the row would keep it
+        kept.append(hold_us)
+        return ClockKeeper('cuda:0', hold_us, launch=lambda c: None)
+    monkeypatch.setattr(clock_keeper, 'keeps_clocks', lambda device: True)
+    monkeypatch.setattr(clock_keeper, 'keep', keep)
+    released = []
+    monkeypatch.setattr(clock_keeper, 'release', released.append)
     assert cli.main(base + ['--clock-keeper-us', '0,200']) == 0
     rows = json.loads(out.read_text())
     assert [r['variant'] for r in rows] == ['ours_eager', 'ours_eager_keep200']
+    assert kept == [0.0, 200.0] and len(released) >= 2 and set(released) == {'cpu'}
     extra = json.loads((tmp_path / 'r_extra.json').read_text())['rows']
-    kept = [v['clock_keeper'] for v in extra.values() if 'clock_keeper' in v]
-    assert len(kept) == 1 and kept[0]['error'] is None
+    stats = [v['clock_keeper'] for v in extra.values() if 'clock_keeper' in v]
+    assert stats == [{'spins': 0, 'skipped': 0, 'error': None}]     # eager: no GPU runner
 
 
 def test_received_frames_are_read_only_views_of_bytes():

@@ -61,9 +61,10 @@ def parse(argv=None) -> argparse.Namespace:
                         'in the node); 0: back to back; paced rows get the variant suffix '
                         '_pacedNhz')
     p.add_argument('--clock-keeper-us', default='0',
-                   help='comma list: each row measured once per value with a ClockKeeper of '
-                        'that spin length running (sam2_ros/engine/clock_keeper.py; 0: none); '
-                        'rows with one get the variant suffix _keepN')
+                   help='comma list: each row measured once per value with the GPU clock '
+                        'keeper queuing a spin of that length after each frame '
+                        '(sam2_ros/engine/clock_keeper.py; 0: none); rows with one get the '
+                        'variant suffix _keepN')
     p.add_argument('--census', action='store_true',
                    help='print each row\'s kernel census (kernel groups: count and ms per frame)')
     p.add_argument('--device', default='cuda')
@@ -94,7 +95,7 @@ def _measured(a, model: str, objects: int, variant: str) -> int:
 def run_row(a, model: str, res: int, objects: int, variant: str,
             pace_hz: float = 0.0, keeper_us: float = 0.0) -> Dict[str, object]:
     import torch
-    from sam2_ros.engine.clock_keeper import ClockKeeper
+    from sam2_ros.engine import clock_keeper
     from tools.bench import variants as V
     n_meas = _measured(a, model, objects, variant)
     spec = V.Spec(model, res, objects, frames=1 + a.warmup + n_meas + 3 * a.profile_frames,
@@ -108,10 +109,10 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         torch._dynamo.reset()
     t0 = time.perf_counter()
     run = V.VARIANTS[variant](spec)
-    keeper = ClockKeeper(a.device, keeper_us)
     try:
         setup_s = time.perf_counter() - t0
-        keeper.start()          # after the set-up (as the node: after configure)
+        # after the set-up (as the node: at activate, after configure)
+        keeper = clock_keeper.keep(a.device, keeper_us)
         warm = []
         for _ in range(a.warmup):
             t = time.perf_counter()
@@ -129,6 +130,9 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
             assert len(masks) == objects * run.info.get('cameras', 1), len(masks)
             assert masks[0].shape == (V.SRC_H, V.SRC_W), masks[0].shape
         p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+        clock_keeper.release(a.device)      # the kernel census counts the frames' kernels only
+        if cuda:
+            torch.cuda.synchronize()        # the last spin has ended
         gk = kernel_ms(run, a.profile_frames, a.device)
         peak = torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None
         parts = breakdown(run, a.profile_frames * 2, a.device)
@@ -142,14 +146,15 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         groups = run.info.get('kernel_groups')
         timeline = run.info.get('gpu_timeline')
     finally:
-        keeper.stop()
+        clock_keeper.release(a.device)
         run.close()
         del run
         if variant in V.COMPILED:
             torch._dynamo.reset()
     if pace_hz > 0:
         variant = f'{variant}_paced{pace_hz:g}hz'
-    if keeper.enabled:        # a CPU row has no keeper: no suffix claims one
+    kept = keeper_us > 0 and keeper.device.type == 'cuda'   # a CPU row has none
+    if kept:                  # no suffix claims a keeper the row did not have
         variant = f'{variant}_keep{keeper_us:g}'
     row = dict(model=model, res=res, objects=objects, variant=variant,
                ms_p50=round(p50, 3), ms_p99=round(p99, 3), fps=round(1e3 / p50, 2),
@@ -158,8 +163,9 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
                peak_mib=None if peak is None else round(peak, 1),
                compile_s=None if compile_s is None else round(compile_s, 2))
     extra = {'measured_frames': n_meas, 'setup_s': round(setup_s, 2)}
-    if keeper.enabled:         # spins the keeper completed, and its failure if it had one
-        extra['clock_keeper'] = {'spins': keeper.spins, 'error': keeper.error}
+    if kept:                  # its spins, skips and failure
+        extra['clock_keeper'] = {'spins': keeper.spins, 'skipped': keeper.skipped,
+                                 'error': keeper.error}
     if parts:
         extra['breakdown_ms'] = parts
     if stats:
@@ -216,9 +222,9 @@ def main(argv=None) -> int:
     rows, failed = [], []
     side = (os.path.splitext(a.out)[0] + '_extra.json') if a.out else None
     extras = {}
-    from sam2_ros.engine.clock_keeper import ClockKeeper
+    from sam2_ros.engine import clock_keeper
     # a device without a keeper (the CPU) measures each row once, not once per keeper
-    keepers = [k for k in a.keepers if k == 0 or ClockKeeper(a.device, k).enabled] or [0.0]
+    keepers = [k for k in a.keepers if k == 0 or clock_keeper.keeps_clocks(a.device)] or [0.0]
     for m, r, o, v, pace, keep in ((*row, pace, keep) for row in _rows(a) for pace in a.paces
                                    for keep in dict.fromkeys(keepers)):
         t = time.perf_counter()

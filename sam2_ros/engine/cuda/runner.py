@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
-from sam2_ros.engine import encoder, frame_in, step
+from sam2_ros.engine import clock_keeper, encoder, frame_in, step
 from sam2_ros.engine.config import TrackerConfig
 from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import IOKey, StepBucket, StepKey
@@ -267,6 +267,7 @@ class GraphRunner:
         the copies are only queued (the caller synchronizes the stream before reading)."""
         out = None if self.graphs is None else self.graphs.io.results(logits, scores, h, w,
                                                                        ids, sync=sync)
+        clock_keeper.frame_done(self.cfg.device)      # the frame's work is queued
         return self.eager.results(logits, scores, h, w, ids) if out is None else out
 
     # ---- steps -----------------------------------------------------------------------
