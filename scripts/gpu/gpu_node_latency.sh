@@ -21,6 +21,10 @@
 #     processes), raw 3/8, jpeg 1/8, two nodes (1, 3), raw 8 with receivers
 #   bash scripts/gpu/gpu_node_latency.sh stall    # one node for two cameras (1 object each) and
 #     raw 3 objects with stall_trace_ms (STALL_MS, 12), then both with CUDA_MODULE_LOADING=EAGER
+#   bash scripts/gpu/gpu_node_latency.sh stereostall  # one node for two cameras without
+#     receiving processes (the default), 1 then 3 objects each, twice, with stall_trace_ms
+#     (STALL_MS, 12): the stacks of a one-off slow pair (the stereo issue's one event of
+#     page faults, run 20261206T072146Z-targets)
 #   bash scripts/gpu/gpu_node_latency.sh diag     # one node for two cameras (1 object each)
 #     with stall_trace_ms 8, the same without the overlay subscribed, and raw 1 object
 #   bash scripts/gpu/gpu_node_latency.sh threads  # one node for two cameras (1, 3 objects each)
@@ -201,6 +205,13 @@ elif [ "$MODE" = stall ]; then   # the one-off slow track calls: stacks, and laz
   run cams2_1gpu_1node_1obj_rxproc_trace_eager --objects 1 "${ONE[@]}" "${ST[@]}"
   run shm_3obj_overlay_trace_eager --objects 3 --transport shm --overlay "${ST[@]}"
   unset CUDA_MODULE_LOADING
+elif [ "$MODE" = stereostall ]; then   # the default stereo path's one-off slow pairs
+  ST=(--stall-trace-ms "${STALL_MS:-12}")
+  ONE=(--transport shm --overlay --devices "$D0,$D0" --one-node --no-receiver-process)
+  for k in 1 2; do
+    run "cams2_1gpu_1node_1obj_trace$k" --objects 1 "${ONE[@]}" "${ST[@]}"
+    run "cams2_1gpu_1node_3obj_trace$k" --objects 3 "${ONE[@]}" "${ST[@]}"
+  done
 elif [ "$MODE" = diag ]; then   # where one node's two-camera time goes: stall trace, overlay
   ONE=(--transport shm --devices "$D0,$D0" --one-node --receiver-process)
   run cams2_1gpu_1node_1obj_rxproc_trace --objects 1 "${ONE[@]}" --overlay --stall-trace-ms 8
