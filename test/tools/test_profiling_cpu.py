@@ -30,3 +30,6 @@ def test_tally_counts_time_launches_and_groups_per_frame():
     assert info['most_launched'][0] == ['void at::native::direct_copy_kernel_cuda', 1.5]
     assert info['kernel_groups']['ours_triton'] == [1.0, 0.03]
     assert info['kernel_groups']['copy'] == [1.5, 0.003]
+    # every kernel: launches and ms per frame, most time first
+    assert info['kernel_table'] == [['_rope_kernel', 1.0, 0.03],
+                                    ['void at::native::direct_copy_kernel_cuda', 1.5, 0.003]]

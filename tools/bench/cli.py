@@ -66,7 +66,8 @@ def parse(argv=None) -> argparse.Namespace:
                         '(sam2_ros/engine/clock_keeper.py; 0: none); rows with one get the '
                         'variant suffix _keepN')
     p.add_argument('--census', action='store_true',
-                   help='print each row\'s kernel census (kernel groups: count and ms per frame)')
+                   help='print each row\'s kernel census (kernel groups: count and ms per frame) '
+                        'and keep its kernel table (every kernel) in the extra file')
     p.add_argument('--device', default='cuda')
     p.add_argument('--precision', default='bf16', choices=('bf16', 'fp32'))
     p.add_argument('--out', default=None,
@@ -144,6 +145,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         top = run.info.get('top_kernels_ms')
         n_kernels = run.info.get('kernels_per_frame')
         groups = run.info.get('kernel_groups')
+        table = run.info.get('kernel_table') if a.census else None
         timeline = run.info.get('gpu_timeline')
     finally:
         clock_keeper.release(a.device)
@@ -174,6 +176,8 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         extra['top_kernels_ms'] = top
     if groups:
         extra['kernel_groups'] = groups
+    if table:                 # --census: every kernel, launches and ms per frame
+        extra['kernel_table'] = table
     if timeline:
         extra['gpu_timeline'] = timeline
     return row, extra

@@ -12,6 +12,9 @@ import time
 from typing import Dict, List, Optional
 
 TOP_KERNELS = 12   # kernels with the most GPU time per frame, kept in the extra JSON
+# the census's kernel table: every kernel name (up to this many) with its launches and ms per
+# frame, so which chains to fuse next can be read from a run's results without profiling again
+KERNEL_TABLE = 120
 HOST_GAP_SITES = 8  # gpu_timeline's host_gaps_at: the sites with the most waiting
 GROUPS = (   # (group, pattern on the lower-cased kernel name), first match wins
     # our Triton kernels are named after their jit functions, `_<name>_kernel`; nothing of
@@ -60,7 +63,8 @@ def kernel_ms(run, frames: int, device: str) -> Optional[float]:
 def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
     """Kernel ms per frame of profiler ``events`` (FunctionEvents; ``cuda``: the device type of
     kernels), memcpy/memset excluded; fills ``info`` with the top kernels by time, the most
-    launched ones, the GPU timeline and the census groups, all per frame."""
+    launched ones, every kernel's launches and time (``kernel_table``), the GPU timeline and
+    the census groups, all per frame."""
     total_us, count = 0.0, 0
     per_name: Dict[str, float] = {}
     launches: Dict[str, int] = {}
@@ -87,6 +91,9 @@ def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
     # the most launched kernels: where glue (casts, copies, fills) comes from
     most = sorted(launches.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
     info['most_launched'] = [[n, round(c / frames, 1)] for n, c in most]
+    info['kernel_table'] = [[n, round(launches[n] / frames, 1), round(us / 1e3 / frames, 4)]
+                            for n, us in sorted(per_name.items(),
+                                                key=lambda kv: -kv[1])[:KERNEL_TABLE]]
     info['gpu_timeline'] = gpu_timeline(intervals, frames)
     info['kernels_per_frame'] = round(count / frames, 1)
     # the kernel census: per group, kernels and kernel ms per frame, most time first
