@@ -31,7 +31,7 @@ from tools.bench import interaction, results
 # (the last two: the decode and image GPU tests' measurements)
 PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json',
           'hiera_attention_probe.json', 'sdpa_probe.json', 'gil_publish_probe.json',
-          'gpu_decode.json', 'gpu_image.json')
+          'value_attention_probe.json', 'gpu_decode.json', 'gpu_image.json')
 
 
 def _load(path: str):
