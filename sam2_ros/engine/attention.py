@@ -287,21 +287,27 @@ def masked_memory(model: SAM2Base, valid: torch.Tensor, split: bool = False) -> 
     tokens where valid [B, Lk] is True; split: in key chunks (``varlen_split_attention``)
     where ``kv_splits`` finds the call too small for the GPU (CUDA half precision)."""
     keys = KeyPacking(valid)                      # shared: packed once for all layers
-    # a fused memory attention (TrackerConfig.fused_kernels) merges the chunks in one kernel
+    # a fused memory attention (TrackerConfig.fused_kernels) merges the chunks in one kernel,
+    # and attends over values narrower than the keys with its own ('memory_values')
     merge = getattr(model.memory_attention, 'split_merge_varlen', None)
+    narrow = getattr(model.memory_attention, 'narrow_values', None)
     with _swapped(model.memory_attention.layers, 'cross_attn_image',
-                  lambda q, k, v: _padded_attend(q, k, v, keys, split, merge)):
+                  lambda q, k, v: _padded_attend(q, k, v, keys, split, merge, narrow)):
         yield
 
 
-def _padded_attend(q, k, v, keys: KeyPacking, split: bool, merge=None):
+def _padded_attend(q, k, v, keys: KeyPacking, split: bool, merge=None, narrow=None):
+    if narrow is not None and v.shape[-1] != q.shape[-1]:
+        return narrow(q, k, v, keys)
     s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2], dividing=False) \
         if split and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else 1
     return varlen_attention(q, k, v, keys) if s == 1 else \
         varlen_split_attention(q, k, v, keys, s, merge)
 
 
-def _split_attend(q, k, v, merge=None):
+def _split_attend(q, k, v, merge=None, narrow=None):
+    if narrow is not None and v.shape[-1] != q.shape[-1]:
+        return narrow(q, k, v)            # splits its keys itself
     s = kv_splits(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     return F.scaled_dot_product_attention(q, k, v) if s == 1 else \
         split_attention(q, k, v, s, merge)
@@ -314,6 +320,7 @@ def split_kv(model: SAM2Base) -> Iterator[None]:
     layers = model.memory_attention.layers
     # a fused memory attention (TrackerConfig.fused_kernels) merges the splits in one kernel
     merge = getattr(model.memory_attention, 'split_merge', None)
-    attend = functools.partial(_split_attend, merge=merge)
+    attend = functools.partial(_split_attend, merge=merge,
+                               narrow=getattr(model.memory_attention, 'narrow_values', None))
     with _swapped(layers, 'self_attn', attend), _swapped(layers, 'cross_attn_image', attend):
         yield

@@ -40,7 +40,9 @@ MAX_BATCH_BUCKET = 4096
 # the float32 accumulator: within a bf16 step of sam2's exact GELU on the rounded product).
 # 'window_attention': Hiera's attention in windows of up to 64 tokens, one Triton program per
 # window and head (the SDPA kernels spend a mostly empty tile on each; other summation order).
-FUSED_OPT_IN = ('gelu_epilogue', 'window_attention')
+# 'memory_values': the memory cross-attention over the raw 64-channel memory as values, its
+# value projection folded into the output projection (kernels/value_attention.py).
+FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {

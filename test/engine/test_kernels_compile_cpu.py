@@ -20,7 +20,7 @@ from triton.runtime.jit import JITFunction  # noqa: E402
 
 from sam2_ros.engine.cuda.kernels import (elementwise, layernorm, layernorm2d,  # noqa: E402
                                           pointer_pos, q_pool, rope, split_merge,
-                                          window_attention)
+                                          value_attention, window_attention)
 
 I64, I32, F32 = 'i64', 'i32', 'fp32'
 
@@ -48,7 +48,22 @@ _MERGE = dict(o_ptr='*bf16', o_sb=I64, o_ss=I64, o_sl=I64, o_sh=I64, lse_ptr='*f
 _WINDOW = dict(qkv_ptr='*bf16', s_b=I64, s_l=I64, s_t=I64, s_h=I64, out_ptr='*bf16', o_b=I64,
                o_l=I64, o_h=I64, L=I32, LQ=I32, W=I32, W2=I32, D=I32, H=I32, scale=F32)
 
+
+def _values(dtype, out):
+    sig = dict(q_ptr=dtype, q_sb=I64, q_sl=I64, k_ptr=dtype, k_sl=I64, v_ptr=dtype, v_sl=I64,
+               cu_ptr='*i32', o_ptr=out, o_sb=I64, o_ss=I64, o_sl=I64, lse_ptr='*fp32',
+               l_sb=I64, l_ss=I64, Lq=I32, splits=I32, scale_log2=F32)
+    bf16 = dtype == '*bf16'
+    return sig, dict(N_BLOCKS=16, D=256, DV=64, BM=64, BN=64, BF16=bf16, UPCAST=False,
+                     PRECISION='tf32' if bf16 else 'ieee')
+
+
 CASES = {
+    # the opt-in 'memory_values': one 256-channel head over 64-channel values, split (float32
+    # chunk outputs) and whole (bf16 output); float32 models
+    'memory values bf16 split': (value_attention, '_values_kernel', *_values('*bf16', '*fp32')),
+    'memory values bf16': (value_attention, '_values_kernel', *_values('*bf16', '*bf16')),
+    'memory values fp32': (value_attention, '_values_kernel', *_values('*fp32', '*fp32')),
     # the opt-in 'window_attention' (Hiera-L: 8x8 windows of 72-channel heads, 4x4 windows)
     'window attention 64 tokens': (window_attention, '_window_attention_kernel', _WINDOW, dict(
         BLOCK_L=64, BLOCK_Q=64, BLOCK_D=128, SH=1, SW=1, UPCAST=False, PRECISION='tf32')),

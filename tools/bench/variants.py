@@ -26,7 +26,9 @@ import torch
 SRC_H, SRC_W = 720, 1280
 WITH_GELU = ('gelu_epilogue',)                    # opt-in groups (config.FUSED_OPT_IN)
 WITH_WINDOW = ('window_attention',)
-WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # every opt-in group
+WITH_VALUES = ('memory_values',)
+WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # the 'optin' rows (before memory_values)
+WITH_ALL = WITH_OPT_IN + WITH_VALUES                  # every opt-in group
 
 
 @dataclass
@@ -168,9 +170,14 @@ ours_graph_winattn = with_fused(WITH_WINDOW, 'swap',
                                 "ours_graph with the opt-in 'window_attention'")
 ours_graph_batched_winattn = with_fused(WITH_WINDOW, 'batched',
                                         "ours_graph_batched with the opt-in 'window_attention'")
-ours_graph_optin = with_fused(WITH_OPT_IN, 'swap', 'ours_graph with every opt-in group')
-ours_graph_batched_optin = with_fused(WITH_OPT_IN, 'batched',
-                                      'ours_graph_batched with every opt-in group')
+ours_graph_memvals = with_fused(WITH_VALUES, 'swap', "ours_graph with the opt-in 'memory_values'")
+ours_graph_batched_memvals = with_fused(WITH_VALUES, 'batched',
+                                        "ours_graph_batched with the opt-in 'memory_values'")
+ours_graph_allopt = with_fused(WITH_ALL, 'swap', 'ours_graph with every opt-in group')
+ours_graph_optin = with_fused(WITH_OPT_IN, 'swap',
+                              "ours_graph with 'gelu_epilogue' and 'window_attention'")
+ours_graph_batched_optin = with_fused(WITH_OPT_IN, 'batched', "ours_graph_batched with "
+                                      "'gelu_epilogue' and 'window_attention'")
 
 
 def ours_graph_batched_received(spec: Spec) -> Run:
@@ -356,6 +363,9 @@ VARIANTS = {
     'ours_graph_winattn': ours_graph_winattn,
     'ours_graph_batched_winattn': ours_graph_batched_winattn,
     'ours_graph_optin': ours_graph_optin,
+    'ours_graph_memvals': ours_graph_memvals,
+    'ours_graph_batched_memvals': ours_graph_batched_memvals,
+    'ours_graph_allopt': ours_graph_allopt,
     'ours_graph_batched_optin': ours_graph_batched_optin,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,

@@ -10,13 +10,13 @@ projection (RoPE rotates them afterwards), values do not: softmax(S) (M Wv^T + b
 folds in, out_proj(.) = (softmax(S) M) (Wo Wv)^T + (Wo bv + bo). Attending with 64-channel
 values does 5/8 of the attention's multiply-adds (QK^T at 256 channels, PV at 64) and skips
 the values' projection. No PyTorch backend takes 64-channel values beside 256-channel keys as
-fast as FlashAttention takes 256 and 256 (FlashAttention refuses them); so this probe carries
-a Triton kernel for it, with split-KV (chunks of each row's keys merged by their log-sum-exps
-with the package's merge kernel), and times it against FlashAttention's current call and
-against PyTorch's backends with 64-channel values, per shape and kernel configuration, bf16,
-CUDA events, the median of ``--iters`` calls. Each row's error against float32 math is
-reported. Whether the kernel earns a place in the engine (an opt-in fused group: not bitwise
-sam2's) is for these rows to say; it is not used by the package.
+fast as FlashAttention takes 256 and 256 (FlashAttention refuses them); the package's Triton
+kernel for it (``sam2_ros/engine/cuda/kernels/value_attention.py``, the opt-in fused group
+'memory_values') is timed here per shape, split-KV chunk count and kernel configuration
+against FlashAttention's current call and PyTorch's backends with 64-channel values, bf16,
+CUDA events, the median of ``--iters`` calls, each row's error against float32 math beside.
+Its rows choose the kernel's configuration (``value_attention.CONFIG``) and say whether the
+group pays.
 """
 
 from __future__ import annotations
@@ -31,13 +31,9 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
-from sam2_ros.engine.cuda.kernels.launch import jit
-from sam2_ros.engine.cuda.kernels.split_merge import merge_varlen
+from sam2_ros.engine.cuda.kernels.value_attention import values_attention
 
-LOG2E = 1.4426950408889634
 # name -> (batch (objects), queries, keys, key channels, value channels)
 SHAPES: Dict[str, Tuple[int, int, int, int, int]] = {
     'large_mem_cross_full': (1, 4096, 7 * 4096 + 64, 256, 64),
@@ -49,93 +45,20 @@ CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3))
 SPLITS = (1, 2, 4, 8, 16)
 
 
-@jit
-def _attn_lse_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sb, k_sl, v_ptr, v_sb, v_sl, klen_ptr,
-                     o_ptr, o_sb, o_ss, o_sl, lse_ptr, l_sb, l_ss, Lq, splits, scale_log2,
-                     N_BLOCKS: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr):
-    """Row b's queries [BM block] against chunk s of its first klen[b] keys: the attention's
-    output over that chunk (float32) and its log-sum-exp (natural log; -inf: no keys).
-    ``N_BLOCKS``: key blocks of the longest chunk (a fixed trip count: a graph-captured call
-    cannot read klen on the host); a row's blocks past its chunk are masked out."""
-    bs = tl.program_id(1)
-    b = (bs // splits).to(tl.int64)
-    s = bs % splits
-    n = tl.load(klen_ptr + b)
-    per = (n + splits - 1) // splits
-    k0 = s * per
-    k1 = tl.minimum(n, k0 + per)
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    rm = rows < Lq
-    r64 = rows.to(tl.int64)
-    dq = tl.arange(0, D)
-    dv = tl.arange(0, DV)
-    q = tl.load(q_ptr + b * q_sb + r64[:, None] * q_sl + dq[None, :], mask=rm[:, None],
-                other=0.0)
-    m_i = tl.full([BM], float('-inf'), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, DV], tl.float32)
-    for i in range(0, N_BLOCKS):
-        cols = k0 + i * BN + tl.arange(0, BN)
-        cm = cols < k1
-        c64 = cols.to(tl.int64)
-        kt = tl.load(k_ptr + b * k_sb + c64[None, :] * k_sl + dq[:, None], mask=cm[None, :],
-                     other=0.0)                                               # [D, BN]
-        sc = tl.where(cm[None, :], tl.dot(q, kt) * scale_log2, float('-inf'))  # [BM, BN]
-        m_new = tl.maximum(m_i, tl.max(sc, 1))
-        m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)   # no key yet: no NaN
-        p = tl.exp2(sc - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        vt = tl.load(v_ptr + b * v_sb + c64[:, None] * v_sl + dv[None, :], mask=cm[:, None],
-                     other=0.0)                                               # [BN, DV]
-        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
-        m_i = m_new
-    has = k1 > k0
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) / 1.4426950408889634,
-                   float('-inf'))
-    tl.store(o_ptr + b * o_sb + s * o_ss + r64[:, None] * o_sl + dv[None, :], out,
-             mask=rm[:, None])
-    tl.store(lse_ptr + b * l_sb + s * l_ss + r64, lse, mask=rm)
+def attention_values(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits: int,
+                     config: Tuple[int, int, int, int]) -> torch.Tensor:
+    """q [B, Lq, D], k [B, Lk, D], v [B, Lk, Dv] -> [B, Lq, Dv]: the package's kernel
+    (``value_attention.values_attention``) with every row over all its keys."""
+    b, lk, d = k.shape
+    cu = torch.arange(0, (b + 1) * lk, lk, dtype=torch.int32, device=q.device)
+    return values_attention(q, k.reshape(b * lk, d), v.reshape(b * lk, -1), cu, lk, splits,
+                            config)[0]
 
 
-def attention_values(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, klen: torch.Tensor,
-                     splits: int = 1, config: Tuple[int, int, int, int] = CONFIGS[0]
-                     ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """q [B, Lq, D], k [B, Lk, D], v [B, Lk, Dv] (channels contiguous), klen [B] int32 (row b
-    attends to its first klen[b] keys) -> (out [B, Lq, Dv] in q's dtype, lse [B, Lq] float32):
-    softmax(q k^T / sqrt(D)) v. ``splits`` > 1: each row's keys in that many chunks, merged
-    by ``split_merge.merge_varlen``."""
-    b, lq, d = q.shape
-    dv = v.shape[-1]
-    bm, bn, warps, stages = config
-    out = torch.empty(b, splits, lq, 1, dv, device=q.device, dtype=torch.float32)
-    lse = torch.empty(b, splits, lq, 1, device=q.device, dtype=torch.float32)
-    grid = (triton.cdiv(lq, bm), b * splits)
-    n_blocks = triton.cdiv(triton.cdiv(k.shape[1], splits), bn)     # the longest chunk's
-    _attn_lse_kernel[grid](q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), v,
-                           v.stride(0), v.stride(1), klen, out, out.stride(0), out.stride(1),
-                           out.stride(2), lse, lse.stride(0), lse.stride(1), lq, splits,
-                           LOG2E / math.sqrt(d), N_BLOCKS=n_blocks, D=d, DV=dv, BM=bm, BN=bn,
-                           num_warps=warps, num_stages=stages)
-    if splits == 1:
-        return out[:, 0, :, 0].to(q.dtype), lse[:, 0, :, 0]
-    per = (klen.long() + splits - 1) // splits
-    full = torch.arange(splits, device=q.device)[None] * per[:, None] < klen[:, None]
-    merged = merge_varlen(out, lse, full, q.dtype)                      # [B, Lq, 1, Dv]
-    return merged[:, :, 0], lse          # the chunks' lse (the merge needs no total)
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              klen: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """float32 math of ``attention_values``: (out [B, Lq, Dv], lse [B, Lq])."""
-    outs, lses = [], []
-    for i, n in enumerate(klen.tolist()):
-        s = q[i].float() @ k[i, :n].float().t() / math.sqrt(q.shape[-1])
-        outs.append(torch.softmax(s, -1) @ v[i, :n].float())
-        lses.append(torch.logsumexp(s, -1))
-    return torch.stack(outs), torch.stack(lses)
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """float32 math of ``attention_values``: [B, Lq, Dv]."""
+    s = q.float() @ k.float().transpose(1, 2) / math.sqrt(q.shape[-1])
+    return torch.softmax(s, -1) @ v.float()
 
 
 def time_call(fn, iters: int) -> float:
@@ -160,8 +83,7 @@ def shape_rows(name: str, iters: int) -> List[Dict[str, object]]:
             for n in (lq, lk))
     v = torch.randn(b, lk, dv, device='cuda', generator=g, dtype=torch.bfloat16)
     v_full = torch.randn(b, lk, d, device='cuda', generator=g, dtype=torch.bfloat16)
-    klen = torch.full((b,), lk, device='cuda', dtype=torch.int32)
-    ref = reference(q, k, v, klen)[0]
+    ref = reference(q, k, v)
     # the attention's multiply-adds at 256 + 64 channels, as TFLOP/s of work done
     flops = 2 * b * lq * lk * (d + dv)
     rows: List[Dict[str, object]] = []
@@ -195,7 +117,7 @@ def shape_rows(name: str, iters: int) -> List[Dict[str, object]]:
     for splits in SPLITS:
         for cfg in CONFIGS:
             add({'kernel': f'triton_{dv}_values', 'splits': splits, 'config': list(cfg)},
-                lambda s=splits, c=cfg: attention_values(q, k, v, klen, s, c)[0], ref)
+                lambda s=splits, c=cfg: attention_values(q, k, v, s, c), ref)
     return rows
 
 

@@ -57,6 +57,9 @@ Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
   'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
                       pooling) in one program per window and head (``window_attention.py``)
+  'memory_values'     with 'memory_attention' and 'rope': each one-head cross-attention
+                      attends over the raw memory as values, its value projection folded
+                      into the output projection (``value_attention.py``)
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
             window_attention='window_attention' in groups))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
-        parts['memory_attention'] = FusedMemoryAttention(model.memory_attention, rope=rope)
+        parts['memory_attention'] = FusedMemoryAttention(
+            model.memory_attention, rope=rope, fold_values='memory_values' in groups)
     elif rope:
         parts['memory_attention'] = _rope_only(model.memory_attention)
     dec = model.sam_mask_decoder

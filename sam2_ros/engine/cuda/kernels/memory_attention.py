@@ -15,7 +15,10 @@ Here
 * the final norm writes [B, C, L] storage, so that the step's reshape to [B, C, h, w] is a
   view;
 * split-KV attention (``attention.split_kv``) merges its chunks in one kernel
-  (``split_merge.py``).
+  (``split_merge.py``);
+* with ``fold_values`` (the opt-in 'memory_values') the cross-attentions attend over the raw
+  memory as values and project them inside the output projection (``value_attention.py``):
+  no value projection at all.
 The module keeps ``layers`` with ``self_attn`` / ``cross_attn_image`` attributes, so the
 graph runner's attention swaps (``attention.py``) apply to it as to sam2's.
 """
@@ -31,20 +34,24 @@ from sam2_ros.engine.cuda.kernels.dtypes import linear_input, norm_output, relu_
 from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.projections import SharedKeyValues
-from sam2_ros.engine.cuda.kernels.rope_attention import FusedRoPEAttention
+from sam2_ros.engine.cuda.kernels import value_attention
+from sam2_ros.engine.cuda.kernels.rope_attention import FoldedValues, FusedRoPEAttention
 from sam2_ros.engine.cuda.kernels.split_merge import merge_splits, merge_varlen
 
 
 class FusedMemoryAttentionLayer(torch.nn.Module):
     """One layer; forward takes and returns the residual as a pending sum (a, b)."""
 
-    def __init__(self, layer: torch.nn.Module, rope: bool):
+    def __init__(self, layer: torch.nn.Module, rope: bool, fold_values: bool = False):
         super().__init__()
         self.inner = layer
         wrap = (lambda m, fuse: FusedRoPEAttention(m, fuse_qkv=fuse)
                 if rope and isinstance(m, RoPEAttention) else m)
         self.self_attn = wrap(layer.self_attn, True)
-        self.cross_attn_image = wrap(layer.cross_attn_image, False)
+        cross = layer.cross_attn_image
+        self.cross_attn_image = FusedRoPEAttention(
+            cross, folded=FoldedValues(cross), narrow=value_attention.attend) \
+            if fold_values and rope and isinstance(cross, RoPEAttention) else wrap(cross, False)
 
     def forward(self, a: torch.Tensor, b: Optional[torch.Tensor], b_scale: Optional[float],
                 kin: torch.Tensor, vin: torch.Tensor, query_pos: torch.Tensor,
@@ -79,15 +86,23 @@ class FusedMemoryAttention(torch.nn.Module):
     """Replaces ``model.memory_attention`` (a sam2 ``MemoryAttention``) in the fused model
     copy; the same call signature and output ([L, B, C])."""
 
-    def __init__(self, inner: torch.nn.Module, rope: bool = True):
+    def __init__(self, inner: torch.nn.Module, rope: bool = True, fold_values: bool = False):
         super().__init__()
         self.inner = inner
-        self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope)
+        # fold_values (the opt-in 'memory_values'): every one-head cross-attention attends
+        # with the raw memory as values (value_attention.py)
+        fold = fold_values and rope and all(FoldedValues.applicable(ly.cross_attn_image)
+                                            for ly in inner.layers)
+        self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope, fold)
                                           for ly in inner.layers)
         cross = [ly.cross_attn_image for ly in self.layers]
         inner_cross = [m.inner for m in cross if isinstance(m, FusedRoPEAttention)]
-        self.shared_kv = SharedKeyValues(inner_cross) if len(inner_cross) == len(cross) and \
-            SharedKeyValues.applicable(inner_cross) else None
+        self.shared_kv = SharedKeyValues(inner_cross, values=not fold) \
+            if len(inner_cross) == len(cross) and SharedKeyValues.applicable(inner_cross) \
+            else None
+        # the runner's attention swaps (attention.py) attend with it where values are narrower
+        # than the keys
+        self.narrow_values = value_attention.attend if fold else None
         self.split_merge = merge_splits     # attention.split_kv merges with this kernel
         self.split_merge_varlen = merge_varlen      # and attention.masked_memory with this
         # its kernels read the current frame, its positions and the memory at any strides

@@ -56,14 +56,15 @@ class SharedKeyValues:
     it are four launches, one wide GEMM is one. The outputs are column slices (views) of the
     wide products."""
 
-    def __init__(self, attns: Sequence[torch.nn.Module]):
+    def __init__(self, attns: Sequence[torch.nn.Module], values: bool = True):
         assert self.applicable(attns)
         self.widths = [a.internal_dim for a in attns]
         with torch.no_grad():
             self.k = (torch.cat([a.k_proj.weight for a in attns]),
                       torch.cat([a.k_proj.bias for a in attns]))
+            # values False: the attentions take raw values (``rope_attention.FoldedValues``)
             self.v = (torch.cat([a.v_proj.weight for a in attns]),
-                      torch.cat([a.v_proj.bias for a in attns]))
+                      torch.cat([a.v_proj.bias for a in attns])) if values else None
 
     @staticmethod
     def applicable(attns: Sequence[torch.nn.Module]) -> bool:
@@ -80,6 +81,9 @@ class SharedKeyValues:
     def __call__(self, k: torch.Tensor,
                  v: torch.Tensor) -> List[Tuple[torch.Tensor, torch.Tensor]]:
         """k [B, Lk, Ck], v [B, Lk, Cv] (in the Linears' compute dtype) -> per attention
-        (k_proj(k), v_proj(v)), each [B, Lk, internal_dim] (views of the wide products)."""
-        return list(zip(_linear(k, *self.k).split(self.widths, dim=-1),
-                        _linear(v, *self.v).split(self.widths, dim=-1)))
+        (k_proj(k), v_proj(v)), each [B, Lk, internal_dim] (views of the wide products);
+        v_proj(v) is None without values."""
+        ks = _linear(k, *self.k).split(self.widths, dim=-1)
+        if self.v is None:
+            return [(kp, None) for kp in ks]
+        return list(zip(ks, _linear(v, *self.v).split(self.widths, dim=-1)))

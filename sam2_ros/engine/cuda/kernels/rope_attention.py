@@ -4,7 +4,9 @@ Projections and the output projection are sam2's Linears (a self-attention whose
 inputs are one tensor runs one GEMM over the three projections' concatenated weights,
 ``projections.py``); the attention call is ``attend`` (q, k, v [B, H, L, D] -> [B, H, Lq, D]):
 SDPA as sam2, or the graph runner's variable-length / split-KV attention (``attention.py``
-swaps it in through ``swapped``).
+swaps it in through ``swapped``). With ``fold_values`` (the opt-in 'memory_values') a
+one-head attention attends with its raw values and applies its value projection inside the
+output projection (``FoldedValues``; ``value_attention.py`` says why).
 """
 
 from __future__ import annotations
@@ -24,21 +26,54 @@ def _sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
 
+class FoldedValues:
+    """out_proj after v_proj as one Linear of the raw values' width: every row of the softmax
+    sums to 1, so out_proj(P (M Wv^T + bv)) = (P M) (Wo Wv)^T + (Wo bv + bo). The product is
+    taken once in float32 and kept per compute dtype (no cast kernel per call)."""
+
+    def __init__(self, attn: RoPEAttention):
+        with torch.no_grad():
+            wo, bo = attn.out_proj.weight.float(), attn.out_proj.bias.float()
+            wv, bv = attn.v_proj.weight.float(), attn.v_proj.bias.float()
+            self.weight, self.bias = wo @ wv, wo @ bv + bo          # [C, Cv], [C]
+        self.cast: Dict[torch.dtype, Tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @staticmethod
+    def applicable(attn: torch.nn.Module) -> bool:
+        """One head, and biased Linears for the values and the output."""
+        return getattr(attn, 'num_heads', 0) == 1 and all(
+            isinstance(m, torch.nn.Linear) and m.bias is not None
+            for m in (attn.v_proj, attn.out_proj))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, L, Cv] (the attention over raw values) -> [B, L, C] in x's dtype."""
+        if x.dtype not in self.cast:
+            self.cast[x.dtype] = (self.weight.to(x.device, x.dtype),
+                                  self.bias.to(x.device, x.dtype))
+        return F.linear(x, *self.cast[x.dtype])
+
+
 class FusedRoPEAttention(RoPEAttention):
     """Wraps an existing RoPEAttention (its weights and tables); an instance of RoPEAttention
     so that sam2's layers pass it the pointer-token count."""
 
     def __init__(self, inner: RoPEAttention, attend: Optional[Callable] = None,
-                 fuse_qkv: bool = False, proj: Optional[Projections] = None):
+                 fuse_qkv: bool = False, proj: Optional[Projections] = None,
+                 folded: Optional[FoldedValues] = None, narrow: Optional[Callable] = None):
         torch.nn.Module.__init__(self)
         self.inner = inner
-        self.attend = attend or _sdpa
+        # folded: values attended raw, v_proj inside the output projection; ``narrow``
+        # attends with values narrower than the keys (value_attention.attend)
+        self.folded = folded
+        self.attend = attend or (narrow if folded is not None else _sdpa)
+        self.narrow = narrow
         self.proj = proj if proj is not None or not fuse_qkv else Projections(inner)
         self.tables: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     def swapped(self, attend: Callable) -> 'FusedRoPEAttention':
         """The same module attending with ``attend`` (shares weights and tables)."""
-        twin = FusedRoPEAttention(self.inner, attend, proj=self.proj)
+        twin = FusedRoPEAttention(self.inner, attend, proj=self.proj, folded=self.folded,
+                                  narrow=self.narrow)
         twin.tables = self.tables
         return twin
 
@@ -57,9 +92,13 @@ class FusedRoPEAttention(RoPEAttention):
                 num_k_exclude_rope: int = 0,
                 projected: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
         """projected: (k_proj(k), v_proj(v)) already computed (``SharedKeyValues``: the memory
-        attention projects every layer's keys and values at once); k and v are then unused."""
+        attention projects every layer's keys and values at once); k and v are then unused.
+        Folded: v is attended as it is (projected values unused, None)."""
         a = self.inner
-        if projected is not None:
+        if self.folded is not None:
+            qp, vp = a.q_proj(q), v
+            kp = projected[0] if projected is not None else a.k_proj(k)
+        elif projected is not None:
             qp, (kp, vp) = a.q_proj(q), projected                    # [B, L, C] (views)
         else:
             qp, kp, vp = self.proj(q, k, v) if self.proj is not None else (
@@ -70,4 +109,6 @@ class FusedRoPEAttention(RoPEAttention):
         cos, sin = self._tables(lq, qp.device)
         qr, kr = rotary_qk(qp, kp, a.num_heads, cos, sin, num_k_exclude_rope, a.rope_k_repeat)
         out = self.attend(qr, kr, a._separate_heads(vp, a.num_heads))
+        if self.folded is not None:
+            return self.folded(a._recombine_heads(out))
         return a.out_proj(a._recombine_heads(out))
