@@ -32,8 +32,10 @@ from sam2_ros.engine.cuda.kernels.split_merge import merge_varlen
 
 LOG2E = 1.4426950408889634
 # (block of queries, block of keys, warps, pipeline stages): tools/probes/value_attention_probe
-# times the candidates on the GPU
+# times the candidates on the GPU. Float32 tiles are twice the bytes: smaller blocks and
+# stages keep a program's shared memory within a multiprocessor's.
 CONFIG: Tuple[int, int, int, int] = (64, 64, 4, 3)
+CONFIG_FP32: Tuple[int, int, int, int] = (32, 32, 4, 2)
 
 
 @jit
@@ -95,15 +97,17 @@ def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o
 
 def values_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      cu: torch.Tensor, max_keys: int, splits: int,
-                     config: Tuple[int, int, int, int] = CONFIG
+                     config: Optional[Tuple[int, int, int, int]] = None
                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     """q [B, Lq, D] (channels contiguous), k [T, D] and v [T, Dv] (rows of keys), cu [B+1]
     int32 (row b attends to keys cu[b]..cu[b+1]-1, at most ``max_keys`` of them) -> (out
     [B, Lq, Dv] in q's dtype, lse [B, S, Lq, 1] float32 of the chunks): softmax(q k^T /
     sqrt(D)) v, in ``splits`` key chunks per row merged by their log-sum-exps. ``config``:
-    (block of queries, block of keys, warps, stages)."""
+    (block of queries, block of keys, warps, stages); None: CONFIG, CONFIG_FP32 for float32."""
     b, lq, d = q.shape
     dv = v.shape[-1]
+    if config is None:
+        config = CONFIG if q.dtype in (torch.bfloat16, torch.float16) else CONFIG_FP32
     bm, bn, warps, stages = config
     assert q.stride(2) == k.stride(1) == v.stride(1) == 1 and k.shape[1] == d
     longest = -(-max(1, max_keys) // splits)            # keys of a row's longest chunk
