@@ -273,7 +273,8 @@ class TrackerConfig:
         "fused kernels that are not bitwise sam2's (within bf16 rounding), added where "
         "fused_kernels is on: 'gelu_epilogue' (Hiera's MLP GELU in its first GEMM), "
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
-        'kernels); both make large@1024 faster (docs/performance.md)'))
+        "kernels), both faster at large@1024 (docs/performance.md); 'memory_values' (the "
+        'memory cross-attention over the raw 64-channel memory as values; not yet timed)'))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).
