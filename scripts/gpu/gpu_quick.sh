@@ -12,7 +12,8 @@
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
-# objects: the slow frames' host calls), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
+# objects: the slow frames' host calls), VALUES_S (tools.probes.value_attention_probe: the
+# opt-in 'memory_values' kernel against FlashAttention), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
@@ -106,6 +107,12 @@ if on PROBE_S 0; then   # the 8-object interaction p99: each slow frame's host c
     --window 110-112 --trace --out "$OUT/interaction_frames.json" > "$OUT/probe.log" 2>&1
   echo "== interaction frames probe (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^(slow frame|traced slow frame)' "$OUT/probe.log" | cut -c1-300
+fi
+if on VALUES_S 0; then   # the 'memory_values' kernel against FlashAttention (its choices)
+  timeout "$VALUES_S" python3 -m tools.probes.value_attention_probe \
+    --out "$OUT/value_attention_probe.json" > "$OUT/values.log" 2>&1
+  echo "== value attention probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep -E '^[a-z_]+: current' "$OUT/values.log" | cut -c1-200
 fi
 if on IMAGE_S 90; then
   timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
