@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from sam2_ros.engine import attention
-from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
+from sam2_ros.engine.cuda.kernels.launch import jit
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, dot_operand
 from sam2_ros.engine.cuda.kernels.split_merge import merge_varlen
 
@@ -46,8 +46,9 @@ def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o
                    UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """Row b's block of queries against chunk s of its keys [cu[b], cu[b+1]): the output over
     that chunk and its log-sum-exp (natural log; -inf for a chunk without keys). N_BLOCKS:
-    key blocks of the longest chunk or more (a power of two: few compiled variants); blocks
-    past a row's chunk are skipped. BF16: the products take bf16 operands (the probabilities
+    key blocks of the longest chunk (a trip count fixed at compile time: the interpreter takes
+    no loop bound read at run time); a row's blocks past its chunk (padded memories) are
+    masked out, doing no harm. BF16: the products take bf16 operands (the probabilities
     rounded as FlashAttention rounds them); UPCAST: as float32 holding those values (the
     interpreter's tl.dot multiplies bf16 operands as bit patterns)."""
     bs = tl.program_id(1)
@@ -70,23 +71,23 @@ def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o
     l_i = tl.zeros([BM], tl.float32)
     acc = tl.zeros([BM, DV], tl.float32)
     for i in range(0, N_BLOCKS):
-        if k0 + i * BN < k1:
-            cols = k0 + i * BN + tl.arange(0, BN)
-            cm = cols < k1
-            c64 = (start + cols).to(tl.int64)
-            kt = dot_operand(tl.load(k_ptr + c64[None, :] * k_sl + dq[:, None],
-                                     mask=cm[None, :], other=0.0), BF16, UPCAST)  # [D, BN]
-            sc = tl.dot(q, kt, input_precision=PRECISION) * scale_log2
-            sc = tl.where(cm[None, :], sc, float('-inf'))
-            m_new = tl.maximum(m_i, tl.max(sc, 1))
-            p = tl.exp2(sc - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            vt = dot_operand(tl.load(v_ptr + c64[:, None] * v_sl + dv[None, :],
-                                     mask=cm[:, None], other=0.0), BF16, UPCAST)  # [BN, DV]
-            acc = acc * alpha[:, None] + tl.dot(dot_operand(p, BF16, UPCAST), vt,
-                                                input_precision=PRECISION)
-            m_i = m_new
+        cols = k0 + i * BN + tl.arange(0, BN)
+        cm = cols < k1
+        c64 = (start + cols).to(tl.int64)
+        kt = dot_operand(tl.load(k_ptr + c64[None, :] * k_sl + dq[:, None], mask=cm[None, :],
+                                 other=0.0), BF16, UPCAST)                   # [D, BN]
+        sc = tl.dot(q, kt, input_precision=PRECISION) * scale_log2
+        sc = tl.where(cm[None, :], sc, float('-inf'))
+        m_new = tl.maximum(m_i, tl.max(sc, 1))
+        m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)   # no key yet: no NaN
+        p = tl.exp2(sc - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vt = dot_operand(tl.load(v_ptr + c64[:, None] * v_sl + dv[None, :], mask=cm[:, None],
+                                 other=0.0), BF16, UPCAST)                   # [BN, DV]
+        acc = acc * alpha[:, None] + tl.dot(dot_operand(p, BF16, UPCAST), vt,
+                                            input_precision=PRECISION)
+        m_i = m_new
     has = k1 > k0
     safe = tl.where(has, l_i, 1.0)
     lse = tl.where(has, (m_i + tl.log2(safe)) / 1.4426950408889634, float('-inf'))
@@ -119,7 +120,7 @@ def values_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _values_kernel[(triton.cdiv(lq, bm), b * splits)](
         q, q.stride(0), q.stride(1), k, k.stride(0), v, v.stride(0), cu, out, out.stride(0),
         out.stride(1), out.stride(2), lse, lse.stride(0), lse.stride(1), lq, splits,
-        LOG2E / math.sqrt(d), N_BLOCKS=next_pow2(triton.cdiv(longest, bn)), D=d, DV=dv,
+        LOG2E / math.sqrt(d), N_BLOCKS=triton.cdiv(longest, bn), D=d, DV=dv,
         BM=bm, BN=bn, BF16=bf16, UPCAST=upcast, PRECISION='ieee' if upcast or not bf16 else
         'tf32', num_warps=warps, num_stages=stages)
     if splits == 1:
