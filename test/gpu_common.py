@@ -71,6 +71,21 @@ def fused_test_model():
     return m
 
 
+def tracker_stream(cfg: TrackerConfig, frames, events):
+    """(per frame {obj_id: low-res logits} of a StreamingTracker of ``cfg`` over ``frames``
+    with ``events`` applied after each frame's track, its stats, the tracker)."""
+    from scenarios import stream_logits
+    from sam2_ros.engine.tracker import StreamingTracker
+    tr = StreamingTracker(cfg)
+    out = stream_logits(tr, frames, events, after_prompts=False)
+    return out, dict(tr.stats), tr
+
+
+def worst_logits(a, b) -> float:
+    """The largest absolute difference of two ``tracker_stream`` outputs' logits."""
+    return max(float((x[k] - y[k]).abs().max()) for x, y in zip(a, b) for k in x)
+
+
 def cuda_rand(*shape, seed: int = 0):
     """Standard normal float32 on the GPU from its own generator."""
     import torch

@@ -26,6 +26,20 @@ def schedule(h, w, add2, add3, fix, remove):
             remove: [('remove', 2)]}
 
 
+def stream_logits(tracker, frames, events, after_prompts=True):
+    """Per frame {obj_id: low-res logits (a copy)} of ``tracker`` over ``frames``, with
+    ``events`` (``schedule``) applied after each frame's track. after_prompts: a frame's
+    logits are those of its last prompt's result (else its track's)."""
+    out = []
+    for f, frame in enumerate(frames):
+        res = tracker.track(frame)
+        for kind, arg in events.get(f, []):
+            got = tracker.add_prompt(arg) if kind == 'add' else tracker.remove_object(arg)
+            res = got if after_prompts and got is not None else res
+        out.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
+    return out
+
+
 def padded_buffers(bank, n_s, n_p, batch=1):
     """Static memory buffers of a padded bucket (n_s spatial memories, n_p pointers) for
     ``batch`` objects, with validity flags, as a padded graph holds them."""

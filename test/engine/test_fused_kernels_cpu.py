@@ -368,7 +368,7 @@ def test_fused_model_runs_a_stream_as_sam2_does():
     on sam2's modules, over a stream with a click, a box, a mask, a correction and a removal:
     the same logits on every frame of every object."""
     from conftest import make_tracker
-    from scenarios import schedule, synthetic_frames
+    from scenarios import schedule, stream_logits, synthetic_frames
     h, w, n = 48, 64, 8
     events = schedule(h, w, add2=2, add3=4, fix=5, remove=6)
     runs = []
@@ -377,13 +377,7 @@ def test_fused_model_runs_a_stream_as_sam2_does():
         if fuse:
             tr.runner.model = fused.fused_model(tr.runner.model, FUSED_GROUPS)
             assert glue.glue_of(tr.runner.model) is not None     # 'sam_glue': fused glue
-        logits = []
-        for f, frame in enumerate(synthetic_frames(n, h, w)):
-            res = tr.track(frame)
-            for kind, arg in events.get(f, []):
-                res = tr.add_prompt(arg) if kind == 'add' else tr.remove_object(arg) or res
-            logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-        runs.append(logits)
+        runs.append(stream_logits(tr, synthetic_frames(n, h, w), events))
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         for k in ref:

@@ -163,7 +163,7 @@ def test_tracker_on_the_fused_copy_is_bitwise_the_reference():
     """fp32, eager runner: the model against its copy with the 'holes' group only, over a
     stream with a click, a box, a mask, a correction and a removal: every logit equal; the
     kernel ran and filled holes."""
-    from scenarios import schedule, synthetic_frames
+    from scenarios import schedule, stream_logits, synthetic_frames
     h, w, n = 48, 64, 6
     events = schedule(h, w, add2=2, add3=3, fix=4, remove=5)
     runs, filled = [], []
@@ -178,13 +178,7 @@ def test_tracker_on_the_fused_copy_is_bitwise_the_reference():
             twin = fused.fused_model(tr.runner.model, ('holes',))
             setattr(twin, holes.FILLER, counting)
             tr.runner.model = twin
-        logits = []
-        for f, frame in enumerate(synthetic_frames(n, h, w)):
-            res = tr.track(frame)
-            for kind, arg in events.get(f, []):
-                res = tr.add_prompt(arg) if kind == 'add' else tr.remove_object(arg) or res
-            logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-        runs.append(logits)
+        runs.append(stream_logits(tr, synthetic_frames(n, h, w), events))
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         assert all(torch.equal(out[k], ref[k]) for k in ref)

@@ -148,7 +148,7 @@ def test_a_stream_with_folded_values_tracks_as_sam2_does():
     (every memory attention of a stream: after a click, a box, a mask, a correction and a
     removal) against one on sam2's modules: the same logits up to the summation order."""
     from conftest import LEAN, assert_close_rel, make_tracker
-    from scenarios import schedule, synthetic_frames
+    from scenarios import schedule, stream_logits, synthetic_frames
     from sam2_ros.engine.cuda.kernels import fused
     h, w, n = 48, 64, 8
     events = schedule(h, w, add2=2, add3=4, fix=5, remove=6)
@@ -160,13 +160,7 @@ def test_a_stream_with_folded_values_tracks_as_sam2_does():
                 tr.runner.model, ('memory_attention', 'rope', 'memory_values'))
             for ly in tr.runner.model.memory_attention.layers:
                 ly.cross_attn_image.attend = lambda *a: calls.append(a[2].shape) or attend(*a)
-        logits = []
-        for f, frame in enumerate(synthetic_frames(n, h, w)):
-            res = tr.track(frame)
-            for kind, arg in events.get(f, []):
-                res = tr.add_prompt(arg) if kind == 'add' else tr.remove_object(arg) or res
-            logits.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-        runs.append(logits)
+        runs.append(stream_logits(tr, synthetic_frames(n, h, w), events))
     for ref, out in zip(*runs):
         assert ref.keys() == out.keys()
         for k in ref:

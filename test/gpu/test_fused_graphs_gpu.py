@@ -17,28 +17,14 @@ Measured values go to $OUT/gpu_fused_kernels.json.
 import pytest
 import torch
 
-from gpu_common import cuda_kernels, record_fused as _record, tiny_cuda_cfg as _cfg
+from gpu_common import (cuda_kernels, record_fused as _record, tiny_cuda_cfg as _cfg,
+                        tracker_stream, worst_logits)
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.config import FUSED_GROUPS
 from sam2_ros.engine.tracker import StreamingTracker
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
-
-
-def _stream(cfg, frames, events):
-    tr = StreamingTracker(cfg)
-    out = []
-    for f, fr in enumerate(frames):
-        res = tr.track(fr)
-        out.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-        for kind, p in events.get(f, []):
-            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
-    return out, dict(tr.stats), tr
-
-
-def _worst(a, b):
-    return max(float((x[k] - y[k]).abs().max()) for x, y in zip(a, b) for k in x)
 
 
 @pytest.mark.parametrize('steady', ['auto', 'split'])
@@ -49,16 +35,17 @@ def test_fused_graphs_equal_sam2_graphs_and_eager(precision, steady):
     frames = synthetic_frames(60, h=360, w=640)
     events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
     base = dict(precision=precision, steady_attention=steady)
-    fused, fstats, tr = _stream(_cfg(**base), frames, events)
+    fused, fstats, tr = tracker_stream(_cfg(**base), frames, events)
     assert type(tr.runner.graphs.model.memory_attention).__name__ == 'FusedMemoryAttention'
     assert type(tr.runner.graphs.model.sam_mask_decoder).__name__ == 'FusedMaskDecoder'
     assert type(tr.runner.graphs.model.obj_ptr_proj).__name__ == 'FusedMLP'
     assert type(tr.runner.graphs.model.memory_encoder).__name__ == 'FusedMemoryEncoder'
-    plain, _, tr0 = _stream(_cfg(fused_kernels=False, **base), frames, events)
+    plain, _, tr0 = tracker_stream(_cfg(fused_kernels=False, **base), frames, events)
     assert tr0.runner.graphs.model is tr0.runner.model
-    eager, _, _ = _stream(_cfg(use_cuda_graphs=False, **base), frames, events)
-    worst = {'fused_vs_sam2_graphs': _worst(fused, plain), 'fused_vs_eager': _worst(fused, eager),
-             'sam2_graphs_vs_eager': _worst(plain, eager)}
+    eager, _, _ = tracker_stream(_cfg(use_cuda_graphs=False, **base), frames, events)
+    worst = {'fused_vs_sam2_graphs': worst_logits(fused, plain),
+             'fused_vs_eager': worst_logits(fused, eager),
+             'sam2_graphs_vs_eager': worst_logits(plain, eager)}
     _record(f'tracker_{precision}_{steady}', {'worst_logits': worst, 'stats': fstats,
                                              'groups': list(FUSED_GROUPS)})
     print(precision, steady, worst, fstats)
@@ -173,7 +160,7 @@ def test_constants_group_graphs_equal_without_and_launch_fewer_kernels(precision
     for name, groups in (('sam2', False), ('constants', ('constants',)), ('rest', rest),
                          ('all', True)):
         cfg = _cfg(precision=precision, fused_kernels=groups, fill_hole_area=8)
-        runs[name], stats, tr = _stream(cfg, frames, events)
+        runs[name], stats, tr = tracker_stream(cfg, frames, events)
         assert stats.get('fallbacks', 0) == 0, tr.fallback_reasons
         assert hasattr(tr.runner.graphs.model, 'constants') == (name in ('constants', 'all'))
         one = StreamingTracker(cfg)               # one object, past its 15 frames after a box
@@ -182,8 +169,8 @@ def test_constants_group_graphs_equal_without_and_launch_fewer_kernels(precision
         for fr in steady[1:20]:
             one.track(fr)
         kernels[name] = _replay_kernels(one, steady[20:])
-    worst = {'constants_vs_sam2_graphs': _worst(runs['constants'], runs['sam2']),
-             'all_vs_all_but_constants': _worst(runs['all'], runs['rest'])}
+    worst = {'constants_vs_sam2_graphs': worst_logits(runs['constants'], runs['sam2']),
+             'all_vs_all_but_constants': worst_logits(runs['all'], runs['rest'])}
     _record(f'constants_{precision}', {'worst_logits': worst, 'kernels_per_frame': kernels})
     print(precision, worst, kernels)
     assert worst['constants_vs_sam2_graphs'] == 0.0, worst

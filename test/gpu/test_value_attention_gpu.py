@@ -18,10 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_common import cuda_kernels, cuda_rand, record_fused, tiny_cuda_cfg
+from gpu_common import (cuda_kernels, cuda_rand, record_fused, tiny_cuda_cfg, tracker_stream,
+                        worst_logits)
 from scenarios import schedule, synthetic_frames
 from sam2_ros.engine.cuda.kernels.value_attention import attend
-from sam2_ros.engine.tracker import StreamingTracker
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')]
@@ -49,21 +49,6 @@ def test_kernel_within_bf16_rounding_of_float32_math_gpu(b, lq, lk):
     assert err <= BF16_TOL, err
 
 
-def _stream(cfg, frames, events):
-    tr = StreamingTracker(cfg)
-    out = []
-    for f, fr in enumerate(frames):
-        res = tr.track(fr)
-        out.append({o.obj_id: o.low_res_logits.clone() for o in res.objects})
-        for kind, p in events.get(f, []):
-            tr.remove_object(p) if kind == 'remove' else tr.add_prompt(p)
-    return out, dict(tr.stats), tr
-
-
-def _worst(a, b):
-    return max(float((x[k] - y[k]).abs().max()) for x, y in zip(a, b) for k in x)
-
-
 @pytest.mark.parametrize('steady', ['auto', 'split', 'flash'])
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_memory_values_graphs_equal_graphs_without_and_eager(precision, steady):
@@ -72,14 +57,14 @@ def test_memory_values_graphs_equal_graphs_without_and_eager(precision, steady):
     frames = synthetic_frames(60, h=360, w=640)
     events = schedule(360, 640, add2=10, add3=20, fix=30, remove=45)
     base = dict(precision=precision, steady_attention=steady)
-    ours, stats, tr = _stream(tiny_cuda_cfg(fused_opt_in=('memory_values',), **base), frames,
-                              events)
+    ours, stats, tr = tracker_stream(tiny_cuda_cfg(fused_opt_in=('memory_values',), **base),
+                                     frames, events)
     ma = tr.runner.graphs.model.memory_attention
     assert ma.narrow_values is attend and ma.shared_kv.v is None
-    plain, _, _ = _stream(tiny_cuda_cfg(**base), frames, events)
-    eager, _, _ = _stream(tiny_cuda_cfg(use_cuda_graphs=False, **base), frames, events)
-    worst = {'memory_values_vs_graphs': _worst(ours, plain),
-             'memory_values_vs_eager': _worst(ours, eager)}
+    plain, _, _ = tracker_stream(tiny_cuda_cfg(**base), frames, events)
+    eager, _, _ = tracker_stream(tiny_cuda_cfg(use_cuda_graphs=False, **base), frames, events)
+    worst = {'memory_values_vs_graphs': worst_logits(ours, plain),
+             'memory_values_vs_eager': worst_logits(ours, eager)}
     record_fused(f'memory_values_tracker_{precision}_{steady}',
                  {'worst_logits': worst, 'stats': stats})
     assert stats.get('graph_steps', 0) > 100 and stats.get('eager_steps', 0) == 0, stats

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -33,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from sam2_ros.engine.cuda.kernels.value_attention import values_attention
+from tools.probes.sdpa_probe import time_call
 
 # name -> (batch (objects), queries, keys, key channels, value channels)
 SHAPES: Dict[str, Tuple[int, int, int, int, int]] = {
@@ -59,21 +59,6 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     """float32 math of ``attention_values``: [B, Lq, Dv]."""
     s = q.float() @ k.float().transpose(1, 2) / math.sqrt(q.shape[-1])
     return torch.softmax(s, -1) @ v.float()
-
-
-def time_call(fn, iters: int) -> float:
-    """Median us of ``fn()`` over ``iters`` calls, each between two CUDA events."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
 
 
 def shape_rows(name: str, iters: int) -> List[Dict[str, object]]:
