@@ -4,9 +4,9 @@ Projections and the output projection are sam2's Linears (a self-attention whose
 inputs are one tensor runs one GEMM over the three projections' concatenated weights,
 ``projections.py``); the attention call is ``attend`` (q, k, v [B, H, L, D] -> [B, H, Lq, D]):
 SDPA as sam2, or the graph runner's variable-length / split-KV attention (``attention.py``
-swaps it in through ``swapped``). With ``fold_values`` (the opt-in 'memory_values') a
-one-head attention attends with its raw values and applies its value projection inside the
-output projection (``FoldedValues``; ``value_attention.py`` says why).
+swaps it in through ``swapped``). Built with ``folded`` (a ``FoldedValues``: the opt-in
+'memory_values'), a one-head attention attends with its raw values and applies its value
+projection inside the output projection (``value_attention.py`` says why).
 """
 
 from __future__ import annotations
