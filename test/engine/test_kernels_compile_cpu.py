@@ -49,20 +49,22 @@ _WINDOW = dict(qkv_ptr='*bf16', s_b=I64, s_l=I64, s_t=I64, s_h=I64, out_ptr='*bf
                o_l=I64, o_h=I64, L=I32, LQ=I32, W=I32, W2=I32, D=I32, H=I32, scale=F32)
 
 
-def _values(dtype, out):
+def _values(dtype, out, dense=False):
     sig = dict(q_ptr=dtype, q_sb=I64, q_sl=I64, k_ptr=dtype, k_sl=I64, v_ptr=dtype, v_sl=I64,
-               cu_ptr='*i32', o_ptr=out, o_sb=I64, o_ss=I64, o_sl=I64, lse_ptr='*fp32',
+               cu_ptr='*i32', n_keys=I32, o_ptr=out, o_sb=I64, o_ss=I64, o_sl=I64, lse_ptr='*fp32',
                l_sb=I64, l_ss=I64, Lq=I32, splits=I32, scale_log2=F32)
     bf16 = dtype == '*bf16'
     block = 64 if bf16 else 32          # value_attention.CONFIG, CONFIG_FP32
     return sig, dict(N_BLOCKS=16, D=256, DV=64, BM=block, BN=block, BF16=bf16, UPCAST=False,
-                     PRECISION='tf32' if bf16 else 'ieee')
+                     PRECISION='tf32' if bf16 else 'ieee', DENSE=dense)
 
 
 CASES = {
     # the opt-in 'memory_values': one 256-channel head over 64-channel values, split (float32
     # chunk outputs) and whole (bf16 output); float32 models
     'memory values bf16 split': (value_attention, '_values_kernel', *_values('*bf16', '*fp32')),
+    'memory values bf16 dense': (value_attention, '_values_kernel',
+                                 *_values('*bf16', '*fp32', dense=True)),
     'memory values bf16': (value_attention, '_values_kernel', *_values('*bf16', '*bf16')),
     'memory values fp32': (value_attention, '_values_kernel', *_values('*fp32', '*fp32')),
     # the opt-in 'window_attention' (Hiera-L: 8x8 windows of 72-channel heads, 4x4 windows)

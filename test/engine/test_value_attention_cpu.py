@@ -32,7 +32,9 @@ def test_rows_over_their_own_keys_whole_or_in_chunks(splits):
     counts = [37, 5, 18]                            # row 1: fewer keys than 8 chunks
     cu = torch.tensor([0, 37, 42, 60], dtype=torch.int32)
     q, k, v = _rand(b, lq, d, seed=0), _rand(60, d, seed=1), _rand(60, dv, seed=2)
-    out, lse = values_attention(q, k, v, cu, max(counts), splits, CONFIG)
+    # the chunks that hold keys, as the runner's packing flags them for the same table
+    full = attention.chunk_bounds(cu, splits)[1] > 0
+    out, lse = values_attention(q, k, v, cu, max(counts), splits, full, CONFIG)
     assert out.shape == (b, lq, dv) and lse.shape == (b, splits, lq, 1)
     for r in range(b):
         ref, ref_lse = _math(q[r], k[cu[r]:cu[r + 1]], v[cu[r]:cu[r + 1]])
@@ -44,11 +46,26 @@ def test_rows_over_their_own_keys_whole_or_in_chunks(splits):
         assert torch.isneginf(lse[1, 5:]).all()
 
 
+@pytest.mark.parametrize('splits', [1, 3])
+def test_dense_rows_without_a_table_whole_or_in_chunks(splits):
+    """cu None: row b's keys are the max_keys rows from b * max_keys (the unpadded memory),
+    its chunks merged as split-KV heads."""
+    b, lq, lk, d, dv = 2, 20, 29, 32, 16
+    q, k, v = _rand(b, lq, d, seed=40), _rand(b * lk, d, seed=41), _rand(b * lk, dv, seed=42)
+    out, lse = values_attention(q, k, v, None, lk, splits, config=CONFIG)
+    for r in range(b):
+        ref, ref_lse = _math(q[r], k[r * lk:(r + 1) * lk], v[r * lk:(r + 1) * lk])
+        torch.testing.assert_close(out[r], ref, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(torch.logsumexp(lse[r, :, :, 0], 0), ref_lse,
+                                   rtol=1e-4, atol=1e-5)
+
+
 def test_bf16_output_is_the_float32_result_rounded():
     q, k, v = _rand(1, 16, 32, seed=3), _rand(24, 32, seed=4), _rand(24, 16, seed=5)
     cu = torch.tensor([0, 24], dtype=torch.int32)
-    ref = values_attention(q, k, v, cu, 24, 1, CONFIG)[0]
-    out = values_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), cu, 24, 1, CONFIG)[0]
+    ref = values_attention(q, k, v, cu, 24, 1, config=CONFIG)[0]
+    out = values_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), cu, 24, 1,
+                           config=CONFIG)[0]
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, rtol=2 ** -6, atol=2 ** -6)
 

@@ -86,14 +86,14 @@ def tally(events, frames: int, info: Dict[str, object], cuda) -> float:
         g = groups.setdefault(group_of(e.name), [0, 0.0])
         g[0] += 1
         g[1] += us
-    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
-    info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)] for n, us in top]
+    by_time = sorted(per_name.items(), key=lambda kv: -kv[1])
+    info['top_kernels_ms'] = [[n, round(us / 1e3 / frames, 4)]
+                              for n, us in by_time[:TOP_KERNELS]]
     # the most launched kernels: where glue (casts, copies, fills) comes from
     most = sorted(launches.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]
     info['most_launched'] = [[n, round(c / frames, 1)] for n, c in most]
     info['kernel_table'] = [[n, round(launches[n] / frames, 1), round(us / 1e3 / frames, 4)]
-                            for n, us in sorted(per_name.items(),
-                                                key=lambda kv: -kv[1])[:KERNEL_TABLE]]
+                            for n, us in by_time[:KERNEL_TABLE]]
     info['gpu_timeline'] = gpu_timeline(intervals, frames)
     info['kernels_per_frame'] = round(count / frames, 1)
     # the kernel census: per group, kernels and kernel ms per frame, most time first

@@ -50,9 +50,8 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, splits: 
     """q [B, Lq, D], k [B, Lk, D], v [B, Lk, Dv] -> [B, Lq, Dv]: the package's kernel
     (``value_attention.values_attention``) with every row over all its keys."""
     b, lk, d = k.shape
-    cu = torch.arange(0, (b + 1) * lk, lk, dtype=torch.int32, device=q.device)
-    return values_attention(q, k.reshape(b * lk, d), v.reshape(b * lk, -1), cu, lk, splits,
-                            config)[0]
+    return values_attention(q, k.reshape(b * lk, d), v.reshape(b * lk, -1), None, lk, splits,
+                            config=config)[0]
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ of the multiply-adds (QK^T at 256 channels, PV at 64) and skips the values' proj
 PyTorch's FlashAttention takes no values narrower than the keys, so this kernel attends:
 flash-style (online softmax, float32), each row over its own keys (all of them, or the valid
 ones packed by ``attention.KeyPacking``), split into key chunks where one head of a few
-thousand queries would leave the GPU idle, the chunks merged by ``split_merge.merge_varlen``.
+thousand queries would leave the GPU idle, the chunks merged by ``split_merge``'s kernel.
 Not bitwise sam2's (other rounding of the values and the attention output), so opt-in.
 """
 
@@ -26,9 +26,9 @@ import triton
 import triton.language as tl
 
 from sam2_ros.engine import attention
-from sam2_ros.engine.cuda.kernels.launch import jit
+from sam2_ros.engine.cuda.kernels.launch import dummy_like, jit
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, dot_operand
-from sam2_ros.engine.cuda.kernels.split_merge import merge_varlen
+from sam2_ros.engine.cuda.kernels.split_merge import merge_splits, merge_varlen
 
 LOG2E = 1.4426950408889634
 # (block of queries, block of keys, warps, pipeline stages): tools/probes/value_attention_probe
@@ -39,12 +39,13 @@ CONFIG_FP32: Tuple[int, int, int, int] = (32, 32, 4, 2)
 
 
 @jit
-def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o_sb, o_ss,
-                   o_sl, lse_ptr, l_sb, l_ss, Lq, splits, scale_log2,
+def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, n_keys, o_ptr, o_sb,
+                   o_ss, o_sl, lse_ptr, l_sb, l_ss, Lq, splits, scale_log2,
                    N_BLOCKS: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr, BF16: tl.constexpr,
-                   UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """Row b's block of queries against chunk s of its keys [cu[b], cu[b+1]): the output over
+                   UPCAST: tl.constexpr, PRECISION: tl.constexpr, DENSE: tl.constexpr):
+    """Row b's block of queries against chunk s of its keys [cu[b], cu[b+1]) (DENSE: the
+    n_keys keys from b * n_keys, no table read): the output over
     that chunk and its log-sum-exp (natural log; -inf for a chunk without keys). N_BLOCKS:
     key blocks of the longest chunk (a trip count fixed at compile time: the interpreter takes
     no loop bound read at run time); a row's blocks past its chunk (padded memories) are
@@ -54,8 +55,12 @@ def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o
     bs = tl.program_id(1)
     b = bs // splits
     s = bs % splits
-    start = tl.load(cu_ptr + b)
-    n = tl.load(cu_ptr + b + 1) - start
+    if DENSE:
+        start = b * n_keys
+        n = n_keys
+    else:
+        start = tl.load(cu_ptr + b)
+        n = tl.load(cu_ptr + b + 1) - start
     per = (n + splits - 1) // splits
     k0 = s * per
     k1 = tl.minimum(n, k0 + per)
@@ -97,20 +102,25 @@ def _values_kernel(q_ptr, q_sb, q_sl, k_ptr, k_sl, v_ptr, v_sl, cu_ptr, o_ptr, o
 
 
 def values_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     cu: torch.Tensor, max_keys: int, splits: int,
+                     cu: Optional[torch.Tensor], max_keys: int, splits: int,
+                     full: Optional[torch.Tensor] = None,
                      config: Optional[Tuple[int, int, int, int]] = None
                      ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """q [B, Lq, D] (channels contiguous), k [T, D] and v [T, Dv] (rows of keys), cu [B+1]
-    int32 (row b attends to keys cu[b]..cu[b+1]-1, at most ``max_keys`` of them) -> (out
+    """q [B, Lq, D] (channels contiguous), k [T, D] and v [T, Dv] (rows of keys) -> (out
     [B, Lq, Dv] in q's dtype, lse [B, S, Lq, 1] float32 of the chunks): softmax(q k^T /
-    sqrt(D)) v, in ``splits`` key chunks per row merged by their log-sum-exps. ``config``:
-    (block of queries, block of keys, warps, stages); None: CONFIG, CONFIG_FP32 for float32."""
+    sqrt(D)) v, in ``splits`` key chunks per row merged by their log-sum-exps. Row b attends
+    to keys cu[b]..cu[b+1]-1 (cu [B+1] int32, at most ``max_keys`` per row; with splits > 1
+    ``full`` [B, S] says which chunks hold keys, ``attention.KeyPacking.chunks``' flags for
+    the same cu), or with cu None to the ``max_keys`` keys from b * max_keys (every chunk
+    holds some). ``config``: (block of queries, block of keys, warps, stages); None: CONFIG,
+    CONFIG_FP32 for float32."""
     b, lq, d = q.shape
     dv = v.shape[-1]
     if config is None:
         config = CONFIG if q.dtype in (torch.bfloat16, torch.float16) else CONFIG_FP32
     bm, bn, warps, stages = config
     assert q.stride(2) == k.stride(1) == v.stride(1) == 1 and k.shape[1] == d
+    assert cu is None or splits == 1 or full is not None, 'chunks of a table: say which hold keys'
     longest = -(-max(1, max_keys) // splits)            # keys of a row's longest chunk
     bf16 = q.dtype == torch.bfloat16
     upcast = bf16 and not q.is_cuda
@@ -118,16 +128,17 @@ def values_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       dtype=q.dtype if splits == 1 else torch.float32)
     lse = torch.empty(b, splits, lq, 1, device=q.device, dtype=torch.float32)
     _values_kernel[(triton.cdiv(lq, bm), b * splits)](
-        q, q.stride(0), q.stride(1), k, k.stride(0), v, v.stride(0), cu, out, out.stride(0),
-        out.stride(1), out.stride(2), lse, lse.stride(0), lse.stride(1), lq, splits,
-        LOG2E / math.sqrt(d), N_BLOCKS=triton.cdiv(longest, bn), D=d, DV=dv,
-        BM=bm, BN=bn, BF16=bf16, UPCAST=upcast, PRECISION='ieee' if upcast or not bf16 else
-        'tf32', num_warps=warps, num_stages=stages)
+        q, q.stride(0), q.stride(1), k, k.stride(0), v, v.stride(0), dummy_like(cu, lse),
+        max_keys, out, out.stride(0), out.stride(1), out.stride(2), lse, lse.stride(0),
+        lse.stride(1), lq, splits, LOG2E / math.sqrt(d), N_BLOCKS=triton.cdiv(longest, bn),
+        D=d, DV=dv, BM=bm, BN=bn, BF16=bf16, UPCAST=upcast,
+        PRECISION='ieee' if upcast or not bf16 else 'tf32', DENSE=cu is None,
+        num_warps=warps, num_stages=stages)
     if splits == 1:
         return out[:, 0, :, 0], lse
-    n = (cu[1:] - cu[:-1]).long()                                        # [B] keys per row
-    per = (n + splits - 1) // splits
-    full = torch.arange(splits, device=q.device)[None] * per[:, None] < n[:, None]  # [B, S]
+    if cu is None:      # chunk s of row b is head s: the merge of split-KV heads
+        return merge_splits(out.view(b, splits, lq, dv), lse.view(b, splits, lq), 1, splits,
+                            q.dtype)[:, 0], lse
     return merge_varlen(out, lse, full, q.dtype)[:, :, 0], lse
 
 
@@ -140,14 +151,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     assert h == 1, 'one head: the value projection folds into the output projection'
+    splits = attention.kv_splits(b, 1, lq, lk, dividing=False)
+    cu = full = None                   # every row over all its keys
     if keys is None:
         kf, vf = k.reshape(b * lk, d), v.reshape(b * lk, dv)
-        cu = torch.arange(0, (b + 1) * lk, lk, dtype=torch.int32, device=q.device)
-    else:
+    else:                              # packed once for all layers, chunked once per count
         order, _, cu = keys.packed(lq)
+        full = keys.chunks(lq, splits)[2] if splits > 1 else None
         kf = attention.packed_keys(k, order).view(b * lk, d)
         vf = attention.packed_keys(v, order).view(b * lk, dv)
-    splits = attention.kv_splits(b, 1, lq, lk, dividing=False)
     out = values_attention(q[:, 0] if q.stride(3) == 1 else q[:, 0].contiguous(), kf, vf, cu,
-                           lk, splits)[0]
+                           lk, splits, full)[0]
     return out[:, None]
