@@ -35,13 +35,15 @@ TRITON_FREE_GROUPS = ('constants',)
 # batch_buckets' bound, far above any rig's object count (256 objects for each of 16 cameras):
 # a larger bucket is a typo that would capture a graph of that batch at start-up
 MAX_BATCH_BUCKET = 4096
-# Fast paths that are not bitwise sam2's, so not in ``fused_kernels: true``: named in its list
-# to turn on. 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on
-# the float32 accumulator: within a bf16 step of sam2's exact GELU on the rounded product).
-# 'window_attention': Hiera's attention in windows of up to 64 tokens, one Triton program per
-# window and head (the SDPA kernels spend a mostly empty tile on each; other summation order).
-# 'memory_values': the memory cross-attention over the raw 64-channel memory as values, its
-# value projection folded into the output projection (kernels/value_attention.py).
+# Fast paths that round elsewhere than sam2's ops do (not only another summation order), each
+# with its own off switch (``fused_opt_in`` lists those on; all by default, [] for none).
+# 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on the float32
+# accumulator: within a bf16 step of sam2's exact GELU on the rounded product; 16-bit compute
+# only, float32 keeps the exact GELU). 'window_attention': Hiera's attention in windows of up
+# to 64 tokens, one Triton program per window and head (the SDPA kernels spend a mostly empty
+# tile on each; 16-bit compute only). 'memory_values': the memory cross-attention over the raw
+# 64-channel memory as values, its value projection folded into the output projection
+# (kernels/value_attention.py; the same function, other rounding points).
 FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
@@ -266,15 +268,16 @@ class TrackerConfig:
         "kernels each; CUDA with triton, not with compile_mode), within rounding of the eager "
         "reference, and read what depends on the weights alone (positional encodings, the "
         "no-prompt embedding) computed once; false: sam2's modules and the reference I/O"))
-    # The opt-in groups (FUSED_OPT_IN, not bitwise sam2's) added where fused_kernels is on:
-    # how the node's parameters, the launch files and YAML turn them on (fused_kernels is a
-    # bool there).
-    fused_opt_in: list = knob(default_factory=list, kind='str_array', tuning=True, doc=(
-        "fused kernels that are not bitwise sam2's (within bf16 rounding), added where "
-        "fused_kernels is on: 'gelu_epilogue' (Hiera's MLP GELU in its first GEMM), "
+    # The groups of FUSED_OPT_IN that are on where fused_kernels is on: each one's off switch
+    # (the node's parameters, the launch files and YAML take fused_kernels as a bool).
+    fused_opt_in: list = knob(default_factory=lambda: list(FUSED_OPT_IN), kind='str_array',
+                              tuning=True, doc=(
+        "fused kernels that round elsewhere than sam2's ops (within bf16 rounding of them; "
+        "docs/design.md), on where fused_kernels is on; all by default, [] for none: "
+        "'gelu_epilogue' (Hiera's MLP GELU in its first GEMM, 16-bit only), "
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
-        "kernels), both faster at large@1024 (docs/performance.md); 'memory_values' (the "
-        'memory cross-attention over the raw 64-channel memory as values; not yet timed)'))
+        "kernel, 16-bit only), 'memory_values' (the memory cross-attention over the raw "
+        "64-channel memory as values, its value projection folded into the output one)"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).

@@ -79,7 +79,7 @@ def test_fused_hiera_runs_every_blocks_mlp_through_the_epilogue(autocast, tol, m
         assert_close_rel(o, r, tol)
 
 
-def test_gelu_epilogue_is_opt_in_by_name():
+def test_gelu_epilogue_has_its_own_switch():
     assert 'gelu_epilogue' in FUSED_OPT_IN and 'gelu_epilogue' not in FUSED_GROUPS
     TrackerConfig(fused_kernels=FUSED_GROUPS + ('gelu_epilogue',), random_weights=True).validate()
     with pytest.raises(ValueError, match='fused_kernels'):
@@ -93,17 +93,24 @@ def test_gelu_epilogue_is_opt_in_by_name():
 
 def test_fused_opt_in_adds_its_groups_where_fused_kernels_is_on():
     """``fused_opt_in`` (the node's parameter: ``fused_kernels`` is a bool there) adds the named
-    opt-in groups to the fused ones, and nothing where fused kernels are off."""
+    opt-in groups to the fused ones, every one by default, none with []; an opt-in group
+    whose modules are off (``OPT_IN_NEEDS``) is left out, and nothing is on where fused
+    kernels are off."""
     pytest.importorskip('triton')
+    default = TrackerConfig(random_weights=True).validate()
+    assert default.fused_opt_in == list(FUSED_OPT_IN)
+    assert set(fused.enabled_groups(default, 'cuda')) == set(FUSED_GROUPS) | set(FUSED_OPT_IN)
+    none = TrackerConfig(fused_opt_in=[], random_weights=True).validate()
+    assert fused.enabled_groups(none, device='cuda') == FUSED_GROUPS
     on = TrackerConfig(fused_opt_in=['window_attention'], random_weights=True).validate()
     groups = fused.enabled_groups(on, device='cuda')
     assert set(groups) == set(FUSED_GROUPS) | {'window_attention'}
     assert 'gelu_epilogue' not in groups
-    some = TrackerConfig(fused_kernels=('hiera',),
-                         fused_opt_in=['gelu_epilogue', 'window_attention'],
-                         random_weights=True).validate()
+    some = TrackerConfig(fused_kernels=('hiera',), random_weights=True).validate()
     assert fused.enabled_groups(some, device='cuda') == ('hiera', 'gelu_epilogue',
                                                           'window_attention')
+    rope = TrackerConfig(fused_kernels=('rope',), random_weights=True).validate()
+    assert fused.enabled_groups(rope, device='cuda') == ('rope',)
     off = TrackerConfig(fused_kernels=False, fused_opt_in=['window_attention'],
                         random_weights=True).validate()
     assert fused.enabled_groups(off, device='cuda') == ()

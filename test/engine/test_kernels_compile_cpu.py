@@ -49,13 +49,14 @@ _WINDOW = dict(qkv_ptr='*bf16', s_b=I64, s_l=I64, s_t=I64, s_h=I64, out_ptr='*bf
                o_l=I64, o_h=I64, L=I32, LQ=I32, W=I32, W2=I32, D=I32, H=I32, scale=F32)
 
 
-def _values(dtype, out, dense=False):
+def _values(dtype, out, dense=False, long=False):
     sig = dict(q_ptr=dtype, q_sb=I64, q_sl=I64, k_ptr=dtype, k_sl=I64, v_ptr=dtype, v_sl=I64,
                cu_ptr='*i32', n_keys=I32, o_ptr=out, o_sb=I64, o_ss=I64, o_sl=I64, lse_ptr='*fp32',
                l_sb=I64, l_ss=I64, Lq=I32, splits=I32, scale_log2=F32)
     bf16 = dtype == '*bf16'
-    block = 64 if bf16 else 32          # value_attention.CONFIG, CONFIG_FP32
-    return sig, dict(N_BLOCKS=16, D=256, DV=64, BM=block, BN=block, BF16=bf16, UPCAST=False,
+    # value_attention.CONFIG_LONG, CONFIG, CONFIG_FP32 (the warps: ``WARPS``)
+    bm, bn = (128, 64) if long else (64, 64) if bf16 else (32, 32)
+    return sig, dict(N_BLOCKS=16, D=256, DV=64, BM=bm, BN=bn, BF16=bf16, UPCAST=False,
                      PRECISION='tf32' if bf16 else 'ieee', DENSE=dense)
 
 
@@ -66,6 +67,8 @@ CASES = {
     'memory values bf16 dense': (value_attention, '_values_kernel',
                                  *_values('*bf16', '*fp32', dense=True)),
     'memory values bf16': (value_attention, '_values_kernel', *_values('*bf16', '*bf16')),
+    'memory values bf16 long chunks': (value_attention, '_values_kernel',
+                                       *_values('*bf16', '*fp32', long=True)),
     'memory values fp32': (value_attention, '_values_kernel', *_values('*fp32', '*fp32')),
     # the opt-in 'window_attention' (Hiera-L: 8x8 windows of 72-channel heads, 4x4 windows)
     'window attention 64 tokens': (window_attention, '_window_attention_kernel', _WINDOW, dict(
@@ -117,6 +120,9 @@ CASES = {
 _ROPE_DIVISIBLE = ('q_ptr', 'q_sb', 'q_sl', 'k_ptr', 'k_sb', 'k_sl', 'cos_ptr', 'sin_ptr',
                    'qo_ptr', 'ko_ptr', 'D2', 'Lq', 'Lk')
 DIVISIBLE = {'rope bf16': _ROPE_DIVISIBLE, 'rope fp32': _ROPE_DIVISIBLE}
+# launches with other warps or pipeline stages than 4 and 3 (value_attention's configurations)
+WARPS = {'memory values bf16 long chunks': 8}
+STAGES = {'memory values fp32': 2}
 
 
 def compile_case(case: str) -> dict:
@@ -129,7 +135,9 @@ def compile_case(case: str) -> dict:
              for k in DIVISIBLE.get(case, ())}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v
                                          for k, v in constexprs.items()}, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': 4})
+    compiled = triton.compile(src, target=GPUTarget('cuda', 90, 32),
+                              options={'num_warps': WARPS.get(case, 4),
+                                       'num_stages': STAGES.get(case, 3)})
     ptx = compiled.asm['ptx']
     return {'cubin_bytes': len(compiled.asm['cubin']), 'div_rn': 'div.rn.f32' in ptx,
             'div_full': 'div.full' in ptx, 'sin_approx': 'sin.approx' in ptx,

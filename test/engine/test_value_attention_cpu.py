@@ -3,6 +3,7 @@ kernel attends each row over its own keys with values narrower than the keys as 
 does, whole or in key chunks merged by their log-sum-exps (uneven and empty chunks), and
 ``attend`` restricted to the runner's packed valid keys equals attention over those keys."""
 
+import copy
 import math
 
 import pytest
@@ -58,6 +59,25 @@ def test_dense_rows_without_a_table_whole_or_in_chunks(splits):
         torch.testing.assert_close(out[r], ref, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(torch.logsumexp(lse[r, :, :, 0], 0), ref_lse,
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_long_chunks_take_the_128_query_configuration_and_agree():
+    """config_for: 128-query blocks where chunks are long (large@1024's one object: 28,736
+    keys in 4 chunks; 8 tiny objects: 7,232 in 2), 64 where one tiny object's 7,232 keys are
+    split 16 ways, float32's small tiles always; the long configuration computes what the
+    short one does (bf16 in the interpreter, a chunk of a few blocks)."""
+    from sam2_ros.engine.cuda.kernels import value_attention as va
+    assert va.config_for(torch.bfloat16, -(-28736 // 4)) == va.CONFIG_LONG
+    assert va.config_for(torch.bfloat16, -(-7232 // 2)) == va.CONFIG_LONG
+    assert va.config_for(torch.bfloat16, -(-7232 // 16)) == va.CONFIG
+    assert va.config_for(torch.float32, 28736) == va.CONFIG_FP32
+    q, k, v = (_rand(*s, seed=i).bfloat16() for i, s in
+               enumerate(((1, 130, 32), (200, 32), (200, 16)), start=50))
+    longer = values_attention(q, k, v, None, 200, 2, config=(128, 64, 8, 3))[0]
+    short = values_attention(q, k, v, None, 200, 2, config=CONFIG)[0]
+    ref = _math(q[0].float(), k.float(), v.float())[0]
+    torch.testing.assert_close(longer[0].float(), ref, rtol=2 ** -6, atol=2 ** -6)
+    torch.testing.assert_close(longer.float(), short.float(), rtol=2 ** -7, atol=2 ** -7)
 
 
 def test_bf16_output_is_the_float32_result_rounded():
@@ -158,6 +178,11 @@ def test_only_one_head_attentions_fold():
     x = _rand(2, 5, 16, seed=30)
     with torch.no_grad():
         torch.testing.assert_close(f(x), one.out_proj(one.v_proj(x)), rtol=1e-5, atol=1e-6)
+    # weights cast to bf16 once (precast_weights) fold to the bits the float32 ones fold to
+    # in bf16: the graphs with and without precasting stay bitwise alike
+    cast = copy.deepcopy(one).to(torch.bfloat16)
+    for w, c in zip(f.folded(torch.bfloat16), FoldedValues(cast).folded(torch.bfloat16)):
+        assert w.dtype == torch.bfloat16 and torch.equal(w, c)
 
 
 def test_a_stream_with_folded_values_tracks_as_sam2_does():

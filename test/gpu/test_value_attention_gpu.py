@@ -61,7 +61,7 @@ def test_memory_values_graphs_equal_graphs_without_and_eager(precision, steady):
                                      frames, events)
     ma = tr.runner.graphs.model.memory_attention
     assert ma.narrow_values is attend and ma.shared_kv.v is None
-    plain, _, _ = tracker_stream(tiny_cuda_cfg(**base), frames, events)
+    plain, _, _ = tracker_stream(tiny_cuda_cfg(fused_opt_in=(), **base), frames, events)
     eager, _, _ = tracker_stream(tiny_cuda_cfg(use_cuda_graphs=False, **base), frames, events)
     worst = {'memory_values_vs_graphs': worst_logits(ours, plain),
              'memory_values_vs_eager': worst_logits(ours, eager)}

@@ -28,7 +28,7 @@ WITH_GELU = ('gelu_epilogue',)                    # opt-in groups (config.FUSED_
 WITH_WINDOW = ('window_attention',)
 WITH_VALUES = ('memory_values',)
 WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # the 'optin' rows (before memory_values)
-WITH_ALL = WITH_OPT_IN + WITH_VALUES                  # every opt-in group
+WITH_ALL = WITH_OPT_IN + WITH_VALUES                  # every opt-in group (the default)
 
 
 @dataclass
@@ -155,8 +155,8 @@ def ours_graph_batched_unfused(spec: Spec) -> Run:
 
 
 def with_fused(opt_in: tuple, mode: str, doc: str) -> Callable[[Spec], Run]:
-    """A variant of ours with the graphs of ``mode`` and the opt-in fused groups ``opt_in``
-    beside the default ones, set as a user sets them (``fused_opt_in``)."""
+    """A variant of ours with the graphs of ``mode`` and only the opt-in fused groups
+    ``opt_in`` beside ``FUSED_GROUPS``, set as a user sets them (``fused_opt_in``)."""
     def variant(spec: Spec) -> Run:
         return _ours(spec, graphs=True, mode=mode, fused_opt_in=list(opt_in))
     variant.__doc__ = doc
@@ -174,6 +174,10 @@ ours_graph_memvals = with_fused(WITH_VALUES, 'swap', "ours_graph with the opt-in
 ours_graph_batched_memvals = with_fused(WITH_VALUES, 'batched',
                                         "ours_graph_batched with the opt-in 'memory_values'")
 ours_graph_allopt = with_fused(WITH_ALL, 'swap', 'ours_graph with every opt-in group')
+ours_graph_noopt = with_fused((), 'swap', "ours_graph without the opt-in groups (their off "
+                              "switch, fused_opt_in: [])")
+ours_graph_batched_noopt = with_fused((), 'batched', 'ours_graph_batched without the opt-in '
+                                      'groups (fused_opt_in: [])')
 ours_graph_optin = with_fused(WITH_OPT_IN, 'swap',
                               "ours_graph with 'gelu_epilogue' and 'window_attention'")
 ours_graph_batched_optin = with_fused(WITH_OPT_IN, 'batched', "ours_graph_batched with "
@@ -366,6 +370,8 @@ VARIANTS = {
     'ours_graph_memvals': ours_graph_memvals,
     'ours_graph_batched_memvals': ours_graph_batched_memvals,
     'ours_graph_allopt': ours_graph_allopt,
+    'ours_graph_noopt': ours_graph_noopt,
+    'ours_graph_batched_noopt': ours_graph_batched_noopt,
     'ours_graph_batched_optin': ours_graph_batched_optin,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,

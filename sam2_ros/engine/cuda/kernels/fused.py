@@ -52,7 +52,8 @@ Groups:
                       (``pointer_pos.py``); the copy carries it as ``engine.step.POINTER_POS``,
                       which ``step.pointer_pos_of`` reads; a projection other than sam2's Linear
                       (an Identity) keeps sam2's ops
-Opt-in (``config.FUSED_OPT_IN``: not bitwise, so only where listed by name):
+Opt-in (``config.FUSED_OPT_IN``: rounding elsewhere than sam2's ops; on by default, each
+with its off switch in ``fused_opt_in``):
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
   'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
@@ -76,18 +77,22 @@ from sam2_ros.engine.cuda.kernels.swap import with_children
 
 log = logging.getLogger(__name__)
 _SAID = set()          # reasons already logged (once per process)
+# the groups whose modules each opt-in group changes: without them it changes nothing
+OPT_IN_NEEDS = {'gelu_epilogue': ('hiera',), 'window_attention': ('hiera',),
+                'memory_values': ('memory_attention', 'rope')}
 
 
 def enabled_groups(cfg: TrackerConfig,
                    device: Optional[Union[str, torch.device]] = None) -> Tuple[str, ...]:
-    """The groups ``cfg.fused_kernels`` turns on (and ``cfg.fused_opt_in``'s where it turns
-    any on) that can run on ``device`` (default cfg.device): none on the CPU (no graphs
-    there) or with compile_mode (inductor fuses those modules and folds their constants
-    itself); without triton only TRITON_FREE_GROUPS."""
+    """The groups ``cfg.fused_kernels`` turns on (and ``cfg.fused_opt_in``'s whose
+    ``OPT_IN_NEEDS`` it turns on) that can run on ``device`` (default cfg.device): none on
+    the CPU (no graphs there) or with compile_mode (inductor fuses those modules and folds
+    their constants itself); without triton only TRITON_FREE_GROUPS."""
     groups = FUSED_GROUPS if cfg.fused_kernels is True else tuple(cfg.fused_kernels or ())
     if not groups:
         return ()
-    groups += tuple(g for g in cfg.fused_opt_in if g not in groups)
+    groups += tuple(g for g in cfg.fused_opt_in
+                    if g not in groups and set(OPT_IN_NEEDS[g]) <= set(groups))
     device = torch.device(device if device is not None else cfg.device)
     if device.type != 'cuda':
         return _off(groups, (), f'device {device.type}')

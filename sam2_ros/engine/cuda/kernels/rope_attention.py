@@ -29,13 +29,12 @@ def _sdpa(q, k, v):
 class FoldedValues:
     """out_proj after v_proj as one Linear of the raw values' width: every row of the softmax
     sums to 1, so out_proj(P (M Wv^T + bv)) = (P M) (Wo Wv)^T + (Wo bv + bo). The product is
-    taken once in float32 and kept per compute dtype (no cast kernel per call)."""
+    taken once per compute dtype, in float32 of the weights as that dtype rounds them (what
+    sam2's Linears multiply under autocast), so weights cast once (``precast_weights``) or per
+    call fold to the same bits; no cast kernel per call."""
 
     def __init__(self, attn: RoPEAttention):
-        with torch.no_grad():
-            wo, bo = attn.out_proj.weight.float(), attn.out_proj.bias.float()
-            wv, bv = attn.v_proj.weight.float(), attn.v_proj.bias.float()
-            self.weight, self.bias = wo @ wv, wo @ bv + bo          # [C, Cv], [C]
+        self.out_proj, self.v_proj = attn.out_proj, attn.v_proj
         self.cast: Dict[torch.dtype, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     @staticmethod
@@ -45,12 +44,19 @@ class FoldedValues:
             isinstance(m, torch.nn.Linear) and m.bias is not None
             for m in (attn.v_proj, attn.out_proj))
 
+    def folded(self, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(weight [C, Cv], bias [C]) in ``dtype``."""
+        if dtype not in self.cast:
+            with torch.no_grad():
+                wo, bo, wv, bv = (t.to(dtype).float() for t in (
+                    self.out_proj.weight, self.out_proj.bias, self.v_proj.weight,
+                    self.v_proj.bias))
+                self.cast[dtype] = ((wo @ wv).to(dtype), (wo @ bv + bo).to(dtype))
+        return self.cast[dtype]
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, L, Cv] (the attention over raw values) -> [B, L, C] in x's dtype."""
-        if x.dtype not in self.cast:
-            self.cast[x.dtype] = (self.weight.to(x.device, x.dtype),
-                                  self.bias.to(x.device, x.dtype))
-        return F.linear(x, *self.cast[x.dtype])
+        return F.linear(x, *self.folded(x.dtype))
 
 
 class FusedRoPEAttention(RoPEAttention):

@@ -32,10 +32,23 @@ from sam2_ros.engine.cuda.kernels.split_merge import merge_splits, merge_varlen
 
 LOG2E = 1.4426950408889634
 # (block of queries, block of keys, warps, pipeline stages): tools/probes/value_attention_probe
-# times the candidates on the GPU. Float32 tiles are twice the bytes: smaller blocks and
-# stages keep a program's shared memory within a multiprocessor's.
+# times the candidates on the GPU. CONFIG_LONG where each program's chunk of keys is long
+# (LONG_CHUNK keys or more: large@1024's one object, several objects batched): each key block
+# loaded serves 128 queries; CONFIG for short chunks (one tiny object split 16 ways, a few
+# hundred keys a program), where twice the programs fill the GPU better.
+# Float32 tiles are twice the bytes: smaller blocks and stages keep a program's shared memory
+# within a multiprocessor's.
 CONFIG: Tuple[int, int, int, int] = (64, 64, 4, 3)
+CONFIG_LONG: Tuple[int, int, int, int] = (128, 64, 8, 3)
 CONFIG_FP32: Tuple[int, int, int, int] = (32, 32, 4, 2)
+LONG_CHUNK = 2048
+
+
+def config_for(dtype: torch.dtype, longest: int) -> Tuple[int, int, int, int]:
+    """The kernel's configuration for chunks of at most ``longest`` keys in ``dtype``."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return CONFIG_FP32
+    return CONFIG_LONG if longest >= LONG_CHUNK else CONFIG
 
 
 @jit
@@ -112,16 +125,14 @@ def values_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     to keys cu[b]..cu[b+1]-1 (cu [B+1] int32, at most ``max_keys`` per row; with splits > 1
     ``full`` [B, S] says which chunks hold keys, ``attention.KeyPacking.chunks``' flags for
     the same cu), or with cu None to the ``max_keys`` keys from b * max_keys (every chunk
-    holds some). ``config``: (block of queries, block of keys, warps, stages); None: CONFIG,
-    CONFIG_FP32 for float32."""
+    holds some). ``config``: (block of queries, block of keys, warps, stages); None:
+    ``config_for`` the longest chunk."""
     b, lq, d = q.shape
     dv = v.shape[-1]
-    if config is None:
-        config = CONFIG if q.dtype in (torch.bfloat16, torch.float16) else CONFIG_FP32
-    bm, bn, warps, stages = config
     assert q.stride(2) == k.stride(1) == v.stride(1) == 1 and k.shape[1] == d
     assert cu is None or splits == 1 or full is not None, 'chunks of a table: say which hold keys'
     longest = -(-max(1, max_keys) // splits)            # keys of a row's longest chunk
+    bm, bn, warps, stages = config or config_for(q.dtype, longest)
     bf16 = q.dtype == torch.bfloat16
     upcast = bf16 and not q.is_cuda
     out = torch.empty(b, splits, lq, 1, dv, device=q.device,
