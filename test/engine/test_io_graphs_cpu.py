@@ -202,3 +202,38 @@ def test_frame_result_label_is_rebuilt_when_objects_change():
     assert res.label_mask() is given                # the tracker's precomputed one, as is
     res.objects.pop()                               # objects changed: built from the masks
     assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()
+
+
+def test_each_masks_out_bucket_warms_the_pinned_cache_with_its_read_back_sets(monkeypatch):
+    """A masks-out graph's capture puts ``warm_sets`` read-back sets of its bucket's shapes
+    (masks, stats, label) into the pinned host cache (on CUDA; the CPU has none), and a
+    frame's results come from buffers of those shapes, cut to its objects: a frame never
+    waits for a fresh pinned allocation while earlier results are still held."""
+    mb = 2 ** 20
+    assert io_graphs.warm_sets(1) == io_graphs.RESULT_SETS
+    assert io_graphs.warm_sets(9 * mb) == 3                   # 8 objects' masks at 720p
+    assert io_graphs.warm_sets(io_graphs.WARM_BYTES * 4) == 2
+    tr, _ = graph_tracker('swap', monkeypatch)
+    frames = synthetic_frames(3, h=48, w=64)
+    tr.track(frames[0])
+    tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+    tr.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    gio = tr.runner.graphs.io
+    made = []
+
+    def host(*shape, dtype):        # no pinned memory here: plain host tensors, counted
+        made.append((tuple(shape), dtype))
+        return torch.empty(*shape, dtype=dtype)
+    monkeypatch.setattr(gio, '_host', host)
+    res = tr.track(frames[1])
+    cap = gio.get(MasksOutKey(2, 48, 64))
+    bucket = [(tuple(t.shape), t.dtype) for t in cap.outputs]
+    assert made == bucket and cap.outputs[0].shape[0] == 2      # the bucket's buffers
+    assert [o.mask.shape for o in res.objects] == [(48, 64)] * 2
+    made.clear()
+    gio._warm(cap)                                          # the CPU: nothing to pin
+    assert made == []
+    monkeypatch.setattr(gio, 'cuda', True)
+    gio._warm(cap)
+    size = sum(t.numel() * t.element_size() for t in cap.outputs)
+    assert made == bucket * io_graphs.warm_sets(size)

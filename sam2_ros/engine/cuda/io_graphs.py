@@ -33,6 +33,13 @@ from sam2_ros.engine.cuda.kernels.fused import enabled_groups
 from sam2_ros.engine.memory import MemoryBank
 
 IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older ones dropped)
+# Read-back buffer sets (masks, stats, label) put into torch's pinned host cache per masks-out
+# bucket when its graph is captured: results still held downstream (the node's publisher and
+# overlay threads, a caller's list) never make a frame wait for a fresh pinned allocation,
+# which pins new pages (page faults) with the GIL held, stalling every thread of the process.
+# Fewer sets where a set is large (many objects at a high resolution): WARM_BYTES per bucket.
+RESULT_SETS = 8
+WARM_BYTES = 32 * 2 ** 20
 
 
 class GraphIO:
@@ -112,17 +119,30 @@ class GraphIO:
         cap.inputs[2][n:].zero_()          # padding rows (stale logits) stay out of the label
         cap.graph.replay()
         masks, stats, label = cap.outputs
-        # fresh pinned buffers from torch's caching host allocator (cheap), handed out as they
-        # are: no host copy after the sync, which the caller waits for. A block returns to
-        # the cache when the last array viewing it is gone.
-        host_m, host_s, host_l = (self._host(*t.shape, dtype=t.dtype)
-                                  for t in (masks[:n], stats[:n], label))
-        host_m.copy_(masks[:n], non_blocking=self.cuda)
-        host_s.copy_(stats[:n], non_blocking=self.cuda)
+        # fresh pinned buffers from torch's caching host allocator, handed out as they are: no
+        # host copy after the sync, which the caller waits for. A block returns to the cache
+        # when the last array viewing it is gone. The bucket's shapes, not n's: the blocks
+        # ``_warm`` put into the cache fit every frame of the bucket (the cache keeps blocks
+        # by size).
+        host_m, host_s, host_l = self._host_outputs(cap)
+        host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
+        host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
         host_l.copy_(label, non_blocking=self.cuda)
         if self.cuda and sync:
             torch.cuda.current_stream().synchronize()
-        return host_m.numpy(), host_s.numpy(), host_l.numpy()
+        return host_m[:n].numpy(), host_s[:n].numpy(), host_l.numpy()
+
+    def _host_outputs(self, cap: CapturedGraph) -> Tuple[torch.Tensor, ...]:
+        """Host buffers shaped as a masks-out graph's outputs (masks, stats, label)."""
+        return tuple(self._host(*t.shape, dtype=t.dtype) for t in cap.outputs)
+
+    def _warm(self, cap: CapturedGraph) -> None:
+        """``warm_sets`` of ``cap``'s read-back buffers allocated at once and released: the
+        pinned host cache keeps them for the frames (nothing on the CPU)."""
+        if self.cuda:
+            size = sum(t.numel() * t.element_size() for t in cap.outputs)
+            sets = [self._host_outputs(cap) for _ in range(warm_sets(size))]
+            del sets
 
     # ---- capture ---------------------------------------------------------------------
     def get(self, key: IOKey) -> Optional[CapturedGraph]:
@@ -137,6 +157,7 @@ class GraphIO:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
             if cap is not None and isinstance(key, MasksOutKey):
+                self._warm(cap)
                 self._capture_buckets(key.h, key.w)
                 self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
@@ -151,7 +172,9 @@ class GraphIO:
             for b in self.out_buckets:
                 key = MasksOutKey(b, h, w)
                 if key not in self.graphs and key not in self.failed:
-                    self._capture(key)
+                    cap = self._capture(key)
+                    if cap is not None:
+                        self._warm(cap)
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
@@ -229,3 +252,9 @@ class GraphIO:
         ev = torch.cuda.Event()
         ev.record()
         return ev
+
+
+def warm_sets(set_bytes: int) -> int:
+    """Read-back sets to warm for one bucket whose set is ``set_bytes``: RESULT_SETS, fewer
+    where they would pass WARM_BYTES, never under 2 (one held downstream, one being read)."""
+    return max(2, min(RESULT_SETS, WARM_BYTES // max(1, set_bytes)))
