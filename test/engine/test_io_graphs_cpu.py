@@ -231,9 +231,9 @@ def test_each_masks_out_bucket_warms_the_pinned_cache_with_its_read_back_sets(mo
     assert made == bucket and cap.outputs[0].shape[0] == 2      # the bucket's buffers
     assert [o.mask.shape for o in res.objects] == [(48, 64)] * 2
     made.clear()
-    gio._warm(cap)                                          # the CPU: nothing to pin
+    gio.warm(cap)                                          # the CPU: nothing to pin
     assert made == []
     monkeypatch.setattr(gio, 'cuda', True)
-    gio._warm(cap)
+    gio.warm(cap)
     size = sum(t.numel() * t.element_size() for t in cap.outputs)
     assert made == bucket * io_graphs.warm_sets(size)

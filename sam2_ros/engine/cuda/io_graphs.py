@@ -122,7 +122,7 @@ class GraphIO:
         # fresh pinned buffers from torch's caching host allocator, handed out as they are: no
         # host copy after the sync, which the caller waits for. A block returns to the cache
         # when the last array viewing it is gone. The bucket's shapes, not n's: the blocks
-        # ``_warm`` put into the cache fit every frame of the bucket (the cache keeps blocks
+        # ``warm`` put into the cache fit every frame of the bucket (the cache keeps blocks
         # by size).
         host_m, host_s, host_l = self._host_outputs(cap)
         host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
@@ -136,7 +136,7 @@ class GraphIO:
         """Host buffers shaped as a masks-out graph's outputs (masks, stats, label)."""
         return tuple(self._host(*t.shape, dtype=t.dtype) for t in cap.outputs)
 
-    def _warm(self, cap: CapturedGraph) -> None:
+    def warm(self, cap: CapturedGraph) -> None:
         """``warm_sets`` of ``cap``'s read-back buffers allocated at once and released: the
         pinned host cache keeps them for the frames (nothing on the CPU)."""
         if self.cuda:
@@ -157,7 +157,7 @@ class GraphIO:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
             if cap is not None and isinstance(key, MasksOutKey):
-                self._warm(cap)
+                self.warm(cap)
                 self._capture_buckets(key.h, key.w)
                 self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
@@ -174,7 +174,7 @@ class GraphIO:
                 if key not in self.graphs and key not in self.failed:
                     cap = self._capture(key)
                     if cap is not None:
-                        self._warm(cap)
+                        self.warm(cap)
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
