@@ -9,7 +9,10 @@ padded to 128 channels. Which backend is fastest per shape, and by how much, dec
 another steady-state kernel is worth building. Each shape is timed per backend (FlashAttention,
 cuDNN, memory-efficient) with CUDA events, bf16, the median of ``--iters`` calls; a backend
 that refuses a shape is reported as such. Relative error against float32 math on the same
-inputs is reported too (the backends differ in summation order and rounding).
+inputs is reported too (the backends differ in summation order and rounding). Where one
+call's heads and query tiles leave the GPU idle, FlashAttention over key chunks merged by the
+package's kernel (``attention.split_attention``, the chunks ``attention.kv_splits`` picks) is
+timed too. Calls are timed inside a CUDA graph (``time_call``), as the tracker runs them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sam2_ros.engine.attention import kv_splits, split_attention
+from sam2_ros.engine.cuda.kernels.split_merge import merge_splits
 from tools.bench.results import save_probe
 
 # name -> (batch, heads, queries, keys, head dim)
@@ -35,23 +40,44 @@ SHAPES: Dict[str, Tuple[int, int, int, int, int]] = {
     'large_hiera_window256': (16, 8, 256, 256, 72),
     'tiny_mem_cross_full': (1, 1, 1024, 7 * 1024 + 64, 256),
     'tiny_mem_cross_8obj': (8, 1, 1024, 7 * 1024 + 64, 256),
+    # the memory attention's self-attention at one and three tiny objects: 16 query tiles of
+    # one head leave most multiprocessors idle (the 'split' row splits its keys)
+    'tiny_mem_self': (1, 1, 1024, 1024, 256),
+    'tiny_mem_self_3obj': (3, 1, 1024, 1024, 256),
 }
 BACKENDS = {'flash': SDPBackend.FLASH_ATTENTION, 'cudnn': SDPBackend.CUDNN_ATTENTION,
             'efficient': SDPBackend.EFFICIENT_ATTENTION}
 
 
-def time_call(fn, iters: int) -> float:
-    """Median us of ``fn()`` over ``iters`` calls, each between two CUDA events."""
+def time_call(fn, iters: int, per_graph: int = 10) -> float:
+    """Median us of one ``fn()`` on the GPU: ``per_graph`` calls captured in one CUDA graph,
+    each replay between two CUDA events, as the tracker's graphs run them. Timed eagerly
+    (one call between events) where the capture fails; then the host's launch time counts
+    too, which for calls of a few tens of us is most of what is measured."""
     for _ in range(3):
         fn()
+    run, calls = fn, 1
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per_graph):
+                fn()
+        run, calls = graph.replay, per_graph
+    except Exception:  # noqa: BLE001 - a call that cannot be captured is timed eagerly
+        torch.cuda.synchronize()
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        run()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
+        times.append(a.elapsed_time(b) * 1e3 / calls)
     return statistics.median(times)
 
 
@@ -75,6 +101,17 @@ def shape_rows(name: str, shape: Tuple[int, int, int, int, int],
                        rel_err=float(f'{err:.3g}'))
         except RuntimeError as exc:            # this backend does not take the shape
             row['refused'] = str(exc).splitlines()[0][:200]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    splits = kv_splits(b, h, lq, lk)
+    if splits > 1:       # FlashAttention over key chunks, merged by the package's kernel
+        row = {'shape': name, 'bhqkd': list(shape), 'backend': 'split', 'splits': splits}
+        call = (lambda: split_attention(q, k, v, splits, merge_splits))     # noqa: E731
+        out = call()
+        us = time_call(call, iters)
+        err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+        row.update(us=round(us, 1), tflops=round(flops / us / 1e6, 1),
+                   rel_err=float(f'{err:.3g}'))
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
