@@ -12,8 +12,9 @@
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
-# objects: the slow frames' host calls), VALUES_S (tools.probes.value_attention_probe: the
-# opt-in 'memory_values' kernel against FlashAttention), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
+# objects: the slow frames' host calls), SDPA_S (tools.probes.sdpa_probe: the attention
+# backends and split-KV on a frame's shapes), VALUES_S (tools.probes.value_attention_probe:
+# the 'memory_values' kernel against FlashAttention), INTERACTION_S (REUSE: its --reuse-attention, MERGE: its
 # --merge-buckets, e.g. on,always; default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
@@ -107,6 +108,16 @@ if on PROBE_S 0; then   # the 8-object interaction p99: each slow frame's host c
     --window 110-112 --trace --out "$OUT/interaction_frames.json" > "$OUT/probe.log" 2>&1
   echo "== interaction frames probe (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^(slow frame|traced slow frame)' "$OUT/probe.log" | cut -c1-300
+fi
+if on SDPA_S 0; then     # PyTorch's attention backends and split-KV on a frame's shapes
+  timeout "$SDPA_S" python3 -m tools.probes.sdpa_probe --out "$OUT/sdpa_probe.json" \
+    > "$OUT/sdpa.log" 2>&1
+  echo "== sdpa probe (rc $?, $(( $(date +%s) - T0 )) s)"
+  grep '^{' "$OUT/sdpa.log" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print(r['shape'], r['backend'], r.get('splits', ''), r.get('us', r.get('refused', '')[:60]))"
 fi
 if on VALUES_S 0; then   # the 'memory_values' kernel against FlashAttention (its choices)
   timeout "$VALUES_S" python3 -m tools.probes.value_attention_probe \
