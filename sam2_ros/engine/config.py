@@ -35,16 +35,13 @@ TRITON_FREE_GROUPS = ('constants',)
 # batch_buckets' bound, far above any rig's object count (256 objects for each of 16 cameras):
 # a larger bucket is a typo that would capture a graph of that batch at start-up
 MAX_BATCH_BUCKET = 4096
-# Fast paths that round elsewhere than sam2's ops do (not only another summation order), each
-# with its own off switch (``fused_opt_in`` lists those on; all by default, [] for none).
-# 'gelu_epilogue': Hiera's MLP GELU in its first GEMM (cuBLASLt's tanh GELU on the float32
-# accumulator: within a bf16 step of sam2's exact GELU on the rounded product; 16-bit compute
-# only, float32 keeps the exact GELU). 'window_attention': Hiera's attention in windows of up
-# to 64 tokens, one Triton program per window and head (the SDPA kernels spend a mostly empty
-# tile on each; 16-bit compute only). 'memory_values': the memory cross-attention over the raw
-# 64-channel memory as values, its value projection folded into the output projection
-# (kernels/value_attention.py; the same function, other rounding points).
-FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values')
+# Fused groups with a switch each (``fused_opt_in``; kernels/fused.py says what each fuses).
+# DEFAULT_OPT_IN round elsewhere than sam2's ops, within a bf16 step of them: 'gelu_epilogue'
+# (cuBLASLt's tanh GELU; 16-bit only), 'window_attention' (16-bit only), 'memory_values' (the
+# same function, other rounding points). 'patch_embed' (sam2's values up to the summation
+# order) joins them once the GPU machine has timed it.
+FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
+DEFAULT_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -270,14 +267,15 @@ class TrackerConfig:
         "no-prompt embedding) computed once; false: sam2's modules and the reference I/O"))
     # The groups of FUSED_OPT_IN that are on where fused_kernels is on: each one's off switch
     # (the node's parameters, the launch files and YAML take fused_kernels as a bool).
-    fused_opt_in: list = knob(default_factory=lambda: list(FUSED_OPT_IN), kind='str_array',
+    fused_opt_in: list = knob(default_factory=lambda: list(DEFAULT_OPT_IN), kind='str_array',
                               tuning=True, doc=(
-        "fused kernels that round elsewhere than sam2's ops (within bf16 rounding of them; "
-        "docs/design.md), on where fused_kernels is on; all by default, [] for none: "
-        "'gelu_epilogue' (Hiera's MLP GELU in its first GEMM, 16-bit only), "
+        "fused kernels with a switch each, on where fused_kernels is on ([] for none; "
+        "docs/design.md): by default those that round elsewhere than sam2's ops, within bf16 "
+        "rounding of them: 'gelu_epilogue' (Hiera's MLP GELU in its first GEMM, 16-bit only), "
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
         "kernel, 16-bit only), 'memory_values' (the memory cross-attention over the raw "
-        "64-channel memory as values, its value projection folded into the output one)"))
+        "64-channel memory as values, its value projection folded into the output one); "
+        "not yet by default: 'patch_embed' (Hiera's patch embedding in one kernel)"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).

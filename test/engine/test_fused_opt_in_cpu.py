@@ -16,7 +16,8 @@ pytest.importorskip('triton')
 from sam2.modeling.sam2_utils import MLP  # noqa: E402
 
 from conftest import assert_close_rel, shared_model  # noqa: E402
-from sam2_ros.engine.config import FUSED_GROUPS, FUSED_OPT_IN, TrackerConfig  # noqa: E402
+from sam2_ros.engine.config import (  # noqa: E402
+    DEFAULT_OPT_IN, FUSED_GROUPS, FUSED_OPT_IN, TrackerConfig)
 from sam2_ros.engine.cuda.kernels import fused  # noqa: E402
 from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp  # noqa: E402
 from sam2_ros.engine.cuda.kernels.hiera import FusedHiera  # noqa: E402
@@ -98,8 +99,10 @@ def test_fused_opt_in_adds_its_groups_where_fused_kernels_is_on():
     kernels are off."""
     pytest.importorskip('triton')
     default = TrackerConfig(random_weights=True).validate()
-    assert default.fused_opt_in == list(FUSED_OPT_IN)
-    assert set(fused.enabled_groups(default, 'cuda')) == set(FUSED_GROUPS) | set(FUSED_OPT_IN)
+    assert default.fused_opt_in == list(DEFAULT_OPT_IN) and 'patch_embed' not in DEFAULT_OPT_IN
+    assert set(fused.enabled_groups(default, 'cuda')) == set(FUSED_GROUPS) | set(DEFAULT_OPT_IN)
+    every = TrackerConfig(fused_opt_in=list(FUSED_OPT_IN), random_weights=True).validate()
+    assert set(fused.enabled_groups(every, 'cuda')) == set(FUSED_GROUPS) | set(FUSED_OPT_IN)
     none = TrackerConfig(fused_opt_in=[], random_weights=True).validate()
     assert fused.enabled_groups(none, device='cuda') == FUSED_GROUPS
     on = TrackerConfig(fused_opt_in=['window_attention'], random_weights=True).validate()

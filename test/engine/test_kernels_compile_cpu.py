@@ -19,7 +19,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 from sam2_ros.engine.cuda.kernels import (elementwise, layernorm, layernorm2d,  # noqa: E402
-                                          pointer_pos, q_pool, rope, split_merge,
+                                          patch_embed, pointer_pos, q_pool, rope, split_merge,
                                           value_attention, window_attention)
 
 I64, I32, F32 = 'i64', 'i32', 'fp32'
@@ -60,7 +60,23 @@ def _values(dtype, out, dense=False, long=False):
                      PRECISION='tf32' if bf16 else 'ieee', DENSE=dense)
 
 
+def _patch(dtype, out, bn):
+    sig = dict(x_ptr=dtype, x_sb=I64, x_sc=I64, x_sh=I64, x_sw=I64, w_ptr=out, b_ptr=out,
+               y_ptr=out, n_pix=I32, Ho=I32, Wo=I32, H=I32, W=I32, N=I32)
+    bf16 = out == '*bf16'
+    return sig, dict(K=147, KH=7, KW=7, S=4, P=3, K_BLOCKS=5, BM=64, BN=bn, BK=32, BF16=bf16,
+                     UPCAST=False, PRECISION='tf32' if bf16 else 'ieee')
+
+
 CASES = {
+    # the untimed 'patch_embed': Hiera-L's 144 channels (a 256-wide tile, 8 warps: ``WARPS``)
+    # from the float32 image in bf16 and float32; Hiera-T's 96 in bf16
+    'patch embed bf16 large': (patch_embed, '_patch_embed_kernel',
+                               *_patch('*fp32', '*bf16', 256)),
+    'patch embed fp32 large': (patch_embed, '_patch_embed_kernel',
+                               *_patch('*fp32', '*fp32', 256)),
+    'patch embed bf16 tiny': (patch_embed, '_patch_embed_kernel',
+                              *_patch('*fp32', '*bf16', 128)),
     # the opt-in 'memory_values': one 256-channel head over 64-channel values, split (float32
     # chunk outputs) and whole (bf16 output); float32 models
     'memory values bf16 split': (value_attention, '_values_kernel', *_values('*bf16', '*fp32')),
@@ -121,7 +137,8 @@ _ROPE_DIVISIBLE = ('q_ptr', 'q_sb', 'q_sl', 'k_ptr', 'k_sb', 'k_sl', 'cos_ptr', 
                    'qo_ptr', 'ko_ptr', 'D2', 'Lq', 'Lk')
 DIVISIBLE = {'rope bf16': _ROPE_DIVISIBLE, 'rope fp32': _ROPE_DIVISIBLE}
 # launches with other warps or pipeline stages than 4 and 3 (value_attention's configurations)
-WARPS = {'memory values bf16 long chunks': 8}
+WARPS = {'memory values bf16 long chunks': 8, 'patch embed bf16 large': 8,
+         'patch embed fp32 large': 8}
 STAGES = {'memory values fp32': 2}
 
 

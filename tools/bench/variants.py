@@ -176,6 +176,10 @@ ours_graph_batched_memvals = with_fused(WITH_VALUES, 'batched',
 ours_graph_allopt = with_fused(WITH_ALL, 'swap', 'ours_graph with every opt-in group')
 ours_graph_noopt = with_fused((), 'swap', "ours_graph without the opt-in groups (their off "
                               "switch, fused_opt_in: [])")
+ours_graph_patch = with_fused(WITH_ALL + ('patch_embed',), 'swap',
+                              "ours_graph with the untimed 'patch_embed' too")
+ours_graph_batched_patch = with_fused(WITH_ALL + ('patch_embed',), 'batched',
+                                      "ours_graph_batched with the untimed 'patch_embed' too")
 ours_graph_batched_noopt = with_fused((), 'batched', 'ours_graph_batched without the opt-in '
                                       'groups (fused_opt_in: [])')
 ours_graph_optin = with_fused(WITH_OPT_IN, 'swap',
@@ -371,6 +375,8 @@ VARIANTS = {
     'ours_graph_batched_memvals': ours_graph_batched_memvals,
     'ours_graph_allopt': ours_graph_allopt,
     'ours_graph_noopt': ours_graph_noopt,
+    'ours_graph_patch': ours_graph_patch,
+    'ours_graph_batched_patch': ours_graph_batched_patch,
     'ours_graph_batched_noopt': ours_graph_batched_noopt,
     'ours_graph_batched_optin': ours_graph_batched_optin,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,

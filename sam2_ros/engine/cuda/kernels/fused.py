@@ -52,8 +52,8 @@ Groups:
                       (``pointer_pos.py``); the copy carries it as ``engine.step.POINTER_POS``,
                       which ``step.pointer_pos_of`` reads; a projection other than sam2's Linear
                       (an Identity) keeps sam2's ops
-Opt-in (``config.FUSED_OPT_IN``: rounding elsewhere than sam2's ops; on by default, each
-with its off switch in ``fused_opt_in``):
+Opt-in (``config.FUSED_OPT_IN``, each with its switch in ``fused_opt_in``; those of
+``config.DEFAULT_OPT_IN`` on by default): rounding elsewhere than sam2's ops, or untimed:
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
   'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
@@ -61,6 +61,9 @@ with its off switch in ``fused_opt_in``):
   'memory_values'     with 'memory_attention' and 'rope': each one-head cross-attention
                       attends over the raw memory as values, its value projection folded
                       into the output projection (``value_attention.py``)
+  'patch_embed'       with 'hiera': the patch embedding (convolution, bias add, channels last)
+                      in one implicit-GEMM kernel (``patch_embed.py``); sam2's values up to
+                      the summation order, off by default until timed on the GPU
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ log = logging.getLogger(__name__)
 _SAID = set()          # reasons already logged (once per process)
 # the groups whose modules each opt-in group changes: without them it changes nothing
 OPT_IN_NEEDS = {'gelu_epilogue': ('hiera',), 'window_attention': ('hiera',),
-                'memory_values': ('memory_attention', 'rope')}
+                'memory_values': ('memory_attention', 'rope'), 'patch_embed': ('hiera',)}
 
 
 def enabled_groups(cfg: TrackerConfig,
@@ -134,7 +137,8 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
         enc = model.image_encoder
         parts['image_encoder'] = with_children(enc, trunk=FusedHiera(
             enc.trunk, gelu_epilogue='gelu_epilogue' in groups,
-            window_attention='window_attention' in groups))
+            window_attention='window_attention' in groups,
+            patch_embed='patch_embed' in groups))
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(

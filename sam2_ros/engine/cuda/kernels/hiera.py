@@ -32,6 +32,7 @@ from sam2.modeling.backbones.hieradet import do_pool
 from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp, linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
+from sam2_ros.engine.cuda.kernels.patch_embed import FusedPatchEmbed
 from sam2_ros.engine.cuda.kernels.window_attention import WindowAttention, takes
 
 
@@ -62,9 +63,14 @@ class FusedHiera(torch.nn.Module):
     from the same weights."""
 
     def __init__(self, trunk: torch.nn.Module, gelu_epilogue: bool = False,
-                 window_attention: bool = False):
+                 window_attention: bool = False, patch_embed: bool = False):
         super().__init__()
         self.trunk = trunk
+        # the patch embedding: one implicit-GEMM kernel writing the tokens (the opt-in
+        # 'patch_embed', patch_embed.py) where the convolution is a plain one
+        self.patch_embed = FusedPatchEmbed(trunk.patch_embed) \
+            if patch_embed and FusedPatchEmbed.applicable(trunk.patch_embed) \
+            else trunk.patch_embed
         # per block: its MLP's GELU in the first GEMM (dtypes.gelu_mlp; the opt-in
         # 'gelu_epilogue'), where the MLP is one gelu_mlp computes
         self.gelu_epilogue = gelu_epilogue
@@ -97,7 +103,7 @@ class FusedHiera(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         t = self.trunk
-        x = t.patch_embed(x)                               # [B, H, W, C]
+        x = self.patch_embed(x)                            # [B, H, W, C]
         bsz, h, w, _ = x.shape
         # block input = a + b
         a, b = x.flatten(1, 2), self._pos_embed(h, w, x.device).expand(bsz, -1, -1)
