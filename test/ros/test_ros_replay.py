@@ -135,13 +135,17 @@ def test_replays_identical_across_storages_and_fresh_nodes(tmp_path, reference):
     """The same recording as an sqlite3 and as an MCAP bag (with camera_info too), each replayed
     into a fresh node: both runs equal the in-process core run (masks, bitwise) and each other
     (masks, object states, areas, scores), so a replay is deterministic whatever the storage."""
-    runs = [replay_once(tmp_path, write_bag(tmp_path / 'bag_sqlite3', 'sqlite3'), 'sqlite3')]
+    # --in-order, as replay.launch.py plays: each prompt is held by the node before its frame
+    # goes out (without it a loaded machine can deliver a prompt after the frame it names,
+    # and the node then applies it to the next frame: another replay)
+    runs = [replay_once(tmp_path, write_bag(tmp_path / 'bag_sqlite3', 'sqlite3'), 'sqlite3',
+                        wait=('--in-order', '--wait'))]
     # MCAP with a topic the tracker does not take: the player waits for the tracker's own
     # subscriptions (--wait-node, as replay.launch.py runs it), not for every topic; and
     # follows the node's ~/state with at most 2 frames ahead (flow control on a real node)
     runs.append(replay_once(tmp_path, write_bag(tmp_path / 'bag_mcap', 'mcap', True), 'mcap',
-                            wait=('--wait-node', '/sam2_tracker', '--max-ahead', '2'),
-                            messages=8 + N))
+                            wait=('--in-order', '--wait-node', '/sam2_tracker', '--max-ahead',
+                                  '2'), messages=8 + N))
     for masks, states, clocks in runs:
         assert sorted(states) == [stamp(i) for i in range(N)]
         assert all(s.errors == [] and s.dropped_frames == 0 for s in states.values())
