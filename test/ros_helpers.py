@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -332,3 +332,23 @@ def info_msg(cam: Any) -> Any:
     msg.r = [float(v) for v in cam.R.ravel()]
     msg.p = [float(v) for v in cam.P.ravel()]
     return msg
+
+
+def states_of_a_pair(wait_state: Callable[[Any, int, float], Any], clients: List[Any],
+                     images, first_s: int, tries: int = 10,
+                     wait_s: float = 12.0) -> Tuple[int, list]:
+    """Publish images[j] on clients[j].pub_image with one stamp until ``wait_state(client,
+    stamp_ns, s)`` returns every client's state for it, a new stamp (first_s + 1, ...) each
+    try: (pairs sent, their states). Why: our subscription seeing the node's state publisher
+    does not mean that publisher already sees our subscription, and a state it sends before
+    is lost (volatile); a loaded machine (the tests beside these on CI) widens that window."""
+    for k in range(tries):
+        ns = stamp(first_s + k)
+        for c, img in zip(clients, images):
+            c.pub_image.publish(image_msg(img, ns))
+        try:
+            return k + 1, [wait_state(c, ns, wait_s) for c in clients]
+        except AssertionError as exc:
+            if 'timed out' not in str(exc):          # the launch ended: no use trying again
+                raise
+    raise AssertionError(f'no state for any of {tries} pairs of frames in {tries * wait_s} s')

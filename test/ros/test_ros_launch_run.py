@@ -20,8 +20,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from ros_helpers import (ROOT, Client, DomainLease, Proc, frames, image_msg, stamp, wait_until,
-                         write_params)
+from ros_helpers import (ROOT, Client, DomainLease, Proc, frames, image_msg, stamp,
+                         states_of_a_pair, wait_until, write_params)
 
 pytestmark = [pytest.mark.slow, pytest.mark.ros_cli]
 BUNDLE = ROOT.parent / 'shared' / 'ros_cli'
@@ -322,7 +322,7 @@ def test_multi_camera_launch_tracks_two_cameras(tmp_path):
         for c in clients:
             c.wait_connected(60)
         # each camera's frames with stamps of its own (from 10 s and from 40 s)
-        sent = [states_of_a_pair(run, [c], [f[k]], 10 + 30 * k)[0]
+        sent = [states_of_a_pair(run.wait_state, [c], [f[k]], 10 + 30 * k)[0]
                 for k, c in enumerate(clients)]
         for k, c in enumerate(clients):
             other = [stamp(10 + 30 * (1 - k) + t) for t in range(sent[1 - k])]
@@ -370,32 +370,13 @@ def test_stereo_launch_one_node_two_cameras(tmp_path):
             wait_until(lambda: c.pub_image.get_subscription_count() > 0
                        and c.link.sub_state.get_publisher_count() > 0, 60,
                        'the stereo node to subscribe and publish')
-        tries, states = states_of_a_pair(run, clients, f, 20)
+        tries, states = states_of_a_pair(run.wait_state, clients, f, 20)
         for st in states:       # every pair sent was tracked, or lost before discovery ended
             assert 1 <= st.processed_frames <= tries
         cli_until(run.env, ['param', 'get', '/rig/sam2_tracker', 'cameras'],
                   r"String values are: \['left', 'right'\]", 60)
         run.close_clients()
         sigint_and_check_clean(run.proc, node_pids(run.proc))
-
-
-def states_of_a_pair(run: Launched, clients: List[Client], images, first_s: int,
-                     tries: int = 10, wait_s: float = 12.0) -> Tuple[int, list]:
-    """Publish images[j] on clients[j] with one stamp until every client has the node's state
-    for it, a new stamp (first_s + 1, ...) each try: (pairs sent, their states). Why: our
-    subscription seeing the node's state publisher does not mean that publisher already sees
-    our subscription, and a state it sends before is lost (volatile); a loaded machine (the
-    tests beside these on CI) widens that window."""
-    for k in range(tries):
-        ns = stamp(first_s + k)
-        for c, img in zip(clients, images):
-            c.pub_image.publish(image_msg(img, ns))
-        try:
-            return k + 1, [run.wait_state(c, ns, wait_s) for c in clients]
-        except AssertionError as exc:
-            if 'timed out' not in str(exc):          # the launch ended: no use trying again
-                raise
-    raise AssertionError(f'no state for any of {tries} pairs of frames in {tries * wait_s} s')
 
 
 def test_a_tracker_that_cannot_start_ends_the_launch_with_status_1(tmp_path):

@@ -91,30 +91,36 @@ def shape_rows(name: str, shape: Tuple[int, int, int, int, int],
     flops = 4 * b * h * lq * lk * d
     rows = []
     for backend, kind in BACKENDS.items():
-        row: Dict[str, object] = {'shape': name, 'bhqkd': list(shape), 'backend': backend}
-        try:
+        def call(kind=kind):
             with sdpa_kernel([kind]):
-                out = F.scaled_dot_product_attention(q, k, v)
-                us = time_call(lambda: F.scaled_dot_product_attention(q, k, v), iters)
-            err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
-            row.update(us=round(us, 1), tflops=round(flops / us / 1e6, 1),
-                       rel_err=float(f'{err:.3g}'))
-        except RuntimeError as exc:            # this backend does not take the shape
-            row['refused'] = str(exc).splitlines()[0][:200]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+                return F.scaled_dot_product_attention(q, k, v)
+        rows.append(measure({'shape': name, 'bhqkd': list(shape), 'backend': backend}, call,
+                            ref, flops, iters))
     splits = kv_splits(b, h, lq, lk)
     if splits > 1:       # FlashAttention over key chunks, merged by the package's kernel
-        row = {'shape': name, 'bhqkd': list(shape), 'backend': 'split', 'splits': splits}
-        call = (lambda: split_attention(q, k, v, splits, merge_splits))     # noqa: E731
-        out = call()
-        us = time_call(call, iters)
-        err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
-        row.update(us=round(us, 1), tflops=round(flops / us / 1e6, 1),
-                   rel_err=float(f'{err:.3g}'))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(measure({'shape': name, 'bhqkd': list(shape), 'backend': 'split',
+                             'splits': splits},
+                            lambda: split_attention(q, k, v, splits, merge_splits), ref, flops,
+                            iters))
     return rows
+
+
+def measure(row: Dict[str, object], fn, ref: Optional[torch.Tensor], flops: float,
+            iters: int, rate: str = 'tflops') -> Dict[str, object]:
+    """``row`` with ``fn()``'s time (``time_call``), its work as TFLOP/s under ``rate`` and
+    its largest error relative to ``ref``'s largest magnitude (where ``ref`` is given); a
+    call that refuses the shape or configuration gets 'refused' (a result too). Printed."""
+    try:
+        out = fn()
+        us = time_call(fn, iters)
+        row.update({'us': round(us, 1), rate: round(flops / us / 1e6, 1)})
+        if ref is not None:
+            err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+            row['rel_err'] = float(f'{err:.3g}')
+    except Exception as exc:  # noqa: BLE001 - a refused shape or config is a result
+        row['refused'] = str(exc).splitlines()[0][:200] if str(exc) else repr(exc)
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def main(argv: Optional[List[str]] = None) -> int:

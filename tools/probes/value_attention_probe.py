@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from sam2_ros.engine.cuda.kernels.value_attention import values_attention
-from tools.probes.sdpa_probe import time_call
+from tools.probes.sdpa_probe import measure
 
 # name -> (batch (objects), queries, keys, key channels, value channels)
 SHAPES: Dict[str, Tuple[int, int, int, int, int]] = {
@@ -73,18 +73,8 @@ def shape_rows(name: str, iters: int) -> List[Dict[str, object]]:
     rows: List[Dict[str, object]] = []
 
     def add(row: Dict[str, object], fn, out_ref: Optional[torch.Tensor]) -> None:
-        row = {'shape': name, 'b_lq_lk_d_dv': [b, lq, lk, d, dv], **row}
-        try:
-            out = fn()
-            us = time_call(fn, iters)
-            row.update(us=round(us, 1), tflops_at_dv=round(flops / us / 1e6, 1))
-            if out_ref is not None:
-                err = ((out.float() - out_ref).abs().max() / out_ref.abs().max()).item()
-                row['rel_err'] = float(f'{err:.3g}')
-        except Exception as exc:  # noqa: BLE001 - a refused shape or config is a result
-            row['refused'] = str(exc).splitlines()[0][:200] if str(exc) else repr(exc)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(measure({'shape': name, 'b_lq_lk_d_dv': [b, lq, lk, d, dv], **row}, fn,
+                            out_ref, flops, iters, rate='tflops_at_dv'))
 
     qh, kh = q[:, None], k[:, None]
     add({'kernel': 'flash_256_values (the current call)'},
