@@ -41,7 +41,7 @@ MAX_BATCH_BUCKET = 4096
 # same function, other rounding points). 'patch_embed' (sam2's values up to the summation
 # order) joins them once the GPU machine has timed it.
 FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
-DEFAULT_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values')
+DEFAULT_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {

@@ -99,7 +99,7 @@ def test_fused_opt_in_adds_its_groups_where_fused_kernels_is_on():
     kernels are off."""
     pytest.importorskip('triton')
     default = TrackerConfig(random_weights=True).validate()
-    assert default.fused_opt_in == list(DEFAULT_OPT_IN) and 'patch_embed' not in DEFAULT_OPT_IN
+    assert default.fused_opt_in == list(DEFAULT_OPT_IN) and 'patch_embed' in DEFAULT_OPT_IN
     assert set(fused.enabled_groups(default, 'cuda')) == set(FUSED_GROUPS) | set(DEFAULT_OPT_IN)
     every = TrackerConfig(fused_opt_in=list(FUSED_OPT_IN), random_weights=True).validate()
     assert set(fused.enabled_groups(every, 'cuda')) == set(FUSED_GROUPS) | set(FUSED_OPT_IN)
