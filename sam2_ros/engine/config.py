@@ -38,8 +38,8 @@ MAX_BATCH_BUCKET = 4096
 # Fused groups with a switch each (``fused_opt_in``; kernels/fused.py says what each fuses).
 # DEFAULT_OPT_IN round elsewhere than sam2's ops, within a bf16 step of them: 'gelu_epilogue'
 # (cuBLASLt's tanh GELU; 16-bit only), 'window_attention' (16-bit only), 'memory_values' (the
-# same function, other rounding points). 'patch_embed' (sam2's values up to the summation
-# order) joins them once the GPU machine has timed it.
+# same function, other rounding points), 'patch_embed' (sam2's values up to the summation
+# order; bf16 rounds the operands as sam2's convolution does).
 FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
 DEFAULT_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
 
@@ -274,8 +274,8 @@ class TrackerConfig:
         "rounding of them: 'gelu_epilogue' (Hiera's MLP GELU in its first GEMM, 16-bit only), "
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
         "kernel, 16-bit only), 'memory_values' (the memory cross-attention over the raw "
-        "64-channel memory as values, its value projection folded into the output one); "
-        "not yet by default: 'patch_embed' (Hiera's patch embedding in one kernel)"))
+        "64-channel memory as values, its value projection folded into the output one), "
+        "'patch_embed' (Hiera's patch embedding in one kernel)"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).

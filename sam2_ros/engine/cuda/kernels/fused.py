@@ -53,7 +53,7 @@ Groups:
                       which ``step.pointer_pos_of`` reads; a projection other than sam2's Linear
                       (an Identity) keeps sam2's ops
 Opt-in (``config.FUSED_OPT_IN``, each with its switch in ``fused_opt_in``; those of
-``config.DEFAULT_OPT_IN`` on by default): rounding elsewhere than sam2's ops, or untimed:
+``config.DEFAULT_OPT_IN`` on by default): rounding elsewhere than sam2's ops:
   'gelu_epilogue'     with 'hiera': each block's MLP GELU in its first GEMM's epilogue
                       (cuBLASLt's tanh GELU, ``dtypes.gelu_mlp``)
   'window_attention'  with 'hiera': the attention of windows of up to 64 tokens (no query
@@ -63,7 +63,7 @@ Opt-in (``config.FUSED_OPT_IN``, each with its switch in ``fused_opt_in``; those
                       into the output projection (``value_attention.py``)
   'patch_embed'       with 'hiera': the patch embedding (convolution, bias add, channels last)
                       in one implicit-GEMM kernel (``patch_embed.py``); sam2's values up to
-                      the summation order, off by default until timed on the GPU
+                      the summation order
 """
 
 from __future__ import annotations
