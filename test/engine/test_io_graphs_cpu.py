@@ -204,36 +204,42 @@ def test_frame_result_label_is_rebuilt_when_objects_change():
     assert (res.label_mask() == (masks[0] * 1).astype('uint8')).all()
 
 
-def test_each_masks_out_bucket_warms_the_pinned_cache_with_its_read_back_sets(monkeypatch):
-    """A masks-out graph's capture puts ``warm_sets`` read-back sets of its bucket's shapes
-    (masks, stats, label) into the pinned host cache (on CUDA; the CPU has none), and a
-    frame's results come from buffers of those shapes, cut to its objects: a frame never
-    waits for a fresh pinned allocation while earlier results are still held."""
+def test_read_back_sets_are_reused_only_once_nothing_holds_their_arrays(monkeypatch):
+    """Each masks-out bucket owns ``ring_sets`` read-back sets (masks, stats, label) of its
+    shapes, made when its graph is captured: a frame's results are views of a set no earlier
+    result still uses (a view a caller keeps, of one object's mask, keeps its set), so results
+    held downstream are never overwritten and frames do not allocate; with every set held a
+    frame gets a fresh one (counted)."""
     mb = 2 ** 20
-    assert io_graphs.warm_sets(1) == io_graphs.RESULT_SETS
-    assert io_graphs.warm_sets(9 * mb) == 3                   # 8 objects' masks at 720p
-    assert io_graphs.warm_sets(io_graphs.WARM_BYTES * 4) == 2
+    assert io_graphs.ring_sets(1) == io_graphs.RESULT_SETS
+    assert io_graphs.ring_sets(9 * mb) == 3                   # 8 objects' masks at 720p
+    assert io_graphs.ring_sets(io_graphs.RING_BYTES * 4) == 2
     tr, _ = graph_tracker('swap', monkeypatch)
-    frames = synthetic_frames(3, h=48, w=64)
+    frames = synthetic_frames(3 + io_graphs.RESULT_SETS, h=48, w=64)
     tr.track(frames[0])
     tr.add_prompt(Prompt(1, box=(5, 5, 40, 30)))
     tr.add_prompt(Prompt(2, box=(30, 10, 60, 40)))
     gio = tr.runner.graphs.io
-    made = []
-
-    def host(*shape, dtype):        # no pinned memory here: plain host tensors, counted
-        made.append((tuple(shape), dtype))
-        return torch.empty(*shape, dtype=dtype)
-    monkeypatch.setattr(gio, '_host', host)
-    res = tr.track(frames[1])
-    cap = gio.get(MasksOutKey(2, 48, 64))
-    bucket = [(tuple(t.shape), t.dtype) for t in cap.outputs]
-    assert made == bucket and cap.outputs[0].shape[0] == 2      # the bucket's buffers
-    assert [o.mask.shape for o in res.objects] == [(48, 64)] * 2
-    made.clear()
-    gio.warm(cap)                                          # the CPU: nothing to pin
-    assert made == []
-    monkeypatch.setattr(gio, 'cuda', True)
-    gio.warm(cap)
-    size = sum(t.numel() * t.element_size() for t in cap.outputs)
-    assert made == bucket * io_graphs.warm_sets(size)
+    key = MasksOutKey(2, 48, 64)
+    ring = gio.rings[key]
+    assert [(tuple(t.shape), t.dtype) for t in ring.sets[0]] == \
+        [(tuple(t.shape), t.dtype) for t in gio.get(key).outputs]
+    assert len(ring.sets) == io_graphs.RESULT_SETS
+    held = tr.track(frames[1]).objects[0].mask                # one view, the rest dropped
+    kept = held.copy()
+    first = ring.sets[0][0].data_ptr()
+    assert held.__array_interface__['data'][0] == first       # set 0
+    for fr in frames[2:1 + io_graphs.RESULT_SETS]:            # sets 1.. in turn, each dropped
+        res = tr.track(fr)
+        assert res.objects[0].mask.__array_interface__['data'][0] != first
+        del res
+    assert (held == kept).all() and ring.misses == 0          # set 0 never written
+    del held
+    res = tr.track(frames[1 + io_graphs.RESULT_SETS])         # set 0 free again: reused
+    assert res.objects[0].mask.__array_interface__['data'][0] == first
+    results = [res]                                           # a caller keeping every result
+    for fr in synthetic_frames(io_graphs.RESULT_SETS + 1, h=48, w=64):
+        results.append(tr.track(fr))
+    assert ring.misses == 2                                   # sets 1.. held, then fresh ones
+    pointers = {r.objects[0].mask.__array_interface__['data'][0] for r in results}
+    assert len(pointers) == len(results)                      # no two results share a buffer

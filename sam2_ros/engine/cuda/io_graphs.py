@@ -30,16 +30,17 @@ from sam2_ros.engine.cuda import buckets
 from sam2_ros.engine.cuda.buckets import FrameInKey, IOKey, MasksOutKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.kernels.fused import enabled_groups
+from sam2_ros.engine.cuda.result_ring import ResultRing
 from sam2_ros.engine.memory import MemoryBank
 
 IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older ones dropped)
-# Read-back buffer sets (masks, stats, label) put into torch's pinned host cache per masks-out
-# bucket when its graph is captured: results still held downstream (the node's publisher and
-# overlay threads, a caller's list) never make a frame wait for a fresh pinned allocation,
-# which pins new pages (page faults) with the GIL held, stalling every thread of the process.
-# Fewer sets where a set is large (many objects at a high resolution): WARM_BYTES per bucket.
+# Read-back buffer sets (masks, stats, label) of each masks-out bucket, allocated when its graph
+# is captured and reused (``result_ring.py``): results still held downstream (the node's
+# publisher and overlay threads, a caller's list) never make a frame wait for a fresh pinned
+# allocation. Fewer sets where a set is large (many objects at a high resolution): RING_BYTES
+# per bucket.
 RESULT_SETS = 8
-WARM_BYTES = 32 * 2 ** 20
+RING_BYTES = 32 * 2 ** 20
 
 
 class GraphIO:
@@ -52,6 +53,7 @@ class GraphIO:
         self.capturer, self.cfg, self.bank, self.image = capturer, cfg, bank, image
         self.on_fallback = on_fallback
         self.graphs: Dict[IOKey, CapturedGraph] = {}     # most recently used last
+        self.rings: Dict[MasksOutKey, ResultRing] = {}   # each masks-out graph's read-backs
         self.failed: Set[IOKey] = set()
         self.cuda = torch.device(cfg.device).type == 'cuda'
         # our kernels (group 'io') rather than the reference functions
@@ -119,30 +121,29 @@ class GraphIO:
         cap.inputs[2][n:].zero_()          # padding rows (stale logits) stay out of the label
         cap.graph.replay()
         masks, stats, label = cap.outputs
-        # fresh pinned buffers from torch's caching host allocator, handed out as they are: no
-        # host copy after the sync, which the caller waits for. A block returns to the cache
-        # when the last array viewing it is gone. The bucket's shapes, not n's: the blocks
-        # ``warm`` put into the cache fit every frame of the bucket (the cache keeps blocks
-        # by size).
-        host_m, host_s, host_l = self._host_outputs(cap)
+        # a set of the bucket's pinned buffers that nothing downstream holds (result_ring.py);
+        # the arrays handed out are cut to n objects, each a fresh ``numpy()`` so that every
+        # view a caller takes keeps it, and so the set, alive
+        ring = self.ring(MasksOutKey(batch, h, w), cap)
+        index, (host_m, host_s, host_l) = ring.take()
         host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
         host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
         host_l.copy_(label, non_blocking=self.cuda)
         if self.cuda and sync:
             torch.cuda.current_stream().synchronize()
-        return host_m[:n].numpy(), host_s[:n].numpy(), host_l.numpy()
+        arrays = host_m[:n].numpy(), host_s[:n].numpy(), host_l[:].numpy()
+        ring.hand_out(index, arrays)
+        return arrays
 
-    def _host_outputs(self, cap: CapturedGraph) -> Tuple[torch.Tensor, ...]:
-        """Host buffers shaped as a masks-out graph's outputs (masks, stats, label)."""
-        return tuple(self._host(*t.shape, dtype=t.dtype) for t in cap.outputs)
-
-    def warm(self, cap: CapturedGraph) -> None:
-        """``warm_sets`` of ``cap``'s read-back buffers allocated at once and released: the
-        pinned host cache keeps them for the frames (nothing on the CPU)."""
-        if self.cuda:
+    def ring(self, key: MasksOutKey, cap: CapturedGraph) -> ResultRing:
+        """The read-back sets of ``key``'s graph ``cap``: ``ring_sets`` of them, made when the
+        graph is captured (pinned on CUDA), so no frame allocates while earlier results are
+        held."""
+        ring = self.rings.get(key)
+        if ring is None:
             size = sum(t.numel() * t.element_size() for t in cap.outputs)
-            sets = [self._host_outputs(cap) for _ in range(warm_sets(size))]
-            del sets
+            ring = self.rings[key] = ResultRing(cap.outputs, ring_sets(size), pin=self.cuda)
+        return ring
 
     # ---- capture ---------------------------------------------------------------------
     def get(self, key: IOKey) -> Optional[CapturedGraph]:
@@ -157,7 +158,7 @@ class GraphIO:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
             if cap is not None and isinstance(key, MasksOutKey):
-                self.warm(cap)
+                self.ring(key, cap)
                 self._capture_buckets(key.h, key.w)
                 self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
@@ -174,7 +175,7 @@ class GraphIO:
                 if key not in self.graphs and key not in self.failed:
                     cap = self._capture(key)
                     if cap is not None:
-                        self.warm(cap)
+                        self.ring(key, cap)
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
@@ -210,6 +211,7 @@ class GraphIO:
             return
         for k in [k for k in self.graphs if k.hw == seen[0]]:
             del self.graphs[k]
+            self.rings.pop(k, None)
 
     def capture_frame_in(self, key: FrameInKey, fused: bool = False) -> CapturedGraph:
         """The graph that resizes and normalizes a [H, W, 3] uint8 frame into row
@@ -254,7 +256,7 @@ class GraphIO:
         return ev
 
 
-def warm_sets(set_bytes: int) -> int:
-    """Read-back sets to warm for one bucket whose set is ``set_bytes``: RESULT_SETS, fewer
-    where they would pass WARM_BYTES, never under 2 (one held downstream, one being read)."""
-    return max(2, min(RESULT_SETS, WARM_BYTES // max(1, set_bytes)))
+def ring_sets(set_bytes: int) -> int:
+    """Read-back sets of one bucket whose set is ``set_bytes``: RESULT_SETS, fewer where they
+    would pass RING_BYTES, never under 2 (one held downstream, one being read)."""
+    return max(2, min(RESULT_SETS, RING_BYTES // max(1, set_bytes)))
