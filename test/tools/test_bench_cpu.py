@@ -192,3 +192,18 @@ def test_breakdown_times_the_runners_public_calls_and_unwraps_them(monkeypatch):
     assert all(parts[k] >= 0 for k in ('preprocess+encoder', 'objects', 'results', 'total'))
     assert vars(run.info['tracker'].runner) == {}        # the wrappers are gone
     assert profiling.breakdown(run, frames=3, device='cpu') is None
+
+
+def test_rows_say_what_configure_chose_for_steady_state_attention(monkeypatch):
+    """``steady_attention`` of a row's tracker: with 'auto', each batch size's candidates
+    (sam2's call, the padded graph's flash, split-KV) with their ms per replay and the choice
+    per bucket (only buckets not on sam2's call); None without step graphs."""
+    from graph_standin import graph_tracker
+    tr, _ = graph_tracker('batched', monkeypatch, steady='auto')
+    got = cli.steady_attention(tr)
+    assert set(got['candidate_ms']) == {'1', '2'}
+    for times in got['candidate_ms'].values():
+        assert set(times) == {'sam2', 'flash', 'split'} and min(times.values()) > 0
+    assert set(got['choice'].values()) <= {'flash', 'split'}
+    assert all(k.count('x') == 1 for k in got['choice'])
+    assert cli.steady_attention(object()) is None

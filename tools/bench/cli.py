@@ -33,7 +33,7 @@ import platform
 import sys
 import time
 import traceback
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -147,6 +147,7 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         groups = run.info.get('kernel_groups')
         table = run.info.get('kernel_table') if a.census else None
         timeline = run.info.get('gpu_timeline')
+        steady = steady_attention(run.info.get('tracker'))
     finally:
         clock_keeper.release(a.device)
         run.close()
@@ -180,7 +181,22 @@ def run_row(a, model: str, res: int, objects: int, variant: str,
         extra['kernel_table'] = table
     if timeline:
         extra['gpu_timeline'] = timeline
+    if steady:
+        extra['steady_attention'] = steady
     return row, extra
+
+
+def steady_attention(tracker) -> Optional[dict]:
+    """What configure chose for steady-state objects per (batch, cond) bucket (only those
+    not sam2's call) and, with steady_attention 'auto', each candidate's ms per replay by batch
+    size; None without step graphs."""
+    graphs = getattr(getattr(tracker, 'runner', None), 'graphs', None)
+    if graphs is None:
+        return None
+    steps = graphs.steps
+    return {'choice': {f'{k.batch}x{k.cond}': v for k, v in steps.steady_choice.items()},
+            'candidate_ms': {str(b): {n: round(t * 1e3, 4) for n, t in times.items()}
+                             for b, times in steps.candidate_times.items()}}
 
 
 def _rows(a):

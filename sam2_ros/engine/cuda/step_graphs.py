@@ -83,6 +83,9 @@ class StepGraphs:
         # seconds per replay by (padded, batch), timed at configure ('auto'), which
         # ``merge_pays`` compares; empty: not timed
         self.replay_times: Dict[Tuple[bool, int], float] = {}
+        # 'auto': every candidate's seconds per replay by batch size (the benchmarks report
+        # what configure chose from)
+        self.candidate_times: Dict[int, Dict[str, float]] = {}
         # keep each object's conditioned features for a correction's reused graph (none
         # without prompt graphs: corrections then run eagerly and re-run attention)
         self.keep = cfg.corrections_reuse_attention and cfg.prompt_graphs
@@ -145,6 +148,7 @@ class StepGraphs:
             if mode == 'auto' and key.batch not in choice_of_batch:
                 options = self._steady_options(key, ('flash', 'split'))
                 times = {name: replay_s(cap) for name, cap in options.items()}
+                self.candidate_times[key.batch] = times
                 best = min(times, key=times.get)
                 choice = best if times[best] < (1 - AUTO_MARGIN) * times['sam2'] else 'sam2'
                 choice_of_batch[key.batch] = choice
