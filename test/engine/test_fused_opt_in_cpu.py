@@ -111,7 +111,7 @@ def test_fused_opt_in_adds_its_groups_where_fused_kernels_is_on():
     assert 'gelu_epilogue' not in groups
     some = TrackerConfig(fused_kernels=('hiera',), random_weights=True).validate()
     assert fused.enabled_groups(some, device='cuda') == ('hiera', 'gelu_epilogue',
-                                                          'window_attention')
+                                                          'window_attention', 'patch_embed')
     rope = TrackerConfig(fused_kernels=('rope',), random_weights=True).validate()
     assert fused.enabled_groups(rope, device='cuda') == ('rope',)
     off = TrackerConfig(fused_kernels=False, fused_opt_in=['window_attention'],
