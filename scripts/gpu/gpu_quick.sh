@@ -139,7 +139,7 @@ if on STARTUP_S 0; then
 fi
 left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))
 (( left > 30 )) && tests deferred_multistream "$left" test/gpu/test_overlay_gpu.py \
-  test/gpu/test_deferred_gpu.py \
+  test/gpu/test_deferred_gpu.py test/gpu/test_result_ring_gpu.py \
   test/gpu/test_multistream_gpu.py
 [ -e out/gpu_equivalence.json ] && cp out/gpu_equivalence.json "$OUT/"
 [ -e out/gpu_fused_kernels.json ] && cp out/gpu_fused_kernels.json "$OUT/"

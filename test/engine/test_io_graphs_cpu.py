@@ -243,3 +243,42 @@ def test_read_back_sets_are_reused_only_once_nothing_holds_their_arrays(monkeypa
     assert ring.misses == 2                                   # sets 1.. held, then fresh ones
     pointers = {r.objects[0].mask.__array_interface__['data'][0] for r in results}
     assert len(pointers) == len(results)                      # no two results share a buffer
+
+
+def test_two_cameras_read_into_sets_of_their_own_and_held_results_stay(monkeypatch):
+    """With two cameras each bucket has ``ring_sets`` read-back sets per camera: both cameras
+    of a step read into sets of their own, and results a caller keeps (several steps of both
+    cameras, and the previous step's while it calls the next) stay as they were read."""
+    from conftest import LEAN
+    from sam2_ros.engine.config import TrackerConfig
+    from sam2_ros.engine.multistream import MultiStreamTracker
+    graphs_on_cpu(monkeypatch)
+    cfg = TrackerConfig(model_size='tiny', image_size=64, device='cpu', precision='fp32',
+                        random_weights=True, use_cuda_graphs=False, graph_mode='batched',
+                        batch_buckets=(1, 2, 4), max_cond_frames=2,
+                        extra_hydra_overrides=list(LEAN))
+    tr = MultiStreamTracker(cfg, cameras=2)
+    tr.runner = runner.GraphRunner(tr.model, cfg, lambda reason: None, cameras=2)
+    with torch.inference_mode():
+        tr.runner.prepare(tr.bank, tr.maskmem_pos, None)
+    frames = synthetic_frames(12, h=48, w=64)
+    tr.track([frames[0], frames[0][::-1].copy()])
+    for c in (0, 1):
+        tr.stream(c).add_prompt(Prompt(1, box=(5, 5, 40, 30)))
+        tr.stream(c).add_prompt(Prompt(2, box=(30, 10, 60, 40)))
+    held, copies = [], []
+    for t in range(1, 12):
+        out = tr.track([frames[t], frames[t][::-1].copy()])
+        assert not any(out.errors), out.errors
+        if t % 3 == 0:
+            held += out.results
+            copies += [([o.mask.copy() for o in r.objects], r.label_mask().copy())
+                       for r in out.results]
+    ring = tr.runner.graphs.io.rings[MasksOutKey(2, 48, 64)]
+    assert len(ring.sets) == 2 * io_graphs.RESULT_SETS and ring.misses == 0
+    for r, (masks, label) in zip(held, copies):
+        assert all((o.mask == m).all() for o, m in zip(r.objects, masks))
+        assert (r.label_mask() == label).all()
+    a, b = held[-2:]                                          # one step's two cameras
+    assert a.objects[0].mask.__array_interface__['data'][0] != \
+        b.objects[0].mask.__array_interface__['data'][0]

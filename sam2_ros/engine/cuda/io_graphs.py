@@ -37,8 +37,8 @@ IO_RESOLUTIONS = 2      # source resolutions whose I/O graphs are kept (older on
 # Read-back buffer sets (masks, stats, label) of each masks-out bucket, allocated when its graph
 # is captured and reused (``result_ring.py``): results still held downstream (the node's
 # publisher and overlay threads, a caller's list) never make a frame wait for a fresh pinned
-# allocation. Fewer sets where a set is large (many objects at a high resolution): RING_BYTES
-# per bucket.
+# allocation. Per camera (each camera of a step reads into a set of its own): RESULT_SETS,
+# fewer where a set is large (many objects at a high resolution): RING_BYTES per bucket.
 RESULT_SETS = 8
 RING_BYTES = 32 * 2 ** 20
 
@@ -136,13 +136,14 @@ class GraphIO:
         return arrays
 
     def ring(self, key: MasksOutKey, cap: CapturedGraph) -> ResultRing:
-        """The read-back sets of ``key``'s graph ``cap``: ``ring_sets`` of them, made when the
-        graph is captured (pinned on CUDA), so no frame allocates while earlier results are
-        held."""
+        """The read-back sets of ``key``'s graph ``cap``: ``ring_sets`` of them per camera,
+        made when the graph is captured (pinned on CUDA), so no frame allocates while earlier
+        results are held."""
         ring = self.rings.get(key)
         if ring is None:
             size = sum(t.numel() * t.element_size() for t in cap.outputs)
-            ring = self.rings[key] = ResultRing(cap.outputs, ring_sets(size), pin=self.cuda)
+            sets = ring_sets(size) * self.image.shape[0]
+            ring = self.rings[key] = ResultRing(cap.outputs, sets, pin=self.cuda)
         return ring
 
     # ---- capture ---------------------------------------------------------------------
