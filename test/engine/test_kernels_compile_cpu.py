@@ -105,6 +105,14 @@ CASES = {
     'q_pool bf16': (q_pool, '_q_pool_kernel', dict(
         x_ptr='*bf16', x_sb=I64, x_sr=I64, y_ptr='*bf16', W=I32, H2=I32, W2=I32, C=I32),
         dict(SH=2, SW=2, BLOCK_P=16, BLOCK_C=256)),
+    # the stage changes' shortcut pooling (``q_pool.pool_grid``): Hiera-T's last stage change
+    # (768 channels)
+    'q_pool shortcut bf16': (q_pool, '_q_pool_kernel', dict(
+        x_ptr='*bf16', x_sb=I64, x_sr=I64, y_ptr='*bf16', W=I32, H2=I32, W2=I32, C=I32),
+        dict(SH=2, SW=2, BLOCK_P=4, BLOCK_C=1024)),
+    'q_pool shortcut fp32': (q_pool, '_q_pool_kernel', dict(
+        x_ptr='*fp32', x_sb=I64, x_sr=I64, y_ptr='*fp32', W=I32, H2=I32, W2=I32, C=I32),
+        dict(SH=2, SW=2, BLOCK_P=4, BLOCK_C=1024)),
     'pointer_pos bf16': (pointer_pos, '_pointer_pos_kernel', *_pointer('*fp32', '*bf16', True)),
     'pointer_pos fp32': (pointer_pos, '_pointer_pos_kernel', *_pointer('*i64', '*fp32', False)),
     'layernorm2d residual': (layernorm2d, '_ln2d_kernel', dict(

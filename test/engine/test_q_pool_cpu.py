@@ -13,7 +13,7 @@ from sam2.modeling.backbones.hieradet import MultiScaleAttention, do_pool  # noq
 from conftest import shared_model  # noqa: E402
 from sam2_ros.engine.cuda.kernels.hiera import FusedHiera  # noqa: E402
 from sam2_ros.engine.cuda.kernels.q_pool import (PooledQueryAttention,  # noqa: E402
-                                                 max_pool_rows, pool_stride)
+                                                 max_pool_rows, pool_grid, pool_stride)
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -50,6 +50,26 @@ def test_pooled_query_attention_equals_sams_multiscale_attention(autocast):
     assert out.dtype == ref.dtype and torch.equal(out, ref)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_shortcut_pooling_is_bitwise_sams_do_pool(dtype):
+    """A stage change's shortcut (the projection's [B, H, W, C] output) pooled by the kernel
+    is bitwise sam2's ``do_pool``, NaN included; a layout the kernel cannot read (a permuted
+    grid) and a pooling that is not plain take sam2's."""
+    x = _rand(2, 6, 10, 24, seed=4, dtype=dtype)
+    x[1, 3, 7, 5] = float('nan')
+    pool = torch.nn.MaxPool2d(kernel_size=(2, 2), stride=(2, 2), ceil_mode=False)
+    for grid in (x, x.transpose(1, 2)):                       # the second: sam2's path
+        ref, out = do_pool(grid, pool), pool_grid(grid, pool)
+        assert out.shape == ref.shape and out.dtype == dtype
+        assert torch.equal(out.isnan(), ref.isnan())
+        assert torch.equal(out.nan_to_num(), ref.nan_to_num())
+    ceil = torch.nn.MaxPool2d(kernel_size=2, stride=2, ceil_mode=True)
+    assert torch.equal(pool_grid(x[:, :5], ceil).nan_to_num(),
+                       do_pool(x[:, :5], ceil).nan_to_num())
+    assert pool_grid(x, None) is x
+
+
 def test_only_plain_max_pooling_takes_the_kernel():
     def stride_of(**kw):
         return pool_stride(MultiScaleAttention(8, 8, 1, q_pool=torch.nn.MaxPool2d(**kw)))
@@ -61,9 +81,9 @@ def test_only_plain_max_pooling_takes_the_kernel():
     assert pool_stride(MultiScaleAttention(8, 8, 1)) is None
 
 
-def test_fused_trunk_pools_queries_without_sams_pooling_and_copies():
-    """The stage changes' query pooling runs the kernel: of the trunk's max poolings only the
-    shortcuts' remain (sam2's module, its own layout needs no copy)."""
+def test_fused_trunk_pools_queries_and_shortcuts_without_sams_pooling_and_copies():
+    """The stage changes' query and shortcut poolings run the kernel: none of the trunk's
+    max poolings is left."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     trunk = shared_model(64).image_encoder.trunk
@@ -83,4 +103,4 @@ def test_fused_trunk_pools_queries_without_sams_pooling_and_copies():
             with Count() as c:
                 m(x)
         counts.append(c.pools)
-    assert pooled >= 1 and counts == [2 * pooled, pooled], (pooled, counts)
+    assert pooled >= 1 and counts == [2 * pooled, 0], (pooled, counts)

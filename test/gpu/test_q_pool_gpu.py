@@ -1,7 +1,7 @@
 """Hiera's query pooling kernel (``q_pool.py``) on the GPU (marked gpu: CI has none): bitwise
 sam2's ``do_pool`` at tiny@512's stage changes (a maximum is exact), and one kernel where sam2
-launches a pooling and a copy. The whole fused trunk against sam2's is
-``test_fused_kernels_gpu.py::test_fused_hiera_gpu``."""
+launches a pooling and a copy; the stage changes' shortcut pooling too. The whole fused trunk
+against sam2's is ``test_fused_kernels_gpu.py::test_fused_hiera_gpu``."""
 
 import pytest
 import torch
@@ -32,3 +32,23 @@ def test_query_pooling_is_bitwise_do_pool_gpu(dtype, windows, side, c):
     record_fused(f'q_pool_{windows}x{side}x{c}_{str(dtype)[6:]}',
                  {'bitwise': True, 'kernels': n_ours, 'kernels_sam2': n_sam2})
     assert n_ours == 1 and n_sam2 >= 2, (n_ours, n_sam2)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('side, c', [(128, 192), (64, 384), (32, 768),
+                                     (256, 288), (128, 576), (64, 1152)])
+def test_shortcut_pooling_is_bitwise_do_pool_gpu(dtype, side, c):
+    """A stage change's shortcut (the projection's [1, H, W, C] output) pooled by
+    ``pool_grid``: tiny@512's three stage changes, then large@1024's; bitwise sam2's
+    ``do_pool``, one kernel; the GPU time of each is recorded."""
+    from sam2_ros.engine.cuda.kernels.q_pool import pool_grid
+    x = cuda_rand(1, side, side, c).to(dtype)
+    pool = torch.nn.MaxPool2d(kernel_size=(2, 2), stride=(2, 2))
+    assert torch.equal(pool_grid(x, pool), do_pool(x, pool))
+    n_ours, us_ours = cuda_kernels(lambda: pool_grid(x, pool))
+    n_sam2, us_sam2 = cuda_kernels(lambda: do_pool(x, pool))
+    record_fused(f'shortcut_pool_{side}x{c}_{str(dtype)[6:]}',
+                 {'bitwise': True, 'kernels': n_ours, 'us': us_ours,
+                  'kernels_sam2': n_sam2, 'us_sam2': us_sam2})
+    assert n_ours == 1, n_ours

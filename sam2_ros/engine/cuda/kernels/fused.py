@@ -7,8 +7,8 @@ fallback run, is left unchanged.
 
 Groups:
   'hiera'             image encoder trunk: add + LayerNorm + bf16 + window (un)partition
-                      (``hiera.py``), a stage change's query pooling in one kernel
-                      (``q_pool.py``)
+                      (``hiera.py``), a stage change's query pooling and its shortcut's
+                      pooling in one kernel each (``q_pool.py``)
   'memory_attention'  memory attention layers: fused norms, key/value inputs cast once, one
                       q/k/v GEMM, the cross-attentions' keys and values of all layers in two
                       GEMMs, ReLU in the MLP GEMM (``memory_attention.py``)

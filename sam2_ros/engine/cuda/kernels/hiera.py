@@ -15,11 +15,12 @@ and autocast casts each norm's float32 output to bf16 before the next Linear. He
   shortcut and writes the new residual and its bf16 output.
 The first block's input add (patch embedding + positional embedding) is fused the same way;
 the positional embedding (an interpolation of parameters) is computed once per size.
-A stage change's attention pools its queries in one kernel (``q_pool.py``). Attention,
-projections, the shortcut's pooling and the MLP are sam2's modules, sharing its weights; with
-the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first GEMM (``dtypes.gelu_mlp``),
-with 'window_attention' the attention of windows of up to 64 tokens (their queries pooled
-too, at a stage change) in one program per window and head (``window_attention.py``).
+A stage change's attention pools its queries in one kernel, and its shortcut's pooling runs
+the same kernel (``q_pool.py``). Attention, projections and the MLP are sam2's modules,
+sharing its weights; with the opt-in group 'gelu_epilogue' the MLP's GELU runs in its first
+GEMM (``dtypes.gelu_mlp``), with 'window_attention' the attention of windows of up to 64
+tokens (their queries pooled too, at a stage change) in one program per window and head
+(``window_attention.py``).
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
-from sam2.modeling.backbones.hieradet import do_pool
 
 from sam2_ros.engine.cuda.kernels.dtypes import gelu_mlp, is_gelu_mlp, linear_input
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
-from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_stride
+from sam2_ros.engine.cuda.kernels.q_pool import PooledQueryAttention, pool_grid, pool_stride
 from sam2_ros.engine.cuda.kernels.patch_embed import FusedPatchEmbed
 from sam2_ros.engine.cuda.kernels.window_attention import WindowAttention, takes
 
@@ -134,7 +134,7 @@ class FusedHiera(torch.nn.Module):
             n1 = add_layernorm(blk.norm1, a, b, a_rows=rows, store_sum=store_in, y_dtype=dt,
                                y_at_a_rows=ws > 0)
             y = (n1.yg if ws > 0 else n1.y).view(bsz, h, w, c)
-            shortcut = do_pool(blk.proj(y), blk.pool)
+            shortcut = pool_grid(blk.proj(y), blk.pool)
             xw = n1.y.view(-1, ws, ws, c) if ws > 0 else y
             x_in = n1.s
         else:

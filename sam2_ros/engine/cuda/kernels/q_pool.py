@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from sam2.modeling.backbones.hieradet import do_pool
 
 from sam2_ros.engine.cuda.kernels.launch import jit, next_pow2
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne
@@ -70,7 +71,12 @@ def max_pool_rows(q: torch.Tensor, h: int, w: int, stride: Tuple[int, int]) -> t
 def pool_stride(attn: torch.nn.Module) -> Optional[tuple]:
     """(sh, sw) when ``attn`` pools its queries with a plain max pooling (kernel = stride, no
     padding or dilation, floor mode), else None (sam2's own forward then runs)."""
-    pool = getattr(attn, 'q_pool', None)
+    return plain_stride(getattr(attn, 'q_pool', None))
+
+
+def plain_stride(pool: Optional[torch.nn.Module]) -> Optional[tuple]:
+    """(sh, sw) when ``pool`` is a plain max pooling (kernel = stride, no padding or
+    dilation, floor mode), else None."""
     if not isinstance(pool, torch.nn.MaxPool2d):
         return None
     pair = (lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v))
@@ -79,6 +85,19 @@ def pool_stride(attn: torch.nn.Module) -> Optional[tuple]:
             or pool.ceil_mode or pool.return_indices:
         return None
     return s
+
+
+def pool_grid(x: torch.Tensor, pool: Optional[torch.nn.Module]) -> torch.Tensor:
+    """sam2's ``do_pool(x, pool)`` (x [B, H, W, C] -> [B, H', W', C]; a stage change's
+    shortcut): by the kernel where ``pool`` is a plain max pooling and x's rows are
+    contiguous channels on a mergeable grid (the projection's output), bitwise the same
+    maximum as sam2's pooling; else sam2's ``do_pool``."""
+    stride = plain_stride(pool)
+    bsz, h, w, c = x.shape
+    if stride is None or x.stride(3) != 1 or x.stride(1) != w * x.stride(2):
+        return do_pool(x, pool)
+    return max_pool_rows(x.view(bsz, h * w, c), h, w, stride).view(
+        bsz, h // stride[0], w // stride[1], c)
 
 
 class PooledQueryAttention(torch.nn.Module):
