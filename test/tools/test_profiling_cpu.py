@@ -27,9 +27,22 @@ def test_tally_counts_time_launches_and_groups_per_frame():
     assert info['kernels_per_frame'] == 2.5
     assert info['top_kernels_ms'][0] == ['_rope_kernel', 0.03]
     # most launched first: the glue a census by time hides
-    assert info['most_launched'][0] == ['void at::native::direct_copy_kernel_cuda', 1.5]
+    assert info['most_launched'][0] == ['direct_copy_kernel_cuda', 1.5]
     assert info['kernel_groups']['ours_triton'] == [1.0, 0.03]
     assert info['kernel_groups']['copy'] == [1.5, 0.003]
     # every kernel: launches and ms per frame, most time first
     assert info['kernel_table'] == [['_rope_kernel', 1.0, 0.03],
-                                    ['void at::native::direct_copy_kernel_cuda', 1.5, 0.003]]
+                                    ['direct_copy_kernel_cuda', 1.5, 0.003]]
+
+
+def test_kernel_names_keep_the_functor_that_tells_pytorch_kernels_apart():
+    """PyTorch's namespaces go before the cut, so two elementwise kernels of different functors
+    (here a copy and an add) stay two rows of the kernel table; names are cut to the width."""
+    copy = ('void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<'
+            'at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}>')
+    add = ('void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<'
+           'at::native::CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&)')
+    names = [profiling.kernel_name(n) for n in (copy, add)]
+    assert copy[:90] == add[:90] and names[0] != names[1]
+    assert 'direct_copy_kernel_cuda' in names[0] and 'CUDAFunctor_add' in names[1]
+    assert profiling.kernel_name('x' * 300) == 'x' * 110

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from tools.bench.profiling import group_of
+from tools.bench.profiling import group_of, kernel_name
 
 def instrument(prefixes=('sam2_ros.engine', 'sam2.')) -> int:
     """Wrap every function and method defined in the modules under ``prefixes`` in a
@@ -130,7 +130,7 @@ def attribute(prof, weight: float, by_source: Dict[str, list], by_name: Dict[str
         low = e.name.lower()
         if low.startswith('memcpy') or low.startswith('memset'):
             continue
-        row = by_name.setdefault(e.name[:90], [0.0, 0.0])
+        row = by_name.setdefault(kernel_name(e.name), [0.0, 0.0])
         row[0] += weight
         row[1] += weight * (e.device_time if hasattr(e, 'device_time') else e.cuda_time)
     return n
