@@ -148,17 +148,14 @@ class TrackerConfig:
     padded_split_attention: bool = knob(True, kind='bool', tuning=True, doc=(
         'padded memories (frames after a prompt, corrections) are attended in key chunks in '
         'parallel, merged by log-sum-exp, where one call would leave the GPU idle'))
-    # Objects of one step in different buckets (one in the frames after a prompt, the others
-    # steady; or steady with different conditioning-frame counts after corrections) replay
-    # ONE padded graph that holds them all instead of one graph per bucket: a replay's fixed
-    # work (the heads, the memory encoder, their launches) is paid once, and a frame's cost
-    # stops jumping for the 15 frames after every prompt. Steady objects then attend through
-    # the padded graph's kernel (within rounding of sam2's call, as 'flash'). A merge can
-    # also cost more than it saves (a larger batch bucket, every object's memories padded to
-    # the widest: two cameras' objects after a correction), so where configure timed the
-    # replays (steady_attention 'auto') the buckets stay apart where their replays are clearly
-    # faster than the merged graph's (StepGraphs.merge_pays). False: one replay per bucket (exact
-    # buckets bitwise the eager step). Needs padded_graphs.
+    # Objects of one step in different buckets (after a prompt or a correction) replay ONE
+    # padded graph that holds them all: a replay's fixed work (the heads, the memory encoder,
+    # their launches) is paid once, and a frame's cost stops jumping for the 15 frames after
+    # every prompt; steady objects then attend through the padded graph's kernel (as 'flash').
+    # A merge can cost more than it saves (a larger bucket, every object's memories padded to
+    # the widest), so where configure timed the replays (steady_attention 'auto') buckets stay
+    # apart where that is clearly faster (StepGraphs.merge_pays). False: one replay per bucket
+    # (exact buckets bitwise the eager step). Needs padded_graphs.
     merge_step_buckets: bool = knob(True, kind='bool', tuning=True, doc=(
         'objects of one step in different buckets (after a prompt, other conditioning-frame '
         'counts) replay one padded graph holding them all, not one graph per bucket, unless '
@@ -209,10 +206,13 @@ class TrackerConfig:
     # captured on first use); False runs them eagerly while the model steps stay graphs.
     graph_io: bool = knob(True, kind='bool', tuning=True, doc=(
         'frame preprocessing and mask postprocessing as CUDA graphs too'))
-    # (width, height) of the source frames when known (the camera's): their I/O graphs are
-    # captured at start-up with the rest instead of on the first frame, which otherwise pays
-    # their capture (tools/bench/startup.py times configure and the first frame). None:
-    # captured on first use, per resolution.
+    # A host frame goes to the device in row bands: one band's copy to the device runs while
+    # the host copies the next into pinned memory, instead of after the whole frame's.
+    staging_bands: int = knob(4, kind='int', tuning=True, doc=(
+        "a host frame is staged in this many row bands, each band's copy to the device "
+        'running while the host stages the next (1: the whole frame, then one copy)'))
+    # (width, height) of the camera's frames when known: their I/O graphs are captured at
+    # start-up, not on the first frame. None: captured on first use, per resolution.
     io_resolution: Optional[tuple] = knob(None, kind='int_array', tuning=True, doc=(
         '[width, height] of the camera: its frame-in and mask-out graphs are captured at '
         'configure instead of on the first frame; unset = on first use, per resolution'))
@@ -331,6 +331,7 @@ class TrackerConfig:
             raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '
                              f'{self.fill_hole_area!r}')
         _int_in(self, 'lost_after_frames', 1, None)
+        _int_in(self, 'staging_bands', 1, 64)
         _buckets_in(self, 'graph_cond_buckets', self.max_cond_frames,
                     'conditioning-frame counts', ' (max_cond_frames)')
         _buckets_in(self, 'batch_buckets', MAX_BATCH_BUCKET, 'object batch sizes')

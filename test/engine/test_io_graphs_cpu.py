@@ -4,6 +4,7 @@ first use or at start, results never overwritten by a later replay, any frame la
 a failed capture run eagerly; every output equal to the eager runner's.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -282,3 +283,37 @@ def test_two_cameras_read_into_sets_of_their_own_and_held_results_stay(monkeypat
     a, b = held[-2:]                                          # one step's two cameras
     assert a.objects[0].mask.__array_interface__['data'][0] != \
         b.objects[0].mask.__array_interface__['data'][0]
+
+
+def test_frames_are_staged_in_row_bands_that_cover_every_row_once(monkeypatch):
+    """``staging_bands``: a host frame reaches the frame-in graph's static buffer band by band
+    (odd heights, fewer rows than 64 bands, a reversed view numpy copies, a read-only view),
+    the same bytes as one copy, and the encoder input the reference normalization's."""
+    from sam2_ros.engine import frame_in
+    assert io_graphs.row_bands(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert io_graphs.row_bands(3, 4) == [(0, 1), (1, 2), (2, 3)]
+    assert io_graphs.row_bands(7, 1) == [(0, 7)]
+    tr, cfg = graph_tracker('batched', monkeypatch)
+    gio = tr.runner.graphs.io
+    rng = np.random.default_rng(3)
+    for h, w in ((47, 64), (17, 20)):
+        frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        read_only = frame.copy()
+        read_only.flags.writeable = False
+        for src in (frame, frame[:, ::-1], read_only):
+            staged = []
+            for bands in (1, 4, 64):
+                gio.cfg = cfg.replace(staging_bands=bands)
+                with torch.inference_mode():         # as the tracker loads frames
+                    cap = gio.get(FrameInKey(h, w))
+                    cap.inputs.zero_(), cap.host.zero_()        # nothing left of a run before
+                    assert gio.load_frame(src)
+                staged.append((cap.inputs.clone(), gio.image[0].clone()))
+            for inputs, image in staged:
+                assert np.array_equal(inputs.numpy(), np.ascontiguousarray(src))
+                assert torch.equal(image, staged[0][1])
+            ref = frame_in.normalize(torch.from_numpy(np.ascontiguousarray(src)),
+                                     gio.image.shape[-1])
+            assert torch.equal(staged[0][1], ref[0])
+    with pytest.raises(ValueError, match='staging_bands'):
+        cfg.replace(staging_bands=0).validate()

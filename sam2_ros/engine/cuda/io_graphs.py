@@ -85,7 +85,8 @@ class GraphIO:
 
     def _stage_frame(self, frame: frame_in.Frame, cap: CapturedGraph) -> None:
         """Frame -> the graph's static [H, W, 3] uint8 buffer via pinned memory, so the copy
-        does not stall the stream."""
+        does not stall the stream; in ``staging_bands`` row bands, each band's copy to the
+        device queued as soon as the host has staged it, so the two copies overlap."""
         if isinstance(frame, torch.Tensor) and frame.device.type != 'cpu':
             cap.inputs.copy_(frame)
             return
@@ -93,14 +94,16 @@ class GraphIO:
             cap.event.synchronize()        # the previous frame's copy has read the buffer
         src = np.asarray(frame)
         view = frame_in.host_view(src)
-        if view is not None:
-            # torch's copy runs on the intra-op threads, np.copyto on one core: host time
-            # the GPU would otherwise wait for (tools/probes/host_probe.py); read-only views
-            # (the node's received frames) included
-            cap.host.copy_(view)
-        else:                              # reversed views: torch cannot wrap
-            np.copyto(cap.host.numpy(), src)
-        cap.inputs.copy_(cap.host, non_blocking=True)
+        host_np = cap.host.numpy() if view is None else None
+        for r0, r1 in row_bands(src.shape[0], self.cfg.staging_bands):
+            if view is not None:
+                # torch's copy runs on the intra-op threads, np.copyto on one core: host time
+                # the GPU would otherwise wait for (tools/probes/host_probe.py); read-only
+                # views (the node's received frames) included
+                cap.host[r0:r1].copy_(view[r0:r1])
+            else:                          # reversed views: torch cannot wrap
+                np.copyto(host_np[r0:r1], src[r0:r1])
+            cap.inputs[r0:r1].copy_(cap.host[r0:r1], non_blocking=True)
         cap.event = self._record()
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
@@ -255,6 +258,14 @@ class GraphIO:
         ev = torch.cuda.Event()
         ev.record()
         return ev
+
+
+def row_bands(rows: int, bands: int) -> List[Tuple[int, int]]:
+    """``bands`` consecutive row ranges [r0, r1) covering ``rows`` rows, as equal as integers
+    allow (fewer where there are fewer rows)."""
+    n = max(1, min(bands, rows))
+    cuts = [rows * k // n for k in range(n + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
 def ring_sets(set_bytes: int) -> int:
