@@ -22,7 +22,7 @@ import torch
 
 class ResultRing:
     """``sets`` host buffer sets shaped as ``like`` (a masks-out graph's outputs: masks
-    [B, H, W] bool, stats [B, 7] float32, label [H, W] uint8), pinned where ``pin``."""
+    [B, H, W] bool, stats [B, 8] float64, label [H, W] uint8), pinned where ``pin``."""
 
     def __init__(self, like: Sequence[torch.Tensor], sets: int, pin: bool):
         self.shapes = [(tuple(t.shape), t.dtype) for t in like]
