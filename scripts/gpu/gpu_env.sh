@@ -34,13 +34,19 @@ if [ -z "$(ls -A "$TRITON_CACHE_DIR")" ]; then
 fi
 pack_triton_cache() {   # Triton's cache for the next machine (see above)
   [ -d "$TRITON_CACHE_DIR" ] || return 0
+  # nothing built here: the carried archive already holds the whole cache, and packing it
+  # again costs minutes of a device command
+  if [ -e "$TRITON_CACHE_DIR.unpacked" ] && [ -z "$(find "$TRITON_CACHE_DIR" -type f \
+      -newer "$TRITON_CACHE_DIR.unpacked" -print -quit)" ]; then
+    return 0
+  fi
   local whole="$OUT/triton_cache.tar.xz" new="$OUT/triton_cache_new.tar.xz" max=15000000
-  XZ_OPT=-6 tar cJf "$whole" -C "$TRITON_CACHE_DIR" . 2> /dev/null
+  XZ_OPT="-6 -T0" tar cJf "$whole" -C "$TRITON_CACHE_DIR" . 2> /dev/null   # every core
   (( $(stat -c %s "$whole" 2> /dev/null || echo $max) < max )) && return 0
   rm -f "$whole"
   [ -e "$TRITON_CACHE_DIR.unpacked" ] || return 0
   ( cd "$TRITON_CACHE_DIR" && find . -type f -newer "$TRITON_CACHE_DIR.unpacked" -print0 |
-      XZ_OPT=-6 tar cJf "$new" --null -T - ) 2> /dev/null
+      XZ_OPT="-6 -T0" tar cJf "$new" --null -T - ) 2> /dev/null
   (( $(stat -c %s "$new" 2> /dev/null || echo $max) < max )) || rm -f "$new"
 }
 export -f pack_triton_cache    # for the scripts run after sourcing this (bash children)
