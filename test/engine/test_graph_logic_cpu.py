@@ -218,7 +218,7 @@ def test_auto_keeps_each_candidates_best_of_interleaved_rounds(monkeypatch):
     script = {'sam2': [5.0, 1.0, 1.5], 'split': [2.0, 2.1, 2.0]}     # sam2: a hiccup first
     calls = []
 
-    def fake_replay_s(cap):
+    def fake_replay_s(cap, n=5):
         calls.append(cap)
         return script[cap].pop(0)
     monkeypatch.setattr(step_graphs, 'replay_s', fake_replay_s)
