@@ -207,8 +207,9 @@ class TrackerConfig:
     graph_io: bool = knob(True, kind='bool', tuning=True, doc=(
         'frame preprocessing and mask postprocessing as CUDA graphs too'))
     # A host frame goes to the device in row bands: one band's copy to the device runs while
-    # the host copies the next into pinned memory, instead of after the whole frame's.
-    staging_bands: int = knob(4, kind='int', tuning=True, doc=(
+    # the host copies the next into pinned memory (each band costs its own copy calls). 1 (the
+    # reference) until the GPU machine has timed the bands against it.
+    staging_bands: int = knob(1, kind='int', tuning=True, doc=(
         "a host frame is staged in this many row bands, each band's copy to the device "
         'running while the host stages the next (1: the whole frame, then one copy)'))
     # (width, height) of the camera's frames when known: their I/O graphs are captured at

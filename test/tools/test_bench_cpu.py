@@ -209,12 +209,12 @@ def test_rows_say_what_configure_chose_for_steady_state_attention(monkeypatch):
     assert cli.steady_attention(object()) is None
 
 
-def test_one_stage_variant_is_the_default_with_staging_bands_off():
-    """``ours_graph_batched_onestage``: the default batched tracker with each frame staged in
-    one host copy and one device copy (the reference of ``staging_bands``)."""
+def test_bands_variant_is_the_default_with_frames_staged_in_four_bands():
+    """``ours_graph_batched_bands4``: the default batched tracker with each frame staged in
+    four row bands (``staging_bands``; the default stages it whole)."""
     from tools.bench import variants
     spec = variants.Spec('tiny', 128, objects=1, frames=3, device='cpu', precision='fp32')
-    run = variants.VARIANTS['ours_graph_batched_onestage'](spec)
+    run = variants.VARIANTS['ours_graph_batched_bands4'](spec)
     cfg = run.info['tracker'].cfg
-    assert cfg.staging_bands == 1 and cfg.graph_mode == 'batched'
+    assert cfg.staging_bands == 4 and cfg.graph_mode == 'batched'
     assert [m.shape for m in run.step()] == [(720, 1280)]

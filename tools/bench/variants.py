@@ -386,7 +386,7 @@ VARIANTS = {
     'ours_graph_sam2attn': ours_graph_sam2attn,
     'ours_graph_split': ours_graph_split,
     'ours_graph_batched_split': ours_graph_batched_split,
-    'ours_graph_batched_onestage': lambda s: _ours(s, True, 'batched', staging_bands=1),
+    'ours_graph_batched_bands4': lambda s: _ours(s, True, 'batched', staging_bands=4),
     'ours_graph_noio': ours_graph_noio,
     'ours_graph_noprecast': ours_graph_noprecast,
     'ours_eager_noprecast': ours_eager_noprecast,
