@@ -115,7 +115,8 @@ class GraphIO:
         the stream before reading them (several cameras' read-backs, one wait)."""
         n = logits.shape[0]
         batch = buckets.smallest_batch(self.out_buckets, n) if n else None
-        cap = None if batch is None else self.get(MasksOutKey(batch, h, w))
+        key = None if batch is None else MasksOutKey(batch, h, w)
+        cap = None if key is None else self.get(key)
         if cap is None:
             return None
         cap.inputs[0][:n].copy_(logits)
@@ -127,7 +128,7 @@ class GraphIO:
         # a set of the bucket's pinned buffers that nothing downstream holds (result_ring.py);
         # the arrays handed out are cut to n objects, each a fresh ``numpy()`` so that every
         # view a caller takes keeps it, and so the set, alive
-        ring = self.ring(MasksOutKey(batch, h, w), cap)
+        ring = self.ring(key, cap)
         index, (host_m, host_s, host_l) = ring.take()
         host_m[:n].copy_(masks[:n], non_blocking=self.cuda)
         host_s[:n].copy_(stats[:n], non_blocking=self.cuda)
@@ -162,7 +163,6 @@ class GraphIO:
             self._drop_old_resolutions(key.hw)
             cap = self._capture(key)
             if cap is not None and isinstance(key, MasksOutKey):
-                self.ring(key, cap)
                 self._capture_buckets(key.h, key.w)
                 self.graphs[key] = self.graphs.pop(key)      # most recently used last
         return cap
@@ -172,14 +172,15 @@ class GraphIO:
         captured yet), without autocast, as ``track`` builds its results. All at once, at
         ``prepare`` or with a resolution's first: a later object-count bucket would otherwise
         capture mid-stream, and with the 'io' group compile its kernels then (the object
-        count is a compile-time constant of the mask kernel): a frame of hundreds of ms."""
+        count is a compile-time constant of the mask kernel): a frame of hundreds of ms.
+        Each captured one's read-back sets are made with it (``ring``)."""
         with torch.autocast(torch.device(self.cfg.device).type, enabled=False):
             for b in self.out_buckets:
                 key = MasksOutKey(b, h, w)
                 if key not in self.graphs and key not in self.failed:
-                    cap = self._capture(key)
-                    if cap is not None:
-                        self.ring(key, cap)
+                    self._capture(key)
+                if key in self.graphs:
+                    self.ring(key, self.graphs[key])
 
     def _capture(self, key: IOKey) -> Optional[CapturedGraph]:
         """The graph of ``key`` with our kernels where ``fused``, else (or when that fails)
