@@ -28,11 +28,15 @@ from sam2_ros.engine.cuda.kernels.mask_downsampler import rows_block
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, rne_as
 from sam2_ros.engine.cuda.kernels.row_gemm import GELU, RESIDUAL, row_gemm
 
+# the taps' loop unrolled by this factor: several taps' loads in flight at once
+# (tools/probes/launch_probe.py times the factors)
+_UNROLL = 1
+
 
 @jit
 def _dwconv_norm_kernel(x_ptr, w_ptr, b_ptr, lnw_ptr, lnb_ptr, y_ptr, H, W, n_rows, eps,
                         C: tl.constexpr, KS: tl.constexpr, PAD: tl.constexpr,
-                        BF16: tl.constexpr, BLOCK_P: tl.constexpr):
+                        BF16: tl.constexpr, BLOCK_P: tl.constexpr, UNROLL: tl.constexpr):
     # int64 index arithmetic: the interpreter checks every int32 op for overflow (its costliest
     # step here); on the GPU these are a few [BLOCK_P] and [C] vectors
     rows = (tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
@@ -46,7 +50,7 @@ def _dwconv_norm_kernel(x_ptr, w_ptr, b_ptr, lnw_ptr, lnb_ptr, y_ptr, H, W, n_ro
         + rne_as(tl.load(b_ptr + c).to(tl.float32), BF16)[None, :]
     # autocast's bf16 casts of the input and weights inline, where a value is not bf16 yet (no
     # helper call per tap: each costs the interpreter a millisecond)
-    for t in range(0, KS * KS):
+    for t in tl.range(0, KS * KS, loop_unroll_factor=UNROLL):
         hi = hh + t // KS - PAD
         wi = ww + t % KS - PAD
         m = rm & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
@@ -97,7 +101,7 @@ def cx_block(x: torch.Tensor, size: tuple, block: torch.nn.Module,
     _dwconv_norm_kernel[(triton.cdiv(n_rows, block_p),)](
         x, dw.weight, dw.bias, block.norm.weight, block.norm.bias, t, hgt, wid, n_rows,
         float(block.norm.eps), C=dim, KS=dw.kernel_size[0], PAD=dw.padding[0],
-        BF16=compute == torch.bfloat16, BLOCK_P=block_p, num_warps=4)
+        BF16=compute == torch.bfloat16, BLOCK_P=block_p, UNROLL=_UNROLL, num_warps=4)
     p1, p2 = block.pwconv1, block.pwconv2
     u = torch.empty(n_rows, p1.out_features, device=x.device, dtype=compute)
     row_gemm(t, p1.weight, p1.bias, GELU, compute, u)

@@ -9,9 +9,10 @@ which test modules import the kernels does not matter.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 
@@ -58,6 +59,8 @@ class Kernel:
         def launch(*args, **kwargs):
             first = next(a for a in args if isinstance(a, torch.Tensor))
             if first.device.type == 'cuda':
+                for record in _RECORDERS:
+                    record.append(Launch(self, grid, args, kwargs))
                 return self.variant(False)[grid](*args, **kwargs)
             with library_interpreted():
                 return self.variant(True)[grid](*args, **kwargs)
@@ -65,6 +68,30 @@ class Kernel:
 
 
 _INTERPRETED = {}
+_RECORDERS: List[List['Launch']] = []
+
+
+@dataclasses.dataclass
+class Launch:
+    """One compiled launch as it was made: ``kernel[grid](*args, **kwargs)`` launches it again
+    (with other ``num_warps``/``num_stages`` or constexprs added to ``kwargs``)."""
+    kernel: Kernel
+    grid: Tuple[int, ...]
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[List[Launch]]:
+    """Within the block, every compiled (CUDA) launch of these kernels is appended to the
+    yielded list, tensors by reference (tools/probes/launch_probe.py times each again under
+    other launch settings). Costs nothing outside the block."""
+    record: List[Launch] = []
+    _RECORDERS.append(record)
+    try:
+        yield record
+    finally:
+        _RECORDERS.remove(record)
 
 
 @contextlib.contextmanager
