@@ -204,4 +204,5 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    with torch.inference_mode():          # the tracker's tensors are inference tensors
+        sys.exit(main())
