@@ -47,22 +47,26 @@ def signature(rec: launch.Launch) -> Tuple:
 
 
 def tensors_of(rec: launch.Launch) -> List[torch.Tensor]:
+    """Each tensor argument's whole storage as bytes, once per storage (arguments may be
+    views of one buffer, or expanded: stride 0)."""
     seen, out = set(), []
     for a in rec.args:
-        if isinstance(a, torch.Tensor) and a.data_ptr() not in seen:
-            seen.add(a.data_ptr())
-            out.append(a)
+        if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() not in seen:
+            st = a.untyped_storage()
+            seen.add(st.data_ptr())
+            out.append(torch.empty(0, dtype=torch.uint8, device=a.device).set_(
+                st, 0, (st.nbytes(),), (1,)))
     return out
 
 
 def run_once(rec: launch.Launch, kwargs: Dict[str, Any], snapshot: List[torch.Tensor],
              tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-    """The launch from the snapshot's inputs: every tensor argument afterwards (bytes)."""
+    """The launch from the snapshot's inputs: every argument's storage afterwards."""
     for t, s in zip(tensors, snapshot):
         t.copy_(s)
     rec.kernel[rec.grid](*rec.args, **kwargs)
     torch.cuda.synchronize()
-    return [t.detach().contiguous().view(-1).view(torch.uint8).clone() for t in tensors]
+    return [t.clone() for t in tensors]
 
 
 def timed_us(rec: launch.Launch, kwargs: Dict[str, Any], repeat: int) -> float:
@@ -108,7 +112,7 @@ def sweep(rec: launch.Launch, row: Dict[str, Any], args: argparse.Namespace) -> 
     """Each setting of ``settings`` from the same inputs: its time and whether every output
     byte equals the package's setting's; ``best``: the fastest equal one."""
     tensors = tensors_of(rec)
-    snapshot = [t.detach().clone() for t in tensors]
+    snapshot = [t.clone() for t in tensors]
     base_kw = dict(rec.kwargs)
     ref = run_once(rec, base_kw, snapshot, tensors)
     t0 = time.time()
