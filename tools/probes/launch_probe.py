@@ -2,7 +2,7 @@
 settings (warps, pipeline stages, a loop's unroll factor), each output compared bitwise.
 
     python -m tools.probes.launch_probe [--model tiny --res 512 --objects 1]
-        [--warps 1,2,4,8] [--stages 1,2,3,4] [--unroll 1,2,4,8] [--min-us 4]
+        [--max-objects 8] [--warps 2,4,8] [--stages 1,2,3,4] [--unroll 1,2,4,8] [--min-us 4]
         [--out $OUT/launch_probe.json]
 
 Why: the kernel census of a tiny@512 frame (benchmarks/results/h200_extra.json) shows our own
@@ -142,7 +142,8 @@ def record_frames(args: argparse.Namespace) -> List[launch.Launch]:
     from sam2_ros.engine.types import Prompt
     from sam2_ros.synthetic import SyntheticCamera
     cfg = TrackerConfig(model_size=args.model, image_size=args.res, random_weights=True,
-                        device='cuda', precision='bf16', max_objects=max(8, args.objects))
+                        device='cuda', precision='bf16',
+                        max_objects=max(args.max_objects, args.objects))
     cam = SyntheticCamera(1280, 720, objects=max(2, args.objects), seed=0)
     with launch.recording() as rec:
         tr = StreamingTracker(cfg)
@@ -161,6 +162,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument('--model', default='tiny')
     ap.add_argument('--res', type=int, default=512)
     ap.add_argument('--objects', type=int, default=1)
+    ap.add_argument('--max-objects', type=int, default=8,
+                    help="the tracker's max_objects: the batch sizes its graphs are captured at")
     ap.add_argument('--frames', type=int, default=20)
     ap.add_argument('--warps', default='2,4,8')
     ap.add_argument('--stages', default='1,2,3,4')

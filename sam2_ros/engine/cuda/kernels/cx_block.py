@@ -28,9 +28,9 @@ from sam2_ros.engine.cuda.kernels.mask_downsampler import rows_block
 from sam2_ros.engine.cuda.kernels.rounding import cast_rne, rne_as
 from sam2_ros.engine.cuda.kernels.row_gemm import GELU, RESIDUAL, row_gemm
 
-# the taps' loop unrolled by this factor: several taps' loads in flight at once
-# (tools/probes/launch_probe.py times the factors)
-_UNROLL = 1
+# the taps' loop unrolled by this factor with eight warps a program: several taps' loads in
+# flight at once (tools/probes/launch_probe.py times the factors; bitwise the same output)
+_UNROLL, _WARPS = 4, 8
 
 
 @jit
@@ -101,7 +101,7 @@ def cx_block(x: torch.Tensor, size: tuple, block: torch.nn.Module,
     _dwconv_norm_kernel[(triton.cdiv(n_rows, block_p),)](
         x, dw.weight, dw.bias, block.norm.weight, block.norm.bias, t, hgt, wid, n_rows,
         float(block.norm.eps), C=dim, KS=dw.kernel_size[0], PAD=dw.padding[0],
-        BF16=compute == torch.bfloat16, BLOCK_P=block_p, UNROLL=_UNROLL, num_warps=4)
+        BF16=compute == torch.bfloat16, BLOCK_P=block_p, UNROLL=_UNROLL, num_warps=_WARPS)
     p1, p2 = block.pwconv1, block.pwconv2
     u = torch.empty(n_rows, p1.out_features, device=x.device, dtype=compute)
     row_gemm(t, p1.weight, p1.bias, GELU, compute, u)

@@ -173,7 +173,8 @@ def masks_label_stats(logits: torch.Tensor, h: int, w: int, ids: torch.Tensor,
     emulate = dev.type != 'cuda'
     _masks_kernel[grid](logits, logits.stride(0), logits.stride(2), logits.stride(3), ids, sh,
                         sw, h, w, scale_y, scale_x, masks.view(torch.uint8), label, part,
-                        B=bsz, EMULATE=emulate, BLOCK_Y=_BLOCK_Y, BLOCK_X=_BLOCK_X, num_warps=4)
+                        B=bsz, EMULATE=emulate, BLOCK_Y=_BLOCK_Y, BLOCK_X=_BLOCK_X,
+                        num_warps=2)      # two warps beat four (launch_probe.py; bitwise)
     _stats_kernel[(bsz,)](part, tiles, dummy_like(extra, stats), stats,
                           HAS_EXTRA=extra is not None, NCOL=ncol,
                           N_STEPS=triton.cdiv(tiles, _BLOCK_T), BLOCK_T=_BLOCK_T, num_warps=4)

@@ -177,6 +177,8 @@ def pipeline_stages(bf16: bool, upcast: bool, convs: Tuple[torch.nn.Conv2d, ...]
     """Pipelined stages of the stage kernel's tiles: float32 operands (fp32 compute, or bf16
     compute on weights left float32: ``precast_weights`` off) in three stages need 274-288 KiB
     of shared memory, more than the H200's 227 (OutOfResources at capture, so the graphs fell
-    back to sam2's modules); one stage fits. The interpreter (CPU) has no such limit."""
+    back to sam2's modules); one stage fits. bf16 tiles: two stages beat three
+    (tools/probes/launch_probe.py; bitwise the same output). The interpreter (CPU) has no such
+    limit."""
     narrow = all(c.weight.dtype == torch.bfloat16 for c in convs)
-    return 3 if upcast or bf16 and narrow else 1
+    return 3 if upcast else 2 if bf16 and narrow else 1

@@ -166,7 +166,7 @@ class MLPStack(torch.nn.Module):
         _mlp3_kernel[(self.n, triton.cdiv(bsz, _BLOCK_B))](
             x, *x.stride(), self.meta, *self.weights(dtype), out, bsz, K=self.k, HID=self.hid,
             OUT=self.out, BLOCK_B=_BLOCK_B, BLOCK_K=block_k, BLOCK_N=block_n,
-            PRECISION=precision, UPCAST=upcast, num_warps=4, num_stages=2)
+            PRECISION=precision, UPCAST=upcast, num_warps=4, num_stages=3)   # launch_probe.py
         return out
 
 

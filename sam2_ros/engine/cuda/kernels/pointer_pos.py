@@ -174,7 +174,7 @@ class PointerPos:
             rows, batch, t_arg, SPLIT=split, HALF=dim // 2, N=width,
             BLOCK_K=max(16, next_pow2(dim // 2)), BLOCK_N=max(16, next_pow2(width)),
             BLOCK_R=_BLOCK_R, BF16=bf16, PRECISION=precision, UPCAST=upcast,
-            RECIPROCAL=not on_cpu, LIBDEVICE=not on_cpu, num_warps=4)
+            RECIPROCAL=not on_cpu, LIBDEVICE=not on_cpu, num_warps=8)   # launch_probe.py
 
 
 def with_pointer_pos(model: torch.nn.Module) -> torch.nn.Module:

@@ -61,6 +61,11 @@ def _merge_kernel(o_ptr, o_sb, o_ss, o_sl, o_sh, lse_ptr, l_sb, l_ss, l_sl, l_sh
              cast_rne(acc, y_ptr.dtype.element_ty), mask=m2)
 
 
+# warps per program: eight beat four at the memory attention's shapes (launch_probe.py; the
+# same output bitwise)
+_WARPS = 8
+
+
 def _merge(out: torch.Tensor, lse: torch.Tensor, full, y: torch.Tensor) -> torch.Tensor:
     """out [B, S, Lq, H, D] and lse [B, S, Lq, H] as strided views, full [B, S] bool or None
     (every chunk holds keys), y [B, Lq, H, D] view of the output -> y's storage written."""
@@ -72,7 +77,7 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, full, y: torch.Tensor) -> torch
     flags = dummy_like(None if full is None else full.contiguous(), lse)   # bool: Triton's int1
     _merge_kernel[grid](out, *out.stride()[:4], lse, *lse.stride(), flags, y,
                         *y.stride()[:3], heads, lq, d, SPLITS=splits, HAS_FULL=full is not None,
-                        BLOCK_L=block_l, BLOCK_D=block_d, num_warps=4)
+                        BLOCK_L=block_l, BLOCK_D=block_d, num_warps=_WARPS)
     return y
 
 
