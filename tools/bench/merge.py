@@ -28,10 +28,11 @@ from tools.bench import interaction, results
 
 
 # the probes' outputs of the GPU scripts (tools/probes, results.save_probe)
-# (the last two: the decode and image GPU tests' measurements)
+# (gpu_decode and gpu_image: the decode and image GPU tests' measurements)
 PROBES = ('overlay_probe.json', 'correction.json', 'multistream.json', 'interaction_frames.json',
           'hiera_attention_probe.json', 'sdpa_probe.json', 'gil_publish_probe.json',
-          'value_attention_probe.json', 'gpu_decode.json', 'gpu_image.json')
+          'value_attention_probe.json', 'gpu_decode.json', 'gpu_image.json',
+          'launch_probe.json')
 
 
 def _load(path: str):

@@ -85,8 +85,7 @@ def patch_embed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         x, *x.stride(), weight, bias, out, n_pix, ho, wo, h, w, n, K=c * kh * kw, KH=kh,
         KW=kw, S=stride, P=padding, K_BLOCKS=k_pad // BLOCK_K, BM=BLOCK_M, BN=bn, BK=BLOCK_K,
         BF16=bf16, UPCAST=upcast, PRECISION='ieee' if upcast or not bf16 else 'tf32',
-        # unpipelined: its few K blocks leave a pipeline nothing to hide (launch_probe.py)
-        num_warps=8 if bn > 128 else 4, num_stages=1)
+        num_warps=8 if bn > 128 else 4)
     return out
 
 
