@@ -16,7 +16,8 @@ FRAMES, EVERY, NEW_AT = 20, 10, 15
 ROW_KEYS = {'model', 'res', 'objects', 'variant', 'corrections', 'run', 'frames', 'ms_p50',
             'ms_p99', 'ms_max', 'eager_steps', 'graph_steps', 'prompt_steps', 'deferred_prompts',
             'buckets_merged_steps', 'buckets_apart_steps',
-            'fallbacks', 'slowest', 'gc', 'src', 'weights', 'date', 'commit', 'gpu', 'command'}
+            'fallbacks', 'slowest', 'gc', 'host', 'src', 'weights', 'date', 'commit', 'gpu',
+            'command'}
 
 
 def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, capsys):
@@ -65,6 +66,10 @@ def test_interaction_main_rows_counts_and_replacement(tmp_path, one_thread, caps
             assert s['prompt'] == ('+'.join(want) if want else None)
             assert s['mode'] == 'eager' and 0 <= s['since_prompt'] < EVERY
             assert 0 <= s['gc_ms'] <= s['ms']
+            # what the host took from the frame: its thread's run-queue wait, within the frame
+            assert s['cpu_wait_ms'] is None or 0 <= s['cpu_wait_ms'] <= s['ms']
+        disturbed = r['host']['disturbed_frames']
+        assert disturbed is None or 0 <= disturbed <= FRAMES
         assert len(r['gc']['collections']) == 3 and r['gc']['max_ms'] <= r['gc']['total_ms']
 
 

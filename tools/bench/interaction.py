@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 import numpy as np
 
 from sam2_ros.ros import gc_policy      # no ROS import: the node's heap freeze, as it runs it
-from tools.bench import gc_watch, results
+from tools.bench import gc_watch, host_frames, results
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
@@ -165,22 +165,20 @@ def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]
 
 
 def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
-            gcs: Optional[List[List[tuple]]] = None,
+            notes: Optional[List[Dict[str, object]]] = None,
             n: int = SLOWEST) -> List[Dict[str, object]]:
     """The n slowest timed frames: index, ms, its interaction (None without one), frames
     since the latest interaction (0 on the frame itself; the set-up prompts are on frame 0)
-    the mode track() reported (graph, eager, mixed) and, with ``gcs`` (each frame's
-    ``GcWatch.take``), the ms it spent in garbage collections. A slow frame right after a prompt
-    is the eager warm-up the engine is meant to remove; one far from any is something else."""
+    the mode track() reported and, with ``notes``, the frame's own (its garbage collections'
+    ms, what the host took: ``host_frames``). A slow frame right after a prompt is the eager
+    warm-up the engine is meant to remove; one far from any is something else."""
     out = []
     for i in sorted(range(len(ms)), key=lambda i: -ms[i])[:n]:
         t = i + 1
         last = max([f for f in kinds if f <= t], default=0)
         out.append({'frame': t, 'ms': round(ms[i], 3),
                     'prompt': '+'.join(kinds[t]) if t in kinds else None,
-                    'since_prompt': t - last, 'mode': modes[i]})
-        if gcs is not None:
-            out[-1]['gc_ms'] = gc_watch.frame_ms(gcs[i])
+                    'since_prompt': t - last, 'mode': modes[i], **(notes[i] if notes else {})})
     return out
 
 
@@ -225,7 +223,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
     if a.gc_freeze:
         gc_policy.freeze()
-    watch = gc_watch.GcWatch()
+    watch, host = gc_watch.GcWatch(), host_frames.HostFrames()
+    hosts: List[Dict[str, Optional[float]]] = []   # what the host took from each timed frame
     ms: List[float] = []
     gcs: List[List[tuple]] = []                    # each timed frame's collections
     modes: List[str] = []
@@ -256,10 +255,12 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                 return tr.add_prompt(click(t)) if correct and not deferred else res
             _sync(a.device)
             watch.take()                           # those between frames are not the frame's
+            host.start()
             t0 = time.perf_counter()
             res = around(t, work) if around is not None else work()
             _sync(a.device)
             ms.append((time.perf_counter() - t0) * 1e3)
+            hosts.append(host.take())
             gcs.append(watch.take())
             want = objects + (1 if 1 <= a.new_at <= t else 0)
             assert len(res.objects) == want and res.objects[0].mask.shape == (a.h, a.w), \
@@ -288,8 +289,10 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     row.update(counts)
     if reasons:
         row['fallback_reasons'] = reasons
-    row['slowest'] = slowest(ms, kinds, modes, gcs)
+    row['slowest'] = slowest(ms, kinds, modes, [
+        {'gc_ms': gc_watch.frame_ms(g), **h} for g, h in zip(gcs, hosts)])
     row['gc'] = gc_watch.summary(gcs)
+    row['host'] = host_frames.summary(ms, hosts)
     if steady is not None:
         row['steady'] = steady
     row['src'] = f'{a.w}x{a.h}'
@@ -332,10 +335,12 @@ def steady_frames(tr: StreamingTracker, stream: SyntheticCamera,
 
 def table(rows: List[dict]) -> str:
     """Markdown, one line per row; p99/p50 is the interaction target (<= 1.25,
-    docs/performance.md)."""
+    docs/performance.md), read on all frames; the undisturbed one leaves out the frames the
+    host took time from (``host_frames``)."""
     steps = sorted({k for r in rows for k in r if k.endswith('_steps')} - set(STEP_KEYS))
     cols = ['model', 'res', 'objects', 'variant', 'corrections', 'frames', 'ms_p50', 'ms_p99',
-            'p99/p50', 'steady p99/p50', 'ms_max', *STEP_KEYS, *steps, 'fallbacks',
+            'p99/p50', 'steady p99/p50', 'undisturbed p99/p50 (disturbed)', 'ms_max',
+            *STEP_KEYS, *steps, 'fallbacks',
             'slowest (frame:ms:prompt)', 'run']
     out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     order = {'tiny': 0, 'small': 1, 'base_plus': 2, 'large': 3}
@@ -347,7 +352,8 @@ def table(rows: List[dict]) -> str:
         vals = [r['model'], r['res'], r['objects'], r['variant'],
                 r.get('corrections', 'immediate'), r['frames'],
                 _fmt(r['ms_p50']), _fmt(r['ms_p99']), _fmt(ratio),
-                _fmt((r.get('steady') or {}).get('p99_over_p50')), _fmt(r['ms_max']),
+                _fmt((r.get('steady') or {}).get('p99_over_p50')), host_frames.cell(r),
+                _fmt(r['ms_max']),
                 *(r.get(k, '-') for k in (*STEP_KEYS, *steps)), r.get('fallbacks', '-'),
                 slow, r.get('run', '-')]
         out.append('| ' + ' | '.join(str(v) for v in vals) + ' |')
