@@ -39,9 +39,11 @@ MAX_BATCH_BUCKET = 4096
 # DEFAULT_OPT_IN round elsewhere than sam2's ops, within a bf16 step of them: 'gelu_epilogue'
 # (cuBLASLt's tanh GELU; 16-bit only), 'window_attention' (16-bit only), 'memory_values' (the
 # same function, other rounding points), 'patch_embed' (sam2's values up to the summation
-# order; bf16 rounds the operands as sam2's convolution does).
-FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed')
-DEFAULT_OPT_IN = FUSED_OPT_IN             # every group, each timed on the GPU
+# order; bf16 rounds the operands as sam2's convolution does). 'self_flash' (one object's
+# memory self-attention by FlashAttention, 16-bit only) is off until timed on the GPU.
+FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed',
+                'self_flash')
+DEFAULT_OPT_IN = FUSED_OPT_IN[:4]         # each timed on the GPU
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -276,7 +278,8 @@ class TrackerConfig:
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
         "kernel, 16-bit only), 'memory_values' (the memory cross-attention over the raw "
         "64-channel memory as values, its value projection folded into the output one), "
-        "'patch_embed' (Hiera's patch embedding in one kernel)"))
+        "'patch_embed' (Hiera's patch embedding in one kernel); off by default: 'self_flash' "
+        "(one object's memory self-attention by FlashAttention, 16-bit only)"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).
@@ -327,10 +330,7 @@ class TrackerConfig:
                 or not self.image_prompt_buckets:
             raise ValueError(f'image_prompt_buckets must be prompt counts in 1..256, got '
                              f'{self.image_prompt_buckets!r}')
-        if isinstance(self.fill_hole_area, bool) or not isinstance(self.fill_hole_area, int) \
-                or not 0 <= self.fill_hole_area <= 1024:
-            raise ValueError(f'fill_hole_area must be an int in 0..1024 (0: off), got '
-                             f'{self.fill_hole_area!r}')
+        _int_in(self, 'fill_hole_area', 0, 1024)                 # 0: off
         _int_in(self, 'lost_after_frames', 1, None)
         _int_in(self, 'staging_bands', 1, 64)
         _buckets_in(self, 'graph_cond_buckets', self.max_cond_frames,

@@ -42,6 +42,7 @@ FUSED_DEFAULT="$G/test_fused_kernels_gpu.py $G/test_fused_fpn_gpu.py"
 FUSED_DEFAULT+=" $G/test_fused_upscaling_gpu.py $G/test_q_pool_gpu.py $G/test_fused_graphs_gpu.py"
 FUSED_DEFAULT+=" $G/test_pointer_pos_gpu.py $G/test_window_attention_gpu.py"
 FUSED_DEFAULT+=" $G/test_patch_embed_gpu.py $G/test_launch_recording_gpu.py"
+FUSED_DEFAULT+=" $G/test_self_flash_gpu.py"
 # the fused kernels under the precast_weights off switch (float32 weights, bf16 compute): a
 # kernel out of shared memory there fell back to sam2's modules unnoticed until 2026-12-05
 FUSED_DEFAULT+=" $G/test_graphs_gpu.py::test_precast_bitwise_equal_to_per_call_casts"

@@ -29,7 +29,7 @@ WITH_WINDOW = ('window_attention',)
 WITH_VALUES = ('memory_values',)
 WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # the 'optin' rows (before memory_values)
 WITH_PATCH = WITH_OPT_IN + WITH_VALUES                # the default before 'patch_embed'
-WITH_ALL = WITH_PATCH + ('patch_embed',)              # every opt-in group (the default)
+WITH_ALL = WITH_PATCH + ('patch_embed',)              # the default opt-in groups
 
 
 @dataclass
@@ -164,28 +164,36 @@ def with_fused(opt_in: tuple, mode: str, doc: str) -> Callable[[Spec], Run]:
     return variant
 
 
-ours_graph_gelu = with_fused(WITH_GELU, 'swap', "ours_graph with the opt-in 'gelu_epilogue'")
-ours_graph_batched_gelu = with_fused(WITH_GELU, 'batched',
-                                     "ours_graph_batched with the opt-in 'gelu_epilogue'")
-ours_graph_winattn = with_fused(WITH_WINDOW, 'swap',
-                                "ours_graph with the opt-in 'window_attention'")
-ours_graph_batched_winattn = with_fused(WITH_WINDOW, 'batched',
-                                        "ours_graph_batched with the opt-in 'window_attention'")
-ours_graph_memvals = with_fused(WITH_VALUES, 'swap', "ours_graph with the opt-in 'memory_values'")
-ours_graph_batched_memvals = with_fused(WITH_VALUES, 'batched',
-                                        "ours_graph_batched with the opt-in 'memory_values'")
-ours_graph_allopt = with_fused(WITH_ALL, 'swap', 'ours_graph with every opt-in group')
-ours_graph_noopt = with_fused((), 'swap', "ours_graph without the opt-in groups (their off "
-                              "switch, fused_opt_in: [])")
-ours_graph_nopatch = with_fused(WITH_PATCH, 'swap', "ours_graph without 'patch_embed'")
-ours_graph_batched_nopatch = with_fused(WITH_PATCH, 'batched',
-                                        "ours_graph_batched without 'patch_embed'")
-ours_graph_batched_noopt = with_fused((), 'batched', 'ours_graph_batched without the opt-in '
-                                      'groups (fused_opt_in: [])')
-ours_graph_optin = with_fused(WITH_OPT_IN, 'swap',
-                              "ours_graph with 'gelu_epilogue' and 'window_attention'")
-ours_graph_batched_optin = with_fused(WITH_OPT_IN, 'batched', "ours_graph_batched with "
-                                      "'gelu_epilogue' and 'window_attention'")
+# name -> (the opt-in groups beside FUSED_GROUPS, graph mode, what the row is)
+WITH_FUSED = {
+    'ours_graph_gelu': (WITH_GELU, 'swap', "ours_graph with the opt-in 'gelu_epilogue'"),
+    'ours_graph_batched_gelu': (WITH_GELU, 'batched',
+                                "ours_graph_batched with the opt-in 'gelu_epilogue'"),
+    'ours_graph_winattn': (WITH_WINDOW, 'swap', "ours_graph with the opt-in 'window_attention'"),
+    'ours_graph_batched_winattn': (WITH_WINDOW, 'batched',
+                                   "ours_graph_batched with the opt-in 'window_attention'"),
+    'ours_graph_optin': (WITH_OPT_IN, 'swap',
+                         "ours_graph with 'gelu_epilogue' and 'window_attention'"),
+    'ours_graph_memvals': (WITH_VALUES, 'swap', "ours_graph with the opt-in 'memory_values'"),
+    'ours_graph_batched_memvals': (WITH_VALUES, 'batched',
+                                   "ours_graph_batched with the opt-in 'memory_values'"),
+    'ours_graph_allopt': (WITH_ALL, 'swap', 'ours_graph with every default opt-in group'),
+    'ours_graph_noopt': ((), 'swap',
+                         'ours_graph without the opt-in groups (their off switch, '
+                         'fused_opt_in: [])'),
+    'ours_graph_nopatch': (WITH_PATCH, 'swap', "ours_graph without 'patch_embed'"),
+    'ours_graph_batched_nopatch': (WITH_PATCH, 'batched',
+                                   "ours_graph_batched without 'patch_embed'"),
+    'ours_graph_batched_noopt': ((), 'batched',
+                                 'ours_graph_batched without the opt-in groups '
+                                 '(fused_opt_in: [])'),
+    'ours_graph_batched_optin': (WITH_OPT_IN, 'batched', "ours_graph_batched with "
+                                 "'gelu_epilogue' and 'window_attention'"),
+    'ours_graph_selfflash': (WITH_ALL + ('self_flash',), 'swap',
+                             "ours_graph with the opt-in 'self_flash' too"),
+    'ours_graph_batched_selfflash': (WITH_ALL + ('self_flash',), 'batched',
+                                     "ours_graph_batched with the opt-in 'self_flash' too"),
+}
 
 
 def ours_graph_batched_received(spec: Spec) -> Run:
@@ -366,19 +374,6 @@ VARIANTS = {
     'ours_graph_batched_cams2': ours_graph_batched_cams2,
     'ours_graph_batched_received': ours_graph_batched_received,
     'ours_graph_unfused': ours_graph_unfused,
-    'ours_graph_gelu': ours_graph_gelu,
-    'ours_graph_batched_gelu': ours_graph_batched_gelu,
-    'ours_graph_winattn': ours_graph_winattn,
-    'ours_graph_batched_winattn': ours_graph_batched_winattn,
-    'ours_graph_optin': ours_graph_optin,
-    'ours_graph_memvals': ours_graph_memvals,
-    'ours_graph_batched_memvals': ours_graph_batched_memvals,
-    'ours_graph_allopt': ours_graph_allopt,
-    'ours_graph_noopt': ours_graph_noopt,
-    'ours_graph_nopatch': ours_graph_nopatch,
-    'ours_graph_batched_nopatch': ours_graph_batched_nopatch,
-    'ours_graph_batched_noopt': ours_graph_batched_noopt,
-    'ours_graph_batched_optin': ours_graph_batched_optin,
     'ours_graph_batched_seqmajor': ours_graph_batched_seqmajor,
     'ours_graph_batched_b8': ours_graph_batched_b8,
     'ours_graph_unpadded': ours_graph_unpadded,
@@ -395,5 +390,6 @@ VARIANTS = {
     'ours_graph_autotuned': ours_graph_autotuned,
     'ours_graph_precompiled': ours_graph_precompiled,
     'ours_graph_batched_precompiled': ours_graph_batched_precompiled,
+    **{name: with_fused(*spec) for name, spec in WITH_FUSED.items()},
 }
 COMPILED = {'official_vos', 'official_compile_default'}

@@ -64,6 +64,9 @@ Opt-in (``config.FUSED_OPT_IN``, each with its switch in ``fused_opt_in``; those
   'patch_embed'       with 'hiera': the patch embedding (convolution, bias add, channels last)
                       in one implicit-GEMM kernel (``patch_embed.py``); sam2's values up to
                       the summation order
+  'self_flash'        with 'memory_attention' and 'rope': one object's memory self-attention
+                      (one head) by FlashAttention instead of SDPA's choice, cuDNN
+                      (``rope_attention.flash_alone``); another summation order, 16-bit only
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ log = logging.getLogger(__name__)
 _SAID = set()          # reasons already logged (once per process)
 # the groups whose modules each opt-in group changes: without them it changes nothing
 OPT_IN_NEEDS = {'gelu_epilogue': ('hiera',), 'window_attention': ('hiera',),
-                'memory_values': ('memory_attention', 'rope'), 'patch_embed': ('hiera',)}
+                'memory_values': ('memory_attention', 'rope'), 'patch_embed': ('hiera',),
+                'self_flash': ('memory_attention', 'rope')}
 
 
 def enabled_groups(cfg: TrackerConfig,
@@ -142,7 +146,8 @@ def fused_model(model: torch.nn.Module, groups: Tuple[str, ...]) -> torch.nn.Mod
     rope = 'rope' in groups
     if 'memory_attention' in groups:
         parts['memory_attention'] = FusedMemoryAttention(
-            model.memory_attention, rope=rope, fold_values='memory_values' in groups)
+            model.memory_attention, rope=rope, fold_values='memory_values' in groups,
+            self_flash='self_flash' in groups)
     elif rope:
         parts['memory_attention'] = _rope_only(model.memory_attention)
     dec = model.sam_mask_decoder

@@ -18,7 +18,9 @@ Here
   (``split_merge.py``);
 * with ``fold_values`` (the opt-in 'memory_values') the cross-attentions attend over the raw
   memory as values and project them inside the output projection (``value_attention.py``):
-  no value projection at all.
+  no value projection at all;
+* with ``self_flash`` (the opt-in 'self_flash') one object's self-attention runs
+  FlashAttention (``rope_attention.flash_alone``).
 The module keeps ``layers`` with ``self_attn`` / ``cross_attn_image`` attributes, so the
 graph runner's attention swaps (``attention.py``) apply to it as to sam2's.
 """
@@ -35,19 +37,22 @@ from sam2_ros.engine.cuda.kernels.elementwise import key_value_inputs
 from sam2_ros.engine.cuda.kernels.layernorm import add_layernorm
 from sam2_ros.engine.cuda.kernels.projections import SharedKeyValues
 from sam2_ros.engine.cuda.kernels import value_attention
-from sam2_ros.engine.cuda.kernels.rope_attention import FoldedValues, FusedRoPEAttention
+from sam2_ros.engine.cuda.kernels.rope_attention import (FoldedValues, FusedRoPEAttention,
+                                                         flash_alone)
 from sam2_ros.engine.cuda.kernels.split_merge import merge_splits, merge_varlen
 
 
 class FusedMemoryAttentionLayer(torch.nn.Module):
     """One layer; forward takes and returns the residual as a pending sum (a, b)."""
 
-    def __init__(self, layer: torch.nn.Module, rope: bool, fold_values: bool = False):
+    def __init__(self, layer: torch.nn.Module, rope: bool, fold_values: bool = False,
+                 self_flash: bool = False):
         super().__init__()
         self.inner = layer
-        wrap = (lambda m, fuse: FusedRoPEAttention(m, fuse_qkv=fuse)
+        wrap = (lambda m, fuse, attend=None: FusedRoPEAttention(m, attend, fuse_qkv=fuse)
                 if rope and isinstance(m, RoPEAttention) else m)
-        self.self_attn = wrap(layer.self_attn, True)
+        # self_flash (the opt-in 'self_flash'): one object's self-attention by FlashAttention
+        self.self_attn = wrap(layer.self_attn, True, flash_alone if self_flash else None)
         cross = layer.cross_attn_image
         self.cross_attn_image = FusedRoPEAttention(
             cross, folded=FoldedValues(cross), narrow=value_attention.attend) \
@@ -86,14 +91,15 @@ class FusedMemoryAttention(torch.nn.Module):
     """Replaces ``model.memory_attention`` (a sam2 ``MemoryAttention``) in the fused model
     copy; the same call signature and output ([L, B, C])."""
 
-    def __init__(self, inner: torch.nn.Module, rope: bool = True, fold_values: bool = False):
+    def __init__(self, inner: torch.nn.Module, rope: bool = True, fold_values: bool = False,
+                 self_flash: bool = False):
         super().__init__()
         self.inner = inner
         # fold_values (the opt-in 'memory_values'): every one-head cross-attention attends
         # with the raw memory as values (value_attention.py)
         fold = fold_values and rope and all(FoldedValues.applicable(ly.cross_attn_image)
                                             for ly in inner.layers)
-        self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope, fold)
+        self.layers = torch.nn.ModuleList(FusedMemoryAttentionLayer(ly, rope, fold, self_flash)
                                           for ly in inner.layers)
         cross = [ly.cross_attn_image for ly in self.layers]
         inner_cross = [m.inner for m in cross if isinstance(m, FusedRoPEAttention)]

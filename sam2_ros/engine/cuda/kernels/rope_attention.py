@@ -17,12 +17,26 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from sam2.modeling.sam.transformer import RoPEAttention
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sam2_ros.engine.cuda.kernels.projections import Projections
 from sam2_ros.engine.cuda.kernels.rope import rope_tables, rotary_qk
 
 
 def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def flash_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q, k, v [B, H, L, D] -> [B, H, Lq, D]: FlashAttention where the call is one head of
+    one row in 16-bit on CUDA (the opt-in 'self_flash': one object's memory self-attention),
+    SDPA as sam2 elsewhere. SDPA picks cuDNN's kernel there, one program per 64 queries of the
+    one head, most of the GPU idle; FlashAttention splits the keys across the GPU itself (the
+    SDPA probe's 'mem_self' rows: faster for one object, slower for three)."""
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[0] * q.shape[1] == 1:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                          SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(q, k, v)
     return F.scaled_dot_product_attention(q, k, v)
 
 
