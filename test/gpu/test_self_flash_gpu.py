@@ -6,8 +6,8 @@ tiny@512's memory attention (fused module, random LayerNorm affines, TF32 off), 
 with the group, one object's output stays within the fused module's bf16 bound of sam2's
 module (2^-6 of max |sam2|, test_fused_kernels_gpu.py) and differs from the output without it
 (another kernel ran: one cuDNN attention call fewer per layer in the profile, FlashAttention's
-kernels more); three
-objects and float32 are bitwise the output without it (the group leaves those calls to SDPA).
+kernels more); three objects and float32 are bitwise the output without it (the group leaves
+those calls to SDPA).
 The measured error goes to $OUT/gpu_fused_kernels.json.
 """
 
