@@ -137,7 +137,9 @@ class FusedLayerNorm2d(torch.nn.Module):
                            r.stride(2), r.stride(3), self.inner.weight, self.inner.bias, y,
                            c, h * w, w, float(self.inner.eps), HAS_R=residual is not None,
                            SUM_OF_R=sum_dtype != x.dtype, GELU=self.gelu, BLOCK_C=block_c,
-                           BLOCK_P=block_p, num_warps=4)
+                           # eight warps from 64 channels: faster there, slower at 16
+                           # (tools/probes/launch_probe.py; bitwise the same output)
+                           BLOCK_P=block_p, num_warps=8 if block_c >= 64 else 4)
         return y
 
 

@@ -94,7 +94,11 @@ def rotary_qk(q: torch.Tensor, k: torch.Tensor, heads: int, cos: torch.Tensor,
     block_l = max(1, _TILE // (2 * block_d2))
     n_q = triton.cdiv(lq, block_l)
     grid = (n_q + triton.cdiv(lk, block_l), bsz * heads)
+    # eight warps a program where the keys make hundreds of programs (a cross-attention over
+    # the memory): faster there, bitwise the same (tools/probes/launch_probe.py); smaller
+    # calls were not timed apart and keep four
+    warps = 8 if grid[0] * grid[1] >= 256 else 4
     _rope_kernel[grid](q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), cos, sin,
                        qo, ko, lq, lk, n_rope, heads, d2, n_q,
-                       BLOCK_L=block_l, BLOCK_D2=block_d2, num_warps=4)
+                       BLOCK_L=block_l, BLOCK_D2=block_d2, num_warps=warps)
     return qo, ko
