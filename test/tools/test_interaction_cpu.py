@@ -160,6 +160,8 @@ def test_steady_frames_time_identical_frames_after_the_stream(tmp_path, one_thre
     # what ran in them: eager steps on the CPU, one per frame, and their collections
     assert steady['modes'] == {'eager': 3} and steady['steps']['eager_steps'] == 3
     assert steady['gc']['total_ms'] >= steady['gc']['max_ms'] >= 0
+    # and what the host took from them (None-valued where the host does not say)
+    assert 'disturbed_frames' in steady['host']
     assert row['eager_steps'] == 4          # the stream's 4 frames, not the 23 after them
     with pytest.raises(SystemExit):
         bench.parse(argv[:-2] + ['--steady-frames', '-1'])

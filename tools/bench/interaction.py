@@ -45,6 +45,7 @@ import numpy as np
 
 from sam2_ros.ros import gc_policy      # no ROS import: the node's heap freeze, as it runs it
 from tools.bench import gc_watch, host_frames, results
+from tools.bench.steady import STEP_KEYS, step_counts, steady_frames
 from tools.bench.profiling import sync as _sync
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
@@ -57,14 +58,6 @@ DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
 VARIANTS = ('swap', 'batched')          # TrackerConfig.graph_mode
 CORRECTIONS = ('immediate', 'deferred')  # add_prompt on the frame, or defer_prompt to the next
 SLOWEST = 5                             # slowest frames kept per row
-SETTLE = 20                             # untimed frames before --steady-frames' timed ones
-# Step counters every row carries, 0 when the tracker never counted one; any other
-# ``*_steps`` counter the tracker has (e.g. prompt_graph_steps) is added when present.
-# always in a row, 0 included: a row says that no step ran apart, not that none was counted
-STEP_KEYS = ('eager_steps', 'graph_steps', 'prompt_steps', 'buckets_merged_steps',
-             'buckets_apart_steps')
-
-
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split('\n')[0])
     p.add_argument('--model', default='tiny')
@@ -152,16 +145,6 @@ def prompts_on(t: int, correct_every: int, new_at: int) -> List[str]:
     if correct_every > 0 and t % correct_every == 0:
         kinds.append('correction')
     return kinds
-
-
-def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
-    """The tracker's ``*_steps`` counters, ``deferred_prompts`` and ``fallbacks`` over the timed
-    frames (the set-up frame's prompts excluded). Reads whatever ``*_steps`` keys exist, so
-    counters the engine adds later (prompt_graph_steps, prompt_eager_steps) are reported
-    without a change here."""
-    keys = set(STEP_KEYS) | {k for k in after if k.endswith('_steps')} | {'fallbacks',
-                                                                         'deferred_prompts'}
-    return {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in sorted(keys)}
 
 
 def slowest(ms: List[float], kinds: Dict[int, List[str]], modes: List[str],
@@ -298,39 +281,6 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     row['src'] = f'{a.w}x{a.h}'
     row['weights'] = 'random' if a.random_weights else a.checkpoint
     return row
-
-
-def steady_frames(tr: StreamingTracker, stream: SyntheticCamera,
-                  a: argparse.Namespace) -> Dict[str, object]:
-    """``a.steady_frames`` more frames of the stream on the same tracker, no prompts, timed
-    as the stream's frames, after ``SETTLE`` untimed ones (an object corrected near the
-    stream's end leaves its padded bucket within the bank's pointer count, 16 frames): every
-    timed one replays the same graphs on the same shapes, so their spread is the machine's.
-    The result says so: the modes ``track`` reported, the step counters and the collections
-    of the timed frames (an eager step or a collection there is not the machine's)."""
-    t0 = a.frames + 1
-    for t in range(t0, t0 + SETTLE):
-        tr.track(stream.frame(t))
-    before = dict(tr.stats)
-    ms: List[float] = []
-    gcs: List[List[tuple]] = []
-    modes: Dict[str, int] = {}
-    watch = gc_watch.GcWatch()
-    with watch:
-        for t in range(t0 + SETTLE, t0 + SETTLE + a.steady_frames):
-            frame = stream.frame(t)
-            _sync(a.device)
-            watch.take()
-            start = time.perf_counter()
-            mode = tr.track(frame).mode
-            _sync(a.device)
-            ms.append((time.perf_counter() - start) * 1e3)
-            gcs.append(watch.take())
-            modes[mode] = modes.get(mode, 0) + 1
-    p50, p99 = (float(np.percentile(ms, q)) for q in (50, 99))
-    return {'frames': len(ms), 'ms_p50': round(p50, 3), 'ms_p99': round(p99, 3),
-            'p99_over_p50': round(p99 / p50, 3) if p50 else None, 'modes': modes,
-            'steps': step_counts(dict(tr.stats), before), 'gc': gc_watch.summary(gcs)}
 
 
 def table(rows: List[dict]) -> str:
