@@ -3,7 +3,7 @@ count as disturbed, and the undisturbed frames' percentiles beside those of all 
 
 from __future__ import annotations
 
-import sys
+import os
 
 import pytest
 
@@ -37,15 +37,16 @@ def test_summary_says_nothing_where_the_host_says_nothing():
     assert host_frames.cell({'host': out}) == '-' and host_frames.cell({}) == '-'
 
 
-@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='schedstat is Linux only')
 def test_a_frame_account_reads_this_threads_schedstat_and_the_machines_steal():
-    """Both counters are read and differenced as numbers (never negative: both only grow)."""
+    """Both counters are read and differenced as numbers (never negative: both only grow);
+    where the host has no schedstat (not Linux, or a kernel without it) the wait is None."""
     import time
     watch = host_frames.HostFrames()
     watch.start()
     time.sleep(0.001)
     frame = watch.take()
-    if frame['cpu_wait_ms'] is None:
-        pytest.skip('no /proc/thread-self/schedstat on this kernel')
-    assert isinstance(frame['cpu_wait_ms'], float) and frame['cpu_wait_ms'] >= 0
-    assert isinstance(frame['steal_ms'], float) and frame['steal_ms'] >= 0
+    if os.path.exists('/proc/thread-self/schedstat'):
+        assert isinstance(frame['cpu_wait_ms'], float) and frame['cpu_wait_ms'] >= 0
+        assert isinstance(frame['steal_ms'], float) and frame['steal_ms'] >= 0
+    else:
+        assert frame['cpu_wait_ms'] is None

@@ -28,16 +28,13 @@ from sam2_ros.engine import frame_in, pil_resize
 from sam2_ros.engine.cuda.kernels.launch import jit
 
 _FAST, _SLOW = 64, 16           # tile: 64 along the axis contiguous in memory, 16 across
-# the taps' loop's unroll factor (tools/probes/launch_probe.py times others; none beat an
-# unrolled-once loop by more than a few percent at a 720p frame)
-_UNROLL = 1
 _IDENTITY: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 @jit
 def _pass_kernel(src_ptr, s_o, s_j, s_c, idx_ptr, w_ptr, dst_ptr, d_o, d_j, d_c, table_ptr,
                  N_OUT, N_J, K: tl.constexpr, O_FAST: tl.constexpr, NORMALIZE: tl.constexpr,
-                 BLOCK_O: tl.constexpr, BLOCK_J: tl.constexpr, UNROLL: tl.constexpr):
+                 BLOCK_O: tl.constexpr, BLOCK_J: tl.constexpr):
     # o: output position along the filtered axis, j: along the other one; the tile's second
     # (contiguous) dimension is the axis whose pixels are adjacent in memory
     ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)
@@ -55,7 +52,7 @@ def _pass_kernel(src_ptr, s_o, s_j, s_c, idx_ptr, w_ptr, dst_ptr, d_o, d_j, d_c,
     acc1 = acc0
     acc2 = acc0
     src = src_ptr + j.to(tl.int64) * s_j
-    for k in tl.range(0, K, loop_unroll_factor=UNROLL):
+    for k in range(0, K):
         i = tl.load(idx_ptr + k * N_OUT + o, mask=om, other=0)
         wk = tl.load(w_ptr + k * N_OUT + o, mask=om, other=0)
         p = src + i.to(tl.int64) * s_o
@@ -98,7 +95,7 @@ def _launch(src: torch.Tensor, src_strides: Tuple[int, int, int], n_in: int, n_j
     grid = (triton.cdiv(size, block_o), triton.cdiv(n_j, block_j))
     _pass_kernel[grid](src, *src_strides, idx, w, dst, *dst_strides, table, size, n_j,
                        K=idx.shape[0], O_FAST=horizontal, NORMALIZE=normalize, BLOCK_O=block_o,
-                       BLOCK_J=block_j, UNROLL=_UNROLL, num_warps=4)
+                       BLOCK_J=block_j, num_warps=4)
 
 
 def frame_to_input(x: torch.Tensor, size: int,
