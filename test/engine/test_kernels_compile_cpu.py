@@ -167,7 +167,9 @@ def compile_case(case: str) -> dict:
     return {'cubin_bytes': len(compiled.asm['cubin']), 'div_rn': 'div.rn.f32' in ptx,
             'div_full': 'div.full' in ptx, 'sin_approx': 'sin.approx' in ptx,
             'shared_bytes': int(getattr(compiled.metadata, 'shared', 0)),
-            'scalar_b16_access': ptx.count('ld.global.b16') + ptx.count('st.global.b16')}
+            'scalar_b16_access': ptx.count('ld.global.b16') + ptx.count('st.global.b16'),
+            # rounding.cast_rne's integer rounding adds 0x7FFF: only the interpreter runs it
+            'integer_rounding': ptx.count('32767')}
 
 
 @pytest.fixture(scope='module')
@@ -194,5 +196,17 @@ def test_kernel_compiles_for_sm90_without_a_gpu(case, compiled):
     # a program's shared memory fits an H100's / H200's multiprocessor (227 KiB), or the
     # launch fails on the GPU machine ('out of resources') and the capture falls back
     assert got['shared_bytes'] <= 227 * 1024, got
+    # bf16 conversions by the GPU's instruction (rounding.HARDWARE_RNE), not integer steps
+    assert got['integer_rounding'] == 0, got
     if CASES[case][1] == '_rope_kernel':   # whole rows in vector loads and stores, no
         assert got['scalar_b16_access'] == 0, got   # element-wise access of the pairs
+
+
+def test_interpreted_rounding_is_restored_after_nested_blocks():
+    from sam2_ros.engine.cuda.kernels import rounding
+    assert rounding.HARDWARE_RNE
+    with rounding.interpreted():
+        with rounding.interpreted():
+            assert not rounding.HARDWARE_RNE
+        assert not rounding.HARDWARE_RNE        # the outer interpreted launch still runs
+    assert rounding.HARDWARE_RNE        # compiled kernels see the value they were built with

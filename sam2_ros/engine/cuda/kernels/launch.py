@@ -62,7 +62,8 @@ class Kernel:
                 for record in _RECORDERS:
                     record.append(Launch(self, grid, args, kwargs))
                 return self.variant(False)[grid](*args, **kwargs)
-            with library_interpreted():
+            from sam2_ros.engine.cuda.kernels import rounding     # imports triton
+            with library_interpreted(), rounding.interpreted():
                 return self.variant(True)[grid](*args, **kwargs)
         return launch
 

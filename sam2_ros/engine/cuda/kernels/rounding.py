@@ -1,22 +1,55 @@
 """Float32 -> bf16 rounding inside our kernels, identical on the GPU and in the interpreter.
 
 The GPU converts float32 to bf16 rounding to nearest even; Triton's CPU interpreter truncates.
-Rounding by integer arithmetic first (the rounded value is exact in bf16, so the final
-conversion is exact either way) gives the same bits on both, so the CPU tests check the
-rounding the GPU does.
+In the interpreter the value is rounded by integer arithmetic first (the rounded value is
+exact in bf16, so the final conversion is exact), so the CPU tests check the rounding the GPU
+does. A compiled kernel converts with the GPU's one instruction instead: the integer steps
+cost six instructions per value, in loops such as the memory encoder's depthwise convolution
+(a conversion per tap) that made those kernels instruction-bound. Both give the same bits for
+every finite value and infinity (the GPU tests compare the kernels bitwise against sam2's
+modules, which convert in hardware too).
 """
+
+import contextlib
+import threading
+from typing import Iterator
 
 import triton
 import triton.language as tl
+
+# False while an interpreted kernel runs (``interpreted``): the interpreter reads this global
+# at run time, a compiled kernel at compile time (Triton keys its cache on the value and checks
+# that it is unchanged at each launch: ``interpreted`` restores it before any)
+HARDWARE_RNE = tl.constexpr(True)
+_LOCK = threading.Lock()
+_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def interpreted() -> Iterator[None]:
+    """Within the block (an interpreted launch, ``launch.Kernel``), ``cast_rne`` rounds by
+    integer arithmetic; reentrant and shared by threads (the last one out restores it)."""
+    global HARDWARE_RNE
+    with _LOCK:
+        _DEPTH[0] += 1
+        HARDWARE_RNE = tl.constexpr(False)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH[0] -= 1
+            if _DEPTH[0] == 0:
+                HARDWARE_RNE = tl.constexpr(True)
 
 
 @triton.jit
 def cast_rne(x, DTYPE: tl.constexpr):
     """float32 ``x`` converted to DTYPE, rounded to nearest even (finite values)."""
     if DTYPE == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = bits + 0x7FFF + ((bits >> 16) & 1)
-        x = ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+        if not HARDWARE_RNE:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            x = ((bits >> 16) << 16).to(tl.float32, bitcast=True)
     return x.to(DTYPE)
 
 
