@@ -262,3 +262,13 @@ def test_io_group_is_switched_with_the_others():
     assert fused.fused_model(model, ('io',)) is model
     assert fused.enabled_groups(small_cfg()) == ()
     assert fused.enabled_groups(small_cfg(fused_kernels=False), 'cuda') == ()
+
+
+@pytest.mark.parametrize('n_in', [1, 7, 300, 512, 720, 1080, 1280, 1920, 4000])
+@pytest.mark.parametrize('n_out', [256, 512, 1024])
+def test_resize_taps_follow_from_the_first(n_in, n_out):
+    """io_frame's pass kernel computes tap k's source pixel as min(first + k, n_in - 1)
+    instead of loading it: the tables must be built so (up- and downscaling alike)."""
+    idx, _ = pil_resize.coefficients(n_in, n_out)
+    taps = np.arange(idx.shape[1])
+    assert np.array_equal(idx, np.minimum(idx[:, :1] + taps[None, :], n_in - 1))

@@ -32,7 +32,7 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr, UNROLL: tl.constexpr):
 
 
 def args(**kw):
-    base = dict(warps=[2, 4, 8], stages=[1, 2], unroll=[1, 4])
+    base = dict(warps=[2, 4, 8], stages=[1, 2], unroll=[1, 4], flag=[])
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -43,6 +43,13 @@ def test_settings_sweep_warps_stages_where_tiles_multiply_and_unroll_where_taken
     got = launch_probe.settings(dot, args())
     assert {'num_warps': 8, 'UNROLL': 4} in got and {'num_stages': 2, 'UNROLL': 1} in got
     assert len(got) == (3 + 2) * 2
+
+
+def test_flags_are_tried_alone_where_the_kernel_takes_them():
+    dot = launch.Launch(dot_kernel, (1,), (), {'N': 16, 'UNROLL': 1})
+    got = launch_probe.settings(dot, args(flag=[('UNROLL', [2, 8]), ('ABSENT', [0, 1])]))
+    assert got[-2:] == [{'UNROLL': 2}, {'UNROLL': 8}]      # ABSENT: not a parameter, not tried
+    assert not any('ABSENT' in kw for kw in got)
 
 
 def test_signature_is_the_work_shapes_strides_dtypes_scalars_and_settings():

@@ -3,7 +3,7 @@ settings (warps, pipeline stages, a loop's unroll factor), each output compared 
 
     python -m tools.probes.launch_probe [--model tiny --res 512 --objects 1]
         [--max-objects 8] [--warps 2,4,8] [--stages 1,2,3,4] [--unroll 1,2,4,8] [--min-us 4]
-        [--out $OUT/launch_probe.json]
+        [--flag NAME=0,1 ...] [--out $OUT/launch_probe.json]
 
 Why: the kernel census of a tiny@512 frame (benchmarks/results/h200_extra.json) shows our own
 kernels at 40% of the frame's kernel time, several of them at 20-30 us on a few thousand
@@ -90,12 +90,17 @@ def timed_us(rec: launch.Launch, kwargs: Dict[str, Any], repeat: int) -> float:
 def settings(rec: launch.Launch, args: argparse.Namespace) -> List[Dict[str, int]]:
     """The launch settings tried for this kernel: each warp count; each pipeline depth where
     the kernel multiplies tiles (``tl.dot``: the loads its loops pipeline); each unroll factor
-    at each warp count where the kernel takes one (its ``UNROLL`` constexpr)."""
+    at each warp count where the kernel takes one (its ``UNROLL`` constexpr); each value of a
+    ``--flag`` constexpr the kernel takes (a code path the package switches by one), alone."""
     out: List[Dict[str, int]] = [{'num_warps': w} for w in args.warps]
     if 'tl.dot' in inspect.getsource(rec.kernel.fn):
         out += [{'num_stages': s} for s in args.stages]
-    if 'UNROLL' in inspect.signature(rec.kernel.fn).parameters:
+    params = inspect.signature(rec.kernel.fn).parameters
+    if 'UNROLL' in params:
         out = [{**kw, 'UNROLL': u} for kw in out for u in args.unroll]
+    for name, values in args.flag:
+        if name in params:
+            out += [{name: v} for v in values]
     return out
 
 
@@ -168,6 +173,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument('--warps', default='2,4,8')
     ap.add_argument('--stages', default='1,2,3,4')
     ap.add_argument('--unroll', default='1,2,4,8')
+    ap.add_argument('--flag', action='append', default=[],
+                    help='NAME=v1,v2: each value of the constexpr NAME where a kernel takes it')
     ap.add_argument('--repeat', type=int, default=20)
     ap.add_argument('--min-us', type=float, default=4.0,
                     help='launches faster than this are timed but not swept')
@@ -180,6 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     for name in ('warps', 'stages', 'unroll'):
         setattr(args, name, [int(v) for v in getattr(args, name).split(',') if v])
+    args.flag = [(f.split('=')[0], [int(v) for v in f.split('=')[1].split(',')])
+                 for f in args.flag]
     only = {n for n in args.only.split(',') if n}
     groups: Dict[Tuple, List[launch.Launch]] = {}
     for rec in record_frames(args):

@@ -33,8 +33,9 @@ _IDENTITY: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
 
 @jit
 def _pass_kernel(src_ptr, s_o, s_j, s_c, idx_ptr, w_ptr, dst_ptr, d_o, d_j, d_c, table_ptr,
-                 N_OUT, N_J, K: tl.constexpr, O_FAST: tl.constexpr, NORMALIZE: tl.constexpr,
-                 BLOCK_O: tl.constexpr, BLOCK_J: tl.constexpr):
+                 N_OUT, N_J, N_IN, K: tl.constexpr, O_FAST: tl.constexpr,
+                 NORMALIZE: tl.constexpr, BLOCK_O: tl.constexpr, BLOCK_J: tl.constexpr,
+                 TAPS_FROM_FIRST: tl.constexpr):
     # o: output position along the filtered axis, j: along the other one; the tile's second
     # (contiguous) dimension is the axis whose pixels are adjacent in memory
     ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)
@@ -52,8 +53,14 @@ def _pass_kernel(src_ptr, s_o, s_j, s_c, idx_ptr, w_ptr, dst_ptr, d_o, d_j, d_c,
     acc1 = acc0
     acc2 = acc0
     src = src_ptr + j.to(tl.int64) * s_j
+    # TAPS_FROM_FIRST: tap k's source pixel is min(first + k, N_IN - 1) (pil_resize's tables
+    # are built so), computed instead of loaded: no load waits on another inside the loop
+    first = tl.load(idx_ptr + o, mask=om, other=0)
     for k in range(0, K):
-        i = tl.load(idx_ptr + k * N_OUT + o, mask=om, other=0)
+        if TAPS_FROM_FIRST:
+            i = tl.minimum(first + k, N_IN - 1)
+        else:
+            i = tl.load(idx_ptr + k * N_OUT + o, mask=om, other=0)
         wk = tl.load(w_ptr + k * N_OUT + o, mask=om, other=0)
         p = src + i.to(tl.int64) * s_o
         acc0 += wk * tl.load(p, mask=m, other=0).to(tl.int32)
@@ -93,9 +100,9 @@ def _launch(src: torch.Tensor, src_strides: Tuple[int, int, int], n_in: int, n_j
         _identity(size, src.device)
     block_o, block_j = (_FAST, _SLOW) if horizontal else (_SLOW, _FAST)
     grid = (triton.cdiv(size, block_o), triton.cdiv(n_j, block_j))
-    _pass_kernel[grid](src, *src_strides, idx, w, dst, *dst_strides, table, size, n_j,
+    _pass_kernel[grid](src, *src_strides, idx, w, dst, *dst_strides, table, size, n_j, n_in,
                        K=idx.shape[0], O_FAST=horizontal, NORMALIZE=normalize, BLOCK_O=block_o,
-                       BLOCK_J=block_j, num_warps=4)
+                       BLOCK_J=block_j, TAPS_FROM_FIRST=True, num_warps=4)
 
 
 def frame_to_input(x: torch.Tensor, size: int,
