@@ -39,11 +39,11 @@ MAX_BATCH_BUCKET = 4096
 # DEFAULT_OPT_IN round elsewhere than sam2's ops, within a bf16 step of them: 'gelu_epilogue'
 # (cuBLASLt's tanh GELU; 16-bit only), 'window_attention' (16-bit only), 'memory_values' (the
 # same function, other rounding points), 'patch_embed' (sam2's values up to the summation
-# order; bf16 rounds the operands as sam2's convolution does). 'self_flash' (one object's
-# memory self-attention by FlashAttention, 16-bit only) is off until timed on the GPU.
+# order; bf16 rounds the operands as sam2's convolution does), 'self_flash' (one object's
+# memory self-attention by FlashAttention, 16-bit only: another kernel's rounding).
 FUSED_OPT_IN = ('gelu_epilogue', 'window_attention', 'memory_values', 'patch_embed',
                 'self_flash')
-DEFAULT_OPT_IN = FUSED_OPT_IN[:4]         # each timed on the GPU
+DEFAULT_OPT_IN = FUSED_OPT_IN             # each timed on the GPU
 
 # SAM 2.1 hydra config of each size, as shipped inside the sam2 package.
 MODEL_CONFIGS = {
@@ -278,8 +278,8 @@ class TrackerConfig:
         "'window_attention' (Hiera's attention in windows of up to 64 tokens in our Triton "
         "kernel, 16-bit only), 'memory_values' (the memory cross-attention over the raw "
         "64-channel memory as values, its value projection folded into the output one), "
-        "'patch_embed' (Hiera's patch embedding in one kernel); off by default: 'self_flash' "
-        "(one object's memory self-attention by FlashAttention, 16-bit only)"))
+        "'patch_embed' (Hiera's patch embedding in one kernel), 'self_flash' (one object's "
+        "memory self-attention over up to 2,048 tokens by FlashAttention, 16-bit only)"))
     # MultiStreamTracker (several cameras on one model): the present frames of a step are
     # encoded as one batch and every object of every camera runs in one track call. False: one
     # encode and one track call per camera, in camera order (the reference path).

@@ -29,7 +29,7 @@ WITH_WINDOW = ('window_attention',)
 WITH_VALUES = ('memory_values',)
 WITH_OPT_IN = ('gelu_epilogue', 'window_attention')   # the 'optin' rows (before memory_values)
 WITH_PATCH = WITH_OPT_IN + WITH_VALUES                # the default before 'patch_embed'
-WITH_ALL = WITH_PATCH + ('patch_embed',)              # the default opt-in groups
+WITH_ALL = WITH_PATCH + ('patch_embed',)              # the default before 'self_flash'
 
 
 @dataclass
@@ -177,7 +177,7 @@ WITH_FUSED = {
     'ours_graph_memvals': (WITH_VALUES, 'swap', "ours_graph with the opt-in 'memory_values'"),
     'ours_graph_batched_memvals': (WITH_VALUES, 'batched',
                                    "ours_graph_batched with the opt-in 'memory_values'"),
-    'ours_graph_allopt': (WITH_ALL, 'swap', 'ours_graph with every default opt-in group'),
+    'ours_graph_allopt': (WITH_ALL, 'swap', "ours_graph's opt-in groups before 'self_flash'"),
     'ours_graph_noopt': ((), 'swap',
                          'ours_graph without the opt-in groups (their off switch, '
                          'fused_opt_in: [])'),
@@ -190,9 +190,11 @@ WITH_FUSED = {
     'ours_graph_batched_optin': (WITH_OPT_IN, 'batched', "ours_graph_batched with "
                                  "'gelu_epilogue' and 'window_attention'"),
     'ours_graph_selfflash': (WITH_ALL + ('self_flash',), 'swap',
-                             "ours_graph with the opt-in 'self_flash' too"),
+                             "ours_graph with 'self_flash' (its default since 2026-12-06)"),
     'ours_graph_batched_selfflash': (WITH_ALL + ('self_flash',), 'batched',
-                                     "ours_graph_batched with the opt-in 'self_flash' too"),
+                                     "ours_graph_batched with 'self_flash' (the default since)"),
+    'ours_graph_batched_noselfflash': (WITH_ALL, 'batched', "ours_graph_batched without "
+                                       "'self_flash' (its off switch)"),
 }
 
 

@@ -65,8 +65,9 @@ Opt-in (``config.FUSED_OPT_IN``, each with its switch in ``fused_opt_in``; those
                       in one implicit-GEMM kernel (``patch_embed.py``); sam2's values up to
                       the summation order
   'self_flash'        with 'memory_attention' and 'rope': one object's memory self-attention
-                      (one head) by FlashAttention instead of SDPA's choice, cuDNN
-                      (``rope_attention.flash_alone``); another summation order, 16-bit only
+                      (one head, up to 2,048 keys) by FlashAttention instead of SDPA's
+                      choice, cuDNN (``rope_attention.flash_alone``); another summation
+                      order, 16-bit only
 """
 
 from __future__ import annotations

@@ -27,13 +27,26 @@ def _sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
 
+# Keys up to which one object's self-attention runs FlashAttention: tiny@512's 1,024 tokens,
+# where it was faster than cuDNN's kernel; at large@1024's 4,096 the step graphs' own
+# split-KV (attention.split_kv) was faster than it (run 20261206T163835Z-36dabd, H100)
+FLASH_ALONE_MAX_KEYS = 2048
+
+
+def flash_applies(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether ``flash_alone`` runs FlashAttention for q, k [B, H, L, D]: one head of one
+    row, 16-bit, on CUDA, at most ``FLASH_ALONE_MAX_KEYS`` keys."""
+    return (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and q.shape[0] * q.shape[1] == 1 and k.shape[2] <= FLASH_ALONE_MAX_KEYS)
+
+
 def flash_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """q, k, v [B, H, L, D] -> [B, H, Lq, D]: FlashAttention where the call is one head of
-    one row in 16-bit on CUDA (the opt-in 'self_flash': one object's memory self-attention),
-    SDPA as sam2 elsewhere. SDPA picks cuDNN's kernel there, one program per 64 queries of the
-    one head, most of the GPU idle; FlashAttention splits the keys across the GPU itself (the
-    SDPA probe's 'mem_self' rows: faster for one object, slower for three)."""
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[0] * q.shape[1] == 1:
+    """q, k, v [B, H, L, D] -> [B, H, Lq, D]: FlashAttention where ``flash_applies`` (the
+    fused group 'self_flash': one object's memory self-attention), SDPA as sam2 elsewhere.
+    SDPA picks cuDNN's kernel there, one program per 64 queries of the one head, most of the
+    GPU idle; FlashAttention splits the keys across the GPU itself (the SDPA probe's
+    'mem_self' rows: faster for one object, slower for three)."""
+    if flash_applies(q, k):
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                           SDPBackend.MATH]):
             return F.scaled_dot_product_attention(q, k, v)
