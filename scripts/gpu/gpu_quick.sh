@@ -11,9 +11,9 @@
 # KEEPER_US: e.g. 0,12000, each row also with the GPU clock keeper's spin after each frame),
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
-# memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace at 8
-# objects: the slow frames' host calls), SDPA_S (tools.probes.sdpa_probe: the attention
-# backends and split-KV on a frame's shapes), VALUES_S (tools.probes.value_attention_probe:
+# memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace:
+# PROBE_OBJECTS, default 8, PROBE_WINDOW of frames, default 110-112, PROBE_CORRECTIONS),
+# SDPA_S (tools.probes.sdpa_probe: the attention backends and split-KV on a frame's shapes), VALUES_S (tools.probes.value_attention_probe:
 # the 'memory_values' kernel against FlashAttention), LAUNCH_S (tools.probes.launch_probe at
 # 1 object; LAUNCH_ARGS, e.g. "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
 # INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always;
@@ -107,9 +107,11 @@ if on INTERACTION_S 90; then
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250
 fi
-if on PROBE_S 0; then   # the 8-object interaction p99: each slow frame's host calls (--trace)
-  timeout "$PROBE_S" python3 -m tools.probes.interaction_frames_probe --objects 8 \
-    --window 110-112 --trace --out "$OUT/interaction_frames.json" > "$OUT/probe.log" 2>&1
+if on PROBE_S 0; then   # an interaction row's slow frames: their kernels and host calls (--trace)
+  timeout "$PROBE_S" python3 -m tools.probes.interaction_frames_probe \
+    --objects "${PROBE_OBJECTS:-8}" --corrections "${PROBE_CORRECTIONS:-deferred}" \
+    --window "${PROBE_WINDOW:-110-112}" --trace --out "$OUT/interaction_frames.json" \
+    > "$OUT/probe.log" 2>&1
   echo "== interaction frames probe (rc $?, $(( $(date +%s) - T0 )) s)"
   grep -E '^(slow frame|traced slow frame)' "$OUT/probe.log" | cut -c1-300
 fi
