@@ -14,8 +14,8 @@
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace:
 # PROBE_OBJECTS, default 8, PROBE_WINDOW of frames, default 110-112, PROBE_CORRECTIONS),
 # SDPA_S (tools.probes.sdpa_probe: the attention backends and split-KV on a frame's shapes),
-# VALUES_S (tools.probes.value_attention_probe: the 'memory_values' kernel against FlashAttention), LAUNCH_S (tools.probes.launch_probe at
-# 1 object; LAUNCH_ARGS, e.g. "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
+# VALUES_S (tools.probes.value_attention_probe: the 'memory_values' kernel against
+# FlashAttention), LAUNCH_S (tools.probes.launch_probe at 1 object; LAUNCH_ARGS, e.g. "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
 # INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always;
 # default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
