@@ -15,7 +15,8 @@
 # PROBE_OBJECTS, default 8, PROBE_WINDOW of frames, default 110-112, PROBE_CORRECTIONS),
 # SDPA_S (tools.probes.sdpa_probe: the attention backends and split-KV on a frame's shapes),
 # VALUES_S (tools.probes.value_attention_probe: the 'memory_values' kernel against
-# FlashAttention), LAUNCH_S (tools.probes.launch_probe at 1 object; LAUNCH_ARGS, e.g. "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
+# FlashAttention), LAUNCH_S (tools.probes.launch_probe at 1 object; LAUNCH_ARGS, e.g.
+# "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
 # INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always;
 # default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
@@ -134,14 +135,15 @@ fi
 if on LAUNCH_S 0; then   # tools.probes.launch_probe at 1 object (LAUNCH_ARGS: more options)
   read -r -a LAUNCH_EXTRA <<< "${LAUNCH_ARGS:-}"
   timeout "$LAUNCH_S" python3 -m tools.probes.launch_probe --objects 1 --max-objects 8 \
-    --total-s $(( LAUNCH_S - 60 )) "${LAUNCH_EXTRA[@]}" --out "$OUT/launch_probe.json" \
+    --total-s $(( LAUNCH_S * 2 / 3 )) "${LAUNCH_EXTRA[@]}" --out "$OUT/launch_probe.json" \
     > "$OUT/launch.log" 2>&1
   echo "== launch probe (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^{' "$OUT/launch.log" | python3 -c "
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
-    print(r['kernel'], r['launches'], r['us'], r.get('best', ''), r.get('saved_us', ''))" | head -30
+    print(r['kernel'], r['launches'], r['us'], r.get('best', ''), r.get('saved_us', ''))" |
+    head -30
 fi
 if on IMAGE_S 90; then
   timeout "${IMAGE_S:-90}" python3 -m tools.bench.image_mode --res 1024 --prompts 1,8 \
