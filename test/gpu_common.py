@@ -40,9 +40,9 @@ def record_fused(name: str, value) -> None:
     record(name, value, 'gpu_fused_kernels.json')
 
 
-def cuda_kernels(fn, warm_up: bool = True) -> Tuple[int, float]:
-    """(CUDA kernels one call of ``fn`` launches, their GPU microseconds) by torch.profiler,
-    memcpy/memset aside; ``warm_up``: one call first, so Triton compiles outside the count."""
+def cuda_events(fn, warm_up: bool = True) -> list:
+    """The CUDA events (kernels, copies, sets) of one call of ``fn`` by torch.profiler;
+    ``warm_up``: one call first, so Triton compiles outside them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     if warm_up:
@@ -51,8 +51,14 @@ def cuda_kernels(fn, warm_up: bool = True) -> Tuple[int, float]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-          and not e.name.lower().startswith(('memcpy', 'memset'))]
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def cuda_kernels(fn, warm_up: bool = True) -> Tuple[int, float]:
+    """(CUDA kernels one call of ``fn`` launches, their GPU microseconds) by torch.profiler,
+    memcpy/memset aside; ``warm_up`` as ``cuda_events``."""
+    ev = [e for e in cuda_events(fn, warm_up)
+          if not e.name.lower().startswith(('memcpy', 'memset'))]
     return len(ev), sum(getattr(e, 'device_time', 0.0) for e in ev)
 
 

@@ -14,7 +14,7 @@ The measured error goes to $OUT/gpu_fused_kernels.json.
 import pytest
 import torch
 
-from gpu_common import cuda_rand as _rand, fused_test_model
+from gpu_common import cuda_events, cuda_rand as _rand, fused_test_model
 from gpu_common import record_fused as _record
 
 pytestmark = [pytest.mark.gpu,
@@ -35,13 +35,7 @@ def _inputs(batch, dt):
 
 
 def _kernel_names(fn):
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [e.name for e in cuda_events(fn)]
 
 
 def test_one_objects_self_attention_by_flash_within_bf16_bound_gpu(model):

@@ -45,8 +45,7 @@ import numpy as np
 
 from sam2_ros.ros import gc_policy      # no ROS import: the node's heap freeze, as it runs it
 from tools.bench import gc_watch, host_frames, results
-from tools.bench.steady import STEP_KEYS, step_counts, steady_frames
-from tools.bench.profiling import sync as _sync
+from tools.bench.steady import STEP_KEYS, FrameTimes, step_counts, steady_frames
 from tools.bench.results import csv as _csv, fmt as _fmt, provenance, save_json, stamp
 
 if TYPE_CHECKING:      # imported where used: parsing the arguments needs no model
@@ -58,6 +57,8 @@ DEFAULT_OUT = 'benchmarks/results/h200_interaction.json'
 VARIANTS = ('swap', 'batched')          # TrackerConfig.graph_mode
 CORRECTIONS = ('immediate', 'deferred')  # add_prompt on the frame, or defer_prompt to the next
 SLOWEST = 5                             # slowest frames kept per row
+
+
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split('\n')[0])
     p.add_argument('--model', default='tiny')
@@ -206,10 +207,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
     before, reasons0 = dict(tr.stats), dict(tr.fallback_reasons)
     if a.gc_freeze:
         gc_policy.freeze()
-    watch, host = gc_watch.GcWatch(), host_frames.HostFrames()
-    hosts: List[Dict[str, Optional[float]]] = []   # what the host took from each timed frame
-    ms: List[float] = []
-    gcs: List[List[tuple]] = []                    # each timed frame's collections
+    times = FrameTimes(a.device)
     modes: List[str] = []
     turn = 0
     deferred = corrections == 'deferred'
@@ -223,7 +221,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         cx, cy = stream.centers(on)[obj_id - 1]
         return Prompt(obj_id, points=np.array([[cx, cy]], np.float32),
                       labels=np.array([1], np.int32))
-    with watch:
+    with times.watch:
         for t in range(1, a.frames + 1):
             frame = stream.frame(t)                    # drawn before the clock starts
             if 'new_object' in kinds.get(t, ()):       # queued between frames, as a user would
@@ -236,18 +234,12 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                 res = tr.track(frame)
                 modes.append(res.mode)
                 return tr.add_prompt(click(t)) if correct and not deferred else res
-            _sync(a.device)
-            watch.take()                           # those between frames are not the frame's
-            host.start()
-            t0 = time.perf_counter()
-            res = around(t, work) if around is not None else work()
-            _sync(a.device)
-            ms.append((time.perf_counter() - t0) * 1e3)
-            hosts.append(host.take())
-            gcs.append(watch.take())
+            res = times.time(lambda t=t, work=work: around(t, work) if around is not None
+                             else work())
             want = objects + (1 if 1 <= a.new_at <= t else 0)
             assert len(res.objects) == want and res.objects[0].mask.shape == (a.h, a.w), \
                 (t, len(res.objects), want, res.objects[0].mask.shape)
+    ms, gcs, hosts = times.ms, times.gcs, times.hosts
     counts = step_counts(dict(tr.stats), before)
     reasons = {k: v - reasons0.get(k, 0) for k, v in tr.fallback_reasons.items()
                if v - reasons0.get(k, 0)}

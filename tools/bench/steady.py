@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -38,6 +38,32 @@ def step_counts(after: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]
     return {k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in sorted(keys)}
 
 
+class FrameTimes:
+    """The timed frames of a row: ``time(work)`` runs one frame's work between device syncs
+    and keeps its wall ms, its garbage collections (``gc_watch``: within ``with
+    times.watch``) and what the host took from it (``host_frames``)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.ms: List[float] = []
+        self.gcs: List[List[tuple]] = []                     # each frame's collections
+        self.hosts: List[Dict[str, Optional[float]]] = []    # what the host took from each
+        self.watch, self.host = gc_watch.GcWatch(), host_frames.HostFrames()
+
+    def time(self, work: Callable[[], object]) -> object:
+        """``work()``'s result, the frame timed."""
+        _sync(self.device)
+        self.watch.take()                      # those between frames are not the frame's
+        self.host.start()
+        t0 = time.perf_counter()
+        res = work()
+        _sync(self.device)
+        self.ms.append((time.perf_counter() - t0) * 1e3)
+        self.hosts.append(self.host.take())
+        self.gcs.append(self.watch.take())
+        return res
+
+
 def steady_frames(tr: StreamingTracker, stream: SyntheticCamera,
                   a: argparse.Namespace) -> Dict[str, object]:
     """``a.steady_frames`` more frames of the stream on the same tracker, no prompts, timed
@@ -51,26 +77,15 @@ def steady_frames(tr: StreamingTracker, stream: SyntheticCamera,
     for t in range(t0, t0 + SETTLE):
         tr.track(stream.frame(t))
     before = dict(tr.stats)
-    ms: List[float] = []
-    gcs: List[List[tuple]] = []
-    hosts: List[Dict[str, Optional[float]]] = []
+    times = FrameTimes(a.device)
     modes: Dict[str, int] = {}
-    watch, host = gc_watch.GcWatch(), host_frames.HostFrames()
-    with watch:
+    with times.watch:
         for t in range(t0 + SETTLE, t0 + SETTLE + a.steady_frames):
             frame = stream.frame(t)
-            _sync(a.device)
-            watch.take()
-            host.start()
-            start = time.perf_counter()
-            mode = tr.track(frame).mode
-            _sync(a.device)
-            ms.append((time.perf_counter() - start) * 1e3)
-            hosts.append(host.take())
-            gcs.append(watch.take())
+            mode = times.time(lambda: tr.track(frame).mode)
             modes[mode] = modes.get(mode, 0) + 1
-    p50, p99 = (float(np.percentile(ms, q)) for q in (50, 99))
-    return {'frames': len(ms), 'ms_p50': round(p50, 3), 'ms_p99': round(p99, 3),
+    p50, p99 = (float(np.percentile(times.ms, q)) for q in (50, 99))
+    return {'frames': len(times.ms), 'ms_p50': round(p50, 3), 'ms_p99': round(p99, 3),
             'p99_over_p50': round(p99 / p50, 3) if p50 else None, 'modes': modes,
-            'steps': step_counts(dict(tr.stats), before), 'gc': gc_watch.summary(gcs),
-            'host': host_frames.summary(ms, hosts)}
+            'steps': step_counts(dict(tr.stats), before), 'gc': gc_watch.summary(times.gcs),
+            'host': host_frames.summary(times.ms, times.hosts)}
