@@ -12,7 +12,8 @@
 # OVERLAY_S (tools.probes.overlay_probe: a two-camera step with overlays none/gpu/host beside),
 # CORRECTION_S (tools.probes.correction_probe: a correction's cost, reuse of the frame's
 # memory attention on and off), PROBE_S (tools.probes.interaction_frames_probe --trace:
-# PROBE_OBJECTS, default 8, PROBE_WINDOW of frames, default 110-112, PROBE_CORRECTIONS),
+# PROBE_OBJECTS, default 8, PROBE_WINDOW of frames, default 110-112, or PROBE_RUNS, a list of
+# objects:window; PROBE_CORRECTIONS),
 # SDPA_S (tools.probes.sdpa_probe: the attention backends and split-KV on a frame's shapes),
 # VALUES_S (tools.probes.value_attention_probe: the 'memory_values' kernel against
 # FlashAttention), LAUNCH_S (tools.probes.launch_probe at 1 object; LAUNCH_ARGS, e.g.
@@ -109,12 +110,16 @@ if on INTERACTION_S 90; then
   grep '^|' "$OUT/interaction.log" | cut -c1-250
 fi
 if on PROBE_S 0; then   # an interaction row's slow frames: their kernels and host calls (--trace)
-  timeout "$PROBE_S" python3 -m tools.probes.interaction_frames_probe \
-    --objects "${PROBE_OBJECTS:-8}" --corrections "${PROBE_CORRECTIONS:-deferred}" \
-    --window "${PROBE_WINDOW:-110-112}" --trace --out "$OUT/interaction_frames.json" \
-    > "$OUT/probe.log" 2>&1
-  echo "== interaction frames probe (rc $?, $(( $(date +%s) - T0 )) s)"
-  grep -E '^(slow frame|traced slow frame)' "$OUT/probe.log" | cut -c1-300
+  # PROBE_RUNS: "objects:window ..." (e.g. "1:179-181 3:205-220"), each its own file
+  read -r -a RUNS <<< "${PROBE_RUNS:-${PROBE_OBJECTS:-8}:${PROBE_WINDOW:-110-112}}"
+  for RUN in "${RUNS[@]}"; do
+    timeout $(( PROBE_S / ${#RUNS[@]} )) python3 -m tools.probes.interaction_frames_probe \
+      --objects "${RUN%%:*}" --corrections "${PROBE_CORRECTIONS:-deferred}" \
+      --window "${RUN#*:}" --trace --out "$OUT/interaction_frames_${RUN%%:*}obj.json" \
+      > "$OUT/probe_${RUN%%:*}obj.log" 2>&1
+    echo "== interaction frames probe $RUN (rc $?, $(( $(date +%s) - T0 )) s)"
+    grep -E '^(slow frame|traced slow frame)' "$OUT/probe_${RUN%%:*}obj.log" | cut -c1-300
+  done
 fi
 if on SDPA_S 0; then     # PyTorch's attention backends and split-KV on a frame's shapes
   timeout "$SDPA_S" python3 -m tools.probes.sdpa_probe --out "$OUT/sdpa_probe.json" \
