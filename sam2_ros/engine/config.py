@@ -189,6 +189,13 @@ class TrackerConfig:
     corrections_reuse_attention: bool = knob(True, kind='bool', tuning=True, doc=(
         "a correction on the latest tracked frame starts from that frame's memory-conditioned "
         'features (kept by its track-step graph) instead of re-running memory attention'))
+    # A prompt deferred to the next track (defer_prompt) runs after that frame's encode is
+    # queued, from a copy of its own frame's features (cuda/kept_features.py): the host
+    # prepares it while the GPU encodes, and on CUDA its kernels run beside the encoder's on a
+    # second stream. Graphs only; False: before the encode, on one stream (the reference).
+    deferred_beside_encoder: bool = knob(True, kind='bool', tuning=True, doc=(
+        "a deferred prompt's step runs beside the next frame's image encoder (a second CUDA "
+        "stream, on a copy of its frame's features) instead of before it"))
     # Image mode (engine/image.py, sam2's image-predictor computation) as CUDA graphs (with
     # use_cuda_graphs, CUDA only): the image encoder, and prompt encoder + mask decoder per
     # prompt count in image_prompt_buckets and point count in prompt_point_buckets (or a mask
@@ -247,19 +254,12 @@ class TrackerConfig:
         'bf16: Linear/Conv weights cast to bf16 once at start-up, not by autocast on every call '
         '(bit-identical; false: the official per-call casts)'))
     # Fused kernels in the captured graphs (CUDA with triton importable, no compile_mode):
-    # the graphs run a copy of the model, sharing its weights, whose modules of these groups
-    # (FUSED_GROUPS) are replaced by Triton kernels of our own that do a residual add, its
-    # LayerNorm and the bf16 cast or window copy after it in one pass, RoPE in one kernel,
-    # the memory encoder in eleven kernels, sam2's glue around the SAM heads in one kernel and
-    # around the memory encoder in none ('sam_glue'), ..., the frame-in and masks-out graphs
-    # run two kernels each ('io'), hole filling one kernel (bitwise), and the
-    # frame-independent values (positional encodings, the no-prompt embedding: group
-    # 'constants', CUDA without triton too) are computed once, bitwise as per call. True:
+    # the graphs run a copy of the model, sharing its weights, whose modules of FUSED_GROUPS
+    # run Triton kernels of our own (kernels/fused.py says what each fuses) and read the
+    # frame-independent values computed once ('constants', CUDA without triton too). True:
     # every group; a tuple (from Python): those groups; False or (): sam2's modules and the
-    # reference I/O throughout. The eager runner (the reference and every fallback) always
-    # runs sam2's modules and the reference I/O; graph outputs differ from it by rounding
-    # (another summation order; frame in is bitwise, masks flip only at logits within
-    # rounding of 0).
+    # reference I/O throughout, as the eager runner (the reference, every fallback) always
+    # runs. Graph outputs differ from it by rounding (docs/streaming.md).
     fused_kernels: Union[bool, tuple] = knob(True, kind='bool', tuning=True, doc=(
         "the captured graphs run fused Triton kernels of our own (residual add + LayerNorm + "
         "cast or window copy in one kernel, one-kernel RoPE, LayerNorm2d, the memory encoder "

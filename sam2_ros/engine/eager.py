@@ -66,6 +66,11 @@ class EagerRunner:
         image = torch.cat([frame_in.to_model_input(f, size, dev) for f in present])
         return self.encode_batch(image), positions
 
+    def keeps_features(self, features: encoder.Features) -> bool:
+        """False: deferred prompts run before the next encode (``GraphRunner.keeps_features``;
+        an eager encode returns new tensors, so they could run after it, for no gain)."""
+        return False
+
     def encodes_in_place(self) -> bool:
         """False: each encode returns new tensors, so a failed one leaves earlier intact."""
         return False

@@ -30,7 +30,8 @@ from sam2_ros.engine.errors import (FrameError, StepError, TrackerError, read_fa
 from sam2_ros.engine.image import ImageSegmenter
 from sam2_ros.engine.image import frame_result as image_frame_result
 from sam2_ros.engine.model import autocast, build_model, precast
-from sam2_ros.engine.prompts import check_obj_id, prompt_mask, prompt_points
+from sam2_ros.engine.prompt_steps import PromptSteps
+from sam2_ros.engine.prompts import check_obj_id
 from sam2_ros.engine.runners import frame_mode, make_runner
 from sam2_ros.engine.stream import ObjectInfo, Stream
 from sam2_ros.engine.stream_handle import StreamHandle
@@ -83,6 +84,7 @@ class MultiStreamTracker:
         self.streams = [Stream(c, range(c * m, (c + 1) * m), self.bank, self.size)
                         for c in range(cameras)]
         self.handles = [StreamHandle(self, s) for s in self.streams]
+        self.prompt_steps = PromptSteps(self)
         self.image: Optional[ImageSegmenter] = None     # image mode, built on first use
 
     def stream(self, camera: int) -> StreamHandle:
@@ -141,8 +143,8 @@ class MultiStreamTracker:
         t0 = time.perf_counter()
         try:
             with autocast(self.cfg):
-                self._run_deferred(stream)          # earlier calls on this frame come first
-                mode = self._prompt_latest(stream, prompt)
+                self.prompt_steps.run_deferred(stream)      # earlier calls on this frame first
+                mode = self.prompt_steps.on_latest(stream, prompt)
         except TrackerError:
             raise
         except Exception as exc:  # noqa: BLE001 - a computation failure is a StepError
@@ -185,10 +187,12 @@ class MultiStreamTracker:
         one batch, run each camera's queued prompts, track all their objects in one call, fill
         ``out`` for them."""
         t0 = time.perf_counter()
-        # Deferred prompts first: they read each camera's previous frame, whose features the
-        # encode overwrites (the encoder graph's static outputs). A camera whose deferred prompt
-        # fails is not stepped (its frame is not counted: pass it again).
-        group = [c for c in group if self._deferred_ran(self.streams[c], out)]
+        # Deferred prompts read each camera's previous frame, whose features the encode
+        # overwrites (the encoder graph's static outputs): they run before it, or after it on
+        # a copy (``beside``). A camera whose deferred prompt fails is not stepped (its frame is
+        # not counted: pass it again).
+        beside = self._kept_for_deferred(group)
+        group = [c for c in group if c in beside or self._deferred_ran(self.streams[c], out)]
         if not group:
             return
         frames = [f if c in group else None for c, f in enumerate(frames)]
@@ -196,12 +200,15 @@ class MultiStreamTracker:
             with autocast(self.cfg):
                 features, positions = self.runner.encode_streams(frames)
         except Exception as exc:  # noqa: BLE001 - any failure: these frames fail, nothing changes
-            self._fail(group, out, exc, lambda s: (
+            self._deferred_beside(beside, out)      # as they would have run before the encode
+            self._fail([c for c in group if out.errors[c] is None], out, exc, lambda s: (
                 f'frame failed in the image encoder: {exc!r}; tracker unchanged, pass the '
                 f'next frame'))
             for s in self.streams if self.runner.encodes_in_place() else []:
                 s.lose_features()
             return
+        ran = self._deferred_beside(beside, out)
+        group = [c for c in group if c not in beside or c in ran]
         streams = [self.streams[c] for c in group]
         queued = [s.begin_frame(sizes[s.index], features, positions[s.index]) for s in streams]
         live, started = [], []
@@ -255,6 +262,39 @@ class MultiStreamTracker:
             out.errors[c] = err
             self.stats['failed_frames'] += 1
 
+    def _kept_for_deferred(self, group: List[int]) -> Dict[int, object]:
+        """The cameras of ``group`` whose deferred prompts run after the encode, beside it
+        (``GraphRunner.keeps_features``), each with its features: their frame's features are
+        copied now, before the encode is queued, and their prompts read the copy."""
+        cams = {c: self.streams[c].step_features for c in group if self.streams[c].deferred
+                and not self.streams[c].features_lost
+                and self.runner.keeps_features(self.streams[c].step_features)}
+        if cams:
+            kept = self.runner.keep_features()
+            for c in cams:
+                self.streams[c].step_features = kept
+        return cams
+
+    def _deferred_beside(self, cams: Dict[int, object], out: StreamsResult) -> List[int]:
+        """Run the deferred prompts of ``cams`` (``_kept_for_deferred``) beside the encode
+        queued since; returns the cameras whose prompts all ran. A camera whose prompt failed
+        gets its frame's features back (the encode undone for it: pass the frame again)."""
+        ran: List[int] = []
+        if not cams:
+            return ran
+        with self.runner.beside_encoder() as hand_over:
+            for c in cams:
+                s = self.streams[c]
+                if self._deferred_ran(s, out):
+                    ran.append(c)
+                for _, scores in s.prompted:        # read with the next result
+                    hand_over(scores)
+        for c, features in cams.items():
+            self.streams[c].step_features = features
+            if c not in ran:
+                self.runner.restore_features(self.streams[c].position)
+        return ran
+
     def _queued_ran(self, stream: Stream, prompts: Dict[int, Prompt],
                     out: StreamsResult) -> bool:
         """Run the prompts queued for the stream's new frame; False (a StepError in ``out``) if
@@ -263,7 +303,7 @@ class MultiStreamTracker:
         for k, p in enumerate(pending):
             try:
                 with autocast(self.cfg):
-                    self._prompt_step(stream, p, init=True)
+                    self.prompt_steps.step(stream, p, init=True)
             except Exception as exc:  # noqa: BLE001 - this camera's frame fails
                 stream.queued = {q.obj_id: q for q in pending[k + 1:]}   # emptied by the frame
                 self._fail([stream.index], out, exc, lambda s: (
@@ -278,78 +318,13 @@ class MultiStreamTracker:
         """Run the stream's deferred prompts; False (a StepError in ``out``) if one failed."""
         try:
             with autocast(self.cfg):
-                self._run_deferred(stream)
+                self.prompt_steps.run_deferred(stream)
         except Exception as exc:  # noqa: BLE001 - this camera's frame fails
             self._fail([stream.index], out, exc, lambda s: (
                 f'a prompt deferred on frame {s.frame} failed: {exc!r}; it is dropped (those '
                 f'before it were applied), this frame was not tracked: pass it again'))
             return False
         return True
-
-    def _run_deferred(self, stream: Stream) -> None:
-        """The prompted steps of the stream's deferred prompts on its latest frame, exactly as
-        ``add_prompt`` would have run them in that order; their objects' scores there are kept
-        for the next result (``Stream.occluded_runs``), read without a sync now."""
-        if stream.deferred:
-            stream.check_features()
-        pending, stream.deferred = list(stream.deferred.values()), {}
-        done: List[ObjectInfo] = []
-        try:
-            for k, p in enumerate(pending):
-                try:
-                    self._prompt_latest(stream, p)
-                except Exception:
-                    # this one is dropped; those deferred after it wait for the next call
-                    stream.deferred = {q.obj_id: q for q in pending[k + 1:]}
-                    raise
-                done.append(stream.objects[p.obj_id])
-                self.stats['deferred_prompts'] += 1
-        finally:
-            if done:
-                slots = self.bank.stage([o.slot for o in done])
-                stream.prompted.append((done, self.bank.scores.index_select(0, slots)))
-
-    def _prompt_latest(self, stream: Stream, prompt: Prompt) -> str:
-        """A validated prompt's step on the stream's latest frame (``add_prompt``)."""
-        obj = stream.objects.get(prompt.obj_id)
-        # An object prompted only on this very frame has not been tracked yet: sam2 treats
-        # another prompt there as initial too (is_init_cond_frame). One a queued prompt
-        # started inside track() has been (propagated over that frame): a correction.
-        init = obj is None or obj.created_frame == stream.frame and not obj.started_by_track
-        return self._prompt_step(stream, prompt, init=init)
-
-    def _prompt_step(self, stream: Stream, prompt: Prompt, init: bool) -> str:
-        """Run a prompted step for one object on the stream's latest frame and store it.
-
-        As sam2, a click on a frame where the object already has an output feeds that
-        output's logits to the decoder with the points; a queued prompt (a frame not yet
-        tracked) has none. init=False reads memory (a correction); init=True does not."""
-        f, (h, w) = stream.frame, stream.hw
-        obj = stream.objects.get(prompt.obj_id)
-        queued = obj is None or init and obj.created_frame != f
-        prev = None if queued else self.bank.logits[obj.slot:obj.slot + 1]
-        if obj is None:
-            obj = ObjectInfo(prompt.obj_id, stream.free_slot(), f, f)
-            self.bank.clear(obj.slot)
-        sel = None if init else self.bank.select(obj.slot, f)
-        out, mode = self._run_prompt(prompt, stream, h, w, sel, prev)
-        self.bank.write(obj.slot, f, out.mem_feats[0], out.obj_ptr[0], out.low_res_logits[0],
-                        out.score, init or self.cfg.corrections_as_cond, correction=not init)
-        obj.last_prompt_frame = f
-        stream.objects[prompt.obj_id] = obj
-        self.stats['prompt_steps'] += 1
-        self.stats[f'prompt_{mode}_steps'] += 1
-        return mode
-
-    def _run_prompt(self, prompt, stream: Stream, h, w, sel, prev) -> Tuple[step.StepOut, str]:
-        """The prompted step through the runner (a graph where one fits) on the stream's
-        frame of its latest step's features: (outputs, mode)."""
-        feats, pos = stream.step_features, stream.position
-        if prompt.mask is not None:
-            mask = prompt_mask(prompt, h, w, self.size, self.device)
-            return self.runner.mask_prompt(feats, mask, pos)
-        points = prompt_points(prompt, h, w, self.size, self.device)
-        return self.runner.prompt(feats, self.bank, sel, points, prev, self.maskmem_pos, pos)
 
     def _track_objects(self, tracked: List[Tuple[Stream, ObjectInfo]]) -> List[str]:
         """One tracking step for every object of the step's cameras, each on its camera's

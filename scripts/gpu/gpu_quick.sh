@@ -18,8 +18,9 @@
 # VALUES_S (tools.probes.value_attention_probe: the 'memory_values' kernel against
 # FlashAttention), LAUNCH_S (tools.probes.launch_probe at 1 object; LAUNCH_ARGS, e.g.
 # "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
-# INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always;
-# default on each), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
+# INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always,
+# BESIDE: its --deferred-beside, default on each; INTERACTION_OBJECTS, default 1,3,8;
+# CORRECTIONS, default immediate,deferred), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
 # `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache*.tar.xz:
@@ -103,7 +104,8 @@ PY
 fi
 if on INTERACTION_S 90; then
   timeout "${INTERACTION_S:-90}" python3 -m tools.bench.interaction --model tiny --res 512 \
-    --objects 1,3,8 --variants batched --corrections immediate,deferred --random-weights \
+    --objects "${INTERACTION_OBJECTS:-1,3,8}" --variants batched --random-weights \
+    --corrections "${CORRECTIONS:-immediate,deferred}" --deferred-beside "${BESIDE:-on}" \
     --reuse-attention "${REUSE:-on}" --merge-buckets "${MERGE:-on}" --steady-frames 300 \
     --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"

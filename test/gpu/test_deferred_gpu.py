@@ -120,3 +120,34 @@ def test_reused_corrections_equal_corrections_rerunning_attention(precision):
     assert off.runner.graphs.prompts.reused == 0
     # the same prompt graph steps on both: off, the corrections replayed CorrectionKey graphs
     assert on.stats['prompt_graph_steps'] == off.stats['prompt_graph_steps']
+
+
+@pytest.mark.parametrize('cameras', [1, 2])
+def test_deferred_beside_the_encoder_equals_before_it(cameras):
+    """deferred_beside_encoder on (the deferred steps queued after the next frame's encode, on
+    a second CUDA stream, from the prompt graphs' copy of their frame's features) against off
+    (before the encode, one stream): the same graphs on the same inputs, so the same logits
+    (TOL); a deferred step that raced the encode would read the new frame's features."""
+    cfgs = [tiny_cuda_cfg(precision='bf16', graph_mode='batched', deferred_beside_encoder=on)
+            for on in (True, False)]
+    model = build_model(cfgs[0])
+    on, off = (MultiStreamTracker(c, cameras=cameras, model=model) for c in cfgs)
+    ev, w = events(), 0.0
+    frames = [synthetic_frames(N, h=H, w=W, seed=s) for s in range(cameras)]
+    with torch.inference_mode():
+        for f in range(N):
+            step = [frames[c][f] for c in range(cameras)]
+            a, b = on.track(step), off.track(step)
+            for c in range(cameras):
+                w = max(w, worst(a.results[c], b.results[c]))
+            for p in ev.get(f, []):
+                for t in (on, off):
+                    for c in range(cameras):
+                        (t.stream(c).add_prompt if f == 0 else t.stream(c).defer_prompt)(p)
+    record_equivalence(f'deferred_beside_vs_before_{cameras}cam_bf16', w)
+    assert w <= TOL, w
+    for t in (on, off):
+        check_stats(t)
+    kept = on.runner.graphs.kept
+    assert kept.side is not None and kept.copies >= len(ev) - 1
+    assert on.stats['deferred_prompts'] == off.stats['deferred_prompts'] > 0

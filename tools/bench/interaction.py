@@ -87,6 +87,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "(a benchmark variant) forgets the timings, so every such frame merges; "
                         "'off' rows are named '<graph_mode>+separate_buckets', 'always' ones "
                         "'<graph_mode>+merge_always'")
+    p.add_argument('--deferred-beside', default='on',
+                   help="comma list of 'on' and 'off': TrackerConfig.deferred_beside_encoder (a "
+                        "deferred correction run beside the next frame's image encoder, or "
+                        "before it); 'off' rows are named '<graph_mode>+deferred_before'")
     p.add_argument('--tune-malloc', action='store_true',
                    help="raise glibc's mmap and trim thresholds first, as the node does (its "
                         "tune_malloc parameter); rows named '<graph_mode>+tune_malloc'")
@@ -118,7 +122,8 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.corrections = _csv(a.corrections)
     a.reuse_attention = _csv(a.reuse_attention)
     a.merge_buckets = _csv(a.merge_buckets)
-    for name, allowed in (('reuse_attention', {'on', 'off'}),
+    a.deferred_beside = _csv(a.deferred_beside)
+    for name, allowed in (('reuse_attention', {'on', 'off'}), ('deferred_beside', {'on', 'off'}),
                           ('merge_buckets', {'on', 'off', 'always'})):
         got = getattr(a, name)
         if not got or set(got) - allowed:
@@ -175,12 +180,13 @@ def row_key(row: dict) -> tuple:
 def run_row(a: argparse.Namespace, objects: int, variant: str,
             corrections: str = 'deferred',
             around: Optional[Callable[[int, Callable[[], object]], object]] = None,
-            reuse: bool = True, merge: str = 'on') -> Dict[str, object]:
+            reuse: bool = True, merge: str = 'on', beside: bool = True) -> Dict[str, object]:
     """Build a tracker for one row and time the interactive stream on it; the row comes back
     without the provenance fields (``stamp`` adds those). ``around(t, work)``, when given, runs
     timed frame t's work (a probe's profiler or per-frame record) and returns what it
     returns. reuse: ``corrections_reuse_attention``; merge: ``merge_step_buckets`` 'on' /
-    'off', or 'always' (on, with configure's replay timings forgotten)."""
+    'off', or 'always' (on, with configure's replay timings forgotten); beside:
+    ``deferred_beside_encoder``."""
     import torch
 
     from sam2_ros.engine.config import TrackerConfig
@@ -193,7 +199,8 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
                         precision=a.precision, max_objects=objects + 1,
                         use_cuda_graphs=True, graph_mode=variant,
                         precompile=tuple(_csv(a.precompile)),
-                        corrections_reuse_attention=reuse, merge_step_buckets=merge != 'off')
+                        corrections_reuse_attention=reuse, merge_step_buckets=merge != 'off',
+                        deferred_beside_encoder=beside)
     tr = StreamingTracker(cfg)
     if merge == 'always' and getattr(tr.runner, 'graphs', None) is not None:
         tr.runner.graphs.steps.replay_times.clear()     # StepGraphs.merge_pays: untimed
@@ -255,6 +262,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         variant=variant + ('+precompile' if a.precompile else '')
         + ('' if reuse else '+rerun_attention')
         + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge]
+        + ('' if beside else '+deferred_before')
         + ('+tune_malloc' if a.tune_malloc else '')
         + ('+gc_freeze' if a.gc_freeze else ''),
         corrections=corrections,
@@ -316,18 +324,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print('# RANDOM WEIGHTS (--random-weights): timings only, the masks mean nothing',
               flush=True)
     rows, failed = [], []
-    for o, v, c, r, m in ((o, v, c, r, m) for o in a.objects for v in a.variants
-                          for c in a.corrections for r in a.reuse_attention
-                          for m in a.merge_buckets):
+    for o, v, c, r, m, b in ((o, v, c, r, m, b) for o in a.objects for v in a.variants
+                             for c in a.corrections for r in a.reuse_attention
+                             for m in a.merge_buckets for b in a.deferred_beside):
         t = time.perf_counter()
         try:
             with torch.inference_mode():
-                row = stamp(run_row(a, o, v, c, reuse=r == 'on', merge=m), prov)
+                row = stamp(run_row(a, o, v, c, reuse=r == 'on', merge=m, beside=b == 'on'),
+                            prov)
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             traceback.print_exc()
-            failed.append((o, v, c, r, m))
-            print(f'FAILED {a.model}@{a.res} x{o} {v} {c} reuse {r} merge {m}: {exc!r}',
-                  flush=True)
+            failed.append((o, v, c, r, m, b))
+            print(f'FAILED {a.model}@{a.res} x{o} {v} {c} reuse {r} merge {m} beside {b}: '
+                  f'{exc!r}', flush=True)
             continue
         rows.append(row)
         print(json.dumps(row), f'# {time.perf_counter() - t:.1f}s', flush=True)

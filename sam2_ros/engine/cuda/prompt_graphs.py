@@ -38,6 +38,7 @@ from sam2_ros.engine.cuda.buckets import (CorrectionKey, InitPromptKey, MaskProm
                                           MemoryCounts, PromptKey, ReusedCorrectionKey)
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.step_graphs import static_memory
+from sam2_ros.engine.errors import failure_site
 from sam2_ros.engine.memory import MemoryBank, Selection
 
 if TYPE_CHECKING:
@@ -176,3 +177,27 @@ class PromptGraphs:
         """Which camera's frame the next replay reads (nothing to set with one camera)."""
         if self.camera is not None:
             self.camera.fill_(position)
+
+
+def capture_prompt_graphs(cfg: TrackerConfig, model: SAM2Base, plain: SAM2Base,
+                          bank: MemoryBank, maskmem_pos: torch.Tensor, feats: encoder.Features,
+                          report: Callable[[str], None]) -> PromptGraphs:
+    """The prompt graphs (captured unless ``cfg.prompt_graphs`` is off) on ``model``, the step
+    graphs' (fused kernels, stored constants), unless compile_mode (the module docstring says
+    why); if their capture fails with fused kernels, on sam2's modules (``plain``; reported).
+    Their own memory pool: deferred ones run beside the encoder graph (``kept_features.py``)."""
+    capturer = Capturer()
+    first = plain if cfg.compile_mode is not None else model
+    prompts = PromptGraphs(capturer, cfg, first, bank, maskmem_pos, feats, report)
+    if not cfg.prompt_graphs:
+        return prompts
+    try:
+        prompts.capture()
+    except Exception as exc:  # noqa: BLE001 - sam2's modules for the prompts instead
+        if first is plain:
+            raise
+        prompts = PromptGraphs(capturer, cfg, plain, bank, maskmem_pos, feats, report)
+        prompts.capture()
+        report(f'prompt graph capture with fused kernels failed, captured sam2\'s modules for '
+               f'the prompts instead: {exc!r} (at {failure_site(exc)})')
+    return prompts

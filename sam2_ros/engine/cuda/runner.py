@@ -7,21 +7,19 @@ cannot take, so the tracker never knows which one it has.
 
 * The image encoder (Hiera + FPN) is one graph over a static [N, 3, S, S] input, one frame
   per camera (N: the tracker's cameras with ``batch_streams``, else 1); its static outputs are
-  the features every step of that frame reads (no copy). With N > 1 camera c's frame-in graph
-  writes row c, a camera without a frame in a step replays its last input (so its latest
-  features stay what they were), and the step and prompt graphs select each object's camera
-  inside the graph.
-* Track steps (``step_graphs.py``), prompted steps (``prompt_graphs.py``), frame in and masks
-  out (``io_graphs.py``) are graphs per shape bucket (``buckets.py``), all captured through
-  one ``capture.Capturer`` and its one memory pool.
-* 'swap' mode: step graphs of batch 1; each object's memories are gathered into the graph's
-  static buffers (one index_select per tensor), the graph replays, outputs are copied out.
-  'batched' mode: objects of the same bucket are stacked on the batch axis, padded up to the
-  next captured batch.
+  the features every step of that frame reads (no copy); the prompt graphs read a copy
+  (``kept_features.py``). With N > 1 camera c's frame-in graph writes row c, a camera without
+  a frame in a step replays its last input (its latest features stay what they were), and the
+  step and prompt graphs select each object's camera inside the graph.
+* Track steps (``step_graphs.py``), prompted steps (``prompt_graphs.py``, a memory pool of
+  their own), frame in and masks out (``io_graphs.py``) are graphs per shape bucket
+  (``buckets.py``), captured through ``capture.Capturer``s.
+* 'swap' mode: step graphs of batch 1, each object's memories gathered into the graph's static
+  buffers; 'batched': objects of a bucket stacked on the batch axis, padded up to the next
+  captured batch.
 * ``precompile`` (``precompiled.py``): the encoder graph and the tracking steps' heads run
-  inductor-fused functions compiled once and loaded from disk. ``compile_mode`` (off by
-  default): the captured graphs run ``torch.compile``d copies of sam2's modules. The eager
-  fallback keeps the plain modules in both (``graph_model``).
+  inductor-fused functions loaded from disk; ``compile_mode``: ``torch.compile``d copies of
+  sam2's modules. The eager fallback keeps the plain modules in both.
 * Any capture error disables graphs (eager throughout); any replay error falls back to eager
   for that step; a failed I/O graph capture makes that I/O eager. Every fallback is reported
   with its reason to ``on_fallback`` (the tracker's stats).
@@ -29,10 +27,11 @@ cannot take, so the tracker never knows which one it has.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -43,8 +42,9 @@ from sam2_ros.engine.cuda import buckets, precompiled
 from sam2_ros.engine.cuda.buckets import IOKey, StepBucket, StepKey
 from sam2_ros.engine.cuda.capture import CapturedGraph, Capturer
 from sam2_ros.engine.cuda.io_graphs import GraphIO
+from sam2_ros.engine.cuda.kept_features import KeptFeatures, no_hand_over
 from sam2_ros.engine.cuda.kernels.fused import fused_copy
-from sam2_ros.engine.cuda.prompt_graphs import PromptGraphs
+from sam2_ros.engine.cuda.prompt_graphs import PromptGraphs, capture_prompt_graphs
 from sam2_ros.engine.cuda.step_graphs import StepGraphs
 from sam2_ros.engine.eager import EagerRunner
 from sam2_ros.engine.errors import failure_site
@@ -65,8 +65,9 @@ class Graphs:
     model: object                  # the model the graphs run (``GraphRunner.graph_model``)
     encoder: CapturedGraph         # [N, 3, S, S] images (one per camera) -> Features
     steps: StepGraphs
-    prompts: PromptGraphs
+    prompts: PromptGraphs          # on ``kept``'s copy of the encoder's features
     io: GraphIO
+    kept: KeptFeatures
     max_batch: int                 # objects per step replay, at most
 
 
@@ -92,6 +93,7 @@ class GraphRunner:
         # 'apart' (a replay per bucket; merge_step_buckets off or merge_pays said so); None
         self.last_merge: Optional[str] = None
         self.capture_phases: Dict[str, float] = {}
+        self.encodes = 0        # encoder graph replays (which one ``kept`` holds)
 
     # ---- capture ---------------------------------------------------------------------
     def graph_models(self) -> Tuple[torch.nn.Module, torch.nn.Module]:
@@ -151,38 +153,17 @@ class GraphRunner:
         steps = StepGraphs(self.capturer, cfg, model, bank, maskmem_pos, enc.outputs,
                            self.store)
         steps.capture(buckets.step_keys(cfg, bank.capacity), phase)
-        prompts = self._prompt_graphs(model, bank, maskmem_pos, enc.outputs)
+        kept = KeptFeatures(enc, self.cameras)
+        prompts = capture_prompt_graphs(cfg, model, self.model, bank, maskmem_pos,
+                                        kept.feats, self.report)
         if cfg.prompt_graphs:
             phase('prompts')
         if cfg.steady_attention != 'sam2' and cfg.compile_mode is None:
             steps.choose_steady()
             phase('steady_choice')
         io = GraphIO(self.capturer, cfg, bank, enc.inputs, self.report)
-        return Graphs(model, enc, steps, prompts, io,
+        return Graphs(model, enc, steps, prompts, io, kept,
                       max(buckets.batch_sizes(cfg, bank.capacity)))
-
-    def _prompt_graphs(self, model, bank: MemoryBank, maskmem_pos: torch.Tensor,
-                       feats: encoder.Features) -> PromptGraphs:
-        """The prompt graphs, on the graphs' model (fused kernels, stored constants) unless
-        compile_mode (prompt_graphs.py says why); if their capture fails with fused kernels,
-        on sam2's modules, the step graphs keeping theirs (reported)."""
-        plain = self.model
-        first = plain if self.cfg.compile_mode is not None else model
-        prompts = PromptGraphs(self.capturer, self.cfg, first, bank, maskmem_pos, feats,
-                               self.report)
-        if not self.cfg.prompt_graphs:
-            return prompts
-        try:
-            prompts.capture()
-        except Exception as exc:  # noqa: BLE001 - sam2's modules for the prompts instead
-            if first is plain:
-                raise
-            prompts = PromptGraphs(self.capturer, self.cfg, plain, bank, maskmem_pos, feats,
-                                   self.report)
-            prompts.capture()
-            self.report(f'prompt graph capture with fused kernels failed, captured sam2\'s '
-                        f'modules for the prompts instead: {exc!r} (at {failure_site(exc)})')
-        return prompts
 
     def report(self, reason: str) -> None:
         """Tell ``on_fallback`` why something ran eagerly (the graph parts report through
@@ -221,6 +202,7 @@ class GraphRunner:
             return self.encode(frame_in.to_model_input(frame, self.model.image_size,
                                                        torch.device(self.cfg.device)))
         self.graphs.encoder.graph.replay()
+        self.encodes += 1
         return self.graphs.encoder.outputs
 
     def encode_streams(self, frames: Sequence[Optional[frame_in.Frame]]
@@ -241,12 +223,30 @@ class GraphRunner:
             if frame is not None and not g.io.load_frame(frame, c):
                 g.encoder.inputs[c:c + 1].copy_(frame_in.to_model_input(frame, size, dev))
         g.encoder.graph.replay()
+        self.encodes += 1
         return g.encoder.outputs, [None if f is None else c for c, f in enumerate(frames)]
 
     def encodes_in_place(self) -> bool:
         """True with graphs: encodes write the encoder graph's static outputs, which every
         camera's latest features are, so a failed one may leave them half-written."""
         return self.graphs is not None
+
+    def keeps_features(self, features: encoder.Features) -> bool:
+        """Prompts deferred on ``features`` run after the next encode: the encoder graph's
+        (``deferred_beside_encoder``), ``keep_features`` before it, then ``beside_encoder``."""
+        g = self.graphs
+        return g is not None and self.cfg.deferred_beside_encoder and \
+            features is g.encoder.outputs
+
+    def keep_features(self) -> encoder.Features:    # the prompt graphs' copy, copied now
+        return self.graphs.kept.keep(self.encodes)
+
+    def beside_encoder(self) -> ContextManager[Callable[[torch.Tensor], None]]:
+        """``KeptFeatures.beside``: the block's GPU work beside the encode."""
+        return self.graphs.kept.beside() if self.graphs else contextlib.nullcontext(no_hand_over)
+
+    def restore_features(self, position: int) -> None:
+        self.graphs.kept.restore(position)      # the encode since keep_features, undone
 
     def encode_batch(self, image: torch.Tensor) -> encoder.Features:
         """image [n, 3, S, S] -> Features [HW_l, n, C_l], by the eager runner."""
@@ -259,6 +259,7 @@ class GraphRunner:
             return self.eager.encode(image)
         self.graphs.encoder.inputs.copy_(image)
         self.graphs.encoder.graph.replay()
+        self.encodes += 1
         return self.graphs.encoder.outputs
 
     def results(self, logits: torch.Tensor, scores: torch.Tensor, h: int, w: int,
@@ -291,7 +292,7 @@ class GraphRunner:
         self.last_merge = None
         if len(groups) > 1:
             if self.cfg.merge_step_buckets:
-                groups = self._merged(g.steps, groups, sels, g.max_batch)
+                groups = g.steps.merged(groups, sels, g.max_batch)
             self.last_merge = 'merged' if len(groups) == 1 else 'apart'
         for bucket, idx in groups.items():
             for start in range(0, len(idx), g.max_batch):
@@ -307,27 +308,12 @@ class GraphRunner:
                     modes[i] = mode
         return out, modes
 
-    @staticmethod
-    def _merged(steps: StepGraphs, groups: Dict[StepBucket, List[int]],
-                sels: List[Selection], max_batch: int) -> Dict[StepBucket, List[int]]:
-        """The objects of several buckets as one group of the padded bucket holding them all
-        (``merge_step_buckets``), in their order; ``groups`` when none holds them all or the
-        replay times of configure say the replays per bucket are faster."""
-        idx = sorted(i for part in groups.values() for i in part)
-        bucket = steps.one_bucket([sels[i] for i in idx])
-        if bucket is None or not steps.merge_pays(
-                {b: len(part) for b, part in groups.items()}, bucket, max_batch):
-            return groups
-        return {bucket: idx}
-
     def _replay(self, steps: StepGraphs, bucket: StepBucket, sels: List[Selection],
                 features, bank, maskmem_pos) -> Tuple[step.StepOut, str]:
-        """Replay the smallest graph of this bucket that holds ``sels``. Returns (outputs,
-        mode)."""
+        """Replay the smallest graph of this bucket holding ``sels``: (outputs, mode)."""
         key = steps.graph_for(bucket, len(sels))
         if key is None:
-            self.report(f'no graph for {len(sels)} objects with {bucket.cond} cond '
-                             f'frames')
+            self.report(f'no graph for {len(sels)} objects with {bucket.cond} cond frames')
             return self._eager(sels, features, bank, maskmem_pos), 'eager'
         try:
             return steps.replay(bucket, key, sels), 'graph'
@@ -368,6 +354,7 @@ class GraphRunner:
                points: dict, prev: Optional[torch.Tensor], maskmem_pos: torch.Tensor,
                position: int = 0) -> Tuple[step.StepOut, str]:
         g = self.graphs
+        features = self.prompt_features(features)
         cap = g.prompts.find(sel, points, prev, features) if g else None
         if cap is not None:
             try:
@@ -378,6 +365,15 @@ class GraphRunner:
 
     def mask_prompt(self, features: encoder.Features, mask: torch.Tensor,
                     position: int = 0) -> Tuple[step.StepOut, str]:
+        features = self.prompt_features(features)
         out = self.graphs.prompts.run_mask(features, mask, position) if self.graphs else None
         return self.eager.mask_prompt(features, mask, position) if out is None else \
             (out, 'graph')
+
+    def prompt_features(self, features: encoder.Features) -> encoder.Features:
+        """What a prompt on ``features`` reads: the prompt graphs' copy when they are the
+        encoder graph's outputs (copied unless it holds them already), else ``features``."""
+        g = self.graphs
+        if g is None or features is not g.encoder.outputs:
+            return features
+        return g.kept.current(self.encodes)

@@ -205,6 +205,18 @@ class StepGraphs:
         c = self.counts.smallest_holding(widest, [k.cond for k in self.padded])
         return None if c is None else StepBucket(True, c)
 
+    def merged(self, groups: Dict[StepBucket, List[int]], sels: Sequence[Selection],
+               max_batch: int) -> Dict[StepBucket, List[int]]:
+        """The objects of several buckets ({bucket: indices into sels}) as one group of the
+        padded bucket holding them all (``merge_step_buckets``), in their order; ``groups``
+        when none holds them all or ``merge_pays`` says the replays per bucket are faster."""
+        idx = sorted(i for part in groups.values() for i in part)
+        bucket = self.one_bucket([sels[i] for i in idx])
+        if bucket is None or not self.merge_pays(
+                {b: len(part) for b, part in groups.items()}, bucket, max_batch):
+            return groups
+        return {bucket: idx}
+
     def merge_pays(self, apart: Dict[StepBucket, int], merged: StepBucket,
                    max_batch: int) -> bool:
         """Whether one replay of the ``merged`` padded bucket for all objects (per chunk of
