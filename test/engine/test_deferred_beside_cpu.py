@@ -34,7 +34,8 @@ def beside_off(tr) -> None:
 def replay_log(tr, log):
     """Record the encoder graph's and every prompt graph's replays in ``log``, in order."""
     g = tr.runner.graphs
-    for name, cap in [('encoder', g.encoder)] + [('prompt', c) for c in g.prompts.graphs.values()]:
+    caps = [('encoder', g.encoder)] + [('prompt', c) for c in g.prompts.graphs.values()]
+    for name, cap in caps:
         real = cap.graph.replay
 
         def replay(real=real, name=name):
