@@ -45,7 +45,7 @@ def replay_log(tr, log):
 
 
 def test_one_camera_beside_equals_before_the_encode(monkeypatch):
-    (on, _), (off, _) = graph_tracker('batched', monkeypatch), graph_tracker('batched', monkeypatch)
+    (on, _), (off, _) = (graph_tracker('batched', monkeypatch) for _ in range(2))
     beside_off(off)
     logs = {id(on): [], id(off): []}
     for t in (on, off):
