@@ -57,6 +57,7 @@ def test_rows_of_another_gpu_sit_beside_the_h200s_and_tagged_entries_keep_its(tm
     _write(res / 'h200_equivalence.json', {'graph_vs_eager': 1})
     _write(dev / 'gpu_equivalence.json', {'graph_vs_eager': 2})
     _write(dev / 'interaction_frames.json', {'rows': []})
+    _write(dev / 'interaction_frames_3obj.json', {'rows': []})     # gpu_quick's PROBE_RUNS
     merge.merge(str(dev), str(res), commit='abc1234', tag='h100')
     inter = json.loads((res / 'h200_interaction.json').read_text())
     assert [(r['gpu'], r['ms_p50']) for r in inter] == [('NVIDIA H200', 1.0),
@@ -64,7 +65,8 @@ def test_rows_of_another_gpu_sit_beside_the_h200s_and_tagged_entries_keep_its(tm
     eq = json.loads((res / 'h200_equivalence.json').read_text())
     assert eq == {'graph_vs_eager': 1, 'graph_vs_eager@h100': 2}
     extra = json.loads((res / 'h200_extra.json').read_text())
-    assert list(extra['probes']) == ['interaction_frames_abc1234@h100']
+    assert list(extra['probes']) == ['interaction_frames_abc1234@h100',
+                                     'interaction_frames_3obj_abc1234@h100']
 
 
 def test_startup_rows_are_appended_once(tmp_path):

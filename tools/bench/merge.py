@@ -93,7 +93,9 @@ def merge(device_dir: str, res_dir: str, commit: Optional[str] = None,
     if os.path.exists(src('h200_node_latency.json')):
         append_rows(src('h200_node_latency.json'), dst('h200_node_latency.json'))
         done.append('h200_node_latency.json')
-    probes = [name for name in PROBES if os.path.exists(src(name))]
+    probes = [name for name in PROBES if os.path.exists(src(name))] + sorted(
+        name for name in os.listdir(device_dir)      # gpu_quick.sh's PROBE_RUNS: one per run
+        if name.startswith('interaction_frames_') and name.endswith('obj.json'))
     if probes:
         if not commit:
             raise SystemExit(f'{probes}: no commit known; pass --commit')
