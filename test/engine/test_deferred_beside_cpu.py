@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from graph_standin import graph_tracker
-from test_deferred_graphs_cpu import graph_and_eager
-from test_deferred_prompts import drive, drive_cameras, same_result, same_state
+from test_multistream_graphs_cpu import graph_and_eager
+from test_deferred_prompts import (drive, drive_cameras, same_camera_results, same_result,
+                                   same_state)
 from test_multistream import frame
 from sam2_ros.engine.errors import StepError
 from sam2_ros.engine.types import Prompt
@@ -66,13 +67,7 @@ def test_one_camera_beside_equals_before_the_encode(monkeypatch):
 def test_two_cameras_beside_equals_before_the_encode(monkeypatch):
     on, _, reasons_on = graph_and_eager(monkeypatch)
     off, _, reasons_off = graph_and_eager(monkeypatch, deferred_beside_encoder=False)
-    got, want = drive_cameras(on, True), drive_cameras(off, True)
-    for a, b in zip(got, want):
-        for c in range(2):
-            assert (a.results[c] is None) == (b.results[c] is None)
-            assert type(a.errors[c]) is type(b.errors[c])
-            if a.results[c] is not None:
-                same_result(a.results[c], b.results[c])
+    same_camera_results(drive_cameras(on, True), drive_cameras(off, True))
     for name in ('feats', 'ptrs', 'logits', 'scores', 'conditioned'):
         assert torch.equal(getattr(on.bank, name), getattr(off.bank, name)), name
     assert not reasons_on and not reasons_off

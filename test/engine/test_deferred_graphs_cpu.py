@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_deferred_prompts import drive, drive_cameras, same_result, same_state
+from test_deferred_prompts import (drive, drive_cameras, same_camera_results, same_result,
+                                   same_state)
 from graph_standin import graph_tracker
 from test_multistream_graphs_cpu import graph_and_eager
 
@@ -40,13 +41,7 @@ def test_one_camera_deferred_equals_immediate_on_graphs(monkeypatch, mode):
 def test_two_cameras_deferred_equals_immediate_on_graphs(monkeypatch):
     d, _, reasons_d = graph_and_eager(monkeypatch)
     r, _, reasons_r = graph_and_eager(monkeypatch)
-    got, want = drive_cameras(d, True), drive_cameras(r, False)
-    for a, b in zip(got, want):
-        for c in range(2):
-            assert (a.results[c] is None) == (b.results[c] is None)
-            assert type(a.errors[c]) is type(b.errors[c])
-            if a.results[c] is not None:
-                same_result(a.results[c], b.results[c])
+    same_camera_results(drive_cameras(d, True), drive_cameras(r, False))
     for name in ('feats', 'ptrs', 'logits', 'scores'):
         assert torch.equal(getattr(d.bank, name), getattr(r.bank, name)), name
     assert not reasons_d and not reasons_r

@@ -227,16 +227,20 @@ def drive_cameras(m, deferred: bool):
     return out
 
 
-@pytest.mark.parametrize('batch', [False, True])
-def test_two_cameras_deferred_equals_add_prompt(batch):
-    d, r = multi(cfg(batch_streams=batch)), multi(cfg(batch_streams=batch))
-    got, want = drive_cameras(d, True), drive_cameras(r, False)
+def same_camera_results(got, want):
+    """Two ``drive_cameras`` runs step for step: per camera the same result or error type."""
     for a, b in zip(got, want):
         for c in range(2):
             assert (a.results[c] is None) == (b.results[c] is None)
             assert type(a.errors[c]) is type(b.errors[c])
             if a.results[c] is not None:
                 same_result(a.results[c], b.results[c])
+
+
+@pytest.mark.parametrize('batch', [False, True])
+def test_two_cameras_deferred_equals_add_prompt(batch):
+    d, r = multi(cfg(batch_streams=batch)), multi(cfg(batch_streams=batch))
+    same_camera_results(drive_cameras(d, True), drive_cameras(r, False))
     for cam in range(2):
         sd, sr = d.streams[cam], r.streams[cam]
         assert sd.deferred == {} and sorted(sd.objects) == sorted(sr.objects)
