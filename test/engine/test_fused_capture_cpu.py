@@ -67,12 +67,13 @@ def test_capture_failing_with_and_without_fused_kernels_reports_once(monkeypatch
     assert 'with fused kernels' in reports[0] and tr.runner.graphs is None
 
 
-def test_capture_warms_up_then_captures_in_thread_local_error_mode(monkeypatch):
+def test_capture_warms_up_captures_in_thread_local_error_mode_then_uploads(monkeypatch):
     """Capturer.capture runs the function once eagerly on a side stream, then captures it with
     capture_error_mode='thread_local': a graph captured while the node runs (a new
     resolution's I/O graphs, image mode's first call) must not be invalidated by the overlay
-    thread's CUDA calls, which global mode forbids process-wide. torch.cuda's calls are
-    recorded by stand-ins here (no GPU)."""
+    thread's CUDA calls, which global mode forbids process-wide; then replays it once
+    (``REPLAY_AT_CAPTURE``: CUDA uploads a graph on its first launch, at configure instead of
+    in a frame). torch.cuda's calls are recorded by stand-ins here (no GPU)."""
     import contextlib
 
     from sam2_ros.engine.cuda import capture
@@ -92,11 +93,19 @@ def test_capture_warms_up_then_captures_in_thread_local_error_mode(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'Stream', Stream)
     monkeypatch.setattr(torch.cuda, 'current_stream', lambda *a: Stream())
     monkeypatch.setattr(torch.cuda, 'stream', lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, 'CUDAGraph', lambda: 'g')
+    class Graph:
+        def replay(self):
+            seen.append('replay')
+
+    monkeypatch.setattr(torch.cuda, 'CUDAGraph', Graph)
     monkeypatch.setattr(torch.cuda, 'graph', graph)
     calls = []
     cap = capture.Capturer().capture(lambda x: calls.append(x) or x + 1, 41)
-    assert calls == [41, 41] and cap.outputs == 42 and cap.graph == 'g'    # warm-up, capture
+    assert calls == [41, 41] and cap.outputs == 42 and isinstance(cap.graph, Graph)
+    # warm-up, capture, then one replay: the graph's upload to the device, at capture
+    assert seen[-2:] == [('graph', 'pool', {'capture_error_mode': 'thread_local'}), 'replay']
+    monkeypatch.setattr(capture, 'REPLAY_AT_CAPTURE', False)      # uploaded on first use
+    capture.Capturer().capture(lambda x: x + 1, 41)
     assert seen[-1] == ('graph', 'pool', {'capture_error_mode': 'thread_local'})
 
 

@@ -46,6 +46,9 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help='a SAM 2.1 checkpoint; default: a random model saved in that format')
     p.add_argument('--warmup-iters', type=int, default=None,
                    help='eager runs before each graph capture (default: capture.WARMUP_ITERS)')
+    p.add_argument('--replay-at-capture', type=int, default=None,
+                   help='1/0: replay each graph once after its capture (its upload to the '
+                        'device) or not (default: capture.REPLAY_AT_CAPTURE)')
     p.add_argument('--precompile', default='',
                    help='TrackerConfig.precompile, comma-separated (e.g. encoder,heads); the '
                         'first start compiles into --precompile-dir, later ones load')
@@ -76,6 +79,9 @@ def child(spec: Dict[str, object]) -> Dict[str, float]:
     if spec.get('warmup_iters') is not None:
         from sam2_ros.engine.cuda import capture
         capture.WARMUP_ITERS = int(spec['warmup_iters'])
+    if spec.get('replay_at_capture') is not None:
+        from sam2_ros.engine.cuda import capture
+        capture.REPLAY_AT_CAPTURE = bool(spec['replay_at_capture'])
     tracker = StreamingTracker(TrackerConfig(**kw))
     if torch.device(spec['device']).type == 'cuda':
         torch.cuda.synchronize()
@@ -107,7 +113,7 @@ def save_random_checkpoint(model: str, res: int, path: str) -> None:
 def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
     spec = {'model': args.model, 'res': args.res, 'device': args.device, 'checkpoint': ckpt,
             'graph_mode': args.graph_mode, 'warmup_iters': args.warmup_iters,
-            'precompile': args.precompile, 'precompile_dir': args.precompile_dir,
+            'replay_at_capture': args.replay_at_capture, 'precompile': args.precompile, 'precompile_dir': args.precompile_dir,
             't0': time.time()}
     out = subprocess.run([sys.executable, '-m', 'tools.bench.startup', '--child',
                           json.dumps(spec)], capture_output=True, text=True, timeout=900)
@@ -118,10 +124,10 @@ def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
 
 
 def save_section(path: str, rows: List[dict]) -> None:
-    """Merge rows into the file's ``startup`` list (same model, res, graph_mode, start and
-    precompile: replaced)."""
+    """Merge rows into the file's ``startup`` list (same model, res, config, graph_mode, start
+    and precompile: replaced)."""
     data = json.load(open(path)) if os.path.exists(path) else {}
-    key = ('model', 'res', 'graph_mode', 'start', 'precompile')
+    key = ('model', 'res', 'config', 'graph_mode', 'start', 'precompile')
     new = {tuple(r.get(k, '-') for k in key) for r in rows}
     old = [r for r in data.get('startup', [])
            if tuple(r.get(k, '-') for k in key) not in new]
@@ -147,7 +153,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = []
         changed = [f'{k}={v}' for k, v in (('graph_mode', args.graph_mode),
                                            ('warmup_iters', args.warmup_iters),
-                                           ('precompile', args.precompile)) if v]
+                                           ('replay_at_capture', args.replay_at_capture),
+                                           ('precompile', args.precompile))
+                   if v not in (None, '')]
         config = ' '.join(changed) or 'default'     # 'default': TrackerConfig's defaults
         for start in range(1, args.starts + 1):
             r = one_start(args, ckpt)

@@ -23,6 +23,12 @@ import torch
 # (``python -m tools.bench.startup --warmup-iters`` measures it).
 WARMUP_ITERS = 1
 CAPTURE_ERROR_MODE = 'thread_local'
+# One replay of each graph right after its capture: CUDA uploads an executable graph to the
+# device on its first launch, host time that would otherwise land in the frame that first
+# needs the graph (a first correction, a new bucket: tools/probes/replay_watch.py). It runs
+# what the warm-up ran, on the same inputs, so what it writes is what the warm-up wrote.
+# False: uploaded on first use (``python -m tools.bench.startup --replay-at-capture 0``).
+REPLAY_AT_CAPTURE = True
 
 
 @dataclass
@@ -67,4 +73,6 @@ class Capturer:
         # calls still raise
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode=CAPTURE_ERROR_MODE):
             outputs = fn(inputs)
+        if REPLAY_AT_CAPTURE:
+            graph.replay()
         return CapturedGraph(graph, inputs, outputs)
