@@ -113,8 +113,8 @@ def save_random_checkpoint(model: str, res: int, path: str) -> None:
 def one_start(args: argparse.Namespace, ckpt: str) -> Dict[str, float]:
     spec = {'model': args.model, 'res': args.res, 'device': args.device, 'checkpoint': ckpt,
             'graph_mode': args.graph_mode, 'warmup_iters': args.warmup_iters,
-            'replay_at_capture': args.replay_at_capture, 'precompile': args.precompile, 'precompile_dir': args.precompile_dir,
-            't0': time.time()}
+            'replay_at_capture': args.replay_at_capture, 'precompile': args.precompile,
+            'precompile_dir': args.precompile_dir, 't0': time.time()}
     out = subprocess.run([sys.executable, '-m', 'tools.bench.startup', '--child',
                           json.dumps(spec)], capture_output=True, text=True, timeout=900)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{')]
