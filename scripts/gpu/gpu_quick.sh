@@ -20,7 +20,9 @@
 # "--only _pass_kernel --flag TAPS_FROM_FIRST=0,1"),
 # INTERACTION_S (REUSE: its --reuse-attention, MERGE: its --merge-buckets, e.g. on,always,
 # BESIDE: its --deferred-beside, default on each; INTERACTION_OBJECTS, default 1,3,8;
-# CORRECTIONS, default immediate,deferred), IMAGE_S, STARTUP_S. The logs come back as $OUT/quick_logs.tgz.
+# CORRECTIONS, default immediate,deferred; INTERACTION_ARGS: more, e.g. --replay-at-capture 0),
+# IMAGE_S, STARTUP_S (STARTUP_ARGS, e.g. --replay-at-capture 0). The logs come back as
+# $OUT/quick_logs.tgz.
 #   source scripts/gpu/gpu_env.sh && SAM2_ROS_COMMIT=<hash> bash scripts/gpu/gpu_quick.sh
 # Then `python -m tools.bench.merge <the folder the files came back to>` and run
 # `python -m tools.bench.report`. Triton's cache comes back as $OUT/triton_cache*.tar.xz:
@@ -107,7 +109,7 @@ if on INTERACTION_S 90; then
     --objects "${INTERACTION_OBJECTS:-1,3,8}" --variants batched --random-weights \
     --corrections "${CORRECTIONS:-immediate,deferred}" --deferred-beside "${BESIDE:-on}" \
     --reuse-attention "${REUSE:-on}" --merge-buckets "${MERGE:-on}" --steady-frames 300 \
-    --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
+    ${INTERACTION_ARGS:-} --out "$OUT/h200_interaction.json" > "$OUT/interaction.log" 2>&1
   echo "== interaction (rc $?, $(( $(date +%s) - T0 )) s)"
   grep '^|' "$OUT/interaction.log" | cut -c1-250
 fi
@@ -161,7 +163,7 @@ if on IMAGE_S 90; then
 fi
 if on STARTUP_S 0; then
   timeout "$STARTUP_S" python3 -m tools.bench.startup --model tiny --res 512 --starts 2 \
-    --out "$OUT/h200_extra.json" > "$OUT/startup.log" 2>&1
+    ${STARTUP_ARGS:-} --out "$OUT/h200_extra.json" > "$OUT/startup.log" 2>&1
   echo "== startup (rc $?, $(( $(date +%s) - T0 )) s)"; grep -v '^{' "$OUT/startup.log" | tail -n 6
 fi
 left=$(( ${LIMIT_S:-560} - ($(date +%s) - T0) ))

@@ -91,6 +91,10 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="comma list of 'on' and 'off': TrackerConfig.deferred_beside_encoder (a "
                         "deferred correction run beside the next frame's image encoder, or "
                         "before it); 'off' rows are named '<graph_mode>+deferred_before'")
+    p.add_argument('--replay-at-capture', type=int, default=1, choices=(0, 1),
+                   help="capture.REPLAY_AT_CAPTURE for every row (1: each graph uploaded at "
+                        "configure; 0: on its first replay, rows named "
+                        "'<graph_mode>+upload_on_first_use')")
     p.add_argument('--tune-malloc', action='store_true',
                    help="raise glibc's mmap and trim thresholds first, as the node does (its "
                         "tune_malloc parameter); rows named '<graph_mode>+tune_malloc'")
@@ -263,6 +267,7 @@ def run_row(a: argparse.Namespace, objects: int, variant: str,
         + ('' if reuse else '+rerun_attention')
         + {'on': '', 'off': '+separate_buckets', 'always': '+merge_always'}[merge]
         + ('' if beside else '+deferred_before')
+        + ('' if getattr(a, 'replay_at_capture', 1) else '+upload_on_first_use')
         + ('+tune_malloc' if a.tune_malloc else '')
         + ('+gc_freeze' if a.gc_freeze else ''),
         corrections=corrections,
@@ -323,6 +328,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.random_weights:
         print('# RANDOM WEIGHTS (--random-weights): timings only, the masks mean nothing',
               flush=True)
+    from sam2_ros.engine.cuda import capture
+    capture.REPLAY_AT_CAPTURE = bool(a.replay_at_capture)
     rows, failed = [], []
     for o, v, c, r, m, b in ((o, v, c, r, m, b) for o in a.objects for v in a.variants
                              for c in a.corrections for r in a.reuse_attention
