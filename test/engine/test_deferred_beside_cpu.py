@@ -6,7 +6,8 @@ the encode): the same graphs on the same inputs, so the same results and bank, b
 camera and two; the deferred steps really replay after the encoder graph; a deferred prompt
 that fails gives its camera its frame back (features and encoder input row), so a prompt on
 that frame later reads it, as if the failed step had never encoded it. The stream side (a
-second CUDA stream) is in test/gpu/test_deferred_gpu.py."""
+second CUDA stream) is in test/gpu/test_deferred_gpu.py. An encode that fails after the copy
+still applies the prompts deferred beside it, as they would have run before it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from graph_standin import graph_tracker
-from test_multistream_graphs_cpu import graph_and_eager
+from test_multistream_graphs_cpu import fail_next_encode, graph_and_eager
 from test_deferred_prompts import (drive, drive_cameras, same_camera_results, same_result,
                                    same_state)
 from test_multistream import frame
@@ -118,3 +119,27 @@ def test_a_deferred_prompt_failing_beside_the_encode_gives_its_camera_its_frame_
     same_result(d.stream(0).add_prompt(CLICK), r.stream(0).add_prompt(CLICK))
     same_result(d.track([frame(0, 1), frame(1, 3)]).results[0],
                 r.track([frame(0, 1), frame(1, 3)]).results[0])
+
+
+def test_a_failed_encode_still_applies_the_prompts_deferred_beside_it(monkeypatch):
+    """The encode fails after the copy: the deferred prompts still run (as they would have
+    before the encode), the frame fails for both cameras, prompts on the lost features are
+    refused; the next step equals that of a tracker whose prompts ran before the failed
+    encode (``deferred_beside_encoder`` off)."""
+    d, _, _ = graph_and_eager(monkeypatch)
+    r, _, _ = graph_and_eager(monkeypatch, deferred_beside_encoder=False)
+    for t in (d, r):
+        t.stream(0).queue_prompt(Prompt(1, box=(5, 5, 30, 30)))
+        t.track([frame(0, 0), frame(1, 0)])
+        t.stream(0).defer_prompt(CLICK)
+        fail_next_encode(monkeypatch, t)
+        res = t.track([frame(0, 1), frame(1, 1)])
+        assert all(isinstance(e, StepError) for e in res.errors), res.errors
+        assert t.stats['deferred_prompts'] == 1 and not t.streams[0].deferred
+        with pytest.raises(StepError, match='lost'):
+            t.stream(0).add_prompt(CLICK)
+    for name in ('feats', 'ptrs', 'logits', 'scores'):
+        assert torch.equal(getattr(d.bank, name), getattr(r.bank, name)), name
+    a, b = (t.track([frame(0, 1), frame(1, 1)]) for t in (d, r))
+    for c in range(2):
+        same_result(a.results[c], b.results[c])
