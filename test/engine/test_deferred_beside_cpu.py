@@ -77,7 +77,7 @@ def test_two_cameras_beside_equals_before_the_encode(monkeypatch):
 
 def test_a_prompt_on_the_latest_frame_reads_a_fresh_copy(monkeypatch):
     """An immediate prompt after a track copies that frame's features once, however many
-    prompts follow on it; the next encode makes the copy stale."""
+    prompts follow on it, deferred ones too; the next encode makes the copy stale."""
     tr, _ = graph_tracker('batched', monkeypatch)
     kept = tr.runner.graphs.kept
     tr.track(frame(0, 0))
@@ -88,6 +88,13 @@ def test_a_prompt_on_the_latest_frame_reads_a_fresh_copy(monkeypatch):
     assert kept.of != tr.runner.encodes
     tr.add_prompt(Prompt(1, points=np.array([[25.0, 22.0]]), labels=np.array([0])))
     assert kept.copies == 2 and kept.of == tr.runner.encodes
+    # a prompt deferred on a frame whose copy exists: the next track copies nothing more
+    tr.defer_prompt(Prompt(2, points=np.array([[45.0, 15.0]]), labels=np.array([1])))
+    tr.track(frame(0, 2))
+    assert kept.copies == 2 and tr.stats['deferred_prompts'] == 1
+    tr.defer_prompt(CLICK)                          # on a frame without one: one copy
+    tr.track(frame(0, 3))
+    assert kept.copies == 3 and tr.stats['deferred_prompts'] == 2
 
 
 def test_a_deferred_prompt_failing_beside_the_encode_gives_its_camera_its_frame_back(

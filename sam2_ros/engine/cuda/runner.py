@@ -201,9 +201,7 @@ class GraphRunner:
         if self.graphs is None or self.cameras > 1 or not self.graphs.io.load_frame(frame):
             return self.encode(frame_in.to_model_input(frame, self.model.image_size,
                                                        torch.device(self.cfg.device)))
-        self.graphs.encoder.graph.replay()
-        self.encodes += 1
-        return self.graphs.encoder.outputs
+        return self._replay_encoder()
 
     def encode_streams(self, frames: Sequence[Optional[frame_in.Frame]]
                        ) -> Tuple[encoder.Features, List[Optional[int]]]:
@@ -222,9 +220,7 @@ class GraphRunner:
         for c, frame in enumerate(frames):
             if frame is not None and not g.io.load_frame(frame, c):
                 g.encoder.inputs[c:c + 1].copy_(frame_in.to_model_input(frame, size, dev))
-        g.encoder.graph.replay()
-        self.encodes += 1
-        return g.encoder.outputs, [None if f is None else c for c, f in enumerate(frames)]
+        return self._replay_encoder(), [None if f is None else c for c, f in enumerate(frames)]
 
     def encodes_in_place(self) -> bool:
         """True with graphs: encodes write the encoder graph's static outputs, which every
@@ -238,8 +234,8 @@ class GraphRunner:
         return g is not None and self.cfg.deferred_beside_encoder and \
             features is g.encoder.outputs
 
-    def keep_features(self) -> encoder.Features:    # the prompt graphs' copy, copied now
-        return self.graphs.kept.keep(self.encodes)
+    def keep_features(self) -> encoder.Features:    # the prompt graphs' copy of them now
+        return self.graphs.kept.current(self.encodes)
 
     def beside_encoder(self) -> ContextManager[Callable[[torch.Tensor], None]]:
         """``KeptFeatures.beside``: the block's GPU work beside the encode."""
@@ -258,6 +254,11 @@ class GraphRunner:
         if self.graphs is None or self.cameras > 1:
             return self.eager.encode(image)
         self.graphs.encoder.inputs.copy_(image)
+        return self._replay_encoder()
+
+    def _replay_encoder(self) -> encoder.Features:
+        """Replay the encoder graph on its input, counted (``encodes``: which replay the
+        prompt graphs' copy holds); its static outputs."""
         self.graphs.encoder.graph.replay()
         self.encodes += 1
         return self.graphs.encoder.outputs
